@@ -1,0 +1,1 @@
+//! File formats: Matrix Market, FROSTT `.tns` and `.npy`.
