@@ -8,6 +8,7 @@
 pub mod coo;
 pub mod data;
 pub mod error;
+pub mod generate;
 pub mod io;
 pub mod scalar;
 
