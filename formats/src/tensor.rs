@@ -1,0 +1,333 @@
+//! `SparseTensor`: a tensor in any concrete format, with conversion between
+//! every pair (through canonical COO, or directly where that is cheaper),
+//! its level formats, its arrays, and its statistics.
+
+use crate::block::{Bcsr, BlockGroupCoo};
+use crate::compressed::{Compressed, DoublyCompressed};
+use crate::csf::Csf;
+use crate::dense::Dense;
+use crate::ell::Ell;
+use crate::group::GroupCoo;
+use crate::level::{DimPart, Level, LevelFormat};
+use crate::scalar::{Index, Value};
+use crate::spec::FormatSpec;
+use crate::stats::{ArrayInfo, GroupAnalysis, Occupancy, Stats};
+use crate::{Coo, FormatError, Result};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SparseTensor<V, I = i32> {
+    Dense(Dense<V>),
+    Coo(Coo<V, I>),
+    /// CSR (`major == 0`) or CSC (`major == 1`).
+    Compressed(Compressed<V, I>),
+    /// DCSR or DCSC.
+    DoublyCompressed(DoublyCompressed<V, I>),
+    Csf(Csf<V, I>),
+    Ell(Ell<V, I>),
+    Bcsr(Bcsr<V, I>),
+    GroupCoo(GroupCoo<V, I>),
+    BlockGroupCoo(BlockGroupCoo<V, I>),
+}
+
+/// A borrowed format array, for writing out.
+#[derive(Debug)]
+pub enum ArrayData<'a, V, I> {
+    Index(&'a [I]),
+    Value(&'a [V]),
+}
+
+impl<V: Value, I: Index> SparseTensor<V, I> {
+    /// Stores `coo` (any order, duplicates summed) in `spec`.
+    pub fn from_coo(coo: &Coo<V, I>, spec: &FormatSpec) -> Result<Self> {
+        if spec.matrix_only() {
+            coo.expect_matrix(spec.name())?;
+        }
+        Ok(match spec {
+            FormatSpec::Dense => SparseTensor::Dense(Dense::from_coo(coo)?),
+            FormatSpec::Coo => SparseTensor::Coo(coo.clone().canonicalize()),
+            FormatSpec::Csr => SparseTensor::Compressed(Compressed::from_coo(coo, 0)?),
+            FormatSpec::Csc => SparseTensor::Compressed(Compressed::from_coo(coo, 1)?),
+            FormatSpec::Dcsr => SparseTensor::DoublyCompressed(DoublyCompressed::from_compressed(
+                &Compressed::from_coo(coo, 0)?,
+            )),
+            FormatSpec::Dcsc => SparseTensor::DoublyCompressed(DoublyCompressed::from_compressed(
+                &Compressed::from_coo(coo, 1)?,
+            )),
+            FormatSpec::Csf { modes } => {
+                if coo.order() == 0 {
+                    return Err(FormatError::invalid("CSF", "a tensor of order 0 has no levels"));
+                }
+                SparseTensor::Csf(Csf::from_coo(coo, modes)?)
+            }
+            FormatSpec::Ell => SparseTensor::Ell(Ell::from_csr(&Compressed::from_coo(coo, 0)?)?),
+            FormatSpec::Bcsr { bm, bk } => SparseTensor::Bcsr(Bcsr::from_coo(coo, *bm, *bk)?),
+            FormatSpec::GroupCoo { dim, g } => SparseTensor::GroupCoo(GroupCoo::from_coo(coo, *dim, *g)?),
+            FormatSpec::BlockGroupCoo { bm, bk, dim, g } => {
+                SparseTensor::BlockGroupCoo(BlockGroupCoo::from_coo(coo, *bm, *bk, *dim, *g)?)
+            }
+        })
+    }
+
+    /// Canonical COO. Formats that store fill (dense, ELL, the block
+    /// formats) drop zero values; the others keep explicit zeros.
+    pub fn to_coo(&self) -> Result<Coo<V, I>> {
+        match self {
+            SparseTensor::Dense(d) => d.to_coo(),
+            SparseTensor::Coo(c) => Ok(c.clone().canonicalize()),
+            SparseTensor::Compressed(c) => Ok(c.to_coo()),
+            SparseTensor::DoublyCompressed(d) => Ok(d.to_compressed()?.to_coo()),
+            SparseTensor::Csf(c) => Ok(c.to_coo()),
+            SparseTensor::Ell(e) => e.to_coo(),
+            SparseTensor::Bcsr(b) => b.to_coo(),
+            SparseTensor::GroupCoo(g) => Ok(g.to_coo()),
+            SparseTensor::BlockGroupCoo(b) => b.to_coo(),
+        }
+    }
+
+    /// Converts to `spec`: directly between the compressed forms, from CSR
+    /// to ELL and to row-grouped GroupCOO; through canonical COO otherwise.
+    pub fn convert(&self, spec: &FormatSpec) -> Result<Self> {
+        use FormatSpec as F;
+        match (self, spec) {
+            (SparseTensor::Compressed(c), F::Csr | F::Csc) => {
+                let major = if *spec == F::Csr { 0 } else { 1 };
+                let c = if c.major == major { c.clone() } else { c.transpose_storage()? };
+                Ok(SparseTensor::Compressed(c))
+            }
+            (SparseTensor::Compressed(c), F::Dcsr | F::Dcsc) => {
+                let major = if *spec == F::Dcsr { 0 } else { 1 };
+                let c = if c.major == major { c.clone() } else { c.transpose_storage()? };
+                Ok(SparseTensor::DoublyCompressed(DoublyCompressed::from_compressed(&c)))
+            }
+            (SparseTensor::DoublyCompressed(d), F::Csr | F::Csc) => {
+                SparseTensor::Compressed(d.to_compressed()?).convert(spec)
+            }
+            (SparseTensor::Compressed(c), F::Ell) => Ok(SparseTensor::Ell(Ell::from_csr(c)?)),
+            _ => SparseTensor::from_coo(&self.to_coo()?, spec),
+        }
+    }
+
+    pub fn shape(&self) -> Vec<usize> {
+        match self {
+            SparseTensor::Dense(d) => d.val.shape().to_vec(),
+            SparseTensor::Coo(c) => c.shape.clone(),
+            SparseTensor::Compressed(c) => c.shape.to_vec(),
+            SparseTensor::DoublyCompressed(d) => d.shape.to_vec(),
+            SparseTensor::Csf(c) => c.shape.clone(),
+            SparseTensor::Ell(e) => e.shape.to_vec(),
+            SparseTensor::Bcsr(b) => b.shape.to_vec(),
+            SparseTensor::GroupCoo(g) => g.shape.clone(),
+            SparseTensor::BlockGroupCoo(b) => b.shape.to_vec(),
+        }
+    }
+
+    /// The format this tensor is stored in, with resolved parameters.
+    pub fn spec(&self) -> FormatSpec {
+        use crate::spec::GroupSize::Fixed;
+        match self {
+            SparseTensor::Dense(_) => FormatSpec::Dense,
+            SparseTensor::Coo(_) => FormatSpec::Coo,
+            SparseTensor::Compressed(c) => [FormatSpec::Csr, FormatSpec::Csc][c.major].clone(),
+            SparseTensor::DoublyCompressed(d) => [FormatSpec::Dcsr, FormatSpec::Dcsc][d.major].clone(),
+            SparseTensor::Csf(c) => FormatSpec::Csf { modes: c.modes.clone() },
+            SparseTensor::Ell(_) => FormatSpec::Ell,
+            SparseTensor::Bcsr(b) => FormatSpec::Bcsr { bm: b.bm, bk: b.bk },
+            SparseTensor::GroupCoo(g) => FormatSpec::GroupCoo { dim: g.dim, g: Fixed(g.g) },
+            SparseTensor::BlockGroupCoo(b) => {
+                FormatSpec::BlockGroupCoo { bm: b.bm, bk: b.bk, dim: b.dim, g: Fixed(b.g) }
+            }
+        }
+    }
+
+    /// The level formats, outermost first.
+    pub fn levels(&self) -> Vec<Level> {
+        use LevelFormat::*;
+        let whole = Level::new;
+        let block = |dim, part, format| Level { dim, part, format };
+        match self {
+            SparseTensor::Dense(d) => (0..d.val.ndim()).map(|d| whole(d, Dense)).collect(),
+            SparseTensor::Coo(c) => (0..c.order())
+                .map(|d| whole(d, if d == 0 { Compressed { unique: false } } else { Singleton }))
+                .collect(),
+            SparseTensor::Compressed(c) => {
+                vec![whole(c.major, Dense), whole(1 - c.major, Compressed { unique: true })]
+            }
+            SparseTensor::DoublyCompressed(d) => {
+                vec![
+                    whole(d.major, Compressed { unique: true }),
+                    whole(1 - d.major, Compressed { unique: true }),
+                ]
+            }
+            SparseTensor::Csf(c) => c.modes.iter().map(|&d| whole(d, Compressed { unique: true })).collect(),
+            SparseTensor::Ell(e) => vec![whole(0, Dense), whole(1, Padded(e.width))],
+            SparseTensor::Bcsr(b) => vec![
+                block(0, DimPart::BlockOuter(b.bm), Dense),
+                block(1, DimPart::BlockOuter(b.bk), Compressed { unique: true }),
+                block(0, DimPart::BlockInner(b.bm), Dense),
+                block(1, DimPart::BlockInner(b.bk), Dense),
+            ],
+            SparseTensor::GroupCoo(g) => {
+                let mut levels = vec![whole(g.dim, Compressed { unique: false })];
+                let mut others = (0..g.shape.len()).filter(|&d| d != g.dim);
+                if let Some(first) = others.next() {
+                    levels.push(whole(first, Padded(g.g)));
+                }
+                levels.extend(others.map(|d| whole(d, Singleton)));
+                levels
+            }
+            SparseTensor::BlockGroupCoo(b) => {
+                let size = [b.bm, b.bk];
+                let (major, minor) = (b.dim, 1 - b.dim);
+                vec![
+                    block(major, DimPart::BlockOuter(size[major]), Compressed { unique: false }),
+                    block(minor, DimPart::BlockOuter(size[minor]), Padded(b.g)),
+                    block(0, DimPart::BlockInner(b.bm), Dense),
+                    block(1, DimPart::BlockInner(b.bk), Dense),
+                ]
+            }
+        }
+    }
+
+    /// Every stored array by the name the design uses (`pos`, `crd`, `val`,
+    /// `grp`, …), in order.
+    pub fn arrays(&self) -> Vec<(String, ArrayData<'_, V, I>)> {
+        use ArrayData::{Index as Ix, Value as Vx};
+        let named = |name: &str, a| (name.to_string(), a);
+        match self {
+            SparseTensor::Dense(d) => vec![named("val", Vx(d.val.as_slice().unwrap_or(&[])))],
+            SparseTensor::Coo(c) => {
+                let mut arrays: Vec<_> =
+                    c.crd.iter().enumerate().map(|(d, a)| (format!("crd{d}"), Ix(a))).collect();
+                arrays.push(named("val", Vx(&c.val)));
+                arrays
+            }
+            SparseTensor::Compressed(c) => {
+                vec![named("pos", Ix(&c.pos)), named("crd", Ix(&c.crd)), named("val", Vx(&c.val))]
+            }
+            SparseTensor::DoublyCompressed(d) => vec![
+                named("crd0", Ix(&d.crd0)),
+                named("pos", Ix(&d.pos)),
+                named("crd1", Ix(&d.crd1)),
+                named("val", Vx(&d.val)),
+            ],
+            SparseTensor::Csf(c) => {
+                let mut arrays = Vec::new();
+                for l in 0..c.order() {
+                    arrays.push((format!("pos{l}"), Ix(&c.pos[l][..])));
+                    arrays.push((format!("crd{l}"), Ix(&c.crd[l][..])));
+                }
+                arrays.push(named("val", Vx(&c.val)));
+                arrays
+            }
+            SparseTensor::Ell(e) => vec![named("crd", Ix(&e.crd)), named("val", Vx(&e.val))],
+            SparseTensor::Bcsr(b) => {
+                vec![named("pos", Ix(&b.pos)), named("crd", Ix(&b.crd)), named("val", Vx(&b.val))]
+            }
+            SparseTensor::GroupCoo(g) => {
+                let mut arrays = vec![named("grp", Ix(&g.grp))];
+                if g.crd.len() == 1 {
+                    arrays.push(named("crd", Ix(&g.crd[0])));
+                } else {
+                    let dims = (0..g.shape.len()).filter(|&d| d != g.dim);
+                    arrays.extend(dims.zip(&g.crd).map(|(d, a)| (format!("crd{d}"), Ix(&a[..]))));
+                }
+                arrays.push(named("val", Vx(&g.val)));
+                arrays
+            }
+            SparseTensor::BlockGroupCoo(b) => {
+                vec![named("grp", Ix(&b.grp)), named("crd", Ix(&b.crd)), named("val", Vx(&b.val))]
+            }
+        }
+    }
+
+    /// The logical shape of each array (`[P, g]` for GroupCOO's `crd`, …),
+    /// for `.npy` output.
+    pub fn array_shape(&self, name: &str, len: usize) -> Vec<usize> {
+        match (self, name) {
+            (SparseTensor::Dense(d), _) => d.val.shape().to_vec(),
+            (SparseTensor::Ell(e), _) => vec![e.shape[0], e.width],
+            (SparseTensor::Bcsr(b), "val") => vec![b.blocks(), b.bm, b.bk],
+            (SparseTensor::GroupCoo(g), n) if n != "grp" => vec![g.groups(), g.g],
+            (SparseTensor::BlockGroupCoo(b), "crd") => vec![b.groups(), b.g],
+            (SparseTensor::BlockGroupCoo(b), "val") => vec![b.groups(), b.g, b.bm, b.bk],
+            _ => vec![len],
+        }
+    }
+
+    /// Value slots stored, padding and fill included.
+    pub fn stored(&self) -> usize {
+        self.arrays()
+            .iter()
+            .filter_map(|(_, a)| if let ArrayData::Value(v) = a { Some(v.len()) } else { None })
+            .sum()
+    }
+
+    /// Entries of the tensor: non-padding entries, or for formats that store
+    /// fill, the non-zero values.
+    pub fn nnz(&self) -> usize {
+        match self {
+            SparseTensor::Dense(d) => d.val.iter().filter(|v| !v.is_zero()).count(),
+            SparseTensor::Coo(c) => c.nnz(),
+            SparseTensor::Compressed(c) => c.nnz(),
+            SparseTensor::DoublyCompressed(d) => d.nnz(),
+            SparseTensor::Csf(c) => c.nnz(),
+            SparseTensor::GroupCoo(g) => g.nnz(),
+            SparseTensor::Ell(Ell { val, .. })
+            | SparseTensor::Bcsr(Bcsr { val, .. })
+            | SparseTensor::BlockGroupCoo(BlockGroupCoo { val, .. }) => {
+                val.iter().filter(|v| !v.is_zero()).count()
+            }
+        }
+    }
+
+    /// Statistics of this tensor in this format. Occupancy and F(g) are
+    /// measured along the grouped dimension (rows for non-grouped formats),
+    /// in blocks for BlockGroupCOO.
+    pub fn stats(&self) -> Result<Stats> {
+        let shape = self.shape();
+        let (group_dim, unit, occupancy) = match self {
+            SparseTensor::BlockGroupCoo(b) => {
+                let mut occ =
+                    vec![
+                        0usize;
+                        if b.dim == 0 { b.shape[0].div_ceil(b.bm) } else { b.shape[1].div_ceil(b.bk) }
+                    ];
+                for p in 0..b.groups() {
+                    occ[b.grp[p].to_usize()] += (0..b.g).filter(|&q| !b.is_padding(p, q)).count();
+                }
+                (b.dim, "blocks", occ)
+            }
+            SparseTensor::GroupCoo(g) => (g.dim, "entries", self.to_coo()?.occupancy(g.dim)),
+            _ if shape.is_empty() => (0, "entries", Vec::new()),
+            _ => (0, "entries", self.to_coo()?.occupancy(0)),
+        };
+        let arrays: Vec<ArrayInfo> = self
+            .arrays()
+            .iter()
+            .map(|(name, a)| {
+                let (dtype, len, size) = match a {
+                    ArrayData::Index(x) => (I::ITYPE.name(), x.len(), I::ITYPE.size_bytes()),
+                    ArrayData::Value(x) => (V::DTYPE.name(), x.len(), V::DTYPE.size_bytes()),
+                };
+                ArrayInfo { name: name.clone(), dtype: dtype.into(), len, bytes: len * size }
+            })
+            .collect();
+        let stored = self.stored();
+        let nnz = self.nnz();
+        Ok(Stats {
+            format: self.spec().to_string(),
+            rows: shape.first().copied().unwrap_or(1),
+            cols: shape.get(1).copied().unwrap_or(1),
+            shape,
+            nnz,
+            stored,
+            padding_ratio: if stored == 0 { 0.0 } else { (stored - nnz.min(stored)) as f64 / stored as f64 },
+            bytes: arrays.iter().map(|a| a.bytes).sum(),
+            arrays,
+            group_dim,
+            group_unit: unit.into(),
+            occupancy: Occupancy::new(&occupancy),
+            grouping: GroupAnalysis::new(&occupancy),
+        })
+    }
+}

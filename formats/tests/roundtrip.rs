@@ -1,0 +1,137 @@
+//! Every format round-trips through every other, values and structure.
+
+use proptest::prelude::*;
+use spindle_formats::{Coo, FormatSpec, Index, SparseTensor, Value};
+
+const MATRIX_SPECS: &[&str] = &[
+    "dense",
+    "coo",
+    "csr",
+    "csc",
+    "dcsr",
+    "dcsc",
+    "csf",
+    "csf:modes=1-0",
+    "ell",
+    "bcsr:bm=2,bk=3",
+    "bcsr:bm=1,bk=1",
+    "groupcoo:dim=0,g=1",
+    "groupcoo:dim=0,g=3",
+    "groupcoo:dim=0,g=auto",
+    "groupcoo:dim=1,g=2",
+    "blockgroupcoo:bm=2,bk=2,dim=0,g=2",
+    "blockgroupcoo:bm=3,bk=1,dim=1,g=auto",
+];
+
+const TENSOR_SPECS: &[&str] = &[
+    "dense",
+    "coo",
+    "csf",
+    "csf:modes=2-0-1",
+    "groupcoo:dim=0,g=2",
+    "groupcoo:dim=1,g=3",
+    "groupcoo:dim=2,g=auto",
+];
+
+fn specs(list: &[&str]) -> Vec<FormatSpec> {
+    list.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+/// Checks that `a → from → to → COO` gives `a` back and that converting
+/// through `from` builds the same arrays as building `to` directly.
+fn check_all_pairs<V: Value, I: Index>(coo: &Coo<V, I>, specs: &[FormatSpec]) {
+    let canonical = coo.clone().canonicalize();
+    let direct: Vec<SparseTensor<V, I>> =
+        specs.iter().map(|s| SparseTensor::from_coo(coo, s).unwrap()).collect();
+    for (from_spec, from) in specs.iter().zip(&direct) {
+        assert_eq!(from.to_coo().unwrap(), canonical, "{from_spec} → COO");
+        for (to_spec, to) in specs.iter().zip(&direct) {
+            let converted = from.convert(to_spec).unwrap();
+            assert_eq!(&converted, to, "{from_spec} → {to_spec} differs from building {to_spec} directly");
+        }
+    }
+}
+
+/// Matrices with empty rows, duplicates, one row or one column, and
+/// non-zero integer values (sums of duplicates stay exact and non-zero).
+fn matrix() -> impl Strategy<Value = Coo<f64, i32>> {
+    (1usize..9, 1usize..9).prop_flat_map(|(rows, cols)| {
+        prop::collection::vec((0..rows, 0..cols, 1u8..9), 0..(rows * cols * 2)).prop_map(move |entries| {
+            let entries: Vec<_> = entries.into_iter().map(|(r, c, v)| (r, c, v as f64)).collect();
+            Coo::from_triplets(rows, cols, &entries).unwrap()
+        })
+    })
+}
+
+fn tensor3() -> impl Strategy<Value = Coo<f32, i64>> {
+    (1usize..5, 1usize..5, 1usize..5).prop_flat_map(|(a, b, c)| {
+        prop::collection::vec((0..a, 0..b, 0..c, 1u8..9), 0..40).prop_map(move |entries| {
+            let crd = vec![
+                entries.iter().map(|e| e.0 as i64).collect(),
+                entries.iter().map(|e| e.1 as i64).collect(),
+                entries.iter().map(|e| e.2 as i64).collect(),
+            ];
+            Coo::new(vec![a, b, c], crd, entries.iter().map(|e| e.3 as f32).collect()).unwrap()
+        })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn matrices_round_trip_through_every_pair(coo in matrix()) {
+        check_all_pairs(&coo, &specs(MATRIX_SPECS));
+    }
+
+    #[test]
+    fn other_dtypes_round_trip(coo in matrix()) {
+        check_all_pairs(&coo.cast::<f32, i64>().unwrap(), &specs(MATRIX_SPECS));
+        check_all_pairs(&coo.cast::<half::f16, i32>().unwrap(), &specs(MATRIX_SPECS));
+        check_all_pairs(&coo.cast::<half::bf16, i64>().unwrap(), &specs(MATRIX_SPECS));
+    }
+
+    #[test]
+    fn third_order_tensors_round_trip(coo in tensor3()) {
+        check_all_pairs(&coo, &specs(TENSOR_SPECS));
+    }
+}
+
+#[test]
+fn empty_matrices_round_trip() {
+    for (rows, cols) in [(0, 0), (0, 5), (5, 0), (3, 4)] {
+        let coo = Coo::<f64, i32>::from_triplets(rows, cols, &[]).unwrap();
+        check_all_pairs(&coo, &specs(MATRIX_SPECS));
+    }
+}
+
+#[test]
+fn formats_without_fill_keep_explicit_zeros() {
+    let coo =
+        Coo::<f64, i32>::from_triplets(3, 3, &[(0, 0, 0.0), (0, 2, 1.0), (2, 1, 0.0), (2, 2, 2.0)]).unwrap();
+    let keep = ["coo", "csr", "csc", "dcsr", "dcsc", "csf", "groupcoo:dim=0,g=4", "groupcoo:dim=1,g=1"];
+    for spec in specs(&keep) {
+        let t = SparseTensor::from_coo(&coo, &spec).unwrap();
+        assert_eq!(t.to_coo().unwrap(), coo, "{spec}");
+        assert_eq!(t.nnz(), 4, "{spec}");
+    }
+    let fill = ["dense", "ell", "bcsr:bm=2,bk=2", "blockgroupcoo:bm=2,bk=2,dim=0,g=2"];
+    for spec in specs(&fill) {
+        let t = SparseTensor::from_coo(&coo, &spec).unwrap();
+        assert_eq!(t.to_coo().unwrap(), coo.clone().without_zeros(), "{spec}");
+    }
+}
+
+#[test]
+fn matrix_only_formats_refuse_tensors() {
+    let coo = Coo::<f64, i32>::new(vec![2, 2, 2], vec![vec![0], vec![1], vec![1]], vec![1.0]).unwrap();
+    let err = SparseTensor::from_coo(&coo, &"csr".parse().unwrap()).unwrap_err();
+    assert_eq!(err.to_string(), "csr needs a tensor of order 2, got order 3");
+}
+
+#[test]
+fn index_overflow_is_an_error() {
+    let coo = Coo::<f64, i64>::from_triplets(1 << 33, 2, &[(1 << 32, 1, 1.0)]).unwrap();
+    let err = coo.cast::<f64, i32>().unwrap_err();
+    assert_eq!(err.to_string(), "4294967296 does not fit in an i32 index");
+}
