@@ -6,3 +6,5 @@
 //! cudarc, with cuSPARSE / cuBLAS baselines. See `DESIGN.md` §5.
 
 pub use spindle_ir as ir;
+
+pub mod nvrtc;

@@ -1,1 +1,129 @@
-fn main() {}
+//! `spindle`: the command line of the Spindle sparse tensor compiler.
+//!
+//! Until the notebook explorer lands, `spindle` with no arguments prints the
+//! statistics of an example matrix (cora from the shared data folder, or a
+//! seeded generated graph of the same size).
+
+mod bench;
+mod convert;
+mod input;
+mod stats;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use spindle_formats::{DType, IType};
+
+/// Spindle: sparse tensor formats, kernels and their exploration.
+#[derive(Debug, Parser)]
+#[command(name = "spindle", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Element types of the stored arrays.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Types {
+    /// Value type of the stored values.
+    #[arg(long, value_enum, default_value_t = ValueType::F32)]
+    pub dtype: ValueType,
+    /// Index type of coordinate and position arrays.
+    #[arg(long, value_enum, default_value_t = IndexType::I32)]
+    pub itype: IndexType,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ValueType {
+    F64,
+    F32,
+    F16,
+    Bf16,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum IndexType {
+    I32,
+    I64,
+}
+
+impl From<ValueType> for DType {
+    fn from(v: ValueType) -> Self {
+        match v {
+            ValueType::F64 => DType::F64,
+            ValueType::F32 => DType::F32,
+            ValueType::F16 => DType::F16,
+            ValueType::Bf16 => DType::Bf16,
+        }
+    }
+}
+
+impl From<IndexType> for IType {
+    fn from(i: IndexType) -> Self {
+        match i {
+            IndexType::I32 => IType::I32,
+            IndexType::I64 => IType::I64,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Statistics of a sparse tensor stored in a format: nnz, stored entries,
+    /// padding, bytes per array, occupancy, F(g) and g*.
+    Stats {
+        /// A `.mtx` or `.tns` file, or a generator such as
+        /// `gen:powerlaw:rows=100000,cols=100000,nnz=1000000,seed=1`.
+        input: String,
+        /// The format to store it in (for example `csr`, `ell`,
+        /// `groupcoo:dim=0,g=auto`, `blockgroupcoo:bm=32,bk=32,dim=0,g=4`).
+        #[arg(long, default_value = "groupcoo:dim=0,g=auto")]
+        format: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        types: Types,
+    },
+    /// Convert a sparse tensor to another format and write it out.
+    ///
+    /// OUT ending in `.mtx` or `.tns` writes the converted tensor as a text
+    /// file; `.npy` writes a dense array (format `dense`); any other path is
+    /// a folder that receives one `.npy` per format array plus
+    /// `format.json`, ready for NumPy or PyTorch.
+    Convert {
+        /// A `.mtx` or `.tns` file, or `gen:SPEC`.
+        input: String,
+        /// The target format.
+        #[arg(long)]
+        to: String,
+        /// Where to write.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        #[command(flatten)]
+        types: Types,
+    },
+    /// Run a benchmark suite and print ratios against baselines measured in
+    /// the same run.
+    Bench {
+        #[command(subcommand)]
+        suite: bench::Suite,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => stats::example(),
+        Some(Command::Stats { input, format, json, types }) => stats::run(&input, &format, json, &types),
+        Some(Command::Convert { input, to, out, types }) => convert::run(&input, &to, &out, &types),
+        Some(Command::Bench { suite }) => bench::run(suite),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -5,8 +5,8 @@
 
 use crate::scalar::{Index, Value};
 use crate::spec::GroupSize;
-use crate::stats::GroupAnalysis;
-use crate::{Coo, FormatError, Result};
+use crate::stats::auto_group_size;
+use crate::{Compressed, Coo, FormatError, Result};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct GroupCoo<V, I = i32> {
@@ -47,7 +47,7 @@ pub(crate) fn group_runs(keys: &[usize], g: usize) -> Vec<(usize, std::ops::Rang
 pub fn resolve_group_size(g: GroupSize, occupancy: &[usize]) -> usize {
     match g {
         GroupSize::Fixed(g) => g,
-        GroupSize::Auto => GroupAnalysis::new(occupancy).auto_g(),
+        GroupSize::Auto => auto_group_size(occupancy),
     }
 }
 
@@ -58,6 +58,10 @@ impl<V: Value, I: Index> GroupCoo<V, I> {
                 "GroupCOO",
                 format!("dim={dim} but the tensor has order {}", coo.order()),
             ));
+        }
+        if coo.order() == 2 {
+            // Matrices go through CSR / CSC: linear, and no COO sort.
+            return Self::from_compressed(&Compressed::from_coo(coo, dim)?, g);
         }
         // Grouped dimension first, the others after in their order.
         let mut perm = vec![dim];
@@ -86,6 +90,35 @@ impl<V: Value, I: Index> GroupCoo<V, I> {
             val.extend(std::iter::repeat_n(V::zero(), g - range.len()));
         }
         Ok(GroupCoo { shape: coo.shape.clone(), dim, g, grp, crd, val })
+    }
+
+    /// Groups the major slices of a CSR (rows) or CSC (columns) directly.
+    pub fn from_compressed(c: &Compressed<V, I>, g: GroupSize) -> Result<Self> {
+        let occupancy: Vec<usize> = (0..c.shape[c.major]).map(|i| c.slice(i).len()).collect();
+        let g = resolve_group_size(g, &occupancy);
+        if g == 0 {
+            return Err(FormatError::invalid("GroupCOO", "group size must be positive"));
+        }
+        let groups: usize = occupancy.iter().map(|o| o.div_ceil(g)).sum();
+        // Each slice's entries are contiguous in the output too: copy them in
+        // one go, then pad the slice's last group.
+        let mut grp = Vec::with_capacity(groups);
+        let mut crd = vec![I::default(); groups * g];
+        let mut val = vec![V::zero(); groups * g];
+        let mut out = 0;
+        for (i, &occ) in occupancy.iter().enumerate() {
+            if occ == 0 {
+                continue;
+            }
+            let slice = c.slice(i);
+            let padded = occ.div_ceil(g) * g;
+            grp.extend(std::iter::repeat_n(I::from_usize(i)?, padded / g));
+            crd[out..out + occ].copy_from_slice(&c.crd[slice.clone()]);
+            crd[out + occ..out + padded].fill(c.crd[slice.end - 1]);
+            val[out..out + occ].copy_from_slice(&c.val[slice]);
+            out += padded;
+        }
+        Ok(GroupCoo { shape: c.shape.to_vec(), dim: c.major, g, grp, crd: vec![crd], val })
     }
 
     /// Number of groups (P).

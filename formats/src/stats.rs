@@ -23,6 +23,9 @@ pub struct GroupAnalysis {
     pub f_of_g: BTreeMap<usize, u64>,
     /// The power of two with the smallest F(g) (the smaller g on ties).
     pub g_best: usize,
+    /// For the same g: the fraction of GroupCOO's stored values that are
+    /// padding, 1 − S / (g·Σ⌈occᵢ/g⌉).
+    pub padding_of_g: BTreeMap<usize, f64>,
 }
 
 /// Exact F(g) = (g+1)·Σᵢ⌈occᵢ/g⌉: one scatter and g gathers per group.
@@ -36,25 +39,44 @@ impl GroupAnalysis {
         let n = occupancy.len();
         let s: usize = occupancy.iter().sum();
         let max_occupancy = occupancy.iter().copied().max().unwrap_or(0);
-        let g_star = if n == 0 { 1.0 } else { (s as f64 / n as f64).sqrt() };
-        let lo = prev_power_of_two(g_star.floor().max(1.0) as usize);
-        let hi = if (lo as f64) < g_star { lo * 2 } else { lo };
+        let (g_star, [lo, hi]) = g_star(n, s);
         let top = max_occupancy.max(1).next_power_of_two();
         let f_of_g: BTreeMap<usize, u64> = std::iter::successors(Some(1usize), |g| Some(g * 2))
             .take_while(|&g| g <= top)
             .map(|g| (g, f_of_g(occupancy, g)))
             .collect();
+        let padding_of_g = f_of_g
+            .iter()
+            .map(|(&g, &f)| {
+                let stored = f / (g as u64 + 1) * g as u64;
+                (g, if stored == 0 { 0.0 } else { 1.0 - s as f64 / stored as f64 })
+            })
+            .collect();
         let g_best = f_of_g.iter().min_by_key(|&(g, f)| (*f, *g)).map(|(g, _)| *g).unwrap_or(1);
-        GroupAnalysis { n, s, max_occupancy, g_star, g_star_pow2: [lo, hi], f_of_g, g_best }
+        GroupAnalysis { n, s, max_occupancy, g_star, g_star_pow2: [lo, hi], f_of_g, g_best, padding_of_g }
     }
 
-    /// `g=auto`: whichever neighbouring power of two of g* has the smaller
-    /// F(g), as the Insum paper rounds g* to powers of two.
+    /// `g=auto` for this occupancy; see [`auto_group_size`].
     pub fn auto_g(&self) -> usize {
         let [lo, hi] = self.g_star_pow2;
-        let cost = |g: usize| self.f_of_g.get(&g).copied().unwrap_or(u64::MAX);
-        if cost(hi) < cost(lo) { hi } else { lo }
+        if self.f_of_g[&hi] < self.f_of_g[&lo] { hi } else { lo }
     }
+}
+
+/// g* = √(S/n) and the powers of two just below and above it.
+fn g_star(n: usize, s: usize) -> (f64, [usize; 2]) {
+    let g_star = if n == 0 { 1.0 } else { (s as f64 / n as f64).sqrt() };
+    let lo = prev_power_of_two(g_star.floor().max(1.0) as usize);
+    let hi = if (lo as f64) < g_star { lo * 2 } else { lo };
+    (g_star, [lo, hi])
+}
+
+/// `g=auto`: whichever neighbouring power of two of g* has the smaller
+/// F(g), as the Insum paper rounds g* to powers of two. Two passes over the
+/// occupancy, so conversions can afford it.
+pub fn auto_group_size(occupancy: &[usize]) -> usize {
+    let (_, [lo, hi]) = g_star(occupancy.len(), occupancy.iter().sum());
+    if f_of_g(occupancy, hi) < f_of_g(occupancy, lo) { hi } else { lo }
 }
 
 fn prev_power_of_two(x: usize) -> usize {
@@ -161,6 +183,10 @@ mod tests {
         assert_eq!(a.g_star_pow2, [1, 2]);
         assert_eq!(a.g_best, 1);
         assert_eq!(a.auto_g(), 1);
+        assert_eq!(auto_group_size(&[3, 1, 1, 2]), 1);
+        // g* = 2.6; F(2) = F(4) = 45, and ties go to the smaller g.
+        assert_eq!(auto_group_size(&[9, 9, 9, 0]), 2);
+        assert_eq!(a.padding_of_g[&2], 1.0 - 7.0 / 10.0);
     }
 
     #[test]

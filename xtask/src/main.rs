@@ -1,1 +1,260 @@
-fn main() {}
+//! Project chores, run as `cargo xtask <command>` (see the alias in `.cargo/config.toml`).
+//!
+//! - `setup-cuda`: install the CUDA compile toolchain (NVRTC, cudart, CUDA headers) from
+//!   PyPI wheels into `target/cuda-toolchain`, which the project owns.
+//! - `test [args]`: `setup-cuda`, then `cargo test --workspace [args]` with the toolchain
+//!   on the environment. This is the README's test command and what CI runs.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+/// The wheels of the CUDA compile toolchain. 13.0.x matches the GPUs' 13.0 driver: NVRTC
+/// output newer than the driver would not load.
+const WHEELS: [&str; 3] =
+    ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*", "nvidia-cuda-crt==13.0.*"];
+
+/// Bump when the layout of the install changes, so old installs are redone.
+const STAMP_FORMAT: &str = "spindle cuda-toolchain v1";
+const STAMP_FILE: &str = ".spindle-stamp";
+
+/// Where the wheels put the toolkit, relative to the install folder.
+const CUDA_SUBDIR: &str = "nvidia/cu13";
+
+/// Files that must exist for the toolchain to be usable, relative to [`CUDA_SUBDIR`].
+/// libnvrtc opens libnvrtc-builtins by name; `mma.h` comes from the crt wheel.
+const KEY_FILES: [&str; 5] = [
+    "lib/libnvrtc.so.13",
+    "lib/libnvrtc-builtins.so.13.0",
+    "include/cuda_fp16.h",
+    "include/mma.h",
+    "include/crt/mma.h",
+];
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  setup-cuda          install the CUDA compile toolchain (NVRTC + headers, PyPI wheels
+                      pinned to 13.0.*) into target/cuda-toolchain; quick when present
+  test [ARGS...]      setup-cuda, then `cargo test --workspace [ARGS...]` with
+                      SPINDLE_CUDA_ROOT and LD_LIBRARY_PATH pointing at the toolchain
+                      (with -p/--package in ARGS, --workspace is left out)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let command = args.first().and_then(|a| a.to_str()).unwrap_or("");
+    let result = match command {
+        "setup-cuda" if args.len() == 1 => setup_cuda().map(|_| ExitCode::SUCCESS),
+        "test" => test(&args[1..]),
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => {
+            if !command.is_empty() {
+                eprintln!("error: unknown command or arguments: {args:?}\n");
+            }
+            eprint!("{USAGE}");
+            Ok(ExitCode::from(2))
+        }
+    };
+    result.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        ExitCode::FAILURE
+    })
+}
+
+fn workspace_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().expect("xtask lives one level below the workspace root").to_path_buf()
+}
+
+/// The install folder. `spindle-cuda` looks here by default (see its `nvrtc` module), so
+/// the two must agree.
+fn toolchain_dir() -> PathBuf {
+    workspace_root().join("target").join("cuda-toolchain")
+}
+
+fn stamp_contents() -> String {
+    let mut stamp = format!("{STAMP_FORMAT}\n");
+    for wheel in WHEELS {
+        stamp.push_str(wheel);
+        stamp.push('\n');
+    }
+    stamp
+}
+
+fn missing_key_files(install_dir: &Path) -> Vec<PathBuf> {
+    let cuda = install_dir.join(CUDA_SUBDIR);
+    KEY_FILES.iter().map(|file| cuda.join(file)).filter(|path| !path.is_file()).collect()
+}
+
+fn is_installed(install_dir: &Path) -> bool {
+    let stamp = fs::read_to_string(install_dir.join(STAMP_FILE)).unwrap_or_default();
+    stamp == stamp_contents() && missing_key_files(install_dir).is_empty()
+}
+
+/// Installs the toolchain unless it is already there; returns the CUDA root
+/// (`.../nvidia/cu13`, absolute).
+fn setup_cuda() -> Result<PathBuf> {
+    let install_dir = toolchain_dir();
+    let cuda_root = install_dir.join(CUDA_SUBDIR);
+    if is_installed(&install_dir) {
+        println!("CUDA toolchain: {} (already installed)", cuda_root.display());
+        return Ok(cuda_root);
+    }
+
+    check_python_and_pip()?;
+    let parent = install_dir.parent().context("toolchain folder has no parent")?;
+    fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    remove_stale_partials(parent);
+
+    // Install next to the final folder and rename into place, so an interrupted install
+    // never leaves a half toolchain where the tests look for one.
+    let partial = parent.join(format!("cuda-toolchain.partial-{}", std::process::id()));
+    remove_dir_if_exists(&partial)?;
+    let started = Instant::now();
+    eprintln!("installing the CUDA toolchain ({}) ...", WHEELS.join(", "));
+    let status = Command::new("python3")
+        .args(["-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--quiet", "--target"])
+        .arg(&partial)
+        .args(WHEELS)
+        // The wheels go into a folder we own, so pip's warning about running as root is noise.
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .status()
+        .context("running python3 -m pip")?;
+    if !status.success() {
+        let _ = fs::remove_dir_all(&partial);
+        bail!(
+            "`python3 -m pip install --target {} {}` failed ({status})",
+            partial.display(),
+            WHEELS.join(" ")
+        );
+    }
+    let missing = missing_key_files(&partial);
+    if !missing.is_empty() {
+        let _ = fs::remove_dir_all(&partial);
+        bail!("the installed wheels lack expected files: {missing:?}");
+    }
+    fs::write(partial.join(STAMP_FILE), stamp_contents()).context("writing the toolchain stamp")?;
+
+    // Move the old install (if any) aside first: rename cannot replace a non-empty folder.
+    let old = parent.join(format!("cuda-toolchain.old-{}", std::process::id()));
+    let had_old = match fs::rename(&install_dir, &old) {
+        Ok(()) => true,
+        Err(e) if e.kind() == ErrorKind::NotFound => false,
+        Err(e) => return Err(e).with_context(|| format!("moving aside {}", install_dir.display())),
+    };
+    if let Err(e) = fs::rename(&partial, &install_dir) {
+        // Another `setup-cuda` running at the same time may have won the race.
+        let _ = fs::remove_dir_all(&partial);
+        if !is_installed(&install_dir) {
+            return Err(e).with_context(|| format!("moving the toolchain into {}", install_dir.display()));
+        }
+    }
+    if had_old {
+        let _ = fs::remove_dir_all(&old);
+    }
+    println!(
+        "CUDA toolchain: {} (installed in {:.1} s)",
+        cuda_root.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(cuda_root)
+}
+
+fn check_python_and_pip() -> Result<()> {
+    let python =
+        Command::new("python3").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    match python {
+        Ok(status) if status.success() => {}
+        Ok(status) => bail!(
+            "`python3 --version` failed ({status}); a working Python 3 is needed to install the CUDA toolchain"
+        ),
+        Err(e) if e.kind() == ErrorKind::NotFound => bail!(
+            "python3 was not found on PATH; it is needed to install the CUDA toolchain from PyPI.\n\
+             Install Python 3 with pip (e.g. `apt-get install python3 python3-pip`), then rerun `cargo xtask setup-cuda`."
+        ),
+        Err(e) => return Err(e).context("running python3"),
+    }
+    let pip = Command::new("python3")
+        .args(["-m", "pip", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("running python3 -m pip --version")?;
+    if !pip.success() {
+        bail!(
+            "pip is not available for python3 (`python3 -m pip --version` failed); it is needed to install the CUDA toolchain.\n\
+             Install it with `python3 -m ensurepip --upgrade` or your package manager (e.g. `apt-get install python3-pip`), \
+             then rerun `cargo xtask setup-cuda`."
+        );
+    }
+    Ok(())
+}
+
+/// Removes `cuda-toolchain.partial-<pid>` / `.old-<pid>` folders left by interrupted runs
+/// whose process is gone.
+fn remove_stale_partials(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let pid =
+            name.strip_prefix("cuda-toolchain.partial-").or_else(|| name.strip_prefix("cuda-toolchain.old-"));
+        let Some(pid) = pid.and_then(|pid| pid.parse::<u32>().ok()) else { continue };
+        // Without /proc (not Linux) nothing looks alive, which only costs a reinstall.
+        let alive = pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists();
+        if !alive {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+fn remove_dir_if_exists(dir: &Path) -> Result<()> {
+    match fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", dir.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn test(extra: &[OsString]) -> Result<ExitCode> {
+    let cuda_root = setup_cuda()?;
+    let lib = cuda_root.join("lib");
+    let mut library_path = vec![lib];
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        library_path.extend(std::env::split_paths(&old));
+    }
+    let library_path = std::env::join_paths(library_path).context("building LD_LIBRARY_PATH")?;
+
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.arg("test");
+    // Only the flags before a `--` are cargo's; after it they go to the test binaries.
+    let cargo_flags = extra.iter().take_while(|a| *a != "--");
+    let selects_packages = cargo_flags.filter_map(|a| a.to_str()).any(|a| {
+        a == "-p" || a.starts_with("-p") || a.starts_with("--package") || a == "--workspace" || a == "--all"
+    });
+    if !selects_packages {
+        command.arg("--workspace");
+    }
+    command
+        .args(extra)
+        .current_dir(workspace_root())
+        .env("SPINDLE_CUDA_ROOT", &cuda_root)
+        .env("LD_LIBRARY_PATH", library_path);
+    let status = command.status().context("running cargo test")?;
+    Ok(match status.code() {
+        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        None => ExitCode::FAILURE,
+    })
+}

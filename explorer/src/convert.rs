@@ -1,0 +1,79 @@
+//! `spindle convert`: store a tensor in another format and write it out.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use spindle_formats::io::{write_mtx, write_npy_indices, write_npy_values, write_tns};
+use spindle_formats::tensor::ArrayData;
+use spindle_formats::{FormatSpec, Index, SparseTensor, Value};
+
+use crate::input::load;
+use crate::{Types, with_types};
+
+pub fn run(input: &str, to: &str, out: &Path, types: &Types) -> Result<()> {
+    let spec: FormatSpec = to.parse()?;
+    with_types!(types, convert(input, &spec, out))
+}
+
+fn convert<V: Value, I: Index>(input: &str, spec: &FormatSpec, out: &Path) -> Result<()> {
+    let loaded = load::<V, I>(input)?;
+    let tensor = SparseTensor::from_coo(&loaded.coo, spec)?;
+    let ext = out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("mtx") => write_mtx(&tensor.to_coo()?, out)?,
+        Some("tns") => write_tns(&tensor.to_coo()?, out)?,
+        Some("npy") => {
+            let SparseTensor::Dense(d) = &tensor else {
+                bail!(
+                    "{}: a .npy file holds one dense array; use --to dense, or give a folder to get one .npy per {} array",
+                    out.display(),
+                    tensor.spec()
+                );
+            };
+            let data: Vec<V> = d.val.iter().copied().collect();
+            write_npy_values(out, d.val.shape(), &data)?;
+        }
+        _ => write_folder(&tensor, out)?,
+    }
+    let stats = tensor.stats()?;
+    println!(
+        "{} -> {} ({}): nnz {}, stored {}, {} bytes",
+        loaded.name,
+        out.display(),
+        tensor.spec(),
+        stats.nnz,
+        stats.stored,
+        stats.bytes
+    );
+    Ok(())
+}
+
+/// One `.npy` per array and a `format.json` describing them.
+fn write_folder<V: Value, I: Index>(tensor: &SparseTensor<V, I>, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut arrays = Vec::new();
+    for (name, data) in tensor.arrays() {
+        let path = dir.join(format!("{name}.npy"));
+        let (len, dtype) = match data {
+            ArrayData::Index(x) => (x.len(), I::ITYPE.name()),
+            ArrayData::Value(x) => (x.len(), V::DTYPE.name()),
+        };
+        let shape = tensor.array_shape(&name, len);
+        match data {
+            ArrayData::Index(x) => write_npy_indices(&path, &shape, x)?,
+            ArrayData::Value(x) => write_npy_values(&path, &shape, x)?,
+        }
+        arrays.push(serde_json::json!({ "name": name, "file": format!("{name}.npy"), "shape": shape, "dtype": dtype }));
+    }
+    let meta = serde_json::json!({
+        "format": tensor.spec().to_string(),
+        "shape": tensor.shape(),
+        "levels": tensor.levels().iter().map(|l| l.to_string()).collect::<Vec<_>>(),
+        "nnz": tensor.nnz(),
+        "arrays": arrays,
+    });
+    let path = dir.join("format.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&meta)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! Reading the tensor a command works on: a file, or a generator spec.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use spindle_formats::generate::GeneratorSpec;
+use spindle_formats::{Coo, Index, Value};
+
+/// A tensor read or generated, with where it came from.
+#[derive(Debug)]
+pub struct Loaded<V, I> {
+    pub coo: Coo<V, I>,
+    pub name: String,
+    pub seconds: f64,
+}
+
+/// `gen:SPEC` runs a generator; anything else is a `.mtx` / `.tns` path.
+/// Entries come back in file order (not canonicalized).
+pub fn load<V: Value, I: Index>(input: &str) -> Result<Loaded<V, I>> {
+    let start = Instant::now();
+    let (coo, name) = match input.strip_prefix("gen:") {
+        Some(spec) => {
+            let spec: GeneratorSpec = spec.parse()?;
+            (spec.generate()?, spec.to_string())
+        }
+        None => {
+            let path = std::path::Path::new(input);
+            let coo = spindle_formats::io::read_tensor(path).with_context(|| format!("reading {input}"))?;
+            let name = path.file_name().map_or(input.to_string(), |n| n.to_string_lossy().into_owned());
+            (coo, name)
+        }
+    };
+    Ok(Loaded { coo, name, seconds: start.elapsed().as_secs_f64() })
+}
+
+/// Calls `$f::<V, I>($args)` for the value and index types chosen at run
+/// time.
+#[macro_export]
+macro_rules! with_types {
+    ($types:expr, $f:ident ( $($arg:expr),* )) => {{
+        use $crate::{IndexType as It, ValueType as Vt};
+        match ($types.dtype, $types.itype) {
+            (Vt::F64, It::I32) => $f::<f64, i32>($($arg),*),
+            (Vt::F64, It::I64) => $f::<f64, i64>($($arg),*),
+            (Vt::F32, It::I32) => $f::<f32, i32>($($arg),*),
+            (Vt::F32, It::I64) => $f::<f32, i64>($($arg),*),
+            (Vt::F16, It::I32) => $f::<half::f16, i32>($($arg),*),
+            (Vt::F16, It::I64) => $f::<half::f16, i64>($($arg),*),
+            (Vt::Bf16, It::I32) => $f::<half::bf16, i32>($($arg),*),
+            (Vt::Bf16, It::I64) => $f::<half::bf16, i64>($($arg),*),
+        }
+    }};
+}

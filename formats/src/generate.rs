@@ -1,1 +1,0 @@
-//! Seeded generators of sparse test data.
