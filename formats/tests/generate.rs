@@ -2,7 +2,6 @@
 //! shape of each pattern, parameter errors and spec parsing.
 
 use std::collections::BTreeSet;
-use std::time::Instant;
 
 use half::{bf16, f16};
 use proptest::prelude::*;
@@ -91,12 +90,10 @@ fn uniform_dense_and_full() {
 }
 
 #[test]
-fn uniform_huge_sparse_shape_is_cheap() {
+fn uniform_huge_sparse_shape_needs_no_dense_work() {
     let n = 1usize << 40;
-    let start = Instant::now();
     let a = uniform::<f32, i64>(n, n, 10_000, 9).unwrap();
     check(&a, n, n, 10_000);
-    assert!(start.elapsed().as_secs_f64() < 2.0);
     // The same shape cannot be indexed with i32.
     let err = message(uniform::<f32, i32>(n, n, 10, 9).unwrap_err());
     assert_eq!(err, format!("{n} does not fit in an i32 index"));
@@ -130,6 +127,8 @@ fn absurd_sizes_are_errors_not_aborts() {
     assert_eq!(err, "invalid block-sparse generator: 604462909807314587353088 blocks do not fit in memory");
     let err = message(block_sparse::<f32, i64>(n, n, 1, 1, 1e-9, 0).unwrap_err());
     assert!(err.starts_with("invalid generator: cannot allocate 1208925819614629 positions"), "{err}");
+    let err = message(power_law::<f32, i64>(1 << 60, 10, 10, 2.0, 0).unwrap_err());
+    assert_eq!(err, format!("invalid power-law generator: cannot allocate {} entries", 1u64 << 60));
 }
 
 // -------------------------------------------------------------- power law
@@ -187,21 +186,12 @@ fn power_law_saturates_rows_at_cols() {
 }
 
 #[test]
-fn power_law_million_entries_is_fast() {
-    let start = Instant::now();
+fn power_law_million_entries() {
+    // Generation speed is measured by `spindle bench formats`, not here.
     let a = power_law::<f32, i32>(100_000, 100_000, 1_000_000, DEFAULT_ALPHA, 7).unwrap();
-    let elapsed = start.elapsed();
     check(&a, 100_000, 100_000, 1_000_000);
     let occ = a.occupancy(0);
-    println!(
-        "power_law 100000x100000, 1M nnz: {:.1} ms (max row {}, empty rows {})",
-        elapsed.as_secs_f64() * 1e3,
-        occ.iter().max().unwrap(),
-        occ.iter().filter(|&&l| l == 0).count()
-    );
-    if cfg!(not(debug_assertions)) {
-        assert!(elapsed.as_secs_f64() < 1.0, "took {elapsed:?}");
-    }
+    assert!(*occ.iter().max().unwrap() > 100, "heavy tail: max row {}", occ.iter().max().unwrap());
 }
 
 #[test]
@@ -389,24 +379,13 @@ fn voxelize_empty_and_errors() {
     assert_eq!(err, "10000000001 does not fit in an i32 index");
 }
 
-/// A minimal `x y z` reader, local to this test.
-fn read_points(text: &str) -> Vec<[f64; 3]> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
-        .map(|l| {
-            let v: Vec<f64> = l.split_whitespace().take(3).map(|x| x.parse().unwrap()).collect();
-            [v[0], v[1], v[2]]
-        })
-        .collect()
-}
-
 #[test]
 fn voxelize_bunny() {
     let Some(path) = spindle_formats::data::shared_file("pointclouds/bunny.xyz") else {
-        println!("skipping: pointclouds/bunny.xyz not found in the shared data folder");
+        eprintln!("SKIPPED: pointclouds/bunny.xyz not found in the shared data folder");
         return;
     };
-    let points = read_points(&std::fs::read_to_string(path).unwrap());
+    let points = spindle_formats::io::read_xyz(&path).unwrap();
     assert_eq!(points.len(), 7244);
     let mut occupied = Vec::new();
     for size in [0.02, 0.05, 0.2] {
