@@ -59,7 +59,8 @@ impl GroupAnalysis {
     /// `g=auto` for this occupancy; see [`auto_group_size`].
     pub fn auto_g(&self) -> usize {
         let [lo, hi] = self.g_star_pow2;
-        if self.f_of_g[&hi] < self.f_of_g[&lo] { hi } else { lo }
+        let cost = |g| self.f_of_g.get(&g).copied().unwrap_or(u64::MAX);
+        if cost(hi) < cost(lo) { hi } else { lo }
     }
 }
 

@@ -331,3 +331,46 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn level_formats_of_each_format() {
+        let coo = Coo::<f32, i32>::from_triplets(4, 6, &[(0, 1, 1.0), (3, 5, 2.0), (3, 0, 3.0)]).unwrap();
+        let levels = |spec: &str| {
+            let t = SparseTensor::from_coo(&coo, &spec.parse().unwrap()).unwrap();
+            t.levels().iter().map(|l| l.to_string()).collect::<Vec<_>>().join(" ")
+        };
+        assert_eq!(levels("dense"), "dense(d0) dense(d1)");
+        assert_eq!(levels("coo"), "compressed(nonunique)(d0) singleton(d1)");
+        assert_eq!(levels("csr"), "dense(d0) compressed(d1)");
+        assert_eq!(levels("csc"), "dense(d1) compressed(d0)");
+        assert_eq!(levels("dcsr"), "compressed(d0) compressed(d1)");
+        assert_eq!(levels("csf:modes=1-0"), "compressed(d1) compressed(d0)");
+        assert_eq!(levels("ell"), "dense(d0) padded(2)(d1)");
+        assert_eq!(levels("bcsr:bm=2,bk=3"), "dense(d0/2) compressed(d1/3) dense(d0%2) dense(d1%3)");
+        assert_eq!(levels("groupcoo:dim=1,g=4"), "compressed(nonunique)(d1) padded(4)(d0)");
+        assert_eq!(
+            levels("blockgroupcoo:bm=2,bk=3,dim=0,g=2"),
+            "compressed(nonunique)(d0/2) padded(2)(d1/3) dense(d0%2) dense(d1%3)"
+        );
+    }
+
+    #[test]
+    fn stats_count_padding_and_bytes() {
+        let coo = Coo::<f32, i32>::from_triplets(4, 6, &[(0, 1, 1.0), (3, 5, 2.0), (3, 0, 3.0)]).unwrap();
+        let t = SparseTensor::from_coo(&coo, &"groupcoo:dim=0,g=4".parse().unwrap()).unwrap();
+        let s = t.stats().unwrap();
+        assert_eq!((s.nnz, s.stored), (3, 8));
+        assert_eq!(s.padding_ratio, 5.0 / 8.0);
+        // grp: 2 × i32, crd: 8 × i32, val: 8 × f32.
+        assert_eq!(s.bytes, 2 * 4 + 8 * 4 + 8 * 4);
+        assert_eq!(s.grouping.f_of_g[&2], 3 * 2); // occupancy [1, 0, 0, 2]: up to g = 2
+        let b = SparseTensor::from_coo(&coo, &"blockgroupcoo:bm=2,bk=2,dim=0,g=1".parse().unwrap()).unwrap();
+        let s = b.stats().unwrap();
+        assert_eq!((s.nnz, s.stored, s.group_unit.as_str()), (3, 12, "blocks"));
+        assert_eq!(s.occupancy.max, 2);
+    }
+}
