@@ -11,12 +11,19 @@ mod stats;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use spindle_formats::{DType, IType};
 
 /// Spindle: sparse tensor formats, kernels and their exploration.
 #[derive(Debug, Parser)]
-#[command(name = "spindle", version, about, long_about = None)]
+#[command(
+    name = "spindle",
+    version,
+    about = "Spindle: sparse tensor formats, kernels and their exploration",
+    long_about = "Spindle: sparse tensor formats, kernels and their exploration.\n\n\
+        With no command, prints the statistics of an example matrix (cora, or a generated \
+        graph of its size); the notebook explorer will take this place."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -75,8 +82,9 @@ enum Command {
         /// A `.mtx` or `.tns` file, or a generator such as
         /// `gen:powerlaw:rows=100000,cols=100000,nnz=1000000,seed=1`.
         input: String,
-        /// The format to store it in (for example `csr`, `ell`,
-        /// `groupcoo:dim=0,g=auto`, `blockgroupcoo:bm=32,bk=32,dim=0,g=4`).
+        /// The format to store it in: dense, coo, csr, csc, dcsr, dcsc,
+        /// csf[:modes=0-1-2], ell, bcsr:bm=B,bk=B, groupcoo[:dim=D,g=G|auto],
+        /// blockgroupcoo:bm=B,bk=B[,dim=D,g=G|auto].
         #[arg(long, default_value = "groupcoo:dim=0,g=auto")]
         format: String,
         /// Print JSON instead of a table.
@@ -94,7 +102,7 @@ enum Command {
     Convert {
         /// A `.mtx` or `.tns` file, or `gen:SPEC`.
         input: String,
-        /// The target format.
+        /// The target format (the syntax of `stats --format`).
         #[arg(long)]
         to: String,
         /// Where to write.
@@ -112,7 +120,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let formats = format!("Formats: {}", spindle_formats::spec::FORMAT_SYNTAX);
+    let matches = Cli::command().after_help(formats).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         None => stats::example(),
         Some(Command::Stats { input, format, json, types }) => stats::run(&input, &format, json, &types),

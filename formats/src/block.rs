@@ -5,7 +5,7 @@
 use crate::group::{group_runs, resolve_group_size};
 use crate::scalar::{Index, Value};
 use crate::spec::GroupSize;
-use crate::{Coo, FormatError, Result};
+use crate::{Coo, FormatError, Result, check_array};
 
 /// The non-empty blocks of a matrix, sorted by (major block coordinate,
 /// minor block coordinate).
@@ -16,14 +16,15 @@ struct Blocks<V> {
     val: Vec<V>,
 }
 
-fn check_block_shape(format: &str, bm: usize, bk: usize) -> Result<()> {
+/// Checks a block shape; returns the entries per block.
+fn check_block_shape<V>(format: &str, bm: usize, bk: usize) -> Result<usize> {
     if bm == 0 || bk == 0 {
         return Err(FormatError::invalid(format, format!("block shape {bm}x{bk} must be positive")));
     }
-    Ok(())
+    check_array::<V>(&format!("{format} block"), bm.checked_mul(bk))
 }
 
-fn blocks<V: Value, I: Index>(coo: &Coo<V, I>, bm: usize, bk: usize, major: usize) -> Blocks<V> {
+fn blocks<V: Value, I: Index>(coo: &Coo<V, I>, bm: usize, bk: usize, major: usize) -> Result<Blocks<V>> {
     let block_of = |k: usize| [coo.crd[0][k].to_usize() / bm, coo.crd[1][k].to_usize() / bk];
     let mut order: Vec<usize> = (0..coo.nnz()).collect();
     order.sort_by_key(|&k| {
@@ -31,6 +32,9 @@ fn blocks<V: Value, I: Index>(coo: &Coo<V, I>, bm: usize, bk: usize, major: usiz
         (b[major], b[1 - major])
     });
     let mut out = Blocks { major_crd: Vec::new(), minor_crd: Vec::new(), val: Vec::new() };
+    let distinct = (1..order.len()).filter(|&i| block_of(order[i]) != block_of(order[i - 1])).count();
+    let blocks = if order.is_empty() { 0 } else { distinct + 1 };
+    check_array::<V>("block values", blocks.checked_mul(bm * bk))?;
     let mut current = None;
     for k in order {
         let b = block_of(k);
@@ -44,7 +48,7 @@ fn blocks<V: Value, I: Index>(coo: &Coo<V, I>, bm: usize, bk: usize, major: usiz
         let at = base + (coo.crd[0][k].to_usize() % bm) * bk + coo.crd[1][k].to_usize() % bk;
         out.val[at] = out.val[at] + coo.val[k];
     }
-    out
+    Ok(out)
 }
 
 /// Appends the non-zero entries of one stored block to COO arrays.
@@ -88,8 +92,9 @@ pub struct Bcsr<V, I = i32> {
 impl<V: Value, I: Index> Bcsr<V, I> {
     pub fn from_coo(coo: &Coo<V, I>, bm: usize, bk: usize) -> Result<Self> {
         let (rows, cols) = coo.expect_matrix("BCSR")?;
-        check_block_shape("BCSR", bm, bk)?;
-        let b = blocks(coo, bm, bk, 0);
+        check_block_shape::<V>("BCSR", bm, bk)?;
+        let b = blocks(coo, bm, bk, 0)?;
+        check_array::<usize>("BCSR pos", rows.div_ceil(bm).checked_add(1))?;
         let mut pos = vec![0usize; rows.div_ceil(bm) + 1];
         for &r in &b.major_crd {
             pos[r + 1] += 1;
@@ -147,22 +152,26 @@ pub struct BlockGroupCoo<V, I = i32> {
 impl<V: Value, I: Index> BlockGroupCoo<V, I> {
     pub fn from_coo(coo: &Coo<V, I>, bm: usize, bk: usize, dim: usize, g: GroupSize) -> Result<Self> {
         let (rows, cols) = coo.expect_matrix("BlockGroupCOO")?;
-        check_block_shape("BlockGroupCOO", bm, bk)?;
+        let size = check_block_shape::<V>("BlockGroupCOO", bm, bk)?;
         if dim > 1 {
             return Err(FormatError::invalid(
                 "BlockGroupCOO",
                 format!("dim={dim} but a matrix has dims 0 and 1"),
             ));
         }
-        let b = blocks(coo, bm, bk, dim);
+        let b = blocks(coo, bm, bk, dim)?;
         let n_slices = if dim == 0 { rows.div_ceil(bm) } else { cols.div_ceil(bk) };
+        check_array::<usize>("block occupancy", Some(n_slices))?;
         let mut occupancy = vec![0usize; n_slices];
         for &m in &b.major_crd {
             occupancy[m] += 1;
         }
-        let g = resolve_group_size(g, &occupancy);
-        let size = bm * bk;
+        let g = resolve_group_size(g, occupancy.len(), &occupancy);
+        if g == 0 {
+            return Err(FormatError::invalid("BlockGroupCOO", "group size must be positive"));
+        }
         let groups = group_runs(&b.major_crd, g);
+        check_array::<V>("BlockGroupCOO val", groups.len().checked_mul(g).and_then(|s| s.checked_mul(size)))?;
         let mut grp = Vec::with_capacity(groups.len());
         let mut crd = Vec::with_capacity(groups.len() * g);
         let mut val = Vec::with_capacity(groups.len() * g * size);
@@ -196,9 +205,25 @@ impl<V: Value, I: Index> BlockGroupCoo<V, I> {
         q > 0 && self.crd[p * self.g + q] == self.crd[p * self.g + q - 1]
     }
 
+    /// Non-padding blocks in group `p`.
+    fn blocks_in_group(&self, p: usize) -> usize {
+        (0..self.g).filter(|&q| !self.is_padding(p, q)).count()
+    }
+
     /// Stored blocks that are not padding.
     pub fn real_blocks(&self) -> usize {
-        (0..self.groups()).map(|p| (0..self.g).filter(|&q| !self.is_padding(p, q)).count()).sum()
+        (0..self.groups()).map(|p| self.blocks_in_group(p)).sum()
+    }
+
+    /// Non-empty blocks per block row (`dim = 0`) or block column.
+    pub fn block_occupancy(&self) -> Vec<usize> {
+        let slices =
+            if self.dim == 0 { self.shape[0].div_ceil(self.bm) } else { self.shape[1].div_ceil(self.bk) };
+        let mut occ = vec![0usize; slices];
+        for p in 0..self.groups() {
+            occ[self.grp[p].to_usize()] += self.blocks_in_group(p);
+        }
+        occ
     }
 
     /// Canonical COO of the non-zero entries (zeros inside blocks are fill).

@@ -4,7 +4,7 @@
 
 use crate::coo::counting_sort;
 use crate::scalar::{Index, Value};
-use crate::{Coo, FormatError, Result};
+use crate::{Coo, FormatError, Result, check_array};
 
 /// CSR when `major == 0` (rows compressed), CSC when `major == 1`.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,6 +28,7 @@ impl<V: Value, I: Index> Compressed<V, I> {
         let shape = [rows, cols];
         let minor = 1 - major;
         let (majors, minors) = (&coo.crd[major], &coo.crd[minor]);
+        check_array::<usize>("CSR/CSC pos", shape[major].checked_add(1))?;
         let mut count = vec![0usize; shape[major] + 1];
         for m in majors {
             count[m.to_usize() + 1] += 1;
@@ -140,6 +141,35 @@ pub struct DoublyCompressed<V, I = i32> {
 }
 
 impl<V: Value, I: Index> DoublyCompressed<V, I> {
+    /// Builds from COO in any order without a per-row array, so
+    /// hypersparse matrices stay cheap.
+    pub fn from_coo(coo: &Coo<V, I>, major: usize) -> Result<Self> {
+        let (rows, cols) = coo.expect_matrix(if major == 0 { "DCSR" } else { "DCSC" })?;
+        let sorted = if major == 0 { coo.clone().canonicalize() } else { coo.permute(&[1, 0])? };
+        let mut crd0 = Vec::new();
+        let mut pos = vec![I::default()];
+        for k in 0..sorted.nnz() {
+            if k == 0 || sorted.crd[0][k] != sorted.crd[0][k - 1] {
+                if k > 0 {
+                    pos.push(I::from_usize(k)?);
+                }
+                crd0.push(sorted.crd[0][k]);
+            }
+        }
+        if sorted.nnz() > 0 {
+            pos.push(I::from_usize(sorted.nnz())?);
+        }
+        let mut crd = sorted.crd;
+        Ok(DoublyCompressed {
+            shape: [rows, cols],
+            major,
+            crd0,
+            pos,
+            crd1: crd.swap_remove(1),
+            val: sorted.val,
+        })
+    }
+
     /// Drops the empty slices of a CSR / CSC.
     pub fn from_compressed(c: &Compressed<V, I>) -> Self {
         let mut crd0 = Vec::new();
@@ -160,9 +190,25 @@ impl<V: Value, I: Index> DoublyCompressed<V, I> {
         }
     }
 
+    /// Canonical COO, without a per-row array.
+    pub fn to_coo(&self) -> Result<Coo<V, I>> {
+        let mut majors = Vec::with_capacity(self.nnz());
+        for (s, &m) in self.crd0.iter().enumerate() {
+            let len = self.pos[s + 1].to_usize().saturating_sub(self.pos[s].to_usize());
+            majors.extend(std::iter::repeat_n(m, len));
+        }
+        let mut crd = vec![majors, self.crd1.clone()];
+        if self.major == 1 {
+            crd.swap(0, 1);
+        }
+        let coo = Coo::new(self.shape.to_vec(), crd, self.val.clone())?;
+        Ok(if self.major == 0 { coo } else { coo.canonicalize() })
+    }
+
     /// Puts the empty slices back.
     pub fn to_compressed(&self) -> Result<Compressed<V, I>> {
         let n = self.shape[self.major];
+        check_array::<I>("CSR/CSC pos", n.checked_add(1))?;
         let mut pos = vec![I::default(); n + 1];
         let mut stored = 0;
         for i in 0..n {

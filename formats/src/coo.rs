@@ -99,10 +99,11 @@ impl<V: Value, I: Index> Coo<V, I> {
     }
 
     /// The permutation that sorts entries lexicographically, stable.
-    /// Matrices use two counting-sort passes (linear); higher orders a
-    /// comparison sort.
+    /// Matrices use two counting-sort passes (linear) unless an extent
+    /// dwarfs the entry count (hypersparse); otherwise a comparison sort.
     fn sorted_order(&self) -> Vec<usize> {
-        if self.order() == 2 {
+        let small = |extent: usize| extent <= 4 * self.nnz() + 4096;
+        if self.order() == 2 && small(self.shape[0]) && small(self.shape[1]) {
             let by_col = counting_sort(&self.crd[1], self.shape[1], (0..self.nnz()).collect());
             counting_sort(&self.crd[0], self.shape[0], by_col)
         } else {
@@ -153,18 +154,16 @@ impl<V: Value, I: Index> Coo<V, I> {
     }
 
     /// Drops entries whose value is zero.
-    pub fn without_zeros(mut self) -> Self {
-        let keep: Vec<bool> = self.val.iter().map(|v| !v.is_zero()).collect();
-        for c in &mut self.crd {
-            let mut k = 0;
-            c.retain(|_| (keep[k], k += 1).0);
-        }
-        let mut k = 0;
-        self.val.retain(|_| (keep[k], k += 1).0);
-        self
+    pub fn without_zeros(self) -> Self {
+        let keep: Vec<usize> = (0..self.nnz()).filter(|&k| !self.val[k].is_zero()).collect();
+        let crd = self.crd.iter().map(|c| keep.iter().map(|&k| c[k]).collect()).collect();
+        let val = keep.iter().map(|&k| self.val[k]).collect();
+        Coo { shape: self.shape, crd, val }
     }
 
     /// Number of entries in each slice along `dim` (row lengths for dim 0).
+    /// Allocates one counter per slice: check the extent first where it
+    /// comes from user input.
     pub fn occupancy(&self, dim: usize) -> Vec<usize> {
         let mut occ = vec![0usize; self.shape[dim]];
         for c in &self.crd[dim] {

@@ -3,11 +3,7 @@
 use ndarray::{ArrayD, IxDyn};
 
 use crate::scalar::{Index, Value};
-use crate::{Coo, FormatError, Result};
-
-/// Refuse to allocate dense storage beyond this many entries (4 Gi), so a
-/// mistaken `--to dense` on a big sparse matrix errors instead of swapping.
-pub const MAX_DENSE_ENTRIES: usize = 1 << 32;
+use crate::{Coo, Result, check_array};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Dense<V> {
@@ -18,16 +14,15 @@ impl<V: Value> Dense<V> {
     /// Scatters COO entries into zeros; duplicates are summed.
     pub fn from_coo<I: Index>(coo: &Coo<V, I>) -> Result<Self> {
         let size = coo.shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-        if size.is_none_or(|s| s > MAX_DENSE_ENTRIES) {
-            return Err(FormatError::invalid(
-                "dense format",
-                format!("shape {:?} has more than {MAX_DENSE_ENTRIES} entries", coo.shape),
-            ));
-        }
+        check_array::<V>(&format!("dense storage of shape {:?}", coo.shape), size)?;
         let mut val = ArrayD::from_elem(IxDyn(&coo.shape), V::zero());
+        let mut at = vec![0usize; coo.order()];
         for k in 0..coo.nnz() {
-            let at = &mut val[IxDyn(&coo.coord(k))];
-            *at = *at + coo.val[k];
+            for (a, c) in at.iter_mut().zip(&coo.crd) {
+                *a = c[k].to_usize();
+            }
+            let slot = &mut val[IxDyn(&at)];
+            *slot = *slot + coo.val[k];
         }
         Ok(Dense { val })
     }

@@ -2,7 +2,7 @@
 //! GroupCOO with g = w and one group per row, so no row array is needed.
 
 use crate::scalar::{Index, Value};
-use crate::{Coo, Result};
+use crate::{Coo, Result, check_array};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ell<V, I = i32> {
@@ -21,6 +21,7 @@ impl<V: Value, I: Index> Ell<V, I> {
         let csr = if csr.major == 0 { csr.clone() } else { csr.transpose_storage()? };
         let rows = csr.shape[0];
         let width = (0..rows).map(|i| csr.slice(i).len()).max().unwrap_or(0);
+        check_array::<V>("ELL val", rows.checked_mul(width))?;
         let mut crd = Vec::with_capacity(rows * width);
         let mut val = Vec::with_capacity(rows * width);
         for i in 0..rows {

@@ -37,3 +37,25 @@ impl FormatError {
 }
 
 pub type Result<T, E = FormatError> = std::result::Result<T, E>;
+
+/// The largest array a format may allocate, in bytes (4 GiB). Formats check
+/// their array sizes against it before allocating, so a huge group size,
+/// block shape or declared extent is an error instead of an abort.
+pub const MAX_ARRAY_BYTES: usize = 1 << 32;
+
+/// Checks that an array of `count` elements of `T` (`None` when the count
+/// itself overflowed) stays within [`MAX_ARRAY_BYTES`]; returns the count.
+pub fn check_array<T>(what: &str, count: Option<usize>) -> Result<usize> {
+    let size = std::mem::size_of::<T>().max(1);
+    match count {
+        Some(n) if n.checked_mul(size).is_some_and(|b| b <= MAX_ARRAY_BYTES) => Ok(n),
+        _ => Err(FormatError::invalid(
+            what,
+            format!(
+                "{} elements of {size} bytes exceed the {} GiB limit on one array",
+                count.map_or("more than usize::MAX".to_string(), |n| n.to_string()),
+                MAX_ARRAY_BYTES >> 30
+            ),
+        )),
+    }
+}

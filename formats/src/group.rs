@@ -6,7 +6,7 @@
 use crate::scalar::{Index, Value};
 use crate::spec::GroupSize;
 use crate::stats::auto_group_size;
-use crate::{Compressed, Coo, FormatError, Result};
+use crate::{Compressed, Coo, FormatError, Result, check_array};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct GroupCoo<V, I = i32> {
@@ -34,7 +34,7 @@ pub(crate) fn group_runs(keys: &[usize], g: usize) -> Vec<(usize, std::ops::Rang
         let run_end = start + keys[start..].iter().take_while(|&&k| k == key).count();
         let mut s = start;
         while s < run_end {
-            let e = (s + g).min(run_end);
+            let e = s.saturating_add(g).min(run_end);
             groups.push((key, s..e));
             s = e;
         }
@@ -44,10 +44,11 @@ pub(crate) fn group_runs(keys: &[usize], g: usize) -> Vec<(usize, std::ops::Rang
 }
 
 /// Resolves `g=auto` from the occupancy along the grouped dimension.
-pub fn resolve_group_size(g: GroupSize, occupancy: &[usize]) -> usize {
+/// `slices` counts empty slices too; `occupancy` may leave them out.
+pub fn resolve_group_size(g: GroupSize, slices: usize, occupancy: &[usize]) -> usize {
     match g {
         GroupSize::Fixed(g) => g,
-        GroupSize::Auto => auto_group_size(occupancy),
+        GroupSize::Auto => auto_group_size(slices, occupancy),
     }
 }
 
@@ -59,21 +60,24 @@ impl<V: Value, I: Index> GroupCoo<V, I> {
                 format!("dim={dim} but the tensor has order {}", coo.order()),
             ));
         }
-        if coo.order() == 2 {
-            // Matrices go through CSR / CSC: linear, and no COO sort.
+        if coo.order() == 2 && coo.shape[dim] <= 4 * coo.nnz() + 4096 {
+            // Matrices go through CSR / CSC: linear, and no COO sort. Not
+            // for hypersparse ones, whose pos array would dwarf the entries.
             return Self::from_compressed(&Compressed::from_coo(coo, dim)?, g);
         }
         // Grouped dimension first, the others after in their order.
         let mut perm = vec![dim];
         perm.extend((0..coo.order()).filter(|&d| d != dim));
         let sorted = if dim == 0 { coo.clone().canonicalize() } else { coo.permute(&perm)? };
-        // Occupancy after duplicates are summed, so `auto` sees the tensor.
-        let g = resolve_group_size(g, &sorted.occupancy(0));
+        let keys: Vec<usize> = sorted.crd[0].iter().map(|c| c.to_usize()).collect();
+        // Occupancy of the non-empty slices, after duplicates are summed.
+        let runs: Vec<usize> = group_runs(&keys, usize::MAX).iter().map(|(_, r)| r.len()).collect();
+        let g = resolve_group_size(g, sorted.shape[0], &runs);
         if g == 0 {
             return Err(FormatError::invalid("GroupCOO", "group size must be positive"));
         }
-        let keys: Vec<usize> = sorted.crd[0].iter().map(|c| c.to_usize()).collect();
         let groups = group_runs(&keys, g);
+        check_array::<V>("GroupCOO val", groups.len().checked_mul(g))?;
         let others = coo.order() - 1;
         let mut grp = Vec::with_capacity(groups.len());
         let mut crd: Vec<Vec<I>> = vec![Vec::with_capacity(groups.len() * g); others];
@@ -95,11 +99,12 @@ impl<V: Value, I: Index> GroupCoo<V, I> {
     /// Groups the major slices of a CSR (rows) or CSC (columns) directly.
     pub fn from_compressed(c: &Compressed<V, I>, g: GroupSize) -> Result<Self> {
         let occupancy: Vec<usize> = (0..c.shape[c.major]).map(|i| c.slice(i).len()).collect();
-        let g = resolve_group_size(g, &occupancy);
+        let g = resolve_group_size(g, occupancy.len(), &occupancy);
         if g == 0 {
             return Err(FormatError::invalid("GroupCOO", "group size must be positive"));
         }
         let groups: usize = occupancy.iter().map(|o| o.div_ceil(g)).sum();
+        check_array::<V>("GroupCOO val", groups.checked_mul(g))?;
         // Each slice's entries are contiguous in the output too: copy them in
         // one go, then pad the slice's last group.
         let mut grp = Vec::with_capacity(groups);

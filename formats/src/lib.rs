@@ -44,7 +44,7 @@ pub use coo::Coo;
 pub use csf::Csf;
 pub use dense::Dense;
 pub use ell::Ell;
-pub use error::{FormatError, Result};
+pub use error::{FormatError, MAX_ARRAY_BYTES, Result, check_array};
 pub use group::GroupCoo;
 pub use level::{Level, LevelFormat};
 pub use scalar::{DType, IType, Index, Value, narrow};

@@ -69,6 +69,14 @@ pub trait Value:
     fn is_zero(self) -> bool {
         self == Self::zero()
     }
+    /// Converts, or `None` when this type cannot hold `x`: a finite value
+    /// that overflows to infinity or a non-zero one that flushes to zero.
+    fn from_f64_checked(x: f64) -> Option<Self> {
+        let v = Self::from_f64(x);
+        let back = v.to_f64();
+        let lost = (x.is_finite() && !back.is_finite()) || (x != 0.0 && back == 0.0);
+        (!lost).then_some(v)
+    }
 }
 
 impl Value for f64 {

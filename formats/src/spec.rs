@@ -53,8 +53,8 @@ pub enum FormatSpec {
     },
 }
 
-/// Every format name the parser knows, with its parameters, for messages
-/// and `--help`.
+/// Every format name the parser knows, with its parameters, for error
+/// messages and the CLI's help.
 pub const FORMAT_SYNTAX: &str = "dense, coo, csr, csc, dcsr, dcsc, csf[:modes=0-1-2], ell, \
 bcsr:bm=B,bk=B, groupcoo[:dim=D,g=G|auto], blockgroupcoo:bm=B,bk=B[,dim=D,g=G|auto]";
 
@@ -115,7 +115,11 @@ impl<'a> Params<'a> {
             let Some((key, value)) = item.split_once('=') else {
                 return Err(bad(spec, format!("expected key=value, found `{item}`")));
             };
-            pairs.push((key.trim(), value.trim()));
+            let key = key.trim();
+            if pairs.iter().any(|(k, _)| *k == key) {
+                return Err(bad(spec, format!("{key} is given twice")));
+            }
+            pairs.push((key, value.trim()));
         }
         Ok(Params { spec, pairs })
     }
@@ -256,5 +260,6 @@ mod tests {
         assert_eq!(msg("bcsr:bm=4"), "invalid format `bcsr:bm=4`: missing bk=...");
         assert_eq!(msg("csr:g=2"), "invalid format `csr:g=2`: unknown parameter `g` (expected none)");
         assert_eq!(msg("groupcoo:dim"), "invalid format `groupcoo:dim`: expected key=value, found `dim`");
+        assert_eq!(msg("groupcoo:g=2,g=4"), "invalid format `groupcoo:g=2,g=4`: g is given twice");
     }
 }

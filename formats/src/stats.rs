@@ -55,13 +55,6 @@ impl GroupAnalysis {
         let g_best = f_of_g.iter().min_by_key(|&(g, f)| (*f, *g)).map(|(g, _)| *g).unwrap_or(1);
         GroupAnalysis { n, s, max_occupancy, g_star, g_star_pow2: [lo, hi], f_of_g, g_best, padding_of_g }
     }
-
-    /// `g=auto` for this occupancy; see [`auto_group_size`].
-    pub fn auto_g(&self) -> usize {
-        let [lo, hi] = self.g_star_pow2;
-        let cost = |g| self.f_of_g.get(&g).copied().unwrap_or(u64::MAX);
-        if cost(hi) < cost(lo) { hi } else { lo }
-    }
 }
 
 /// g* = √(S/n) and the powers of two just below and above it.
@@ -74,9 +67,11 @@ fn g_star(n: usize, s: usize) -> (f64, [usize; 2]) {
 
 /// `g=auto`: whichever neighbouring power of two of g* has the smaller
 /// F(g), as the Insum paper rounds g* to powers of two. Two passes over the
-/// occupancy, so conversions can afford it.
-pub fn auto_group_size(occupancy: &[usize]) -> usize {
-    let (_, [lo, hi]) = g_star(occupancy.len(), occupancy.iter().sum());
+/// occupancy, so conversions can afford it. `slices` is n, the number of
+/// slices including empty ones, which `occupancy` may leave out (they add
+/// nothing to F).
+pub fn auto_group_size(slices: usize, occupancy: &[usize]) -> usize {
+    let (_, [lo, hi]) = g_star(slices, occupancy.iter().sum());
     if f_of_g(occupancy, hi) < f_of_g(occupancy, lo) { hi } else { lo }
 }
 
@@ -183,10 +178,10 @@ mod tests {
         assert!((a.g_star - (7.0f64 / 4.0).sqrt()).abs() < 1e-12);
         assert_eq!(a.g_star_pow2, [1, 2]);
         assert_eq!(a.g_best, 1);
-        assert_eq!(a.auto_g(), 1);
-        assert_eq!(auto_group_size(&[3, 1, 1, 2]), 1);
+        assert_eq!(auto_group_size(4, &[3, 1, 1, 2]), 1);
         // g* = 2.6; F(2) = F(4) = 45, and ties go to the smaller g.
-        assert_eq!(auto_group_size(&[9, 9, 9, 0]), 2);
+        assert_eq!(auto_group_size(4, &[9, 9, 9, 0]), 2);
+        assert_eq!(auto_group_size(4, &[9, 9, 9]), 2);
         assert_eq!(a.padding_of_g[&2], 1.0 - 7.0 / 10.0);
     }
 

@@ -12,7 +12,7 @@ use crate::level::{DimPart, Level, LevelFormat};
 use crate::scalar::{Index, Value};
 use crate::spec::FormatSpec;
 use crate::stats::{ArrayInfo, GroupAnalysis, Occupancy, Stats};
-use crate::{Coo, FormatError, Result};
+use crate::{Coo, FormatError, Result, check_array};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum SparseTensor<V, I = i32> {
@@ -47,12 +47,8 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
             FormatSpec::Coo => SparseTensor::Coo(coo.clone().canonicalize()),
             FormatSpec::Csr => SparseTensor::Compressed(Compressed::from_coo(coo, 0)?),
             FormatSpec::Csc => SparseTensor::Compressed(Compressed::from_coo(coo, 1)?),
-            FormatSpec::Dcsr => SparseTensor::DoublyCompressed(DoublyCompressed::from_compressed(
-                &Compressed::from_coo(coo, 0)?,
-            )),
-            FormatSpec::Dcsc => SparseTensor::DoublyCompressed(DoublyCompressed::from_compressed(
-                &Compressed::from_coo(coo, 1)?,
-            )),
+            FormatSpec::Dcsr => SparseTensor::DoublyCompressed(DoublyCompressed::from_coo(coo, 0)?),
+            FormatSpec::Dcsc => SparseTensor::DoublyCompressed(DoublyCompressed::from_coo(coo, 1)?),
             FormatSpec::Csf { modes } => {
                 if coo.order() == 0 {
                     return Err(FormatError::invalid("CSF", "a tensor of order 0 has no levels"));
@@ -75,7 +71,7 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
             SparseTensor::Dense(d) => d.to_coo(),
             SparseTensor::Coo(c) => Ok(c.clone().canonicalize()),
             SparseTensor::Compressed(c) => Ok(c.to_coo()),
-            SparseTensor::DoublyCompressed(d) => Ok(d.to_compressed()?.to_coo()),
+            SparseTensor::DoublyCompressed(d) => d.to_coo(),
             SparseTensor::Csf(c) => Ok(c.to_coo()),
             SparseTensor::Ell(e) => e.to_coo(),
             SparseTensor::Bcsr(b) => b.to_coo(),
@@ -85,7 +81,8 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
     }
 
     /// Converts to `spec`: directly between the compressed forms, from CSR
-    /// to ELL and to row-grouped GroupCOO; through canonical COO otherwise.
+    /// to ELL, and from CSR (CSC) to GroupCOO grouped by rows (columns);
+    /// through canonical COO otherwise.
     pub fn convert(&self, spec: &FormatSpec) -> Result<Self> {
         use FormatSpec as F;
         match (self, spec) {
@@ -103,6 +100,9 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
                 SparseTensor::Compressed(d.to_compressed()?).convert(spec)
             }
             (SparseTensor::Compressed(c), F::Ell) => Ok(SparseTensor::Ell(Ell::from_csr(c)?)),
+            (SparseTensor::Compressed(c), F::GroupCoo { dim, g }) if c.major == *dim => {
+                Ok(SparseTensor::GroupCoo(GroupCoo::from_compressed(c, *g)?))
+            }
             _ => SparseTensor::from_coo(&self.to_coo()?, spec),
         }
     }
@@ -280,27 +280,38 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
         }
     }
 
+    /// Entries per slice along the grouped dimension (rows for formats that
+    /// do not group), in blocks for BlockGroupCOO: (dimension, unit, counts).
+    pub fn occupancy(&self) -> Result<(usize, &'static str, Vec<usize>)> {
+        let shape = self.shape();
+        let dim = match self {
+            SparseTensor::GroupCoo(g) => g.dim,
+            _ => 0,
+        };
+        let Some(&extent) = shape.get(dim) else { return Ok((0, "entries", Vec::new())) };
+        check_array::<usize>("occupancy", Some(extent))?;
+        Ok(match self {
+            SparseTensor::BlockGroupCoo(b) => (b.dim, "blocks", b.block_occupancy()),
+            SparseTensor::GroupCoo(g) => {
+                let mut occ = vec![0usize; extent];
+                for p in 0..g.groups() {
+                    occ[g.grp[p].to_usize()] += (0..g.g).filter(|&q| !g.is_padding(p, q)).count();
+                }
+                (dim, "entries", occ)
+            }
+            SparseTensor::Compressed(c) if c.major == 0 => {
+                (0, "entries", (0..extent).map(|i| c.slice(i).len()).collect())
+            }
+            _ => (dim, "entries", self.to_coo()?.occupancy(dim)),
+        })
+    }
+
     /// Statistics of this tensor in this format. Occupancy and F(g) are
     /// measured along the grouped dimension (rows for non-grouped formats),
     /// in blocks for BlockGroupCOO.
     pub fn stats(&self) -> Result<Stats> {
         let shape = self.shape();
-        let (group_dim, unit, occupancy) = match self {
-            SparseTensor::BlockGroupCoo(b) => {
-                let mut occ =
-                    vec![
-                        0usize;
-                        if b.dim == 0 { b.shape[0].div_ceil(b.bm) } else { b.shape[1].div_ceil(b.bk) }
-                    ];
-                for p in 0..b.groups() {
-                    occ[b.grp[p].to_usize()] += (0..b.g).filter(|&q| !b.is_padding(p, q)).count();
-                }
-                (b.dim, "blocks", occ)
-            }
-            SparseTensor::GroupCoo(g) => (g.dim, "entries", self.to_coo()?.occupancy(g.dim)),
-            _ if shape.is_empty() => (0, "entries", Vec::new()),
-            _ => (0, "entries", self.to_coo()?.occupancy(0)),
-        };
+        let (group_dim, unit, occupancy) = self.occupancy()?;
         let arrays: Vec<ArrayInfo> = self
             .arrays()
             .iter()

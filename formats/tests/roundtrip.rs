@@ -135,3 +135,40 @@ fn index_overflow_is_an_error() {
     let err = coo.cast::<f64, i32>().unwrap_err();
     assert_eq!(err.to_string(), "4294967296 does not fit in an i32 index");
 }
+
+#[test]
+fn absurd_parameters_are_errors_not_aborts() {
+    let coo = Coo::<f32, i32>::from_triplets(34, 34, &[(0, 1, 1.0), (5, 7, 2.0)]).unwrap();
+    let err = |spec: &str| SparseTensor::from_coo(&coo, &spec.parse().unwrap()).unwrap_err().to_string();
+    assert_eq!(
+        err("groupcoo:g=1000000000"),
+        "invalid GroupCOO val: 2000000000 elements of 4 bytes exceed the 4 GiB limit on one array"
+    );
+    assert!(
+        err("groupcoo:g=4611686018427387904")
+            .starts_with("invalid GroupCOO val: 9223372036854775808 elements")
+    );
+    assert!(err("bcsr:bm=4294967296,bk=4294967296").starts_with("invalid BCSR block: more than usize::MAX"));
+    assert!(err("blockgroupcoo:bm=4,bk=4,g=1000000000000").starts_with("invalid BlockGroupCOO val:"));
+    assert!(err("blockgroupcoo:bm=65536,bk=65536,g=1").starts_with("invalid BlockGroupCOO block:"));
+    let zero = spindle_formats::BlockGroupCoo::from_coo(&coo, 2, 2, 0, spindle_formats::GroupSize::Fixed(0));
+    assert_eq!(zero.unwrap_err().to_string(), "invalid BlockGroupCOO: group size must be positive");
+}
+
+#[test]
+fn hypersparse_matrices_need_no_per_row_storage() {
+    let n = 1usize << 40;
+    let coo = Coo::<f64, i64>::new(
+        vec![n, n],
+        vec![vec![n as i64 - 1, 3, 3], vec![0, n as i64 - 2, 1]],
+        vec![1.0, 2.0, 3.0],
+    )
+    .unwrap();
+    for spec in ["coo", "dcsr", "dcsc", "csf", "groupcoo:dim=1,g=2"] {
+        let spec: FormatSpec = spec.parse().unwrap();
+        let t = SparseTensor::from_coo(&coo, &spec).unwrap();
+        assert_eq!(t.to_coo().unwrap(), coo.clone().canonicalize(), "{spec}");
+    }
+    let err = SparseTensor::from_coo(&coo, &FormatSpec::Csr).unwrap_err().to_string();
+    assert!(err.starts_with("invalid CSR/CSC pos: 1099511627777 elements"), "{err}");
+}

@@ -65,7 +65,7 @@ fn measure(name: &str, coo: &Coo<f32, i32>, repeats: usize) -> Result<serde_json
         "cols": coo.shape[1],
         "entries": coo.nnz(),
         "nnz": ours.nnz(),
-        "g_star": grouped.g,
+        "g": grouped.g,
         "sprs_trimat_to_csr_s": t_sprs,
         "coo_to_csr_s": t_csr,
         "coo_to_groupcoo_s": t_group,
@@ -77,7 +77,7 @@ fn measure(name: &str, coo: &Coo<f32, i32>, repeats: usize) -> Result<serde_json
 fn print_table(rows: &[serde_json::Value]) {
     println!(
         "{:<12} {:>9} {:>4} {:>11} {:>11} {:>13} {:>12} {:>14}",
-        "matrix", "nnz", "g*", "sprs ms", "csr ms", "groupcoo ms", "csr vs sprs", "groupcoo/csr"
+        "matrix", "nnz", "g", "sprs ms", "csr ms", "groupcoo ms", "csr vs sprs", "groupcoo/csr"
     );
     for r in rows {
         let ms = |k: &str| r[k].as_f64().unwrap_or(f64::NAN) * 1e3;
@@ -85,7 +85,7 @@ fn print_table(rows: &[serde_json::Value]) {
             "{:<12} {:>9} {:>4} {:>11.2} {:>11.2} {:>13.2} {:>11.2}x {:>13.2}x",
             r["matrix"].as_str().unwrap_or("?"),
             r["nnz"],
-            r["g_star"],
+            r["g"],
             ms("sprs_trimat_to_csr_s"),
             ms("coo_to_csr_s"),
             ms("coo_to_groupcoo_s"),

@@ -192,12 +192,16 @@ pub fn parse_mtx<V: Value, I: Index, R: BufRead>(reader: R, source_name: &Path) 
         let (ri, cj) = (to_index(i)?, to_index(j)?);
         row_idx.push(ri);
         col_idx.push(cj);
-        val.push(V::from_f64(v));
+        let fit = |x: f64| {
+            V::from_f64_checked(x)
+                .ok_or_else(|| err(n, format!("value {x} does not fit in {}", V::DTYPE.name())))
+        };
+        val.push(fit(v)?);
         if mirrored && i != j {
             row_idx.push(cj);
             col_idx.push(ri);
             let m = if symmetry == Symmetry::SkewSymmetric { -v } else { v };
-            val.push(V::from_f64(m));
+            val.push(fit(m)?);
         }
         count += 1;
     }
