@@ -30,8 +30,8 @@ fn convert<V: Value, I: Index>(input: &str, spec: &FormatSpec, out: &Path) -> Re
                     tensor.spec()
                 );
             };
-            let data: Vec<V> = d.val.iter().copied().collect();
-            write_npy_values(out, d.val.shape(), &data)?;
+            let standard = d.val.as_standard_layout();
+            write_npy_values(out, d.val.shape(), standard.as_slice().unwrap_or_default())?;
         }
         _ => write_folder(&tensor, out)?,
     }
