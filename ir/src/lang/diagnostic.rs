@@ -1,0 +1,77 @@
+//! Errors in a statement, with the span they point at, rendered with a caret
+//! under the offending text by ariadne.
+
+use std::fmt;
+
+use super::ast::Span;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diagnostic {
+    /// One line: `extent of k is 64 in A but 128 in B`.
+    pub message: String,
+    /// The text the caret goes under.
+    pub span: Span,
+    /// The words beside the caret.
+    pub label: String,
+    /// Other places worth pointing at (the earlier use of an index, ...).
+    pub secondary: Vec<(Span, String)>,
+    /// Hints after the source excerpt.
+    pub notes: Vec<String>,
+}
+
+impl Diagnostic {
+    pub fn new(message: impl Into<String>, span: Span) -> Self {
+        let message = message.into();
+        Diagnostic { label: message.clone(), message, span, secondary: Vec::new(), notes: Vec::new() }
+    }
+
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+
+    pub fn with_secondary(mut self, span: Span, label: impl Into<String>) -> Self {
+        self.secondary.push((span, label.into()));
+        self
+    }
+
+    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+        self.notes.push(note.into());
+        self
+    }
+
+    /// The diagnostic with the statement excerpt and carets, as a terminal
+    /// shows it. `color` adds ANSI colours.
+    pub fn render(&self, source: &str, color: bool) -> String {
+        use ariadne::{Config, Label, Report, ReportKind, Source};
+        let clamp = |s: Span| {
+            let end = s.end.min(source.len());
+            let start = s.start.min(end);
+            start..end.max(start)
+        };
+        let mut report = Report::build(ReportKind::Error, ("statement", clamp(self.span)))
+            .with_config(Config::default().with_color(color))
+            .with_message(&self.message)
+            .with_label(Label::new(("statement", clamp(self.span))).with_message(&self.label));
+        for (span, label) in &self.secondary {
+            report = report.with_label(Label::new(("statement", clamp(*span))).with_message(label));
+        }
+        for note in &self.notes {
+            report = report.with_note(note);
+        }
+        let mut out = Vec::new();
+        let written = report.finish().write(("statement", Source::from(source)), &mut out);
+        match written {
+            Ok(()) => String::from_utf8_lossy(&out).into_owned(),
+            Err(_) => format!("error: {}", self.message),
+        }
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Diagnostic {}
