@@ -1,0 +1,386 @@
+//! The checker: resolves every tensor against its declaration, every index
+//! to an extent, and rejects what cannot run, each with a diagnostic that
+//! names the tensor, index and extents involved.
+
+use std::collections::BTreeMap;
+
+use super::ast::*;
+use super::diagnostic::Diagnostic;
+use super::einsum::*;
+
+/// Checks a statement against the tensors it may name. `where` clauses in
+/// the statement set extents and override declared dtypes.
+pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsum, Diagnostic> {
+    let mut dtypes: BTreeMap<&str, ElemType> = BTreeMap::new();
+    let mut where_extents: Vec<(&Ident, usize, Span)> = Vec::new();
+    for clause in &statement.wheres {
+        match clause {
+            WhereClause::Dtype { tensor, dtype, .. } => {
+                if !declarations.contains_key(&tensor.name) {
+                    return Err(unknown_tensor(&tensor.name, tensor.span, declarations));
+                }
+                dtypes.insert(&tensor.name, *dtype);
+            }
+            WhereClause::Extent { index, extent, span } => where_extents.push((index, *extent, *span)),
+        }
+    }
+
+    // Every access with its role; indirect accesses are found inside
+    // subscripts, recursively.
+    let mut accesses: Vec<(&Access, Role)> = vec![(&statement.lhs, Role::Output)];
+    accesses.extend(statement.rhs.accesses().into_iter().map(|a| (a, Role::Operand)));
+    let mut i = 0;
+    while i < accesses.len() {
+        let (access, _) = accesses[i];
+        for s in &access.subscripts {
+            for t in &s.terms {
+                if let Atom::Indirect(inner) = &t.atom {
+                    accesses.push((inner, Role::Index));
+                }
+            }
+        }
+        i += 1;
+    }
+
+    let mut tensors: BTreeMap<String, TensorInfo> = BTreeMap::new();
+    for &(access, role) in &accesses {
+        let name = &access.tensor.name;
+        let Some(decl) = declarations.get(name) else {
+            return Err(unknown_tensor(name, access.tensor.span, declarations));
+        };
+        let dtype = dtypes.get(name.as_str()).copied().unwrap_or(decl.dtype);
+        if access.subscripts.len() != decl.shape.len() {
+            return Err(Diagnostic::new(
+                format!(
+                    "rank mismatch: `{name}` has rank {} (shape {}) but is indexed with {} subscript{}",
+                    decl.shape.len(),
+                    shape_text(&decl.shape),
+                    access.subscripts.len(),
+                    if access.subscripts.len() == 1 { "" } else { "s" }
+                ),
+                access.span,
+            )
+            .with_label(format!(
+                "{} subscripts here, {} expected",
+                access.subscripts.len(),
+                decl.shape.len()
+            )));
+        }
+        match (role, dtype) {
+            (Role::Index, ElemType::Value(d)) => {
+                return Err(Diagnostic::new(
+                    format!("`{name}` is used as an index tensor but holds {} values; index tensors must be i32 or i64", d.name()),
+                    access.span,
+                )
+                .with_label("an indirect subscript reads an integer tensor"));
+            }
+            (Role::Output, ElemType::Index(i)) => {
+                return Err(Diagnostic::new(
+                    format!(
+                        "the output `{name}` is an {} index tensor; outputs hold values (f64, f32, f16, bf16)",
+                        i.name()
+                    ),
+                    access.span,
+                ));
+            }
+            _ => {}
+        }
+        let entry = tensors.entry(name.clone()).or_insert(TensorInfo {
+            name: name.clone(),
+            shape: decl.shape.clone(),
+            dtype,
+            role,
+        });
+        // A tensor read both as an index and as a value is an index tensor.
+        if role == Role::Index {
+            entry.role = Role::Index;
+        }
+        if role == Role::Output {
+            entry.role = Role::Output;
+        }
+    }
+    if accesses.iter().filter(|(a, _)| a.tensor.name == statement.lhs.tensor.name).count() > 1 {
+        let again = accesses
+            .iter()
+            .skip(1)
+            .find(|(a, _)| a.tensor.name == statement.lhs.tensor.name)
+            .map(|(a, _)| a.span);
+        return Err(Diagnostic::new(
+            format!("the output `{}` is also read on the right-hand side", statement.lhs.tensor.name),
+            again.unwrap_or(statement.lhs.span),
+        )
+        .with_label("read here")
+        .with_secondary(statement.lhs.span, "written here")
+        .with_note("use `+=` to accumulate into the output's values"));
+    }
+
+    // Index names must not shadow tensor names.
+    let uses: Vec<IndexUse<'_>> = accesses.iter().flat_map(|(a, _)| direct_uses(a)).collect();
+    if let Some(u) = uses.iter().find(|u| declarations.contains_key(&u.ident.name)) {
+        return Err(Diagnostic::new(
+            format!("`{}` names a tensor, so it cannot be an index", u.ident.name),
+            u.ident.span,
+        )
+        .with_label("used as an index here")
+        .with_note(format!("did you mean `{}[...]`?", u.ident.name)));
+    }
+
+    // Extents: from subscripts that are an index alone, then `where`.
+    let mut extents: BTreeMap<&str, (usize, ExtentSource, Span)> = BTreeMap::new();
+    for u in uses.iter().filter(|u| u.alone) {
+        let extent = tensors[&u.access.tensor.name].shape[u.dim];
+        let source = ExtentSource::Tensor { tensor: u.access.tensor.name.clone(), dim: u.dim };
+        match extents.get(u.ident.name.as_str()) {
+            None => {
+                extents.insert(&u.ident.name, (extent, source, u.ident.span));
+            }
+            Some((first, ExtentSource::Tensor { tensor, dim }, span)) if *first != extent => {
+                return Err(Diagnostic::new(
+                    format!(
+                        "conflicting extents: `{}` is {first} in {tensor} (dimension {dim}) but {extent} in {} (dimension {})",
+                        u.ident.name, u.access.tensor.name, u.dim
+                    ),
+                    u.ident.span,
+                )
+                .with_label(format!("{} here", extent))
+                .with_secondary(*span, format!("{first} here")));
+            }
+            Some(_) => {}
+        }
+    }
+    for &(index, extent, span) in &where_extents {
+        match extents.get(index.name.as_str()) {
+            Some((first, ExtentSource::Tensor { tensor, dim }, first_span)) if *first != extent => {
+                return Err(Diagnostic::new(
+                    format!(
+                        "conflicting extents: `{}` is {first} in {tensor} (dimension {dim}) but the `where` clause says {extent}",
+                        index.name
+                    ),
+                    span,
+                )
+                .with_secondary(*first_span, format!("{first} here")));
+            }
+            Some((first, ExtentSource::Where, _)) if *first != extent => {
+                return Err(Diagnostic::new(
+                    format!("conflicting extents: `where` gives `{}` both {first} and {extent}", index.name),
+                    span,
+                ));
+            }
+            Some(_) => {}
+            None => {
+                if !uses.iter().any(|u| u.ident.name == index.name) {
+                    return Err(Diagnostic::new(
+                        format!("`where` names `{}`, which no subscript uses", index.name),
+                        index.span,
+                    ));
+                }
+                extents.insert(&index.name, (extent, ExtentSource::Where, span));
+            }
+        }
+    }
+
+    // Indices in order of first appearance, the left-hand side first.
+    let lhs_uses = direct_uses(&statement.lhs);
+    let mut lhs_all = Vec::new();
+    collect_all_uses(&statement.lhs, &mut lhs_all);
+    let mut indices: Vec<IndexInfo> = Vec::new();
+    for u in lhs_all.iter().chain(uses.iter()) {
+        if indices.iter().any(|i| i.name == u.ident.name) {
+            continue;
+        }
+        let Some((extent, source, _)) = extents.get(u.ident.name.as_str()) else {
+            return Err(Diagnostic::new(
+                format!(
+                    "index `{}` has no extent: it is never a subscript on its own, so no tensor dimension gives its size",
+                    u.ident.name
+                ),
+                u.ident.span,
+            )
+            .with_label("used only inside an affine or indirect subscript")
+            .with_note(format!("give it one with `where {} < N`", u.ident.name)));
+        };
+        let reduced = !lhs_all.iter().any(|l| l.ident.name == u.ident.name);
+        indices.push(IndexInfo {
+            name: u.ident.name.clone(),
+            extent: *extent,
+            reduced,
+            source: source.clone(),
+        });
+    }
+
+    // A left-hand index only inside a pure affine term (no indirect part)
+    // would scatter one contribution to several places: refuse it.
+    for u in &lhs_uses {
+        let alone_on_lhs = lhs_uses.iter().any(|l| l.alone && l.ident.name == u.ident.name);
+        let subscript = &u.access.subscripts[u.dim];
+        let pure_affine = subscript.terms.iter().all(|t| matches!(t.atom, Atom::Index(_)));
+        if !u.alone && pure_affine && !alone_on_lhs {
+            return Err(Diagnostic::new(
+                format!(
+                    "left-hand index `{}` is used only inside the affine term `{subscript}` of `{}`",
+                    u.ident.name, u.access.tensor.name
+                ),
+                subscript.span,
+            )
+            .with_label(format!("`{}` is not a subscript on its own here", u.ident.name))
+            .with_note("write every left-hand index alone in a subscript, and move the affine term to the right-hand side"));
+        }
+    }
+
+    Ok(Einsum { statement: statement.clone(), tensors, indices })
+}
+
+/// Index uses directly in this access's subscripts (not inside indirect
+/// accesses, which are visited on their own).
+fn direct_uses(access: &Access) -> Vec<IndexUse<'_>> {
+    access.index_uses().into_iter().filter(|u| std::ptr::eq(u.access, access)).collect()
+}
+
+fn collect_all_uses<'a>(access: &'a Access, out: &mut Vec<IndexUse<'a>>) {
+    out.extend(access.index_uses());
+}
+
+fn unknown_tensor(name: &str, span: Span, declarations: &Declarations) -> Diagnostic {
+    let known: Vec<&str> = declarations.keys().map(String::as_str).collect();
+    let note = if known.is_empty() {
+        "no tensors are declared".to_string()
+    } else {
+        format!("declared tensors: {}", known.join(", "))
+    };
+    Diagnostic::new(format!("unknown tensor `{name}`"), span).with_label("not declared").with_note(note)
+}
+
+fn shape_text(shape: &[usize]) -> String {
+    if shape.is_empty() {
+        return "scalar".to_string();
+    }
+    shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
+}
+
+#[cfg(test)]
+mod tests {
+    use spindle_formats::{DType, IType};
+
+    use super::*;
+    use crate::lang::parse;
+
+    fn decls(list: &[(&str, &[usize], &str)]) -> Declarations {
+        list.iter()
+            .map(|(n, s, t)| {
+                (n.to_string(), Declaration { shape: s.to_vec(), dtype: ElemType::parse(t).unwrap() })
+            })
+            .collect()
+    }
+
+    fn spmm() -> Declarations {
+        decls(&[
+            ("C", &[8, 16], "f32"),
+            ("A", &[8, 4], "f32"),
+            ("B", &[4, 16], "f32"),
+            ("AM", &[10], "i32"),
+            ("AK", &[10], "i32"),
+            ("AV", &[10], "f16"),
+            ("F", &[3, 3], "f32"),
+        ])
+    }
+
+    fn err(src: &str, d: &Declarations) -> Diagnostic {
+        let s = parse(src).unwrap();
+        check(&s, d).unwrap_err()
+    }
+
+    #[test]
+    fn spmm_extents_and_reductions() {
+        let e = check(&parse("C[m,n] += A[m,k] * B[k,n]").unwrap(), &spmm()).unwrap();
+        let summary: Vec<(String, usize, bool)> =
+            e.indices.iter().map(|i| (i.name.clone(), i.extent, i.reduced)).collect();
+        assert_eq!(summary, vec![("m".into(), 8, false), ("n".into(), 16, false), ("k".into(), 4, true)]);
+        assert_eq!(e.tensors["A"].role, Role::Operand);
+        assert_eq!(e.output().name, "C");
+    }
+
+    #[test]
+    fn indirect_statements_check() {
+        let e = check(&parse("C[AM[p],n] += AV[p] * B[AK[p],n]").unwrap(), &spmm()).unwrap();
+        assert_eq!(e.tensors["AM"].role, Role::Index);
+        assert_eq!(e.tensors["AV"].dtype, ElemType::Value(DType::F16));
+        let p = e.index("p").unwrap();
+        assert_eq!((p.extent, p.reduced), (10, false));
+        assert_eq!(p.source, ExtentSource::Tensor { tensor: "AV".into(), dim: 0 });
+    }
+
+    #[test]
+    fn where_sets_extents_and_dtypes() {
+        let d =
+            decls(&[("O", &[6, 6], "f32"), ("I", &[8, 8], "f32"), ("W", &[9], "f32"), ("X", &[4], "f32")]);
+        let e = check(&parse("O[i,j] += I[i+p, j+q] * W[p] where q < 3").unwrap(), &d).unwrap();
+        assert_eq!(e.index("q").unwrap().extent, 3);
+        assert_eq!(e.index("q").unwrap().source, ExtentSource::Where);
+        let e = check(&parse("O[i,j] = X[X2[i]] where X2: i64").unwrap(), &{
+            let mut d = d.clone();
+            d.insert("X2".into(), Declaration { shape: vec![6], dtype: ElemType::Value(DType::F32) });
+            d
+        })
+        .unwrap();
+        assert_eq!(e.tensors["X2"].dtype, ElemType::Index(IType::I64));
+    }
+
+    #[test]
+    fn diagnostics_name_what_is_wrong() {
+        let d = spmm();
+        let e = err("C[m,n] += A[m,k] * Q[k,n]", &d);
+        assert_eq!(e.message, "unknown tensor `Q`");
+        assert_eq!(e.notes, vec!["declared tensors: A, AK, AM, AV, B, C, F"]);
+        assert_eq!(
+            err("C[m,n] += A[m,k,j] * B[k,n]", &d).message,
+            "rank mismatch: `A` has rank 2 (shape 8x4) but is indexed with 3 subscripts"
+        );
+        assert_eq!(
+            err("C[m,n] += A[m,k] * B[n,k]", &d).message,
+            "conflicting extents: `n` is 16 in C (dimension 1) but 4 in B (dimension 0)"
+        );
+        let e = err("C[m,n] += A[m,k+p] * B[k,n]", &d);
+        assert_eq!(
+            e.message,
+            "index `p` has no extent: it is never a subscript on its own, so no tensor dimension gives its size"
+        );
+        assert_eq!(e.notes, vec!["give it one with `where p < N`"]);
+        assert_eq!(
+            err("C[AV[p],n] += A[p,n]", &d).message,
+            "`AV` is used as an index tensor but holds f16 values; index tensors must be i32 or i64"
+        );
+        assert_eq!(
+            err("C[m+p,n] += A[m,p] * B[p,n]", &d).message,
+            "left-hand index `m` is used only inside the affine term `m+p` of `C`"
+        );
+        assert_eq!(
+            err("C[m,n] = A[m,k] * B[k,n] where k < 5", &d).message,
+            "conflicting extents: `k` is 4 in A (dimension 1) but the `where` clause says 5"
+        );
+        assert_eq!(
+            err("AM[p] = A[p,k]", &d).message,
+            "the output `AM` is an i32 index tensor; outputs hold values (f64, f32, f16, bf16)"
+        );
+        assert_eq!(
+            err("C[m,n] = C[m,n] * 2", &d).message,
+            "the output `C` is also read on the right-hand side"
+        );
+        assert_eq!(err("C[m,n] = A[m,B]", &d).message, "`B` names a tensor, so it cannot be an index");
+        assert_eq!(
+            err("C[m,n] = A[m,k] * B[k,n] where z < 3", &d).message,
+            "`where` names `z`, which no subscript uses"
+        );
+        assert_eq!(err("C[m,n] = A[m,k] * B[k,n] where Z: f16", &d).message, "unknown tensor `Z`");
+    }
+
+    #[test]
+    fn diagnostics_point_at_the_text() {
+        let src = "C[m,n] += A[m,k] * B[n,k]";
+        let e = err(src, &spmm());
+        assert_eq!(&src[e.span.start..e.span.end], "n");
+        assert_eq!(e.span.start, 21);
+        assert_eq!(&src[e.secondary[0].0.start..e.secondary[0].0.end], "n");
+        let text = e.render(src, false);
+        assert!(text.contains("16 here") && text.contains("4 here"), "{text}");
+    }
+}
