@@ -409,6 +409,11 @@ impl fmt::Display for Expr {
 impl Expr {
     fn fmt_prec(&self, f: &mut fmt::Formatter<'_>, outer: u8) -> fmt::Result {
         match self {
+            // Plain digits where they are short, scientific notation where
+            // plain digits would be long; both parse back to the same f64.
+            Expr::Literal { value, .. } if *value != 0.0 && !(1e-4..1e15).contains(&value.abs()) => {
+                write!(f, "{value:e}")
+            }
             Expr::Literal { value, .. } => write!(f, "{value}"),
             Expr::Access(a) => write!(f, "{a}"),
             Expr::Neg { expr, .. } => {

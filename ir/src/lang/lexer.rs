@@ -172,8 +172,13 @@ fn number(src: &str, i: &mut usize) -> Result<Tok, Diagnostic> {
             .map(Tok::Float)
             .map_err(|_| Diagnostic::new(format!("`{text}` is not a number"), span))
     } else {
-        text.parse::<u64>().map(Tok::Int).map_err(|_| {
-            Diagnostic::new(format!("integer `{text}` is too large"), span).with_label("at most 2^63 - 1")
-        })
+        // Digits beyond u64 still make a fine literal value.
+        match text.parse::<u64>() {
+            Ok(n) => Ok(Tok::Int(n)),
+            Err(_) => text
+                .parse::<f64>()
+                .map(Tok::Float)
+                .map_err(|_| Diagnostic::new(format!("`{text}` is not a number"), span)),
+        }
     }
 }

@@ -453,7 +453,11 @@ mod tests {
             "expected `,` or the end after the right-hand side, found `j`"
         );
         assert_eq!(error("C[i] = A[i] $"), "unexpected character `$`");
-        assert_eq!(error("C[i] = A[99999999999999999999]"), "integer `99999999999999999999` is too large");
+        assert_eq!(
+            error("C[i] = A[99999999999999999999]"),
+            "expected an index, an integer or an index tensor in a subscript of `A`, found `100000000000000000000`"
+        );
+        assert_eq!(error("C[i] = A[9223372036854775808]"), "integer in a subscript is too large");
         assert_eq!(
             error("C[i] = +A[i]"),
             "expected a tensor, a number, a function or `(` in the expression, found `+`"
