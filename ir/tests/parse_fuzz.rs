@@ -8,14 +8,17 @@ use spindle_ir::lang::{Declaration, Declarations, ElemType, check, parse};
 /// grammar rather than failing at the first character.
 fn token() -> impl Strategy<Value = &'static str> {
     prop::sample::select(vec![
-        "A", "B", "C", "X", "i", "j", "k", "p", "[", "]", "(", ")", ",", "+", "-", "*", "/", "=", "+=", "max=",
-        "min=", "max", "exp", "relu", "<", ":", "f16", "i32", "where", "0", "1", "2", "3", "2.5", "1e3", " ",
+        "A", "B", "C", "X", "i", "j", "k", "p", "[", "]", "(", ")", ",", "+", "-", "*", "/", "=", "+=",
+        "max=", "min=", "max", "exp", "relu", "<", ":", "f16", "i32", "where", "0", "1", "2", "3", "2.5",
+        "1e3", " ",
     ])
 }
 
 fn declarations() -> Declarations {
-    let value = |shape: &[usize]| Declaration { shape: shape.to_vec(), dtype: ElemType::parse("f32").unwrap() };
-    let index = |shape: &[usize]| Declaration { shape: shape.to_vec(), dtype: ElemType::parse("i32").unwrap() };
+    let value =
+        |shape: &[usize]| Declaration { shape: shape.to_vec(), dtype: ElemType::parse("f32").unwrap() };
+    let index =
+        |shape: &[usize]| Declaration { shape: shape.to_vec(), dtype: ElemType::parse("i32").unwrap() };
     [("A", value(&[3, 4])), ("B", value(&[4])), ("C", value(&[3, 4])), ("X", index(&[4]))]
         .into_iter()
         .map(|(n, d)| (n.to_string(), d))
@@ -26,7 +29,8 @@ fn exercise(src: &str) {
     match parse(src) {
         Ok(statement) => {
             let printed = statement.to_string();
-            let again = parse(&printed).unwrap_or_else(|d| panic!("{printed:?} (from {src:?}) does not parse: {d}"));
+            let again =
+                parse(&printed).unwrap_or_else(|d| panic!("{printed:?} (from {src:?}) does not parse: {d}"));
             assert_eq!(again.to_string(), printed, "printing is not stable for {src:?}");
             if let Err(d) = check(&statement, &declarations()) {
                 let _ = d.render(src, false);

@@ -21,11 +21,15 @@
 //! [`GeneratorSpec`] parses the first four from a string such as
 //! `powerlaw:rows=100000,cols=100000,nnz=1000000,alpha=2,seed=7`.
 
+pub mod clebsch_gordan;
+pub mod kernel_map;
 mod random;
 mod spec;
 mod structured;
 mod voxel;
 
+pub use clebsch_gordan::{cg_tensor, real_clebsch_gordan, tensor_product_paths};
+pub use kernel_map::kernel_map;
 pub use random::{DEFAULT_ALPHA, power_law, uniform};
 pub use spec::{DEFAULT_SEED, GeneratorSpec};
 pub use structured::{DEFAULT_BLOCK, banded, block_sparse};
