@@ -6,6 +6,7 @@
 
 mod bench;
 mod convert;
+mod einsum;
 mod input;
 mod stats;
 
@@ -111,6 +112,45 @@ enum Command {
         #[command(flatten)]
         types: Types,
     },
+    /// Check an Einsum statement and print its tensors, index extents and
+    /// which indices are reduced; a diagnostic with a caret when it is wrong.
+    ///
+    /// Example: spindle check "C[m,n] += A[m,k] * B[k,n]" --shape A=64x32 --shape B=32x16
+    Check {
+        /// The statement, e.g. "C[AM[p],n] += AV[p] * B[AK[p],n]".
+        statement: String,
+        /// A tensor's shape and dtype: NAME=64x32 or NAME=64x32:f16
+        /// (NAME=scalar for rank 0; index tensors need :i32 or :i64). An
+        /// undeclared output takes its shape from the right-hand side.
+        #[arg(long = "shape", value_name = "NAME=DIMS[:DTYPE]")]
+        shapes: Vec<String>,
+    },
+    /// Evaluate an Einsum statement with the reference evaluator.
+    ///
+    /// Example: spindle eval "y[i] = A[i,j] * x[j]" --tensor A=../shared/data/matrices/cora.mtx
+    /// --rand x=2708:f32:1 --format A=groupcoo:dim=0,g=auto --out y=y.npy
+    Eval {
+        statement: String,
+        /// Data for a tensor: NAME=file.npy (dense values, or integer
+        /// indices), NAME=file.mtx or NAME=file.tns (sparse).
+        #[arg(long = "tensor", value_name = "NAME=PATH")]
+        tensors: Vec<String>,
+        /// Random data: NAME=DIMS:DTYPE:SEED (values in ±[0.1, 1)), or
+        /// NAME=DIMS:i32:SEED:MAX for index tensors with values in 0..MAX.
+        #[arg(long = "rand", value_name = "NAME=DIMS:DTYPE:SEED[:MAX]")]
+        rand: Vec<String>,
+        /// Shapes of tensors without data (usually the output).
+        #[arg(long = "shape", value_name = "NAME=DIMS[:DTYPE]")]
+        shapes: Vec<String>,
+        /// Store a tensor in a format and rewrite the statement over the
+        /// format's arrays first (coo, csr, ell, groupcoo, blockgroupcoo),
+        /// e.g. A=groupcoo:dim=0,g=8.
+        #[arg(long = "format", value_name = "NAME=FORMAT")]
+        formats: Vec<String>,
+        /// Write the output: NAME=out.npy. Without it a preview is printed.
+        #[arg(long, value_name = "NAME=PATH")]
+        out: Option<String>,
+    },
     /// Run a benchmark suite and print ratios against baselines measured in
     /// the same run.
     Bench {
@@ -131,11 +171,25 @@ fn main() -> ExitCode {
         Some(Command::Stats { input, format, json, types }) => stats::run(&input, &format, json, &types),
         Some(Command::Convert { input, to, out, types }) => convert::run(&input, &to, &out, &types),
         Some(Command::Bench { suite }) => bench::run(suite),
+        Some(Command::Check { statement, shapes }) => einsum::run_check(&statement, &shapes),
+        Some(Command::Eval { statement, tensors, rand, shapes, formats, out }) => {
+            einsum::run_eval(&einsum::EvalArgs {
+                statement: &statement,
+                tensors: &tensors,
+                rand: &rand,
+                shapes: &shapes,
+                formats: &formats,
+                out: out.as_deref(),
+            })
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Diagnostics are printed where they arise, with their caret.
+            if e.downcast_ref::<einsum::Reported>().is_none() {
+                eprintln!("error: {e:#}");
+            }
             ExitCode::FAILURE
         }
     }

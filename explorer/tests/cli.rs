@@ -192,3 +192,126 @@ fn help_lists_the_subcommands() {
         assert!(text.contains(command), "{text}");
     }
 }
+
+#[test]
+fn check_prints_the_typed_statement() {
+    let out = spindle(&[
+        "check",
+        "C[AM[p],n] += AV[p] * B[AK[p],n]",
+        "--shape",
+        "AM=10:i32",
+        "--shape",
+        "AK=10:i64",
+        "--shape",
+        "AV=10:f16",
+        "--shape",
+        "B=6x4",
+        "--shape",
+        "C=5x4",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("C[AM[p],n] += AV[p] * B[AK[p],n]\n"), "{text}");
+    for line in [
+        "AM         index    10             i32",
+        "AV         operand  10             f16",
+        "C          output   5x4            f32",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    assert!(text.contains("n          4        from C dim 1"), "{text}");
+    assert!(text.contains("p          10       from AV dim 0"), "{text}");
+}
+
+#[test]
+fn check_reports_a_diagnostic_with_a_caret() {
+    let out = spindle(&["check", "C[m,n] += A[m,k] * B[n,k]", "--shape", "A=64x32", "--shape", "B=32x16"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("conflicting extents: `k` is 32 in A (dimension 1) but 16 in B (dimension 1)"),
+        "{err}"
+    );
+    assert!(err.contains("C[m,n] += A[m,k] * B[n,k]"), "{err}");
+    assert!(err.contains("32 here") && err.contains("16 here"), "{err}");
+    let out = spindle(&["check", "C[m,n] += A[m,k] *", "--shape", "A=4x4"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("expected a tensor, a number, a function or `(` in the expression"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn eval_with_a_format_matches_eval_without() {
+    let dir = scratch("eval");
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = dir.join("a.mtx");
+    let spec = "powerlaw:rows=40,cols=30,nnz=150,seed=9";
+    let coo: Coo<f64, i32> = spec.parse::<GeneratorSpec>().unwrap().generate().unwrap();
+    spindle_formats::io::write_mtx(&coo, &a).unwrap();
+    let b: Vec<f64> = (0..30 * 5).map(|i| ((i * 7 % 11) as f64 - 5.0) / 4.0).collect();
+    spindle_formats::io::write_npy_values(&dir.join("b.npy"), &[30, 5], &b).unwrap();
+    let run = |extra: &[&str], out: &str| {
+        let path = dir.join(out);
+        let a_arg = format!("A={}", a.display());
+        let b_arg = format!("B={}", dir.join("b.npy").display());
+        let out_arg = format!("C={}", path.display());
+        let mut args =
+            vec!["eval", "C[m,n] = A[m,k] * B[k,n] where C: f64", "--tensor", &a_arg, "--tensor", &b_arg];
+        args.extend_from_slice(&["--out", &out_arg]);
+        args.extend_from_slice(extra);
+        let o = spindle(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (stdout(&o), spindle_formats::io::read_npy_dense::<f64>(&path).unwrap())
+    };
+    let (_, plain) = run(&[], "plain.npy");
+    let (text, grouped) = run(&["--format", "A=groupcoo:dim=0,g=4"], "grouped.npy");
+    assert!(text.contains("rewritten: C[A_grp[p],n] = A_val[p,q] * B[A_crd[p,q],n]"), "{text}");
+    // The product computed here from the generated entries.
+    let mut want = vec![0.0f64; 40 * 5];
+    for k in 0..coo.nnz() {
+        let (r, c, v) = (coo.crd[0][k] as usize, coo.crd[1][k] as usize, coo.val[k]);
+        for n in 0..5 {
+            want[r * 5 + n] += v * b[c * 5 + n];
+        }
+    }
+    assert_eq!(plain.shape(), &[40, 5]);
+    for ((x, y), w) in plain.iter().zip(grouped.iter()).zip(&want) {
+        assert!((x - w).abs() < 1e-12 && (y - w).abs() < 1e-12, "{x} and {y} vs {w}");
+    }
+    assert!(want.iter().any(|x| *x != 0.0));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn eval_refuses_bad_arguments_with_messages() {
+    let out = spindle(&["eval", "y[i] = A[i,j] * x[j]", "--rand", "A=3x4:f32:1", "--rand", "x=4:q8:1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("unknown dtype `q8`"), "{}", stderr(&out));
+    let out = spindle(&[
+        "eval",
+        "y[S[p]] max= x[p]",
+        "--rand",
+        "x=5:f32:1",
+        "--rand",
+        "S=5:i32:2",
+        "--shape",
+        "y=3",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("index tensors need a range"), "{}", stderr(&out));
+    let out = spindle(&[
+        "eval",
+        "y[S[p]] max= x[p]",
+        "--rand",
+        "x=5:f32:1",
+        "--rand",
+        "S=5:i32:2:9",
+        "--shape",
+        "y=3",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("is out of range for dimension 0 of y (extent 3)"), "{}", stderr(&out));
+}

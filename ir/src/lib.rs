@@ -10,7 +10,9 @@
 //! passes (native matmul, lazy broadcasting, reduction strategies, ReACT
 //! fusion, affine lowering).
 
+pub mod eval;
 pub mod lang;
+pub mod rewrite;
 pub mod tensor;
 
 pub use spindle_formats as formats;

@@ -1,0 +1,299 @@
+//! `spindle check` and `spindle eval`: the Einsum language from the command
+//! line.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow, bail};
+use ndarray::ArrayD;
+use rand::{Rng, SeedableRng};
+use spindle_formats::{Coo, DType, FormatSpec};
+use spindle_ir::lang::{
+    Declaration, Declarations, Diagnostic, Einsum, ElemType, ExtentSource, Role, Statement, check, parse,
+};
+use spindle_ir::tensor::{TensorValue, Tensors};
+
+/// A diagnostic already printed with its caret; the exit code is 1.
+#[derive(Debug)]
+pub struct Reported;
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the statement has errors")
+    }
+}
+
+impl std::error::Error for Reported {}
+
+fn report(d: &Diagnostic, src: &str) -> anyhow::Error {
+    eprint!("{}", d.render(src, std::io::stderr().is_terminal()));
+    anyhow!(Reported)
+}
+
+/// `T=64x32` or `T=64x32:f16`; `T=scalar` for rank 0.
+fn parse_shape(arg: &str) -> Result<(String, Declaration)> {
+    let (name, rest) =
+        arg.split_once('=').ok_or_else(|| anyhow!("--shape {arg}: expected NAME=DIMS[:DTYPE]"))?;
+    let (dims, dtype) = rest.split_once(':').unwrap_or((rest, "f32"));
+    let dtype = ElemType::parse(dtype)
+        .ok_or_else(|| anyhow!("--shape {arg}: unknown dtype `{dtype}` (f64, f32, f16, bf16, i32, i64)"))?;
+    Ok((
+        name.to_string(),
+        Declaration { shape: parse_dims(dims).with_context(|| format!("--shape {arg}"))?, dtype },
+    ))
+}
+
+fn parse_dims(dims: &str) -> Result<Vec<usize>> {
+    if dims == "scalar" || dims.is_empty() {
+        return Ok(Vec::new());
+    }
+    dims.split('x')
+        .map(|d| d.trim().parse::<usize>().map_err(|_| anyhow!("`{d}` is not a dimension")))
+        .collect()
+}
+
+pub fn run_check(statement: &str, shapes: &[String]) -> Result<()> {
+    let mut declarations = Declarations::new();
+    for s in shapes {
+        let (name, decl) = parse_shape(s)?;
+        declarations.insert(name, decl);
+    }
+    let parsed = parse(statement).map_err(|d| report(&d, statement))?;
+    infer_output(&parsed, &mut declarations);
+    let einsum = check(&parsed, &declarations).map_err(|d| report(&d, statement))?;
+    print!("{}", describe(&einsum));
+    Ok(())
+}
+
+/// The typed statement: tensors with shapes and roles, indices with extents.
+pub fn describe(e: &Einsum) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!("{}\n\ntensors\n", e.statement);
+    for t in e.tensors.values() {
+        let role = match t.role {
+            Role::Output => "output",
+            Role::Operand => "operand",
+            Role::Index => "index",
+        };
+        let shape: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
+        let shape = if shape.is_empty() { "scalar".to_string() } else { shape.join("x") };
+        let _ = writeln!(out, "  {:<10} {:<8} {:<14} {}", t.name, role, shape, t.dtype.name());
+    }
+    out.push_str("\nindices\n");
+    for i in &e.indices {
+        let source = match &i.source {
+            ExtentSource::Tensor { tensor, dim } => format!("from {tensor} dim {dim}"),
+            ExtentSource::Where => "from where".to_string(),
+        };
+        let kind = if i.reduced { "reduced" } else { "" };
+        let _ = writeln!(out, "  {:<10} {:<8} {:<14} {}", i.name, i.extent, source, kind);
+    }
+    out
+}
+
+/// When the output is not declared and every left-hand subscript is a
+/// plain index with an extent on the right, declare it from those extents.
+fn infer_output(statement: &Statement, declarations: &mut Declarations) {
+    let name = &statement.lhs.tensor.name;
+    if declarations.contains_key(name) {
+        return;
+    }
+    let mut shape = Vec::new();
+    for s in &statement.lhs.subscripts {
+        let Some(index) = s.as_index() else { return };
+        let extent = statement.rhs.accesses().iter().find_map(|a| {
+            let decl = declarations.get(&a.tensor.name)?;
+            let dim = a.subscripts.iter().position(|s| s.as_index().is_some_and(|i| i.name == index.name))?;
+            decl.shape.get(dim).copied()
+        });
+        let Some(extent) = extent else { return };
+        shape.push(extent);
+    }
+    declarations.insert(name.clone(), Declaration { shape, dtype: ElemType::Value(DType::F32) });
+}
+
+/// Options of `spindle eval`.
+#[derive(Debug)]
+pub struct EvalArgs<'a> {
+    pub statement: &'a str,
+    pub tensors: &'a [String],
+    pub rand: &'a [String],
+    pub shapes: &'a [String],
+    pub formats: &'a [String],
+    pub out: Option<&'a str>,
+}
+
+pub fn run_eval(args: &EvalArgs<'_>) -> Result<()> {
+    let src = args.statement;
+    let parsed = parse(src).map_err(|d| report(&d, src))?;
+    let mut data = Tensors::new();
+    let mut declarations = Declarations::new();
+    let mut sparse: BTreeMap<String, Coo<f64, i64>> = BTreeMap::new();
+    for arg in args.tensors {
+        let (name, path) =
+            arg.split_once('=').ok_or_else(|| anyhow!("--tensor {arg}: expected NAME=PATH"))?;
+        let (value, coo) = load_tensor(Path::new(path)).with_context(|| format!("--tensor {arg}"))?;
+        declarations.insert(name.to_string(), value.declaration());
+        data.insert(name.to_string(), value);
+        if let Some(coo) = coo {
+            sparse.insert(name.to_string(), coo);
+        }
+    }
+    for arg in args.rand {
+        let (name, value, dtype) = random_tensor(arg)?;
+        declarations.insert(name.clone(), Declaration { shape: value.shape().to_vec(), dtype });
+        data.insert(name, value);
+    }
+    for s in args.shapes {
+        let (name, decl) = parse_shape(s)?;
+        declarations.insert(name, decl);
+    }
+    infer_output(&parsed, &mut declarations);
+    let mut einsum = check(&parsed, &declarations).map_err(|d| report(&d, src))?;
+
+    if !args.formats.is_empty() {
+        let mut formats = BTreeMap::new();
+        for arg in args.formats {
+            let (name, spec) =
+                arg.split_once('=').ok_or_else(|| anyhow!("--format {arg}: expected NAME=FORMAT"))?;
+            formats.insert(
+                name.to_string(),
+                spec.parse::<FormatSpec>().with_context(|| format!("--format {arg}"))?,
+            );
+            if !sparse.contains_key(name) {
+                let Some(TensorValue::Values(dense)) = data.get(name) else {
+                    bail!("--format {arg}: `{name}` needs value data (--tensor or --rand)");
+                };
+                sparse.insert(name.to_string(), Coo::from_ndarray(dense)?);
+            }
+        }
+        let rewritten =
+            spindle_ir::rewrite::rewrite(&einsum, &formats, &sparse).map_err(|d| report(&d, src))?;
+        let text = rewritten.statement.to_string();
+        println!("rewritten: {text}");
+        for name in &rewritten.replaced {
+            data.remove(name);
+            declarations.remove(name);
+        }
+        declarations.extend(rewritten.declarations);
+        data.extend(rewritten.tensors);
+        einsum = check(&rewritten.statement, &declarations).map_err(|d| report(&d, &text))?;
+    }
+
+    let start = std::time::Instant::now();
+    let result =
+        spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| report(&d, &einsum.statement.to_string()))?;
+    let output = einsum.output();
+    eprintln!(
+        "evaluated {} ({} points) in {:.1} ms",
+        output.name,
+        einsum.indices.iter().map(|i| i.extent).product::<usize>(),
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    match args.out {
+        Some(out) => {
+            let (name, path) =
+                out.split_once('=').ok_or_else(|| anyhow!("--out {out}: expected NAME=PATH.npy"))?;
+            if name != output.name {
+                bail!("--out {out}: the statement's output is `{}`", output.name);
+            }
+            write_output(Path::new(path), &result, output.dtype)?;
+            println!("wrote {path} ({} {})", shape_text(result.shape()), output.dtype.name());
+        }
+        None => println!("{}", preview(&result)),
+    }
+    Ok(())
+}
+
+/// `.npy` as dense values or integer indices; `.mtx` / `.tns` as sparse
+/// (dense data plus the entries, for `--format`).
+fn load_tensor(path: &Path) -> Result<(TensorValue, Option<Coo<f64, i64>>)> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    if ext == "npy" {
+        return match spindle_formats::io::read_npy_index(path) {
+            Ok(indices) => Ok((TensorValue::Indices(indices), None)),
+            Err(_) => Ok((TensorValue::Values(spindle_formats::io::read_npy_dense::<f64>(path)?), None)),
+        };
+    }
+    let coo: Coo<f64, i64> = spindle_formats::io::read_tensor(path)?;
+    let dense = coo.to_ndarray()?;
+    Ok((TensorValue::Values(dense), Some(coo)))
+}
+
+/// `NAME=DIMS:DTYPE:SEED[:MAX]`: values uniform in ±[0.1, 1), never zero;
+/// index dtypes draw from `0..MAX`.
+fn random_tensor(arg: &str) -> Result<(String, TensorValue, ElemType)> {
+    let usage =
+        || anyhow!("--rand {arg}: expected NAME=DIMS:DTYPE:SEED, or NAME=DIMS:i32:SEED:MAX for indices");
+    let (name, rest) = arg.split_once('=').ok_or_else(usage)?;
+    let parts: Vec<&str> = rest.split(':').collect();
+    let (dims, dtype, seed) = match parts[..] {
+        [d, t, s] | [d, t, s, _] => (d, t, s),
+        _ => return Err(usage()),
+    };
+    let shape = parse_dims(dims).with_context(|| format!("--rand {arg}"))?;
+    let dtype = ElemType::parse(dtype).ok_or_else(|| anyhow!("--rand {arg}: unknown dtype `{dtype}`"))?;
+    let seed: u64 = seed.parse().map_err(|_| anyhow!("--rand {arg}: seed `{seed}` is not an integer"))?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let len: usize = shape.iter().product();
+    let value = match dtype {
+        ElemType::Value(_) => {
+            let data = (0..len)
+                .map(|_| {
+                    let magnitude = rng.random_range(0.1..1.0);
+                    if rng.random::<bool>() { magnitude } else { -magnitude }
+                })
+                .collect();
+            TensorValue::Values(ArrayD::from_shape_vec(shape, data)?)
+        }
+        ElemType::Index(_) => {
+            let max: i64 = parts
+                .get(3)
+                .ok_or_else(|| {
+                    anyhow!("--rand {arg}: index tensors need a range, e.g. {name}={dims}:i32:{seed}:64")
+                })?
+                .parse()
+                .map_err(|_| anyhow!("--rand {arg}: the range must be a positive integer"))?;
+            if max <= 0 {
+                bail!("--rand {arg}: the range must be a positive integer");
+            }
+            let data = (0..len).map(|_| rng.random_range(0..max)).collect();
+            TensorValue::Indices(ArrayD::from_shape_vec(shape, data)?)
+        }
+    };
+    Ok((name.to_string(), value, dtype))
+}
+
+fn write_output(path: &Path, result: &ArrayD<f64>, dtype: ElemType) -> Result<()> {
+    use spindle_formats::io::write_npy_values;
+    let data: Vec<f64> = result.iter().copied().collect();
+    let shape = result.shape();
+    match dtype {
+        ElemType::Value(DType::F32) => {
+            write_npy_values(path, shape, &data.iter().map(|&x| x as f32).collect::<Vec<_>>())
+        }
+        ElemType::Value(DType::F16) => {
+            write_npy_values(path, shape, &data.iter().map(|&x| half::f16::from_f64(x)).collect::<Vec<_>>())
+        }
+        ElemType::Value(DType::Bf16) => {
+            write_npy_values(path, shape, &data.iter().map(|&x| half::bf16::from_f64(x)).collect::<Vec<_>>())
+        }
+        _ => write_npy_values(path, shape, &data),
+    }?;
+    Ok(())
+}
+
+fn shape_text(shape: &[usize]) -> String {
+    if shape.is_empty() {
+        return "scalar".into();
+    }
+    shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
+}
+
+/// The shape and the first values, for a terminal.
+fn preview(a: &ArrayD<f64>) -> String {
+    let first: Vec<String> = a.iter().take(8).map(|x| format!("{x:.6}")).collect();
+    let more = if a.len() > 8 { ", ..." } else { "" };
+    format!("{} = [{}{more}]", shape_text(a.shape()), first.join(", "))
+}

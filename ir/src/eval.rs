@@ -1,0 +1,224 @@
+//! The reference evaluator: the oracle every test compares against
+//! (DESIGN.md §3). It walks the whole index space of a checked [`Einsum`]
+//! with a plain odometer loop, in f64, with no cleverness.
+
+use ndarray::{ArrayD, Dimension, IxDyn};
+
+use crate::lang::{Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, Expr, Ident, Span, Subscript, Term};
+use crate::tensor::{TensorValue, Tensors};
+
+/// Evaluates `einsum` on `tensors` and returns the output tensor.
+///
+/// - **Start.** For `=` the output starts at zero (data given for it is
+///   ignored); for `+=`, `max=` and `min=` it starts from its data in
+///   `tensors` when given, else from zeros.
+/// - **Loop.** Every point of the index space (the indices of
+///   `einsum.indices`, in that order, each over `0..extent`) computes the
+///   right-hand side and combines it into the left-hand position: a sum for
+///   `=` and `+=`, `f64::max` / `f64::min` for `max=` / `min=`. So for
+///   `max=` / `min=` an entry is the max / min of its starting value and
+///   every contribution; entries no point reaches keep their starting value
+///   (zero when no data is given).
+/// - **Subscripts** are affine: Σ coeff·atom + offset, where an atom is an
+///   index's value or a value read from an integer tensor (indirect, which
+///   may nest). A right-hand read outside its tensor's bounds reads 0 (the
+///   fill value). A left-hand position outside the output is dropped; only
+///   affine subscripts can produce one, since indirect ones are checked.
+/// - **Errors, before anything is evaluated.** Every access is checked at
+///   every point first. An indirect access that is a whole subscript
+///   (`B[X[p], i]`, coefficient 1, no offset) must give a value inside that
+///   dimension of its target, and every read of an integer tensor must be
+///   inside that tensor; otherwise a [`Diagnostic`] at the indirect access
+///   names the index tensor, the position, the value and the target. An
+///   indirect atom inside a larger affine subscript only has to be readable;
+///   the combined value follows the fill rule. Missing data, wrong shapes
+///   and value/index mismatches are diagnostics too.
+/// - Division by zero follows IEEE (inf or NaN); it is not an error.
+pub fn evaluate(einsum: &Einsum, tensors: &Tensors) -> Result<ArrayD<f64>, Diagnostic> {
+    let st = &einsum.statement;
+    check_data(einsum, tensors)?;
+    let out_shape = einsum.output().shape.clone();
+    // (Output data of the wrong kind or shape for `+=` etc. fails check_data.)
+    let mut out = match (st.op, tensors.get(&st.lhs.tensor.name)) {
+        (AssignOp::Assign, _) | (_, None | Some(TensorValue::Indices(_))) => ArrayD::zeros(IxDyn(&out_shape)),
+        (_, Some(TensorValue::Values(data))) => data.clone(),
+    };
+    // The index space, an odometer over the extents in `einsum.indices` order.
+    let extents: Vec<usize> = einsum.indices.iter().map(|i| i.extent).collect();
+    let space = || ndarray::indices(IxDyn(&extents)).into_iter();
+
+    // Pass 1: check every access at every point; nothing is evaluated.
+    let accesses: Vec<&Access> = std::iter::once(&st.lhs).chain(st.rhs.accesses()).collect();
+    for point in space() {
+        let at = At { einsum, tensors, point: point.slice() };
+        for access in &accesses {
+            at.position(access, at.shape(&access.tensor)?)?;
+        }
+    }
+    // Pass 2: evaluate and combine.
+    for point in space() {
+        let at = At { einsum, tensors, point: point.slice() };
+        let value = at.expr(&st.rhs)?;
+        if let Some(pos) = in_bounds(&at.position(&st.lhs, &out_shape)?, &out_shape) {
+            let slot = &mut out[IxDyn(&pos)];
+            *slot = match st.op {
+                AssignOp::Assign | AssignOp::AddAssign => *slot + value,
+                AssignOp::MaxAssign => slot.max(value),
+                AssignOp::MinAssign => slot.min(value),
+            };
+        }
+    }
+    Ok(out)
+}
+
+/// Every tensor the checker knows has data of the checked shape and kind
+/// (the output's data is optional, and ignored for `=`).
+fn check_data(einsum: &Einsum, tensors: &Tensors) -> Result<(), Diagnostic> {
+    let st = &einsum.statement;
+    for (name, info) in &einsum.tensors {
+        let is_output = *name == st.lhs.tensor.name;
+        let data = match tensors.get(name) {
+            _ if is_output && st.op == AssignOp::Assign => continue,
+            None if is_output => continue,
+            None => return fail(format!("no data given for tensor {name}"), st.span),
+            Some(data) => data,
+        };
+        if data.shape() != info.shape.as_slice() {
+            let (shape, checked) = (data.shape(), &info.shape);
+            return fail(format!("data for {name} has shape {shape:?} but {checked:?} was checked"), st.span);
+        }
+        let is_index = matches!(data, TensorValue::Indices(_));
+        if is_index != info.dtype.is_index() {
+            let (want, got) = if is_index { ("values", "indices") } else { ("indices", "values") };
+            return fail(format!("{name} holds {want} but its data are {got}"), st.span);
+        }
+    }
+    Ok(())
+}
+
+/// The raw position as `usize`s when it is inside `shape`.
+fn in_bounds(raw: &[i128], shape: &[usize]) -> Option<Vec<usize>> {
+    raw.iter().zip(shape).map(|(&v, &n)| usize::try_from(v).ok().filter(|&u| u < n)).collect()
+}
+
+fn fail<T>(message: String, span: Span) -> Result<T, Diagnostic> {
+    Err(Diagnostic::new(message, span))
+}
+
+/// `X[3, 1]`, or `X` for a scalar.
+fn show(name: &str, pos: &[impl std::fmt::Display]) -> String {
+    let parts: Vec<String> = pos.iter().map(ToString::to_string).collect();
+    if parts.is_empty() { name.to_string() } else { format!("{name}[{}]", parts.join(", ")) }
+}
+
+/// The statement at one point of the index space.
+struct At<'a> {
+    einsum: &'a Einsum,
+    tensors: &'a Tensors,
+    point: &'a [usize],
+}
+
+impl At<'_> {
+    fn shape(&self, tensor: &Ident) -> Result<&[usize], Diagnostic> {
+        match self.einsum.tensors.get(&tensor.name) {
+            Some(info) => Ok(&info.shape),
+            None => fail(format!("unknown tensor {}", tensor.name), tensor.span),
+        }
+    }
+
+    fn data(&self, tensor: &Ident) -> Result<&TensorValue, Diagnostic> {
+        let msg = || format!("no data given for tensor {}", tensor.name);
+        self.tensors.get(&tensor.name).ok_or_else(|| Diagnostic::new(msg(), tensor.span))
+    }
+
+    fn expr(&self, e: &Expr) -> Result<f64, Diagnostic> {
+        Ok(match e {
+            Expr::Literal { value, .. } => *value,
+            Expr::Access(a) => {
+                let TensorValue::Values(data) = self.data(&a.tensor)? else {
+                    return fail(format!("{} holds indices, not values", a.tensor.name), a.span);
+                };
+                match in_bounds(&self.position(a, data.shape())?, data.shape()) {
+                    Some(pos) => data[IxDyn(&pos)],
+                    None => 0.0,
+                }
+            }
+            Expr::Neg { expr, .. } => -self.expr(expr)?,
+            Expr::Binary { op, lhs, rhs, .. } => {
+                let (a, b) = (self.expr(lhs)?, self.expr(rhs)?);
+                match op {
+                    BinOp::Add => a + b,
+                    BinOp::Sub => a - b,
+                    BinOp::Mul => a * b,
+                    BinOp::Div => a / b,
+                }
+            }
+            Expr::Call { func, args, span } => {
+                let args = args.iter().map(|a| self.expr(a)).collect::<Result<Vec<f64>, _>>()?;
+                if args.len() != func.arity() {
+                    return fail(format!("{} takes {} arguments", func.name(), func.arity()), *span);
+                }
+                func.apply(&args)
+            }
+        })
+    }
+
+    /// The position `access` names in a tensor of `shape`, unchecked
+    /// against the bounds except for whole-subscript indirect accesses.
+    fn position(&self, access: &Access, shape: &[usize]) -> Result<Vec<i128>, Diagnostic> {
+        if access.subscripts.len() != shape.len() {
+            return fail(format!("{} has rank {}", access.tensor.name, shape.len()), access.span);
+        }
+        let mut raw = Vec::with_capacity(shape.len());
+        for (dim, s) in access.subscripts.iter().enumerate() {
+            if let ([Term { coeff: 1, atom: Atom::Indirect(x), .. }], 0) = (&s.terms[..], s.offset) {
+                let (pos, v) = self.read_index(x)?;
+                if usize::try_from(v).map_or(true, |u| u >= shape[dim]) {
+                    let (at, target, n) = (show(&x.tensor.name, &pos), &access.tensor.name, shape[dim]);
+                    let msg =
+                        format!("{at} = {v} is out of range for dimension {dim} of {target} (extent {n})");
+                    return fail(msg, x.span);
+                }
+                raw.push(i128::from(v));
+            } else {
+                raw.push(self.subscript(s)?);
+            }
+        }
+        Ok(raw)
+    }
+
+    /// Σ coeff·atom + offset.
+    fn subscript(&self, s: &Subscript) -> Result<i128, Diagnostic> {
+        let mut sum = i128::from(s.offset);
+        for t in &s.terms {
+            let v = match &t.atom {
+                Atom::Index(ident) => self.index(ident)? as i128,
+                Atom::Indirect(x) => i128::from(self.read_index(x)?.1),
+            };
+            let overflow = || Diagnostic::new("subscript value overflows", s.span);
+            sum = sum.checked_add(i128::from(t.coeff) * v).ok_or_else(overflow)?;
+        }
+        Ok(sum)
+    }
+
+    fn index(&self, ident: &Ident) -> Result<usize, Diagnostic> {
+        match self.einsum.indices.iter().position(|i| i.name == ident.name) {
+            Some(k) => Ok(self.point[k]),
+            None => fail(format!("unknown index {}", ident.name), ident.span),
+        }
+    }
+
+    /// Reads the integer tensor `x`: its position and the value there.
+    fn read_index(&self, x: &Access) -> Result<(Vec<usize>, i64), Diagnostic> {
+        let TensorValue::Indices(data) = self.data(&x.tensor)? else {
+            return fail(format!("{} holds values, not indices", x.tensor.name), x.span);
+        };
+        let raw = self.position(x, data.shape())?;
+        let Some(pos) = in_bounds(&raw, data.shape()) else {
+            let (at, shape) = (show(&x.tensor.name, &raw), data.shape());
+            return fail(format!("{at} is outside {} (shape {shape:?})", x.tensor.name), x.span);
+        };
+        let value = data[IxDyn(&pos)];
+        Ok((pos, value))
+    }
+}
