@@ -10,7 +10,8 @@ use ndarray::ArrayD;
 use rand::{Rng, SeedableRng};
 use spindle_formats::{Coo, DType, FormatSpec};
 use spindle_ir::lang::{
-    Declaration, Declarations, Diagnostic, Einsum, ElemType, ExtentSource, Role, Statement, check, parse,
+    Declaration, Declarations, Diagnostic, Einsum, ElemType, ExtentSource, Role, Statement, check,
+    declare_output, parse,
 };
 use spindle_ir::tensor::{TensorValue, Tensors};
 
@@ -60,7 +61,7 @@ pub fn run_check(statement: &str, shapes: &[String]) -> Result<()> {
         declarations.insert(name, decl);
     }
     let parsed = parse(statement).map_err(|d| report(&d, statement))?;
-    infer_output(&parsed, &mut declarations);
+    require_output(&parsed, &mut declarations)?;
     let einsum = check(&parsed, &declarations).map_err(|d| report(&d, statement))?;
     print!("{}", describe(&einsum));
     Ok(())
@@ -92,25 +93,15 @@ pub fn describe(e: &Einsum) -> String {
     out
 }
 
-/// When the output is not declared and every left-hand subscript is a
-/// plain index with an extent on the right, declare it from those extents.
-fn infer_output(statement: &Statement, declarations: &mut Declarations) {
+/// Declares the output from the right-hand side, or says how to give it.
+fn require_output(statement: &Statement, declarations: &mut Declarations) -> Result<()> {
+    if declare_output(statement, declarations) {
+        return Ok(());
+    }
     let name = &statement.lhs.tensor.name;
-    if declarations.contains_key(name) {
-        return;
-    }
-    let mut shape = Vec::new();
-    for s in &statement.lhs.subscripts {
-        let Some(index) = s.as_index() else { return };
-        let extent = statement.rhs.accesses().iter().find_map(|a| {
-            let decl = declarations.get(&a.tensor.name)?;
-            let dim = a.subscripts.iter().position(|s| s.as_index().is_some_and(|i| i.name == index.name))?;
-            decl.shape.get(dim).copied()
-        });
-        let Some(extent) = extent else { return };
-        shape.push(extent);
-    }
-    declarations.insert(name.clone(), Declaration { shape, dtype: ElemType::Value(DType::F32) });
+    bail!(
+        "the shape of the output `{name}` cannot be worked out from the right-hand side: give it with --shape {name}=DIMS"
+    )
 }
 
 /// Options of `spindle eval`.
@@ -127,17 +118,36 @@ pub struct EvalArgs<'a> {
 pub fn run_eval(args: &EvalArgs<'_>) -> Result<()> {
     let src = args.statement;
     let parsed = parse(src).map_err(|d| report(&d, src))?;
+    let mut formats = BTreeMap::new();
+    for arg in args.formats {
+        let (name, spec) =
+            arg.split_once('=').ok_or_else(|| anyhow!("--format {arg}: expected NAME=FORMAT"))?;
+        formats
+            .insert(name.to_string(), spec.parse::<FormatSpec>().with_context(|| format!("--format {arg}"))?);
+    }
     let mut data = Tensors::new();
     let mut declarations = Declarations::new();
     let mut sparse: BTreeMap<String, Coo<f64, i64>> = BTreeMap::new();
     for arg in args.tensors {
         let (name, path) =
             arg.split_once('=').ok_or_else(|| anyhow!("--tensor {arg}: expected NAME=PATH"))?;
-        let (value, coo) = load_tensor(Path::new(path)).with_context(|| format!("--tensor {arg}"))?;
-        declarations.insert(name.to_string(), value.declaration());
-        data.insert(name.to_string(), value);
-        if let Some(coo) = coo {
-            sparse.insert(name.to_string(), coo);
+        // A sparse file stays sparse when it gets a format: only its
+        // entries are needed, never a dense copy.
+        match load_tensor(Path::new(path), !formats.contains_key(name))
+            .with_context(|| format!("--tensor {arg}"))?
+        {
+            Loaded::Dense(value) => {
+                declarations.insert(name.to_string(), value.declaration());
+                data.insert(name.to_string(), value);
+            }
+            Loaded::Sparse(coo, dense) => {
+                let dtype = ElemType::Value(DType::F32);
+                declarations.insert(name.to_string(), Declaration { shape: coo.shape.clone(), dtype });
+                if let Some(dense) = dense {
+                    data.insert(name.to_string(), TensorValue::Values(dense));
+                }
+                sparse.insert(name.to_string(), coo);
+            }
         }
     }
     for arg in args.rand {
@@ -149,48 +159,38 @@ pub fn run_eval(args: &EvalArgs<'_>) -> Result<()> {
         let (name, decl) = parse_shape(s)?;
         declarations.insert(name, decl);
     }
-    infer_output(&parsed, &mut declarations);
+    require_output(&parsed, &mut declarations)?;
     let mut einsum = check(&parsed, &declarations).map_err(|d| report(&d, src))?;
+    // Diagnostics from here on point into the text of the statement that
+    // runs: the original, or the rewritten one printed below.
+    let mut source = src.to_string();
 
-    if !args.formats.is_empty() {
-        let mut formats = BTreeMap::new();
-        for arg in args.formats {
-            let (name, spec) =
-                arg.split_once('=').ok_or_else(|| anyhow!("--format {arg}: expected NAME=FORMAT"))?;
-            formats.insert(
-                name.to_string(),
-                spec.parse::<FormatSpec>().with_context(|| format!("--format {arg}"))?,
-            );
+    if !formats.is_empty() {
+        for name in formats.keys() {
             if !sparse.contains_key(name) {
                 let Some(TensorValue::Values(dense)) = data.get(name) else {
-                    bail!("--format {arg}: `{name}` needs value data (--tensor or --rand)");
+                    bail!("--format {name}=...: `{name}` needs value data (--tensor or --rand)");
                 };
-                sparse.insert(name.to_string(), Coo::from_ndarray(dense)?);
+                sparse.insert(name.clone(), Coo::from_ndarray(dense)?);
             }
         }
         let rewritten =
             spindle_ir::rewrite::rewrite(&einsum, &formats, &sparse).map_err(|d| report(&d, src))?;
-        let text = rewritten.statement.to_string();
-        println!("rewritten: {text}");
+        source = rewritten.statement.to_string();
+        println!("rewritten: {source}");
+        let reparsed = parse(&source).map_err(|d| report(&d, &source))?;
+        einsum = check(&reparsed, &rewritten.all_declarations(&einsum)).map_err(|d| report(&d, &source))?;
         for name in &rewritten.replaced {
             data.remove(name);
-            declarations.remove(name);
         }
-        declarations.extend(rewritten.declarations);
         data.extend(rewritten.tensors);
-        einsum = check(&rewritten.statement, &declarations).map_err(|d| report(&d, &text))?;
     }
 
     let start = std::time::Instant::now();
-    let result =
-        spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| report(&d, &einsum.statement.to_string()))?;
+    let result = spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| report(&d, &source))?;
     let output = einsum.output();
-    eprintln!(
-        "evaluated {} ({} points) in {:.1} ms",
-        output.name,
-        einsum.indices.iter().map(|i| i.extent).product::<usize>(),
-        start.elapsed().as_secs_f64() * 1e3
-    );
+    let points: u128 = einsum.indices.iter().map(|i| i.extent as u128).product();
+    eprintln!("evaluated {} ({points} points) in {:.1} ms", output.name, start.elapsed().as_secs_f64() * 1e3);
     match args.out {
         Some(out) => {
             let (name, path) =
@@ -206,19 +206,28 @@ pub fn run_eval(args: &EvalArgs<'_>) -> Result<()> {
     Ok(())
 }
 
+/// A tensor read from a file.
+enum Loaded {
+    Dense(TensorValue),
+    /// Entries, and the dense form when asked for.
+    Sparse(Coo<f64, i64>, Option<ArrayD<f64>>),
+}
+
 /// `.npy` as dense values or integer indices; `.mtx` / `.tns` as sparse
-/// (dense data plus the entries, for `--format`).
-fn load_tensor(path: &Path) -> Result<(TensorValue, Option<Coo<f64, i64>>)> {
+/// entries, with a dense copy when `dense` is set.
+fn load_tensor(path: &Path, dense: bool) -> Result<Loaded> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
     if ext == "npy" {
         return match spindle_formats::io::read_npy_index(path) {
-            Ok(indices) => Ok((TensorValue::Indices(indices), None)),
-            Err(_) => Ok((TensorValue::Values(spindle_formats::io::read_npy_dense::<f64>(path)?), None)),
+            Ok(indices) => Ok(Loaded::Dense(TensorValue::Indices(indices))),
+            Err(_) => {
+                Ok(Loaded::Dense(TensorValue::Values(spindle_formats::io::read_npy_dense::<f64>(path)?)))
+            }
         };
     }
     let coo: Coo<f64, i64> = spindle_formats::io::read_tensor(path)?;
-    let dense = coo.to_ndarray()?;
-    Ok((TensorValue::Values(dense), Some(coo)))
+    let dense = if dense { Some(coo.to_ndarray()?) } else { None };
+    Ok(Loaded::Sparse(coo, dense))
 }
 
 /// `NAME=DIMS:DTYPE:SEED[:MAX]`: values uniform in ±[0.1, 1), never zero;
@@ -235,8 +244,9 @@ fn random_tensor(arg: &str) -> Result<(String, TensorValue, ElemType)> {
     let shape = parse_dims(dims).with_context(|| format!("--rand {arg}"))?;
     let dtype = ElemType::parse(dtype).ok_or_else(|| anyhow!("--rand {arg}: unknown dtype `{dtype}`"))?;
     let seed: u64 = seed.parse().map_err(|_| anyhow!("--rand {arg}: seed `{seed}` is not an integer"))?;
+    let len = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    let len = spindle_formats::check_array::<f64>(&format!("--rand {name}"), len)?;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let len: usize = shape.iter().product();
     let value = match dtype {
         ElemType::Value(_) => {
             let data = (0..len)

@@ -15,10 +15,11 @@ use crate::tensor::{TensorValue, Tensors};
 /// - **Loop.** Every point of the index space (the indices of
 ///   `einsum.indices`, in that order, each over `0..extent`) computes the
 ///   right-hand side and combines it into the left-hand position: a sum for
-///   `=` and `+=`, `f64::max` / `f64::min` for `max=` / `min=`. So for
-///   `max=` / `min=` an entry is the max / min of its starting value and
-///   every contribution; entries no point reaches keep their starting value
-///   (zero when no data is given).
+///   `=` and `+=`, `f64::max` / `f64::min` for `max=` / `min=`. For `max=`
+///   / `min=` with output data an entry is the max / min of its data and
+///   every contribution; without data a reached entry is the max / min of
+///   its contributions alone (a segment of negative values keeps a negative
+///   max), and an entry no point reaches is 0, as torch_scatter does.
 /// - **Subscripts** are affine: Σ coeff·atom + offset, where an atom is an
 ///   index's value or a value read from an integer tensor (indirect, which
 ///   may nest). A right-hand read outside its tensor's bounds reads 0 (the
@@ -36,12 +37,14 @@ use crate::tensor::{TensorValue, Tensors};
 /// - Division by zero follows IEEE (inf or NaN); it is not an error.
 pub fn evaluate(einsum: &Einsum, tensors: &Tensors) -> Result<ArrayD<f64>, Diagnostic> {
     let st = &einsum.statement;
+    check_size(einsum)?;
     check_data(einsum, tensors)?;
     let out_shape = einsum.output().shape.clone();
     // (Output data of the wrong kind or shape for `+=` etc. fails check_data.)
     let mut out = match (st.op, tensors.get(&st.lhs.tensor.name)) {
-        (AssignOp::Assign, _) | (_, None | Some(TensorValue::Indices(_))) => ArrayD::zeros(IxDyn(&out_shape)),
+        (AssignOp::Assign, _) | (_, None) => ArrayD::zeros(IxDyn(&out_shape)),
         (_, Some(TensorValue::Values(data))) => data.clone(),
+        (_, Some(TensorValue::Indices(data))) => data.mapv(|x| x as f64),
     };
     // The index space, an odometer over the extents in `einsum.indices` order.
     let extents: Vec<usize> = einsum.indices.iter().map(|i| i.extent).collect();
@@ -55,20 +58,53 @@ pub fn evaluate(einsum: &Einsum, tensors: &Tensors) -> Result<ArrayD<f64>, Diagn
             at.position(access, at.shape(&access.tensor)?)?;
         }
     }
-    // Pass 2: evaluate and combine.
+    // Pass 2: evaluate and combine. `fresh` marks max= / min= entries
+    // without data that no contribution has reached yet.
+    let no_data = !tensors.contains_key(&st.lhs.tensor.name);
+    let mut fresh = ArrayD::from_elem(IxDyn(&out_shape), no_data);
     for point in space() {
         let at = At { einsum, tensors, point: point.slice() };
         let value = at.expr(&st.rhs)?;
         if let Some(pos) = in_bounds(&at.position(&st.lhs, &out_shape)?, &out_shape) {
+            let first = std::mem::replace(&mut fresh[IxDyn(&pos)], false);
             let slot = &mut out[IxDyn(&pos)];
             *slot = match st.op {
                 AssignOp::Assign | AssignOp::AddAssign => *slot + value,
+                AssignOp::MaxAssign | AssignOp::MinAssign if first => value,
                 AssignOp::MaxAssign => slot.max(value),
                 AssignOp::MinAssign => slot.min(value),
             };
         }
     }
     Ok(out)
+}
+
+/// The most index-space points the evaluator walks (about ten minutes).
+pub const MAX_POINTS: u128 = 1 << 32;
+
+/// Refuses index spaces and outputs too large to walk or hold.
+fn check_size(einsum: &Einsum) -> Result<(), Diagnostic> {
+    let st = &einsum.statement;
+    let points: u128 = einsum.indices.iter().map(|i| i.extent as u128).product();
+    if points > MAX_POINTS {
+        let extents: Vec<String> =
+            einsum.indices.iter().map(|i| format!("{} {}", i.name, i.extent)).collect();
+        return Err(Diagnostic::new(
+            format!(
+                "the index space has {points} points ({}), more than the reference evaluator walks",
+                extents.join(" x ")
+            ),
+            st.span,
+        )
+        .with_note(format!(
+            "the limit is {MAX_POINTS}; store sparse operands in a format so only their entries are visited"
+        )));
+    }
+    let out = &einsum.output().shape;
+    let size = out.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    spindle_formats::check_array::<f64>(&format!("output {}", st.lhs.tensor.name), size)
+        .map_err(|e| Diagnostic::new(e.to_string(), st.lhs.span))?;
+    Ok(())
 }
 
 /// Every tensor the checker knows has data of the checked shape and kind
@@ -88,9 +124,9 @@ fn check_data(einsum: &Einsum, tensors: &Tensors) -> Result<(), Diagnostic> {
             return fail(format!("data for {name} has shape {shape:?} but {checked:?} was checked"), st.span);
         }
         let is_index = matches!(data, TensorValue::Indices(_));
-        if is_index != info.dtype.is_index() {
-            let (want, got) = if is_index { ("values", "indices") } else { ("indices", "values") };
-            return fail(format!("{name} holds {want} but its data are {got}"), st.span);
+        // Integer data may be read as values; value data cannot index.
+        if info.dtype.is_index() && !is_index {
+            return fail(format!("{name} holds indices but its data are values"), st.span);
         }
     }
     Ok(())
@@ -135,12 +171,12 @@ impl At<'_> {
         Ok(match e {
             Expr::Literal { value, .. } => *value,
             Expr::Access(a) => {
-                let TensorValue::Values(data) = self.data(&a.tensor)? else {
-                    return fail(format!("{} holds indices, not values", a.tensor.name), a.span);
-                };
-                match in_bounds(&self.position(a, data.shape())?, data.shape()) {
-                    Some(pos) => data[IxDyn(&pos)],
-                    None => 0.0,
+                // An integer tensor read as a value reads its integers.
+                let data = self.data(&a.tensor)?;
+                match (in_bounds(&self.position(a, data.shape())?, data.shape()), data) {
+                    (None, _) => 0.0,
+                    (Some(pos), TensorValue::Values(v)) => v[IxDyn(&pos)],
+                    (Some(pos), TensorValue::Indices(x)) => x[IxDyn(&pos)] as f64,
                 }
             }
             Expr::Neg { expr, .. } => -self.expr(expr)?,

@@ -669,6 +669,19 @@ fn ragged_block_check(
         if b.shape[dim].is_multiple_of(block[dim]) {
             continue;
         }
+        // Past the edge every read is the fill value 0: fine for products,
+        // but a division or a function could make inf or NaN of it.
+        if let Some((span, what)) = not_zero_preserving(&st.rhs, index) {
+            return Err(Diagnostic::new(
+                format!(
+                    "blocks of {} overrun the extent {} of `{name}` (a ragged edge), where reads give 0 and {what} \
+                     could turn that into inf or NaN",
+                    block[dim], b.shape[dim]
+                ),
+                span,
+            )
+            .with_note(format!("use a block size that divides {}, or groupcoo", b.shape[dim])));
+        }
         let mut inside: Vec<&Access> = Vec::new();
         for a in std::iter::once(&st.lhs).chain(st.rhs.accesses()) {
             collect_indirect(a, &mut inside);
@@ -687,6 +700,23 @@ fn ragged_block_check(
         }
     }
     Ok(())
+}
+
+/// The first division whose denominator, or function call whose argument,
+/// reads through `index`: where a read of 0 past a ragged edge need not
+/// give 0.
+fn not_zero_preserving(e: &Expr, index: &str) -> Option<(Span, String)> {
+    let reads = |e: &Expr| e.accesses().iter().any(|a| a.index_uses().iter().any(|u| u.ident.name == index));
+    match e {
+        Expr::Literal { .. } | Expr::Access(_) => None,
+        Expr::Neg { expr, .. } => not_zero_preserving(expr, index),
+        Expr::Binary { op: BinOp::Div, rhs, span, .. } if reads(rhs) => Some((*span, "a division".into())),
+        Expr::Call { func, span, .. } if reads(e) => Some((*span, format!("the function `{}`", func.name()))),
+        Expr::Binary { lhs, rhs, .. } => {
+            not_zero_preserving(lhs, index).or_else(|| not_zero_preserving(rhs, index))
+        }
+        Expr::Call { .. } => None,
+    }
 }
 
 /// The indirect accesses inside `a`'s subscripts, outermost first.

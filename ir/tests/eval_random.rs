@@ -459,12 +459,16 @@ fn naive(case: &Case) -> Result<(ArrayD<f64>, ArrayD<f64>), String> {
         (_, Some(TensorValue::Indices(_))) => unreachable!(),
     };
     let mut scale = out.mapv(f64::abs);
+    // max= / min= without output data: the first contribution is the value.
+    let mut fresh = ArrayD::from_elem(IxDyn(shape), !case.data.contains_key("O"));
     let mut env = vec![0; case.extents.len()];
     each_point(case, 0, &mut env, &mut |env| {
         let v = value(&case.rhs, env, &case.data)?;
         if let Some(p) = locate(&case.lhs, shape, env, &case.data)? {
             let p = IxDyn(&p);
+            let first = std::mem::replace(&mut fresh[&p], false);
             out[&p] = match case.op {
+                "max=" | "min=" if first => v,
                 "max=" => out[&p].max(v),
                 "min=" => out[&p].min(v),
                 _ => out[&p] + v,

@@ -751,3 +751,28 @@ fn every_family_and_format_agrees() {
         }
     }
 }
+
+#[test]
+fn refuses_ragged_blocks_under_a_division() {
+    use spindle_ir::lang::{Declaration, ElemType, check, parse};
+    let decl =
+        |shape: &[usize]| Declaration { shape: shape.to_vec(), dtype: ElemType::parse("f64").unwrap() };
+    let declarations =
+        [("c".to_string(), decl(&[5])), ("A".to_string(), decl(&[5, 5])), ("B".to_string(), decl(&[5]))]
+            .into();
+    let src = "c[m] += A[m,k] / B[k]";
+    let einsum = check(&parse(src).unwrap(), &declarations).unwrap();
+    let a = spindle_formats::Coo::<f64, i64>::from_triplets(5, 5, &[(0, 0, 1.0), (4, 4, 2.0)]).unwrap();
+    let formats = [("A".to_string(), "blockgroupcoo:bm=2,bk=2,dim=0,g=1".parse().unwrap())].into();
+    let err =
+        spindle_ir::rewrite::rewrite(&einsum, &formats, &[("A".to_string(), a.clone())].into()).unwrap_err();
+    assert!(
+        err.message.starts_with("blocks of 2 overrun the extent 5 of `A` (a ragged edge)"),
+        "{}",
+        err.message
+    );
+    assert_eq!(&src[err.span.start..err.span.end], "A[m,k] / B[k]");
+    // A block size that divides the extents is fine.
+    let formats = [("A".to_string(), "blockgroupcoo:bm=5,bk=5,dim=0,g=1".parse().unwrap())].into();
+    assert!(spindle_ir::rewrite::rewrite(&einsum, &formats, &[("A".to_string(), a)].into()).is_ok());
+}

@@ -46,6 +46,15 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
     for &(access, role) in &accesses {
         let name = &access.tensor.name;
         let Some(decl) = declarations.get(name) else {
+            let is_index = accesses.iter().any(|(a, _)| a.index_uses().iter().any(|u| u.ident.name == *name));
+            if access.subscripts.is_empty() && is_index {
+                return Err(Diagnostic::new(
+                    format!("`{name}` is an index, and indices are not values"),
+                    access.span,
+                )
+                .with_label("used as a value here")
+                .with_note("the right-hand side computes with tensor reads and literals"));
+            }
             return Err(unknown_tensor(name, access.tensor.span, declarations));
         };
         let dtype = dtypes.get(name.as_str()).copied().unwrap_or(decl.dtype);
@@ -181,8 +190,7 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
 
     // Indices in order of first appearance, the left-hand side first.
     let lhs_uses = direct_uses(&statement.lhs);
-    let mut lhs_all = Vec::new();
-    collect_all_uses(&statement.lhs, &mut lhs_all);
+    let lhs_all = statement.lhs.index_uses();
     let mut indices: Vec<IndexInfo> = Vec::new();
     for u in lhs_all.iter().chain(uses.iter()) {
         if indices.iter().any(|i| i.name == u.ident.name) {
@@ -230,14 +238,34 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
     Ok(Einsum { statement: statement.clone(), tensors, indices })
 }
 
+/// Declares an undeclared output from its subscripts: when each is a plain
+/// index that is a subscript on its own somewhere on the right (also inside
+/// index tensors), the output takes those extents, as f32. Returns whether
+/// the output is declared afterwards.
+pub fn declare_output(statement: &Statement, declarations: &mut Declarations) -> bool {
+    let name = &statement.lhs.tensor.name;
+    if declarations.contains_key(name) {
+        return true;
+    }
+    let accesses = statement.rhs.accesses();
+    let extent_of = |index: &str| {
+        accesses.iter().flat_map(|a| a.index_uses()).find_map(|u| {
+            let decl = declarations.get(&u.access.tensor.name)?;
+            (u.alone && u.ident.name == index).then(|| decl.shape.get(u.dim).copied()).flatten()
+        })
+    };
+    let shape: Option<Vec<usize>> =
+        statement.lhs.subscripts.iter().map(|s| s.as_index().and_then(|i| extent_of(&i.name))).collect();
+    let Some(shape) = shape else { return false };
+    let dtype = ElemType::Value(spindle_formats::DType::F32);
+    declarations.insert(name.clone(), Declaration { shape, dtype });
+    true
+}
+
 /// Index uses directly in this access's subscripts (not inside indirect
 /// accesses, which are visited on their own).
 fn direct_uses(access: &Access) -> Vec<IndexUse<'_>> {
     access.index_uses().into_iter().filter(|u| std::ptr::eq(u.access, access)).collect()
-}
-
-fn collect_all_uses<'a>(access: &'a Access, out: &mut Vec<IndexUse<'a>>) {
-    out.extend(access.index_uses());
 }
 
 fn unknown_tensor(name: &str, span: Span, declarations: &Declarations) -> Diagnostic {
@@ -371,6 +399,19 @@ mod tests {
             "`where` names `z`, which no subscript uses"
         );
         assert_eq!(err("C[m,n] = A[m,k] * B[k,n] where Z: f16", &d).message, "unknown tensor `Z`");
+        assert_eq!(err("C[m,n] = A[m,n] * m", &d).message, "`m` is an index, and indices are not values");
+    }
+
+    #[test]
+    fn outputs_are_declared_from_the_right_hand_side() {
+        let mut d = spmm();
+        d.remove("C");
+        assert!(declare_output(&parse("C[m,n] += A[m,k] * B[k,n]").unwrap(), &mut d));
+        assert_eq!(d["C"].shape, vec![8, 16]);
+        let mut d = decls(&[("A", &[5], "f32"), ("X", &[7], "i32")]);
+        assert!(declare_output(&parse("y[i] = A[X[i]]").unwrap(), &mut d));
+        assert_eq!(d["y"].shape, vec![7]);
+        assert!(!declare_output(&parse("z[X[i]] = A[i]").unwrap(), &mut d));
     }
 
     #[test]

@@ -43,14 +43,14 @@ impl Diagnostic {
     /// The diagnostic with the statement excerpt and carets, as a terminal
     /// shows it. `color` adds ANSI colours.
     pub fn render(&self, source: &str, color: bool) -> String {
-        use ariadne::{Config, Label, Report, ReportKind, Source};
+        use ariadne::{Config, IndexType, Label, Report, ReportKind, Source};
         let clamp = |s: Span| {
             let end = s.end.min(source.len());
             let start = s.start.min(end);
             start..end.max(start)
         };
         let mut report = Report::build(ReportKind::Error, ("statement", clamp(self.span)))
-            .with_config(Config::default().with_color(color))
+            .with_config(Config::default().with_color(color).with_index_type(IndexType::Byte))
             .with_message(&self.message)
             .with_label(Label::new(("statement", clamp(self.span))).with_message(&self.label));
         for (span, label) in &self.secondary {

@@ -68,6 +68,18 @@ impl Tok {
 pub struct Token {
     pub tok: Tok,
     pub span: Span,
+    /// The source text, so messages quote what was typed.
+    pub text: String,
+}
+
+impl Token {
+    /// How the token reads in messages: as typed.
+    pub fn describe(&self) -> String {
+        match self.tok {
+            Tok::Eof => "the end of the statement".to_string(),
+            _ => format!("`{}`", self.text),
+        }
+    }
 }
 
 /// Splits a statement into tokens; the last is always `Eof`.
@@ -132,9 +144,9 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Diagnostic> {
             return Err(Diagnostic::new(format!("unexpected character `{ch}`"), span)
                 .with_label("not part of the Einsum language"));
         };
-        tokens.push(Token { tok, span: Span::new(start, i) });
+        tokens.push(Token { tok, span: Span::new(start, i), text: src[start..i].to_string() });
     }
-    tokens.push(Token { tok: Tok::Eof, span: Span::new(src.len(), src.len()) });
+    tokens.push(Token { tok: Tok::Eof, span: Span::new(src.len(), src.len()), text: String::new() });
     Ok(tokens)
 }
 

@@ -46,14 +46,14 @@ impl Parser {
     /// A diagnostic at the current token: "expected X, found Y".
     fn expected(&self, what: &str, context: &str) -> Diagnostic {
         let t = self.peek();
-        Diagnostic::new(format!("expected {what} {context}, found {}", t.tok.describe()), t.span)
+        Diagnostic::new(format!("expected {what} {context}, found {}", t.describe()), t.span)
             .with_label(format!("expected {what}"))
     }
 
     fn expect(&mut self, tok: Tok, context: &str) -> Result<Span, Diagnostic> {
         match self.eat(&tok) {
             Some(span) => Ok(span),
-            None => Err(self.expected(&Token { tok, span: Span::default() }.tok.describe(), context)),
+            None => Err(self.expected(&tok.describe(), context)),
         }
     }
 
@@ -83,16 +83,16 @@ impl Parser {
         }
         let lhs = self.access("the left-hand side")?;
         let op_token = self.bump();
-        let op = match op_token.tok {
+        let op = match &op_token.tok {
             Tok::Assign => AssignOp::Assign,
             Tok::AddAssign => AssignOp::AddAssign,
             Tok::MaxAssign => AssignOp::MaxAssign,
             Tok::MinAssign => AssignOp::MinAssign,
-            other => {
+            _ => {
                 return Err(Diagnostic::new(
                     format!(
                         "expected `=`, `+=`, `max=` or `min=` after the left-hand side, found {}",
-                        other.describe()
+                        op_token.describe()
                     ),
                     op_token.span,
                 )
@@ -129,7 +129,7 @@ impl Parser {
                     format!(
                         "expected an extent (an integer) after `{} <`, found {}",
                         name.name,
-                        t.tok.describe()
+                        t.describe()
                     ),
                     t.span,
                 )
@@ -149,7 +149,7 @@ impl Parser {
                     format!(
                         "expected a dtype (f64, f32, f16, bf16, i32, i64) after `{}:`, found {}",
                         name.name,
-                        t.tok.describe()
+                        t.describe()
                     ),
                     t.span,
                 )
@@ -218,7 +218,7 @@ impl Parser {
                             return Err(Diagnostic::new(
                                 format!(
                                     "expected an integer coefficient after `*` {context}, found {}",
-                                    t.tok.describe()
+                                    t.describe()
                                 ),
                                 t.span,
                             )
@@ -455,7 +455,7 @@ mod tests {
         assert_eq!(error("C[i] = A[i] $"), "unexpected character `$`");
         assert_eq!(
             error("C[i] = A[99999999999999999999]"),
-            "expected an index, an integer or an index tensor in a subscript of `A`, found `100000000000000000000`"
+            "expected an index, an integer or an index tensor in a subscript of `A`, found `99999999999999999999`"
         );
         assert_eq!(error("C[i] = A[9223372036854775808]"), "integer in a subscript is too large");
         assert_eq!(
