@@ -4,5 +4,47 @@
 //! compile it with the system C compiler (`cc -O3 -march=native -fopenmp
 //! -shared`), cache the shared objects by a hash of their source, load them
 //! with libloading and run them on CPU buffers. See `DESIGN.md` §5.
+//!
+//! What is here so far is the runtime half:
+//!
+//! - [`compile`]: [`Compiler`] / [`CProgram::compile`] — compile a C source
+//!   with `$CC` (default `cc`) and [`C_FLAGS`], cached on disk under
+//!   `$SPINDLE_CACHE_DIR` or `<workspace>/target/spindle-cache/c/` by a
+//!   stable hash of the source, flags, compiler version and host CPU, then
+//!   load the kernel function. A missing compiler or a failed compile is a
+//!   [`CompileError`] carrying the compiler output and the `.c` path.
+//! - [`runtime`]: [`Buffer`]s (f64, f32, i32, i64; f16/bf16 values travel
+//!   as f32), [`CProgram::run`], [`time_median`] and [`cpu_threads`].
+//!
+//! Every kernel has the fixed C signature
+//! `void NAME(void *const *args, int64_t nthreads)`: one pointer per buffer
+//! in the order the printer documents, and the OpenMP thread count.
+//!
+//! ```
+//! use spindle_c::{Buffer, CProgram};
+//!
+//! let src = r#"
+//! #include <stdint.h>
+//! void twice(void *const *args, int64_t nthreads) {
+//!     float *x = args[0];
+//!     const int64_t *n = args[1];
+//!     #pragma omp parallel for num_threads(nthreads)
+//!     for (int64_t i = 0; i < n[0]; i++) x[i] *= 2.0f;
+//! }
+//! "#;
+//! let kernel = CProgram::compile(src, "twice")?;
+//! let mut bufs = [Buffer::F32(vec![1.0, 2.0]), Buffer::I64(vec![2])];
+//! kernel.run(&mut bufs, 1)?;
+//! assert_eq!(bufs[0].to_f64(), [2.0, 4.0]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub use spindle_ir as ir;
+
+pub mod compile;
+pub mod exec;
+pub mod print;
+pub mod runtime;
+
+pub use compile::{C_FLAGS, CProgram, CompileError, Compiler, KernelFn, default_cache_dir};
+pub use runtime::{Buffer, BufferKind, RunError, cpu_threads, time_median};

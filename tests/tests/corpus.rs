@@ -303,6 +303,7 @@ fn close(got: &ArrayD<f64>, want: &ArrayD<f64>, what: &str) {
 fn every_corpus_entry_matches_its_dense_computation() {
     let entries = entries();
     assert!(entries.len() >= 12, "the corpus lost entries");
+    let mut runs = Vec::new();
     for (name, entry) in entries {
         eprintln!("{name}: {}", entry.description);
         // Make the data, resolving `NAME.d` references as tensors appear.
@@ -347,6 +348,7 @@ fn every_corpus_entry_matches_its_dense_computation() {
         close(&original, &want, &format!("{name} (original statement)"));
 
         if entry.formats.is_empty() {
+            runs.push((name.clone(), einsum.clone(), data.clone(), want.clone()));
             continue;
         }
         let formats: BTreeMap<String, FormatSpec> =
@@ -364,5 +366,48 @@ fn every_corpus_entry_matches_its_dense_computation() {
             rewritten.check(&einsum).unwrap_or_else(|d| panic!("{name}: {}", d.render(&text, false)));
         let got = spindle_ir::eval::evaluate(&einsum, &data).unwrap_or_else(|d| panic!("{name}: {d}"));
         close(&got, &want, &format!("{name} (rewritten: {text})"));
+        runs.push((name.clone(), einsum, data, want));
+    }
+    c_backend(&runs);
+}
+
+/// Schedules every corpus entry runs under on the C backend.
+const SCHEDULES: &[&str] = &["", "reduce=atomic", "matmul=off"];
+
+/// Eager broadcasting gives every value every axis, so its tiles are small.
+const EAGER: &[&str] = &["broadcast=eager matmul=off", "reduce=atomic broadcast=eager"];
+
+/// Every entry, as it runs (rewritten when it has formats), compiled to C
+/// under several schedules and tile sizes, on one and two threads, against
+/// the entry's dense computation.
+fn c_backend(runs: &[(String, spindle_ir::lang::Einsum, Tensors, ArrayD<f64>)]) {
+    for (name, einsum, data, want) in runs {
+        let mut schedules: Vec<String> = SCHEDULES.iter().map(|s| s.to_string()).collect();
+        // Tiles that are ragged on every axis, and tiles of one.
+        let ragged: Vec<String> = einsum.indices.iter().map(|i| format!("tile.{}=4", i.name)).collect();
+        let ones: Vec<String> = einsum.indices.iter().map(|i| format!("tile.{}=1", i.name)).collect();
+        schedules.push(ragged.join(" "));
+        let small: Vec<String> = einsum.indices.iter().map(|i| format!("tile.{}=2", i.name)).collect();
+        schedules.extend(EAGER.iter().map(|e| format!("{} {e}", small.join(" "))));
+        schedules.push(ones.join(" ") + " reduce=atomic");
+        for schedule in &schedules {
+            let kernel = spindle_ir::kernel::lower::lower(einsum, &schedule.parse().unwrap(), "corpus")
+                .unwrap_or_else(|d| panic!("{name} [{schedule}]: {d}"));
+            let compiled = spindle_c::exec::CKernel::compile(&kernel)
+                .unwrap_or_else(|e| panic!("{name} [{schedule}]: {e}"));
+            for threads in [1, 2] {
+                let got = compiled.run(data, threads).unwrap_or_else(|e| panic!("{name} [{schedule}]: {e}"));
+                close_f32(&got, want, &format!("{name} on C [{schedule}] with {threads} threads"));
+            }
+        }
+    }
+}
+
+/// Within f32 rounding of the largest magnitude.
+fn close_f32(got: &ArrayD<f64>, want: &ArrayD<f64>, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let scale = want.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+    for ((idx, g), w) in got.indexed_iter().zip(want.iter()) {
+        assert!((g - w).abs() <= 1e-4 * scale, "{what}: at {:?} got {g}, expected {w}", idx.slice());
     }
 }

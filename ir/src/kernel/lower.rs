@@ -1,0 +1,417 @@
+//! Lowering a checked indirect Einsum to a kernel, under a schedule. One
+//! general procedure for every statement: ranges for the axes, loads for
+//! the reads (gathers through index tensors), the expression, a reduction
+//! of the reduced axes, and a sink for the left-hand side.
+
+use std::collections::BTreeMap;
+
+use super::schedule::{Broadcasting, Schedule};
+use super::*;
+use crate::lang::{Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, Expr, Role, Subscript};
+
+/// Lowers `einsum` under `schedule` into a kernel named `name`, then runs
+/// the passes the schedule asks for (lazy broadcasting, native matmul).
+pub fn lower(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Kernel, Diagnostic> {
+    let mut kernel = lower_only(einsum, schedule, name)?;
+    if schedule.broadcasting == Broadcasting::Lazy {
+        super::passes::lazy_broadcast::run(&mut kernel);
+    }
+    if schedule.native_matmul {
+        super::passes::native_matmul::run(&mut kernel);
+    }
+    check_tiles(&kernel, &einsum.statement.span)?;
+    Ok(kernel)
+}
+
+/// The largest tile one value may occupy, in elements.
+pub const MAX_TILE_ELEMENTS: usize = 1 << 16;
+
+fn check_tiles(kernel: &Kernel, span: &crate::lang::Span) -> Result<(), Diagnostic> {
+    for &id in &kernel.order {
+        let shape = &kernel.value(id).shape;
+        let n = kernel.tile_elements(shape);
+        if n > MAX_TILE_ELEMENTS {
+            let axes: Vec<String> =
+                shape.iter().map(|&a| format!("{}={}", kernel.axis(a).name, kernel.axis(a).tile)).collect();
+            return Err(Diagnostic::new(
+                format!("a tile of {n} elements ({}) is larger than {MAX_TILE_ELEMENTS}", axes.join(" x ")),
+                *span,
+            )
+            .with_note("use smaller tiles in the schedule, e.g. tile.n=32"));
+        }
+    }
+    Ok(())
+}
+
+/// Lowering without the passes: eager shapes stay eager, sums stay sums.
+pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Kernel, Diagnostic> {
+    let st = &einsum.statement;
+    // Parallel axes first, then reduced, each in the statement's order.
+    let mut axes: Vec<Axis> = Vec::new();
+    for reduced in [false, true] {
+        for i in einsum.indices.iter().filter(|i| i.reduced == reduced) {
+            let role = if reduced { AxisRole::Reduced } else { AxisRole::Parallel };
+            axes.push(Axis {
+                name: i.name.clone(),
+                extent: i.extent,
+                tile: schedule.tile(&i.name, i.extent),
+                role,
+            });
+        }
+    }
+    for index in schedule.tiles.keys() {
+        if !axes.iter().any(|a| &a.name == index) {
+            return Err(Diagnostic::new(
+                format!("the schedule tiles `{index}`, which the statement does not use"),
+                st.span,
+            ));
+        }
+    }
+    let tensors: Vec<TensorParam> = einsum
+        .tensors
+        .values()
+        .map(|t| TensorParam {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            output: t.role == Role::Output,
+        })
+        .collect();
+    let reduction = match st.op {
+        AssignOp::Assign | AssignOp::AddAssign => Reduction::Sum,
+        AssignOp::MaxAssign => Reduction::Max,
+        AssignOp::MinAssign => Reduction::Min,
+    };
+    let init = match st.op {
+        AssignOp::Assign => OutputInit::Zero,
+        AssignOp::AddAssign => OutputInit::Keep,
+        AssignOp::MaxAssign | AssignOp::MinAssign => OutputInit::Identity(reduction),
+    };
+    let mut b = Builder {
+        axes,
+        tensors,
+        values: Vec::new(),
+        order: Vec::new(),
+        ranges: BTreeMap::new(),
+        numbered: Default::default(),
+        eager: schedule.broadcasting == Broadcasting::Eager,
+    };
+
+    let rhs = b.expr(&st.rhs);
+    let (index, index_mask, plain) = b.position(&st.lhs);
+    let out = b.tensor_id(&st.lhs.tensor.name);
+    let reduced: Vec<AxisId> = b.axis_ids(AxisRole::Reduced);
+    let parallel: Vec<AxisId> = b.axis_ids(AxisRole::Parallel);
+    // One program owns each output element when the left-hand side is the
+    // parallel indices themselves, each once.
+    let owns = plain.len() == parallel.len() && parallel.iter().all(|a| plain.contains(a));
+
+    let (accumulate, value, mask, exclusive) = if reduced.is_empty() {
+        (None, rhs, index_mask, owns)
+    } else {
+        // Every contribution counts once per point of the reduced axes.
+        let full = b.shape_of(rhs).into_iter().chain(reduced.iter().copied()).collect::<Vec<_>>();
+        let rhs = b.broadcast_to(rhs, &full);
+        match schedule.strategy {
+            Strategy::AccumulateThenAtomic => {
+                let mut partial = rhs;
+                for &r in &reduced {
+                    // The mask of r alone: an eager mask would carry axes
+                    // the partial no longer has.
+                    let mask = b.raw_axis_mask(r);
+                    let shape = b.shape_of(partial).into_iter().filter(|&a| a != r).collect();
+                    partial =
+                        b.push(Op::Reduce { reduction, value: partial, axis: r, mask }, shape, Scalar::Float);
+                }
+                let shape = b.shape_of(partial);
+                let acc = b.push(Op::Accumulator, shape.clone(), Scalar::Float);
+                (Some(Accumulate { reduction, partial, shape }), acc, index_mask, owns)
+            }
+            Strategy::AtomicPerElement => {
+                let reduced_masks = b.shape_mask(&reduced);
+                let mask = b.and(index_mask, reduced_masks);
+                (None, rhs, mask, false)
+            }
+        }
+    };
+    let sink = Sink { tensor: out, index, value, mask, reduction, exclusive };
+    let mut kernel = Kernel {
+        name: name.to_string(),
+        tensors: b.tensors,
+        axes: b.axes,
+        values: b.values,
+        order: b.order,
+        accumulate,
+        sink,
+        init,
+    };
+    kernel.compact();
+    Ok(kernel)
+}
+
+struct Builder {
+    axes: Vec<Axis>,
+    tensors: Vec<TensorParam>,
+    values: Vec<Value>,
+    order: Vec<ValueId>,
+    ranges: BTreeMap<AxisId, ValueId>,
+    numbered: std::collections::HashMap<String, ValueId>,
+    eager: bool,
+}
+
+impl Builder {
+    /// Adds a value, or returns the equal one already built (value
+    /// numbering: the same mask or constant is computed once).
+    fn push(&mut self, op: Op, shape: Shape, scalar: Scalar) -> ValueId {
+        let key = format!("{op:?} {shape:?} {scalar:?}");
+        if let (false, Some(&id)) = (matches!(op, Op::Accumulator), self.numbered.get(&key)) {
+            return id;
+        }
+        let id = ValueId(self.values.len() as u32);
+        self.values.push(Value { op, shape, scalar });
+        self.order.push(id);
+        self.numbered.insert(key, id);
+        id
+    }
+
+    fn shape_of(&self, id: ValueId) -> Shape {
+        self.values[id.0 as usize].shape.clone()
+    }
+
+    fn scalar_of(&self, id: ValueId) -> Scalar {
+        self.values[id.0 as usize].scalar
+    }
+
+    fn axis_ids(&self, role: AxisRole) -> Vec<AxisId> {
+        (0..self.axes.len() as u32).map(AxisId).filter(|&a| self.axes[a.0 as usize].role == role).collect()
+    }
+
+    fn axis_id(&self, name: &str) -> AxisId {
+        AxisId(self.axes.iter().position(|a| a.name == name).expect("the checker knows every index") as u32)
+    }
+
+    fn tensor_id(&self, name: &str) -> TensorId {
+        TensorId(
+            self.tensors.iter().position(|t| t.name == name).expect("the checker knows every tensor") as u32
+        )
+    }
+
+    /// The union of shapes, in axis order.
+    fn union(&self, ids: &[ValueId]) -> Shape {
+        let mut shape: Shape = ids.iter().flat_map(|&id| self.shape_of(id)).collect();
+        shape.sort();
+        shape.dedup();
+        shape
+    }
+
+    /// The positions of an axis's current tile. Eager broadcasting gives
+    /// every range every axis up front: a reduced range every axis, a
+    /// parallel range every parallel axis (the output's positions never
+    /// vary over reduced axes).
+    fn range(&mut self, axis: AxisId) -> ValueId {
+        if let Some(&id) = self.ranges.get(&axis) {
+            return id;
+        }
+        let mut id = self.push(Op::Range(axis), vec![axis], Scalar::Int);
+        if self.eager {
+            let role = self.axes[axis.0 as usize].role;
+            let all: Shape = (0..self.axes.len() as u32)
+                .map(AxisId)
+                .filter(|a| role == AxisRole::Reduced || self.axes[a.0 as usize].role == AxisRole::Parallel)
+                .collect();
+            id = self.push(Op::Broadcast { value: id }, all, Scalar::Int);
+        }
+        self.ranges.insert(axis, id);
+        id
+    }
+
+    fn const_int(&mut self, v: i64) -> ValueId {
+        self.push(Op::ConstInt(v), Vec::new(), Scalar::Int)
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: ValueId, b: ValueId) -> ValueId {
+        let shape = self.union(&[a, b]);
+        let scalar = match op {
+            BinaryOp::Lt | BinaryOp::Ge | BinaryOp::And => Scalar::Bool,
+            _ if self.scalar_of(a) == Scalar::Int && self.scalar_of(b) == Scalar::Int => Scalar::Int,
+            _ => Scalar::Float,
+        };
+        self.push(Op::Binary(op, a, b), shape, scalar)
+    }
+
+    fn and(&mut self, a: Option<ValueId>, b: Option<ValueId>) -> Option<ValueId> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(self.binary(BinaryOp::And, a, b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn broadcast_to(&mut self, value: ValueId, shape: &[AxisId]) -> ValueId {
+        let mut target: Shape = shape.to_vec();
+        target.sort();
+        target.dedup();
+        if target == self.shape_of(value) {
+            return value;
+        }
+        let scalar = self.scalar_of(value);
+        self.push(Op::Broadcast { value }, target, scalar)
+    }
+
+    /// `range < extent` for an axis whose last tile is ragged.
+    fn axis_mask(&mut self, axis: AxisId) -> Option<ValueId> {
+        let a = &self.axes[axis.0 as usize];
+        if !a.ragged() {
+            return None;
+        }
+        let extent = a.extent as i64;
+        let range = self.range(axis);
+        let limit = self.const_int(extent);
+        Some(self.binary(BinaryOp::Lt, range, limit))
+    }
+
+    /// `range < extent` over the axis alone, even under eager broadcasting.
+    fn raw_axis_mask(&mut self, axis: AxisId) -> Option<ValueId> {
+        let a = &self.axes[axis.0 as usize];
+        if !a.ragged() {
+            return None;
+        }
+        let extent = a.extent as i64;
+        let range = self.push(Op::Range(axis), vec![axis], Scalar::Int);
+        let limit = self.const_int(extent);
+        Some(self.binary(BinaryOp::Lt, range, limit))
+    }
+
+    /// The masks of every ragged axis in a shape.
+    fn shape_mask(&mut self, shape: &[AxisId]) -> Option<ValueId> {
+        let mut mask = None;
+        for &axis in shape {
+            let m = self.axis_mask(axis);
+            mask = self.and(mask, m);
+        }
+        mask
+    }
+
+    /// Σ coeff·atom + offset, as an integer tile.
+    fn subscript(&mut self, s: &Subscript) -> ValueId {
+        let mut sum: Option<ValueId> = None;
+        for t in &s.terms {
+            let atom = match &t.atom {
+                Atom::Index(ident) => {
+                    let axis = self.axis_id(&ident.name);
+                    self.range(axis)
+                }
+                Atom::Indirect(x) => self.load(x),
+            };
+            let term = if t.coeff == 1 {
+                atom
+            } else {
+                let c = self.const_int(t.coeff);
+                self.binary(BinaryOp::Mul, c, atom)
+            };
+            sum = Some(match sum {
+                None => term,
+                Some(acc) => self.binary(BinaryOp::Add, acc, term),
+            });
+        }
+        match (sum, s.offset) {
+            (Some(v), 0) => v,
+            (Some(v), o) => {
+                let c = self.const_int(o);
+                self.binary(BinaryOp::Add, v, c)
+            }
+            (None, o) => self.const_int(o),
+        }
+    }
+
+    /// The index tiles of an access, the mask that keeps it in bounds, and
+    /// the parallel axes that are a subscript on their own.
+    fn position(&mut self, access: &Access) -> (Vec<ValueId>, Option<ValueId>, Vec<AxisId>) {
+        let tensor = self.tensor_id(&access.tensor.name);
+        let dims = self.tensors[tensor.0 as usize].shape.clone();
+        let mut index = Vec::new();
+        let mut bounds = None;
+        let mut plain = Vec::new();
+        for (s, &dim) in access.subscripts.iter().zip(&dims) {
+            let v = self.subscript(s);
+            index.push(v);
+            // A lone index whose extent is the dimension, or a lone indirect
+            // access (validated before the kernel runs), stays in bounds.
+            let lone_index = s.as_index().map(|i| self.axis_id(&i.name));
+            let lone_indirect = matches!(&s.terms[..], [t] if t.coeff == 1 && matches!(t.atom, Atom::Indirect(_)))
+                && s.offset == 0;
+            match lone_index {
+                Some(axis) if self.axes[axis.0 as usize].extent == dim => {
+                    if self.axes[axis.0 as usize].role == AxisRole::Parallel && !plain.contains(&axis) {
+                        plain.push(axis);
+                    }
+                    continue;
+                }
+                _ if lone_indirect => continue,
+                _ => {}
+            }
+            let zero = self.const_int(0);
+            let limit = self.const_int(dim as i64);
+            let low = self.binary(BinaryOp::Ge, v, zero);
+            let high = self.binary(BinaryOp::Lt, v, limit);
+            let inside = self.binary(BinaryOp::And, low, high);
+            bounds = self.and(bounds, Some(inside));
+        }
+        let shape = self.union(&index);
+        let axes_mask = self.shape_mask(&shape);
+        let mask = self.and(axes_mask, bounds);
+        (index, mask, plain)
+    }
+
+    fn load(&mut self, access: &Access) -> ValueId {
+        let (index, mask, _) = self.position(access);
+        let tensor = self.tensor_id(&access.tensor.name);
+        let scalar =
+            if self.tensors[tensor.0 as usize].dtype.is_index() { Scalar::Int } else { Scalar::Float };
+        let mut operands = index.clone();
+        operands.extend(mask);
+        let shape = self.union(&operands);
+        self.push(Op::Load { tensor, index, mask }, shape, scalar)
+    }
+
+    fn expr(&mut self, e: &Expr) -> ValueId {
+        match e {
+            Expr::Literal { value, .. } => self.push(Op::Const(*value), Vec::new(), Scalar::Float),
+            Expr::Access(a) => self.load(a),
+            Expr::Neg { expr, .. } => {
+                let v = self.expr(expr);
+                let shape = self.shape_of(v);
+                self.push(Op::Unary(UnaryOp::Neg, v), shape, Scalar::Float)
+            }
+            Expr::Binary { op, lhs, rhs, .. } => {
+                let (a, b) = (self.expr(lhs), self.expr(rhs));
+                let op = match op {
+                    BinOp::Add => BinaryOp::Add,
+                    BinOp::Sub => BinaryOp::Sub,
+                    BinOp::Mul => BinaryOp::Mul,
+                    BinOp::Div => BinaryOp::Div,
+                };
+                let v = self.binary(op, a, b);
+                // Arithmetic on values is in floating point even when both
+                // sides read integer tensors.
+                self.values[v.0 as usize].scalar = Scalar::Float;
+                v
+            }
+            Expr::Call { func, args, .. } => match args[..] {
+                [ref x] => {
+                    let v = self.expr(x);
+                    let shape = self.shape_of(v);
+                    self.push(Op::Unary(UnaryOp::Func(*func), v), shape, Scalar::Float)
+                }
+                [ref x, ref y] => {
+                    // max(a, b) and min(a, b) are the binary functions.
+                    let (a, b) = (self.expr(x), self.expr(y));
+                    let op = if *func == crate::lang::Func::Max { BinaryOp::Max } else { BinaryOp::Min };
+                    let v = self.binary(op, a, b);
+                    self.values[v.0 as usize].scalar = Scalar::Float;
+                    v
+                }
+                _ => unreachable!("the parser checks arity"),
+            },
+        }
+    }
+}

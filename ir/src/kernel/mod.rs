@@ -1,0 +1,407 @@
+//! The kernel IR: a tile-level program in the spirit of Triton and
+//! TorchInductor, which both backends print.
+//!
+//! A kernel is a grid of *programs*, one per tile of the parallel axes (the
+//! indices of the left-hand side). Each program computes its *program*
+//! values once, then runs a loop over tiles of the reduced axes computing
+//! the *loop* values, folds them into an accumulator, and writes the
+//! result through its *sink* (a store, or an atomic update when programs
+//! may hit the same output element).
+//!
+//! Values live in an arena ([`ValueId`] handles) and are *tiles*: each has a
+//! [`Shape`], the ordered list of axes it varies over. A value that depends
+//! only on `p` has shape `[p]` and is loaded once per program; the lazy
+//! broadcasting pass keeps every shape minimal. Analyses live in side
+//! tables (see [`Kernel::phases`]) rather than on the nodes.
+
+pub mod lower;
+pub mod passes;
+mod print;
+pub mod schedule;
+
+use ndarray::Dimension;
+
+use crate::lang::{ElemType, Func};
+
+/// An axis of the iteration space: one index variable, tiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AxisId(pub u32);
+
+/// A value in the kernel's arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ValueId(pub u32);
+
+/// A tensor argument of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TensorId(pub u32);
+
+/// The axes a tile varies over, in the kernel's axis order.
+pub type Shape = Vec<AxisId>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AxisRole {
+    /// Appears on the left-hand side: programs are spread over its tiles.
+    Parallel,
+    /// Summed (or max/min-reduced) over: a loop inside each program.
+    Reduced,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Axis {
+    pub name: String,
+    pub extent: usize,
+    /// Tile size (a power of two).
+    pub tile: usize,
+    pub role: AxisRole,
+}
+
+impl Axis {
+    /// Whether the last tile runs past the extent and needs a mask.
+    pub fn ragged(&self) -> bool {
+        !self.extent.is_multiple_of(self.tile)
+    }
+
+    pub fn tiles(&self) -> usize {
+        self.extent.div_ceil(self.tile)
+    }
+}
+
+/// The element type of a tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scalar {
+    /// Values, in the kernel's compute precision.
+    Float,
+    /// Positions and indices.
+    Int,
+    /// Masks.
+    Bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reduction {
+    Sum,
+    Max,
+    Min,
+}
+
+impl Reduction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reduction::Sum => "sum",
+            Reduction::Max => "max",
+            Reduction::Min => "min",
+        }
+    }
+
+    /// The value that changes nothing.
+    pub fn identity(self) -> f64 {
+        match self {
+            Reduction::Sum => 0.0,
+            Reduction::Max => f64::NEG_INFINITY,
+            Reduction::Min => f64::INFINITY,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    /// Comparisons give masks.
+    Lt,
+    Ge,
+    /// Mask conjunction.
+    And,
+}
+
+impl BinaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Ge => "ge",
+            BinaryOp::And => "and",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    Func(Func),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// The positions of the current tile of an axis: `start + 0..tile`,
+    /// where `start` comes from the program id (parallel) or the loop
+    /// (reduced).
+    Range(AxisId),
+    /// A literal.
+    Const(f64),
+    /// An integer literal.
+    ConstInt(i64),
+    /// A gather: `tensor[index...]`, one index tile per dimension (they
+    /// broadcast to the value's shape). Masked-off elements read 0.
+    Load {
+        tensor: TensorId,
+        index: Vec<ValueId>,
+        mask: Option<ValueId>,
+    },
+    Unary(UnaryOp, ValueId),
+    Binary(BinaryOp, ValueId, ValueId),
+    /// Reduces `value` along `axis`; elements where `mask` is false count
+    /// as the identity.
+    Reduce {
+        reduction: Reduction,
+        value: ValueId,
+        axis: AxisId,
+        mask: Option<ValueId>,
+    },
+    /// Σ over `axis` of `a * b`: a matrix product on tiles (batched over
+    /// the axes `a` and `b` share besides `axis`).
+    Dot {
+        a: ValueId,
+        b: ValueId,
+        axis: AxisId,
+        mask: Option<ValueId>,
+    },
+    /// `value` repeated over a larger shape (eager broadcasting only).
+    Broadcast {
+        value: ValueId,
+    },
+    /// The accumulator, read after the loop.
+    Accumulator,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Value {
+    pub op: Op,
+    pub shape: Shape,
+    pub scalar: Scalar,
+}
+
+/// A tensor the kernel reads or writes: an argument, in this order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorParam {
+    pub name: String,
+    pub dtype: ElemType,
+    pub shape: Vec<usize>,
+    pub output: bool,
+}
+
+/// How the output is prepared before the kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputInit {
+    /// `=`: zeros.
+    Zero,
+    /// `+=`: the output's values as given.
+    Keep,
+    /// `max=` / `min=` without data: the identity, and entries no program
+    /// reached are set to 0 afterwards (the reference evaluator's rule).
+    Identity(Reduction),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sink {
+    pub tensor: TensorId,
+    pub index: Vec<ValueId>,
+    pub value: ValueId,
+    pub mask: Option<ValueId>,
+    pub reduction: Reduction,
+    /// True when no two programs write the same element and no element is
+    /// written twice by one sink: a plain read-modify-write is enough.
+    /// Otherwise the write is atomic.
+    pub exclusive: bool,
+}
+
+/// The reduction strategy for reduced axes (Sgap's menu; more come later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Every contribution is its own atomic update; no accumulator.
+    AtomicPerElement,
+    /// Contributions are reduced in registers over the loop, then written
+    /// once per output element of the program (GroupCOO's accumulation).
+    AccumulateThenAtomic,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accumulate {
+    pub reduction: Reduction,
+    /// The loop value folded in each iteration.
+    pub partial: ValueId,
+    pub shape: Shape,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub tensors: Vec<TensorParam>,
+    pub axes: Vec<Axis>,
+    pub values: Vec<Value>,
+    /// The order values are computed in (a topological order).
+    pub order: Vec<ValueId>,
+    pub accumulate: Option<Accumulate>,
+    pub sink: Sink,
+    pub init: OutputInit,
+}
+
+/// When a value is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Once per program, before the loop.
+    Program,
+    /// Every loop iteration.
+    Loop,
+    /// Once per program, after the loop.
+    Epilogue,
+}
+
+impl Kernel {
+    pub fn value(&self, id: ValueId) -> &Value {
+        &self.values[id.0 as usize]
+    }
+
+    pub fn axis(&self, id: AxisId) -> &Axis {
+        &self.axes[id.0 as usize]
+    }
+
+    pub fn tensor(&self, id: TensorId) -> &TensorParam {
+        &self.tensors[id.0 as usize]
+    }
+
+    pub fn parallel_axes(&self) -> Vec<AxisId> {
+        self.axis_ids().filter(|&a| self.axis(a).role == AxisRole::Parallel).collect()
+    }
+
+    pub fn reduced_axes(&self) -> Vec<AxisId> {
+        self.axis_ids().filter(|&a| self.axis(a).role == AxisRole::Reduced).collect()
+    }
+
+    fn axis_ids(&self) -> impl Iterator<Item = AxisId> + '_ {
+        (0..self.axes.len() as u32).map(AxisId)
+    }
+
+    /// The operands of a value.
+    pub fn operands(&self, id: ValueId) -> Vec<ValueId> {
+        match &self.value(id).op {
+            Op::Range(_) | Op::Const(_) | Op::ConstInt(_) | Op::Accumulator => Vec::new(),
+            Op::Load { index, mask, .. } => index.iter().copied().chain(*mask).collect(),
+            Op::Unary(_, a) | Op::Broadcast { value: a } => vec![*a],
+            Op::Binary(_, a, b) => vec![*a, *b],
+            Op::Reduce { value, mask, .. } => std::iter::once(*value).chain(*mask).collect(),
+            Op::Dot { a, b, mask, .. } => [*a, *b].into_iter().chain(*mask).collect(),
+        }
+    }
+
+    /// When each value is computed: after the loop if it reads the
+    /// accumulator, in the loop if it varies over a reduced axis or reads a
+    /// loop value (and does not reduce it away), else once per program.
+    /// Indexed by `ValueId`.
+    pub fn phases(&self) -> Vec<Phase> {
+        let reduced = self.reduced_axes();
+        let mut phase = vec![Phase::Program; self.values.len()];
+        for &id in &self.order {
+            let v = self.value(id);
+            let from_operands =
+                self.operands(id).iter().map(|o| phase[o.0 as usize]).max().unwrap_or(Phase::Program);
+            let own = match v.op {
+                Op::Accumulator => Phase::Epilogue,
+                _ if v.shape.iter().any(|a| reduced.contains(a)) => Phase::Loop,
+                _ => Phase::Program,
+            };
+            phase[id.0 as usize] = own.max(from_operands);
+        }
+        // The partial folded into the accumulator is a loop value even when
+        // every reduced axis was reduced away inside it.
+        if let Some(acc) = &self.accumulate {
+            phase[acc.partial.0 as usize] = phase[acc.partial.0 as usize].max(Phase::Loop);
+        }
+        phase
+    }
+
+    /// The number of elements of a tile of this shape.
+    pub fn tile_elements(&self, shape: &Shape) -> usize {
+        shape.iter().map(|&a| self.axis(a).tile).product()
+    }
+
+    /// Values in use: reachable from the sink (dead values are dropped by
+    /// [`Kernel::compact`]).
+    fn live(&self) -> Vec<bool> {
+        let mut live = vec![false; self.values.len()];
+        let mut stack: Vec<ValueId> =
+            self.sink.index.iter().copied().chain([self.sink.value]).chain(self.sink.mask).collect();
+        if let Some(acc) = &self.accumulate {
+            stack.push(acc.partial);
+        }
+        while let Some(id) = stack.pop() {
+            if !std::mem::replace(&mut live[id.0 as usize], true) {
+                stack.extend(self.operands(id));
+            }
+        }
+        live
+    }
+
+    /// Drops values nothing uses any more (after a pass rewired them).
+    pub fn compact(&mut self) {
+        let live = self.live();
+        self.order.retain(|id| live[id.0 as usize]);
+    }
+}
+
+impl Kernel {
+    /// The index tensors read as a whole subscript: (index tensor, target
+    /// tensor, target dimension). Their values must lie in the target's
+    /// extent, which [`Kernel::check_indices`] verifies before a run, so
+    /// the kernel needs no mask for them.
+    pub fn lone_indirect(&self) -> Vec<(TensorId, TensorId, usize)> {
+        let mut out = Vec::new();
+        let mut visit = |target: TensorId, index: &[ValueId]| {
+            for (dim, &ix) in index.iter().enumerate() {
+                if let Op::Load { tensor, .. } = self.value(ix).op
+                    && !out.contains(&(tensor, target, dim))
+                {
+                    out.push((tensor, target, dim));
+                }
+            }
+        };
+        for &id in &self.order {
+            if let Op::Load { tensor, index, .. } = &self.value(id).op {
+                visit(*tensor, index);
+            }
+        }
+        visit(self.sink.tensor, &self.sink.index);
+        out
+    }
+
+    /// Checks every value of the index tensors in [`Kernel::lone_indirect`]
+    /// against its target's extent: the kernel trusts them.
+    pub fn check_indices(&self, tensors: &crate::tensor::Tensors) -> Result<(), String> {
+        for (x, target, dim) in self.lone_indirect() {
+            let (x, target) = (self.tensor(x), self.tensor(target));
+            let extent = target.shape[dim];
+            let Some(crate::tensor::TensorValue::Indices(data)) = tensors.get(&x.name) else {
+                return Err(format!("no index data for {}", x.name));
+            };
+            if let Some((pos, &v)) = data.indexed_iter().find(|(_, v)| !(0..extent as i64).contains(v)) {
+                let pos: Vec<String> = pos.slice().iter().map(|p| p.to_string()).collect();
+                return Err(format!(
+                    "{}[{}] = {v} is out of range for dimension {dim} of {} (extent {extent})",
+                    x.name,
+                    pos.join(", "),
+                    target.name
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,142 @@
+//! The textual form of a kernel, for tests, snapshots and `--emit ir`.
+
+use std::fmt::{self, Write as _};
+
+use super::*;
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let params: Vec<String> = self
+            .tensors
+            .iter()
+            .map(|t| {
+                let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
+                format!(
+                    "{}: {}[{}]{}",
+                    t.name,
+                    t.dtype.name(),
+                    dims.join(","),
+                    if t.output { " out" } else { "" }
+                )
+            })
+            .collect();
+        writeln!(f, "kernel {}({})", self.name, params.join(", "))?;
+        let axes: Vec<String> = self
+            .axes
+            .iter()
+            .map(|a| {
+                let role = match a.role {
+                    AxisRole::Parallel => "parallel",
+                    AxisRole::Reduced => "reduced",
+                };
+                format!("{} {}/{} {role}", a.name, a.extent, a.tile)
+            })
+            .collect();
+        writeln!(f, "  axes {}", axes.join(", "))?;
+        let init = match self.init {
+            OutputInit::Zero => "zero".to_string(),
+            OutputInit::Keep => "keep".to_string(),
+            OutputInit::Identity(r) => format!("identity({})", r.name()),
+        };
+        writeln!(f, "  init {init}")?;
+        let phases = self.phases();
+        let sink_phase = phases[self.sink.value.0 as usize].max(Phase::Program);
+        let reduced: Vec<String> = self.reduced_axes().iter().map(|&a| self.axis(a).name.clone()).collect();
+        for (phase, title) in [
+            (Phase::Program, "program:".to_string()),
+            (Phase::Loop, format!("loop {}:", reduced.join(", "))),
+            (Phase::Epilogue, "epilogue:".to_string()),
+        ] {
+            let ids: Vec<ValueId> =
+                self.order.iter().copied().filter(|id| phases[id.0 as usize] == phase).collect();
+            let has_acc = phase == Phase::Loop && self.accumulate.is_some();
+            if ids.is_empty() && sink_phase != phase && !has_acc {
+                continue;
+            }
+            writeln!(f, "  {title}")?;
+            for id in ids {
+                writeln!(f, "    {}", self.line(id))?;
+            }
+            if let (true, Some(acc)) = (has_acc, &self.accumulate) {
+                writeln!(
+                    f,
+                    "    acc {}= {} : {}",
+                    acc.reduction.name(),
+                    name(acc.partial),
+                    self.shape_text(&acc.shape)
+                )?;
+            }
+            if sink_phase == phase {
+                writeln!(f, "    {}", self.sink_line())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn name(id: ValueId) -> String {
+    format!("%{}", id.0)
+}
+
+fn names(ids: &[ValueId]) -> String {
+    ids.iter().map(|&i| name(i)).collect::<Vec<_>>().join(", ")
+}
+
+impl Kernel {
+    fn shape_text(&self, shape: &Shape) -> String {
+        let axes: Vec<&str> = shape.iter().map(|&a| self.axis(a).name.as_str()).collect();
+        format!("[{}]", axes.join(","))
+    }
+
+    fn line(&self, id: ValueId) -> String {
+        let v = self.value(id);
+        let mut s = format!("{} = ", name(id));
+        let mask = |m: &Option<ValueId>| m.map(|m| format!(" mask {}", name(m))).unwrap_or_default();
+        let _ = match &v.op {
+            Op::Range(a) => write!(s, "range {}", self.axis(*a).name),
+            Op::Const(c) => write!(s, "const {c}"),
+            Op::ConstInt(c) => write!(s, "const {c}"),
+            Op::Load { tensor, index, mask: m } => {
+                write!(s, "load {}[{}]{}", self.tensor(*tensor).name, names(index), mask(m))
+            }
+            Op::Unary(UnaryOp::Neg, a) => write!(s, "neg {}", name(*a)),
+            Op::Unary(UnaryOp::Func(func), a) => write!(s, "{} {}", func.name(), name(*a)),
+            Op::Binary(op, a, b) => write!(s, "{} {}, {}", op.name(), name(*a), name(*b)),
+            Op::Reduce { reduction, value, axis, mask: m } => {
+                write!(
+                    s,
+                    "reduce.{} {} over {}{}",
+                    reduction.name(),
+                    name(*value),
+                    self.axis(*axis).name,
+                    mask(m)
+                )
+            }
+            Op::Dot { a, b, axis, mask: m } => {
+                write!(s, "dot {}, {} over {}{}", name(*a), name(*b), self.axis(*axis).name, mask(m))
+            }
+            Op::Broadcast { value } => write!(s, "broadcast {}", name(*value)),
+            Op::Accumulator => write!(s, "acc"),
+        };
+        let scalar = match v.scalar {
+            Scalar::Float => "float",
+            Scalar::Int => "int",
+            Scalar::Bool => "bool",
+        };
+        let _ = write!(s, " : {} {scalar}", self.shape_text(&v.shape));
+        s
+    }
+
+    fn sink_line(&self) -> String {
+        let sink = &self.sink;
+        let kind = if sink.exclusive { "store" } else { "atomic" };
+        let mask = sink.mask.map(|m| format!(" mask {}", name(m))).unwrap_or_default();
+        format!(
+            "{kind} {}[{}] {}= {}{mask}",
+            self.tensor(sink.tensor).name,
+            names(&sink.index),
+            sink.reduction.name(),
+            name(sink.value)
+        )
+    }
+}

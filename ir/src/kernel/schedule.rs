@@ -1,0 +1,158 @@
+//! Schedules: how a statement becomes a kernel, as data with one printed
+//! and parsed syntax so the explorer can show, edit and sweep them:
+//!
+//! ```text
+//! tile.p=16 tile.n=64 reduce=accumulate broadcast=lazy matmul=on
+//! ```
+//!
+//! Items are separated by spaces or commas; every item is optional.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use super::Strategy;
+
+/// How values are shaped: minimal shapes (lazy) or every value over every
+/// axis (eager, as TorchInductor does by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Broadcasting {
+    Lazy,
+    Eager,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// Tile size per index name; others get [`Schedule::DEFAULT_TILE`]
+    /// (or the extent's next power of two when smaller).
+    pub tiles: BTreeMap<String, usize>,
+    pub strategy: Strategy,
+    pub broadcasting: Broadcasting,
+    /// Whether the native matmul pass turns multiply-then-sum into `dot`.
+    pub native_matmul: bool,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule {
+            tiles: BTreeMap::new(),
+            strategy: Strategy::AccumulateThenAtomic,
+            broadcasting: Broadcasting::Lazy,
+            native_matmul: true,
+        }
+    }
+}
+
+impl Schedule {
+    pub const DEFAULT_TILE: usize = 16;
+    /// Tiles larger than this are refused: a tile is a block of registers
+    /// (or a stack array in C).
+    pub const MAX_TILE: usize = 1024;
+
+    /// The tile of an axis of this extent.
+    pub fn tile(&self, index: &str, extent: usize) -> usize {
+        self.tiles
+            .get(index)
+            .copied()
+            .unwrap_or_else(|| extent.max(1).next_power_of_two().min(Self::DEFAULT_TILE))
+    }
+}
+
+/// A schedule that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid schedule item `{item}`: {reason}")]
+pub struct ScheduleError {
+    pub item: String,
+    pub reason: String,
+}
+
+pub const SCHEDULE_SYNTAX: &str =
+    "tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, matmul=on|off";
+
+impl FromStr for Schedule {
+    type Err = ScheduleError;
+
+    fn from_str(text: &str) -> Result<Self, ScheduleError> {
+        let mut s = Schedule::default();
+        for item in text.split([' ', ',', ';']).map(str::trim).filter(|i| !i.is_empty()) {
+            let bad = |reason: &str| ScheduleError { item: item.to_string(), reason: reason.to_string() };
+            let Some((key, value)) = item.split_once('=') else {
+                return Err(bad(&format!("expected key=value ({SCHEDULE_SYNTAX})")));
+            };
+            match (key, value) {
+                (k, v) if k.starts_with("tile.") => {
+                    let index = &k["tile.".len()..];
+                    let n: usize = v.parse().map_err(|_| bad("the tile size must be an integer"))?;
+                    if !n.is_power_of_two() || n > Self::MAX_TILE {
+                        return Err(bad(&format!("tile sizes are powers of two up to {}", Self::MAX_TILE)));
+                    }
+                    if index.is_empty() {
+                        return Err(bad("name the index: tile.n=64"));
+                    }
+                    s.tiles.insert(index.to_string(), n);
+                }
+                ("reduce", "atomic") => s.strategy = Strategy::AtomicPerElement,
+                ("reduce", "accumulate") => s.strategy = Strategy::AccumulateThenAtomic,
+                ("broadcast", "lazy") => s.broadcasting = Broadcasting::Lazy,
+                ("broadcast", "eager") => s.broadcasting = Broadcasting::Eager,
+                ("matmul", "on") => s.native_matmul = true,
+                ("matmul", "off") => s.native_matmul = false,
+                ("reduce", _) => return Err(bad("reduce is atomic or accumulate")),
+                ("broadcast", _) => return Err(bad("broadcast is lazy or eager")),
+                ("matmul", _) => return Err(bad("matmul is on or off")),
+                _ => return Err(bad(&format!("unknown key ({SCHEDULE_SYNTAX})"))),
+            }
+        }
+        Ok(s)
+    }
+}
+
+impl fmt::Display for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, n) in &self.tiles {
+            write!(f, "tile.{index}={n} ")?;
+        }
+        let reduce = match self.strategy {
+            Strategy::AtomicPerElement => "atomic",
+            Strategy::AccumulateThenAtomic => "accumulate",
+        };
+        let broadcast = match self.broadcasting {
+            Broadcasting::Lazy => "lazy",
+            Broadcasting::Eager => "eager",
+        };
+        let matmul = if self.native_matmul { "on" } else { "off" };
+        write!(f, "reduce={reduce} broadcast={broadcast} matmul={matmul}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_print_and_parse() {
+        let s: Schedule = "tile.p=16, tile.n=64 reduce=atomic broadcast=eager matmul=off".parse().unwrap();
+        assert_eq!(s.tiles["n"], 64);
+        assert_eq!(s.strategy, Strategy::AtomicPerElement);
+        assert_eq!(s.to_string(), "tile.n=64 tile.p=16 reduce=atomic broadcast=eager matmul=off");
+        assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
+        assert_eq!("".parse::<Schedule>().unwrap(), Schedule::default());
+        assert_eq!(Schedule::default().tile("k", 5), 8);
+        assert_eq!(Schedule::default().tile("k", 500), 16);
+    }
+
+    #[test]
+    fn bad_items_are_named() {
+        let err = |s: &str| s.parse::<Schedule>().unwrap_err().to_string();
+        assert_eq!(
+            err("tile.n=48"),
+            "invalid schedule item `tile.n=48`: tile sizes are powers of two up to 1024"
+        );
+        assert_eq!(
+            err("reduce=segment"),
+            "invalid schedule item `reduce=segment`: reduce is atomic or accumulate"
+        );
+        assert!(err("warps=4").starts_with("invalid schedule item `warps=4`: unknown key"));
+        assert!(err("tile.n").contains("expected key=value"));
+    }
+}
