@@ -47,6 +47,8 @@ pub fn print(kernel: &Kernel, symbol: &str) -> Result<String, PrintError> {
 struct Printer<'k> {
     k: &'k Kernel,
     phases: Vec<Phase>,
+    /// Values printed as expressions where they are used, not as arrays.
+    inline: Vec<bool>,
     real: &'static str,
     out: String,
 }
@@ -58,7 +60,9 @@ fn v(id: ValueId) -> String {
 impl<'k> Printer<'k> {
     fn new(k: &'k Kernel) -> Self {
         let double = k.tensors.iter().any(|t| t.dtype == ElemType::Value(DType::F64));
-        Printer { k, phases: k.phases(), real: if double { "double" } else { "float" }, out: String::new() }
+        let phases = k.phases();
+        let inline = inlined(k, &phases);
+        Printer { k, phases, inline, real: if double { "double" } else { "float" }, out: String::new() }
     }
 
     fn line(&mut self, depth: usize, text: &str) {
@@ -95,7 +99,13 @@ impl<'k> Printer<'k> {
         s
     }
 
+    /// A value's element inside a loop nest over (at least) its axes:
+    /// the inlined expression, or a read of its array.
     fn elem(&self, id: ValueId) -> String {
+        if self.inline[id.0 as usize] { self.expr(id) } else { self.array(id) }
+    }
+
+    fn array(&self, id: ValueId) -> String {
         self.at(&v(id), &self.k.value(id).shape)
     }
 
@@ -159,47 +169,51 @@ impl<'k> Printer<'k> {
     }
 
     /// The statement that computes one element of a value.
-    fn compute(&mut self, depth: usize, id: ValueId) {
-        let value = self.k.value(id).clone();
-        let target = self.elem(id);
-        let body = match &value.op {
+    /// The C expression of one element of a value, in terms of the loop
+    /// variables of its axes.
+    fn expr(&self, id: ValueId) -> String {
+        let value = self.k.value(id);
+        match &value.op {
             Op::Range(a) => {
                 let (t, tile, i) = (self.tile_var(*a), self.k.axis(*a).tile, self.axis_var(*a));
-                format!("{target} = {t} * {tile} + {i};")
+                format!("({t} * {tile} + {i})")
             }
-            Op::Const(c) => format!("{target} = {};", c_float(*c)),
-            Op::ConstInt(c) => format!("{target} = {c};"),
+            Op::Const(c) => c_float(*c),
+            Op::ConstInt(c) => format!("(int64_t){c}"),
             Op::Load { tensor, index, mask } => {
-                let name = self.k.tensor(*tensor).name.clone();
+                let name = &self.k.tensor(*tensor).name;
                 let read = format!("a_{name}[{}]", self.address(*tensor, index));
                 match mask {
-                    Some(m) => format!("{target} = {} ? {read} : 0;", self.elem(*m)),
-                    None => format!("{target} = {read};"),
+                    Some(m) => format!("({} ? {read} : 0)", self.elem(*m)),
+                    None => read,
                 }
             }
-            Op::Unary(UnaryOp::Neg, a) => format!("{target} = -{};", self.elem(*a)),
-            Op::Unary(UnaryOp::Func(f), a) => format!("{target} = {};", self.func(*f, &self.elem(*a))),
+            Op::Unary(UnaryOp::Neg, a) => format!("(-{})", self.elem(*a)),
+            Op::Unary(UnaryOp::Func(f), a) => self.func(*f, &self.elem(*a)),
             Op::Binary(op, a, b) => {
                 let (x, y) = (self.elem(*a), self.elem(*b));
                 let fsuffix = if self.real == "float" { "f" } else { "" };
-                let e = match op {
-                    BinaryOp::Add => format!("{x} + {y}"),
-                    BinaryOp::Sub => format!("{x} - {y}"),
-                    BinaryOp::Mul => format!("{x} * {y}"),
-                    BinaryOp::Div => format!("({}){x} / {y}", self.ctype(value.scalar)),
+                match op {
+                    BinaryOp::Add => format!("({x} + {y})"),
+                    BinaryOp::Sub => format!("({x} - {y})"),
+                    BinaryOp::Mul => format!("({x} * {y})"),
+                    BinaryOp::Div => format!("(({}){x} / {y})", self.ctype(value.scalar)),
                     BinaryOp::Max => format!("fmax{fsuffix}({x}, {y})"),
                     BinaryOp::Min => format!("fmin{fsuffix}({x}, {y})"),
-                    BinaryOp::Lt => format!("{x} < {y}"),
-                    BinaryOp::Ge => format!("{x} >= {y}"),
-                    BinaryOp::And => format!("{x} && {y}"),
-                };
-                format!("{target} = {e};")
+                    BinaryOp::Lt => format!("({x} < {y})"),
+                    BinaryOp::Ge => format!("({x} >= {y})"),
+                    BinaryOp::And => format!("({x} && {y})"),
+                }
             }
-            Op::Broadcast { value: a } => format!("{target} = {};", self.elem(*a)),
-            Op::Accumulator => format!("{target} = acc{};", self.order_index(&value.shape)),
-            Op::Reduce { .. } | Op::Dot { .. } => unreachable!("printed by reduce()"),
-        };
-        self.line(depth, &body);
+            Op::Broadcast { value: a } => self.elem(*a),
+            Op::Accumulator => format!("acc{}", self.order_index(&value.shape)),
+            Op::Reduce { .. } | Op::Dot { .. } => unreachable!("reductions are always materialized"),
+        }
+    }
+
+    fn compute(&mut self, depth: usize, id: ValueId) {
+        let text = format!("{} = {};", self.array(id), self.expr(id));
+        self.line(depth, &text);
     }
 
     fn order_index(&self, shape: &[AxisId]) -> String {
@@ -208,6 +222,9 @@ impl<'k> Printer<'k> {
 
     /// Emits a value: its array and the loops that fill it.
     fn emit(&mut self, depth: usize, id: ValueId) {
+        if self.inline[id.0 as usize] {
+            return;
+        }
         let value = self.k.value(id).clone();
         self.declare(depth, id);
         match value.op {
@@ -235,7 +252,7 @@ impl<'k> Printer<'k> {
     ) {
         let shape = self.k.value(id).shape.clone();
         let inner = self.open(depth, &shape);
-        let init = format!("{} = {};", self.elem(id), c_float(r.identity()));
+        let init = format!("{} = {};", self.array(id), c_float(r.identity()));
         self.line(inner, &init);
         self.close(inner, depth);
         let mut full: Vec<AxisId> = shape.clone();
@@ -249,7 +266,7 @@ impl<'k> Printer<'k> {
         let inner = self.open(depth, &full);
         let term: Vec<String> = factors.iter().map(|&f| self.elem(f)).collect();
         let term = term.join(" * ");
-        let target = self.elem(id);
+        let target = self.array(id);
         let update = fold(r, &target, &term, self.real);
         let text = match mask {
             Some(m) => format!("if ({}) {update}", self.elem(m)),
@@ -421,6 +438,38 @@ impl<'k> Printer<'k> {
 
 fn call_neg_exp(x: &str, single: bool) -> String {
     format!("exp{}(-{x})", if single { "f" } else { "" })
+}
+
+/// Which values are printed inline: ranges, constants and the accumulator
+/// always (they are expressions of loop variables); loads and arithmetic
+/// used exactly once by a value of the same phase, so a gather feeding a
+/// `dot` is read where the dot needs it instead of being copied first.
+fn inlined(k: &Kernel, phases: &[Phase]) -> Vec<bool> {
+    let mut uses = vec![0usize; k.values.len()];
+    let mut user_phase = vec![None; k.values.len()];
+    for &id in &k.order {
+        for o in k.operands(id) {
+            uses[o.0 as usize] += 1;
+            user_phase[o.0 as usize] = Some(phases[id.0 as usize]);
+        }
+    }
+    let sink = &k.sink;
+    // The sink and the accumulator fold are outside every value's loops.
+    for o in sink.index.iter().chain([&sink.value]).chain(sink.mask.iter()) {
+        uses[o.0 as usize] += 2;
+    }
+    if let Some(acc) = &k.accumulate {
+        uses[acc.partial.0 as usize] += 2;
+    }
+    k.values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.op {
+            Op::Range(_) | Op::Const(_) | Op::ConstInt(_) | Op::Accumulator => true,
+            Op::Reduce { .. } | Op::Dot { .. } => false,
+            _ => uses[i] == 1 && user_phase[i] == Some(phases[i]),
+        })
+        .collect()
 }
 
 /// `target op= value` for a reduction, as a C statement.
