@@ -1,150 +1,12 @@
 //! The Einsum corpus (`tests/corpus/*.toml`): every entry parses, checks,
 //! is rewritten over its formats' arrays, and evaluates — rewritten and
 //! original alike — to what an independent dense computation written here
-//! gives.
-
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+//! gives; then runs on the C backend under several schedules. Loading the
+//! entries and making their data is `spindle_tests::corpus`.
 
 use ndarray::{ArrayD, Dimension, IxDyn};
-use rand::{Rng, SeedableRng};
-use serde::Deserialize;
-use spindle_formats::generate::GeneratorSpec;
-use spindle_formats::{Coo, FormatSpec};
-use spindle_ir::lang::{Declarations, ElemType, check, declare_output, parse};
 use spindle_ir::tensor::{TensorValue, Tensors};
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Entry {
-    description: String,
-    statement: String,
-    #[serde(default)]
-    formats: BTreeMap<String, String>,
-    tensors: BTreeMap<String, Data>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct KernelMap {
-    points: usize,
-    voxel: f64,
-    kernel: usize,
-    seed: u64,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Data {
-    rand: Option<String>,
-    index: Option<String>,
-    max: Option<i64>,
-    #[serde(rename = "gen")]
-    generator: Option<String>,
-    file: Option<String>,
-    fallback: Option<String>,
-    sparse3: Option<String>,
-    nnz: Option<usize>,
-    kernel_map: Option<KernelMap>,
-    clebsch_gordan: Option<u32>,
-    shape: Option<String>,
-    #[serde(default)]
-    seed: u64,
-}
-
-fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus")
-}
-
-fn entries() -> Vec<(String, Entry)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|p| {
-            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
-            let text = std::fs::read_to_string(&p).unwrap();
-            let entry: Entry = toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-            (name, entry)
-        })
-        .collect()
-}
-
-/// Dimensions like `64x32`, where `NAME.d` is dimension d of a tensor
-/// already made. `None` while a referenced tensor is missing.
-fn dims(text: &str, made: &Tensors) -> Option<Vec<usize>> {
-    text.split('x')
-        .map(|d| match d.trim().split_once('.') {
-            Some((name, dim)) => made.get(name).map(|t| t.shape()[dim.parse::<usize>().unwrap()]),
-            None => Some(d.trim().parse().unwrap()),
-        })
-        .collect()
-}
-
-fn random_values(shape: Vec<usize>, seed: u64) -> ArrayD<f64> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let n = shape.iter().product();
-    let data = (0..n)
-        .map(|_| {
-            let x: f64 = rng.random_range(0.1..1.0);
-            if rng.random::<bool>() { x } else { -x }
-        })
-        .collect();
-    ArrayD::from_shape_vec(IxDyn(&shape), data).unwrap()
-}
-
-/// Makes one tensor: its dense data, and its entries when it is sparse.
-fn make(data: &Data, made: &Tensors) -> Option<(TensorValue, Option<Coo<f64, i64>>)> {
-    let sparse = |coo: Coo<f64, i64>| Some((TensorValue::Values(coo.to_ndarray().unwrap()), Some(coo)));
-    if let Some(d) = &data.rand {
-        return Some((TensorValue::Values(random_values(dims(d, made)?, data.seed)), None));
-    }
-    if let Some(d) = &data.index {
-        let shape = dims(d, made)?;
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(data.seed);
-        let max = data.max.expect("index tensors need `max`");
-        let values = (0..shape.iter().product()).map(|_| rng.random_range(0..max)).collect();
-        return Some((TensorValue::Indices(ArrayD::from_shape_vec(IxDyn(&shape), values).unwrap()), None));
-    }
-    if let Some(spec) = &data.generator {
-        return sparse(spec.parse::<GeneratorSpec>().unwrap().generate().unwrap());
-    }
-    if let Some(file) = &data.file {
-        return match spindle_formats::data::shared_file(file) {
-            Some(path) => sparse(spindle_formats::io::read_tensor(&path).unwrap()),
-            None => {
-                eprintln!("(shared data absent: {file} replaced by its fallback generator)");
-                let spec = data.fallback.as_ref().expect("a `file` needs a `fallback`");
-                sparse(spec.parse::<GeneratorSpec>().unwrap().generate().unwrap())
-            }
-        };
-    }
-    if let Some(d) = &data.sparse3 {
-        let shape = dims(d, made)?;
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(data.seed);
-        let n = data.nnz.expect("sparse3 needs nnz");
-        let crd: Vec<Vec<i64>> =
-            shape.iter().map(|&e| (0..n).map(|_| rng.random_range(0..e as i64)).collect()).collect();
-        let val = random_values(vec![n], data.seed + 1).into_raw_vec_and_offset().0;
-        return sparse(Coo::new(shape, crd, val).unwrap().canonicalize());
-    }
-    if let Some(k) = &data.kernel_map {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(k.seed);
-        let points: Vec<[f64; 3]> = (0..k.points)
-            .map(|_| [rng.random::<f64>(), rng.random::<f64>(), rng.random::<f64>() * 0.5])
-            .collect();
-        let voxels: Coo<f64, i64> = spindle_formats::generate::voxelize(&points, k.voxel).unwrap();
-        return sparse(spindle_formats::generate::kernel_map(&voxels, k.kernel).unwrap());
-    }
-    if let Some(lmax) = data.clebsch_gordan {
-        return sparse(spindle_formats::generate::cg_tensor(lmax).unwrap());
-    }
-    panic!("no data for {data:?}")
-}
+use spindle_tests::corpus::{build, entries};
 
 fn value(t: &Tensors, name: &str) -> ArrayD<f64> {
     match &t[name] {
@@ -306,67 +168,19 @@ fn every_corpus_entry_matches_its_dense_computation() {
     let mut runs = Vec::new();
     for (name, entry) in entries {
         eprintln!("{name}: {}", entry.description);
-        // Make the data, resolving `NAME.d` references as tensors appear.
-        let mut data = Tensors::new();
-        let mut sparse: BTreeMap<String, Coo<f64, i64>> = BTreeMap::new();
-        let mut shapes: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        while data.len() + shapes.len() < entry.tensors.len() {
-            let before = data.len() + shapes.len();
-            for (tensor, spec) in &entry.tensors {
-                if data.contains_key(tensor) || shapes.contains_key(tensor) {
-                    continue;
-                }
-                if let Some(s) = &spec.shape {
-                    shapes.insert(tensor.clone(), dims(s, &data).unwrap());
-                } else if let Some((value, coo)) = make(spec, &data) {
-                    data.insert(tensor.clone(), value);
-                    if let Some(coo) = coo {
-                        sparse.insert(tensor.clone(), coo);
-                    }
-                }
-            }
-            assert!(data.len() + shapes.len() > before, "{name}: unresolved tensor references");
-        }
-        let mut declarations: Declarations = data.iter().map(|(n, v)| (n.clone(), v.declaration())).collect();
-        for (n, s) in &shapes {
-            declarations.insert(
-                n.clone(),
-                spindle_ir::lang::Declaration { shape: s.clone(), dtype: ElemType::parse("f32").unwrap() },
-            );
-        }
-        let statement = parse(&entry.statement)
-            .unwrap_or_else(|d| panic!("{name}: {}", d.render(&entry.statement, false)));
-        // The output's shape: declared, or the extents of its plain indices.
-        assert!(declare_output(&statement, &mut declarations), "{name}: give the output a `shape`");
-        let out_name = statement.lhs.tensor.name.clone();
-        let einsum = check(&statement, &declarations)
-            .unwrap_or_else(|d| panic!("{name}: {}", d.render(&entry.statement, false)));
-        let out_shape = declarations[&out_name].shape.clone();
-        let want = expected(&name, &data, &out_shape);
+        let built = build(&name, &entry);
+        let want = expected(&name, &built.original_data, &built.out_shape);
 
-        let original = spindle_ir::eval::evaluate(&einsum, &data).unwrap_or_else(|d| panic!("{name}: {d}"));
+        let original = spindle_ir::eval::evaluate(&built.original, &built.original_data)
+            .unwrap_or_else(|d| panic!("{name}: {d}"));
         close(&original, &want, &format!("{name} (original statement)"));
 
-        if entry.formats.is_empty() {
-            runs.push((name.clone(), einsum.clone(), data.clone(), want.clone()));
-            continue;
+        if let Some(text) = &built.rewritten {
+            let got = spindle_ir::eval::evaluate(&built.einsum, &built.data)
+                .unwrap_or_else(|d| panic!("{name}: {d}"));
+            close(&got, &want, &format!("{name} (rewritten: {text})"));
         }
-        let formats: BTreeMap<String, FormatSpec> =
-            entry.formats.iter().map(|(n, s)| (n.clone(), s.parse().unwrap())).collect();
-        let rewritten = spindle_ir::rewrite::rewrite(&einsum, &formats, &sparse)
-            .unwrap_or_else(|d| panic!("{name}: {d}"));
-        eprintln!("  rewritten: {}", rewritten.statement);
-        let mut data = data;
-        for gone in &rewritten.replaced {
-            data.remove(gone);
-        }
-        data.extend(rewritten.tensors.clone());
-        let text = rewritten.statement.to_string();
-        let einsum =
-            rewritten.check(&einsum).unwrap_or_else(|d| panic!("{name}: {}", d.render(&text, false)));
-        let got = spindle_ir::eval::evaluate(&einsum, &data).unwrap_or_else(|d| panic!("{name}: {d}"));
-        close(&got, &want, &format!("{name} (rewritten: {text})"));
-        runs.push((name.clone(), einsum, data, want));
+        runs.push((name.clone(), built.einsum, built.data, want));
     }
     c_backend(&runs);
 }

@@ -115,7 +115,10 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
         match schedule.strategy {
             Strategy::AccumulateThenAtomic => {
                 let mut partial = rhs;
-                for &r in &reduced {
+                // Innermost reduced axis first: the block axis of a
+                // BlockGroupCOO product, so the matmul pass makes the block
+                // product the `dot` and the group axis a plain sum after it.
+                for &r in reduced.iter().rev() {
                     // The mask of r alone: an eager mask would carry axes
                     // the partial no longer has.
                     let mask = b.raw_axis_mask(r);

@@ -72,3 +72,144 @@ fn product(kernel: &mut Kernel, anchor: &mut ValueId, a: ValueId, b: ValueId) ->
     *anchor = insert_after(kernel, *anchor, v);
     *anchor
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::lower::lower_only;
+    use crate::kernel::{Phase, Sink};
+    use crate::lang::{Declaration, Declarations, ElemType, check, parse};
+
+    fn decls(list: &[(&str, &[usize], &str)]) -> Declarations {
+        list.iter()
+            .map(|(n, s, t)| {
+                (n.to_string(), Declaration { shape: s.to_vec(), dtype: ElemType::parse(t).unwrap() })
+            })
+            .collect()
+    }
+
+    /// `statement` lowered with lazy shapes and no passes.
+    fn lowered(statement: &str, d: &Declarations) -> Kernel {
+        let e = check(&parse(statement).unwrap(), d).unwrap();
+        lower_only(&e, &"matmul=off".parse().unwrap(), "k").unwrap()
+    }
+
+    /// Runs the pass; returns the IR before and after in one text.
+    fn before_after(k: &mut Kernel) -> String {
+        let before = k.to_string();
+        run(k);
+        format!("{before}\n=== after\n\n{k}")
+    }
+
+    fn count(k: &Kernel, pred: impl Fn(&Op) -> bool) -> usize {
+        k.order.iter().filter(|&&id| pred(&k.value(id).op)).count()
+    }
+
+    fn dots(k: &Kernel) -> Vec<ValueId> {
+        k.order.iter().copied().filter(|&id| matches!(k.value(id).op, Op::Dot { .. })).collect()
+    }
+
+    fn sums(k: &Kernel) -> usize {
+        count(k, |op| matches!(op, Op::Reduce { reduction: Reduction::Sum, .. }))
+    }
+
+    fn load_name(k: &Kernel, id: ValueId) -> Option<&str> {
+        match k.value(id).op {
+            Op::Load { tensor, .. } => Some(k.tensor(tensor).name.as_str()),
+            _ => None,
+        }
+    }
+
+    fn shape_names(k: &Kernel, id: ValueId) -> Vec<&str> {
+        k.value(id).shape.iter().map(|&a| k.axis(a).name.as_str()).collect()
+    }
+
+    #[test]
+    fn dot_fires_through_a_gather_and_a_scatter() {
+        let d = decls(&[
+            ("C", &[15, 10], "f32"),
+            ("A", &[20, 30], "f32"),
+            ("B", &[12, 10], "f32"),
+            ("E", &[12], "i32"),
+            ("D", &[20], "i32"),
+        ]);
+        let mut k = lowered("C[D[y],x] += A[y,E[r]] * B[r,x]", &d);
+        assert_eq!(sums(&k), 1, "{k}");
+        let text = before_after(&mut k);
+        insta::assert_snapshot!("native_matmul_gather_dot_scatter", text);
+
+        assert_eq!(sums(&k), 0, "{k}");
+        let dots = dots(&k);
+        assert_eq!(dots.len(), 1, "{k}");
+        let Op::Dot { a, b, axis, .. } = k.value(dots[0]).op else { unreachable!() };
+        assert_eq!(k.axis(axis).name, "r");
+        // A is gathered through E inside the dot's operand.
+        assert_eq!(load_name(&k, a), Some("A"));
+        let Op::Load { index, .. } = &k.value(a).op else { unreachable!() };
+        assert_eq!(load_name(&k, index[1]), Some("E"));
+        assert_eq!(load_name(&k, b), Some("B"));
+        assert_eq!((shape_names(&k, a), shape_names(&k, b)), (vec!["y", "r"], vec!["x", "r"]));
+        assert_eq!(shape_names(&k, dots[0]), ["y", "x"]);
+        // The dot is the loop's partial; the scatter through D stays in
+        // the same kernel and is atomic (rows of C collide).
+        assert_eq!(k.accumulate.as_ref().unwrap().partial, dots[0]);
+        assert_eq!(k.phases()[dots[0].0 as usize], Phase::Loop);
+        let Sink { index, exclusive, .. } = &k.sink;
+        assert!(!exclusive, "{k}");
+        assert_eq!(load_name(&k, index[0]), Some("D"));
+    }
+
+    #[test]
+    fn groupcoo_spmm_is_a_batched_dot_over_the_group() {
+        let d = decls(&[
+            ("C", &[96, 24], "f32"),
+            ("A_grp", &[40], "i32"),
+            ("A_val", &[40, 4], "f32"),
+            ("A_crd", &[40, 4], "i32"),
+            ("B", &[80, 24], "f32"),
+        ]);
+        let mut k = lowered("C[A_grp[p],n] += A_val[p,q] * B[A_crd[p,q],n]", &d);
+        let text = before_after(&mut k);
+        insta::assert_snapshot!("native_matmul_groupcoo_spmm", text);
+
+        assert_eq!(sums(&k), 0, "{k}");
+        let dots = dots(&k);
+        assert_eq!(dots.len(), 1, "{k}");
+        let Op::Dot { a, b, axis, .. } = k.value(dots[0]).op else { unreachable!() };
+        assert_eq!(k.axis(axis).name, "q");
+        assert_eq!(load_name(&k, a), Some("A_val"));
+        assert_eq!(load_name(&k, b), Some("B"));
+        // B's rows are gathered through A_crd; both operands carry p, so
+        // the dot is batched over the groups: (1 x q) . (q x n) per p.
+        let Op::Load { index, .. } = &k.value(b).op else { unreachable!() };
+        assert_eq!(load_name(&k, index[0]), Some("A_crd"));
+        assert_eq!((shape_names(&k, a), shape_names(&k, b)), (vec!["p", "q"], vec!["p", "n", "q"]));
+        assert_eq!(shape_names(&k, dots[0]), ["p", "n"]);
+        let Sink { index, exclusive, .. } = &k.sink;
+        assert!(!exclusive, "{k}");
+        assert_eq!(load_name(&k, index[0]), Some("A_grp"));
+    }
+
+    #[test]
+    fn a_sum_of_non_products_is_left_alone() {
+        let d = decls(&[("y", &[10], "f32"), ("A", &[10, 12], "f32"), ("x", &[12], "f32")]);
+        let mut k = lowered("y[i] += exp(A[i,k]) + x[k]", &d);
+        let before = k.clone();
+        let text = before_after(&mut k);
+        insta::assert_snapshot!("native_matmul_sum_of_non_products", text);
+        assert_eq!(k, before, "{k}");
+        assert_eq!(sums(&k), 1);
+        assert!(dots(&k).is_empty());
+    }
+
+    #[test]
+    fn a_product_with_one_factor_over_the_axis_is_left_alone() {
+        // Only A varies over k: there is no second operand for a dot.
+        let d = decls(&[("y", &[10], "f32"), ("A", &[10, 12], "f32"), ("s", &[10], "f32")]);
+        let mut k = lowered("y[i] += A[i,k] * s[i]", &d);
+        let before = k.clone();
+        run(&mut k);
+        assert_eq!(k, before, "{k}");
+        assert!(dots(&k).is_empty());
+    }
+}
