@@ -181,11 +181,19 @@ impl<'k> Printer<'k> {
             Op::Const(c) => c_float(*c),
             Op::ConstInt(c) => format!("(int64_t){c}"),
             Op::Load { tensor, index, mask } => {
-                let name = &self.k.tensor(*tensor).name;
-                let read = format!("a_{name}[{}]", self.address(*tensor, index));
+                let t = self.k.tensor(*tensor);
+                let address = self.address(*tensor, index);
                 match mask {
-                    Some(m) => format!("({} ? {read} : 0)", self.elem(*m)),
-                    None => read,
+                    None => format!("a_{}[{address}]", t.name),
+                    // A masked load reads a safe element unconditionally and
+                    // selects 0 where the mask is off: a contiguous load and a
+                    // blend, which vectorize, instead of a masked gather.
+                    Some(m) if t.shape.iter().product::<usize>() > 0 => {
+                        let m = self.elem(*m);
+                        let kind = if value.scalar == Scalar::Int { "int64_t" } else { self.real };
+                        format!("select_{}({m}, a_{}[{m} ? {address} : 0])", kind.replace(' ', "_"), t.name)
+                    }
+                    Some(m) => format!("({} ? a_{}[{address}] : 0)", self.elem(*m), t.name),
                 }
             }
             Op::Unary(UnaryOp::Neg, a) => format!("(-{})", self.elem(*a)),
@@ -226,12 +234,27 @@ impl<'k> Printer<'k> {
             return;
         }
         let value = self.k.value(id).clone();
+        if self.folds_into_acc(id) {
+            // The accumulator's own partial: reduce straight into it.
+            match value.op {
+                Op::Reduce { reduction, value: x, axis, mask } => {
+                    self.reduce(depth, id, reduction, &[x], axis, mask, true)
+                }
+                Op::Dot { a, b, axis, mask } => {
+                    self.reduce(depth, id, Reduction::Sum, &[a, b], axis, mask, true)
+                }
+                _ => unreachable!("only reductions fold into the accumulator"),
+            }
+            return;
+        }
         self.declare(depth, id);
         match value.op {
             Op::Reduce { reduction, value: x, axis, mask } => {
-                self.reduce(depth, id, reduction, &[x], axis, mask);
+                self.reduce(depth, id, reduction, &[x], axis, mask, false);
             }
-            Op::Dot { a, b, axis, mask } => self.reduce(depth, id, Reduction::Sum, &[a, b], axis, mask),
+            Op::Dot { a, b, axis, mask } => {
+                self.reduce(depth, id, Reduction::Sum, &[a, b], axis, mask, false)
+            }
             _ => {
                 let inner = self.open(depth, &value.shape);
                 self.compute(inner, id);
@@ -240,7 +263,21 @@ impl<'k> Printer<'k> {
         }
     }
 
-    /// `out[S] = fold over axis of (product of factors)`, masked.
+    /// Whether `id` is the accumulator's partial and a reduction of the
+    /// accumulator's kind, so it can fold straight into `acc`.
+    fn folds_into_acc(&self, id: ValueId) -> bool {
+        let Some(acc) = &self.k.accumulate else { return false };
+        acc.partial == id
+            && match self.k.value(id).op {
+                Op::Dot { .. } => acc.reduction == Reduction::Sum,
+                Op::Reduce { reduction, .. } => reduction == acc.reduction,
+                _ => false,
+            }
+    }
+
+    /// `out[S] = fold over axis of (product of factors)`, masked; with
+    /// `into_acc`, folded into the accumulator instead.
+    #[allow(clippy::too_many_arguments)]
     fn reduce(
         &mut self,
         depth: usize,
@@ -249,12 +286,15 @@ impl<'k> Printer<'k> {
         factors: &[ValueId],
         axis: AxisId,
         mask: Option<ValueId>,
+        into_acc: bool,
     ) {
         let shape = self.k.value(id).shape.clone();
-        let inner = self.open(depth, &shape);
-        let init = format!("{} = {};", self.array(id), c_float(r.identity()));
-        self.line(inner, &init);
-        self.close(inner, depth);
+        if !into_acc {
+            let inner = self.open(depth, &shape);
+            let init = format!("{} = {};", self.array(id), c_float(r.identity()));
+            self.line(inner, &init);
+            self.close(inner, depth);
+        }
         let mut full: Vec<AxisId> = shape.clone();
         for &f in factors {
             full.extend(self.k.value(f).shape.iter().copied());
@@ -266,7 +306,7 @@ impl<'k> Printer<'k> {
         let inner = self.open(depth, &full);
         let term: Vec<String> = factors.iter().map(|&f| self.elem(f)).collect();
         let term = term.join(" * ");
-        let target = self.array(id);
+        let target = if into_acc { format!("acc{}", self.order_index(&shape)) } else { self.array(id) };
         let update = fold(r, &target, &term, self.real);
         let text = match mask {
             Some(m) => format!("if ({}) {update}", self.elem(m)),
@@ -361,7 +401,7 @@ impl<'k> Printer<'k> {
             for id in in_phase(self, Phase::Loop) {
                 self.emit(d, id);
             }
-            if let Some(acc) = &k.accumulate {
+            if let Some(acc) = k.accumulate.as_ref().filter(|a| !self.folds_into_acc(a.partial)) {
                 let inner = self.open(d, &acc.shape);
                 let target = format!("acc{}", self.order_index(&acc.shape));
                 let update = fold(acc.reduction, &target, &self.elem(acc.partial), self.real);
@@ -381,7 +421,24 @@ impl<'k> Printer<'k> {
         }
     }
 
+    /// The write of the result. When programs may collide, the atomic
+    /// and the plain form are two loop nests chosen once, so the plain one
+    /// (one thread) vectorizes.
     fn sink(&mut self, depth: usize) {
+        let k = self.k;
+        let s = &k.sink;
+        if s.exclusive {
+            self.sink_loops(depth, false);
+        } else {
+            self.line(depth, "if (atomic) {");
+            self.sink_loops(depth + 1, true);
+            self.line(depth, "} else {");
+            self.sink_loops(depth + 1, false);
+            self.line(depth, "}");
+        }
+    }
+
+    fn sink_loops(&mut self, depth: usize, atomic: bool) {
         let k = self.k;
         let s = &k.sink;
         let mut shape: Vec<AxisId> = s.index.iter().flat_map(|&i| k.value(i).shape.clone()).collect();
@@ -393,13 +450,12 @@ impl<'k> Printer<'k> {
         let name = &k.tensor(s.tensor).name;
         let target = format!("a_{name}[{}]", self.address(s.tensor, &s.index));
         let value = self.elem(s.value);
-        let plain = fold(s.reduction, &target, &value, self.real);
-        let atomic = match s.reduction {
-            Reduction::Sum => format!("{{\n#pragma omp atomic update\n{target} += {value};\n}}"),
-            Reduction::Max => format!("atomic_max_{}(&{target}, {value});", self.real),
-            Reduction::Min => format!("atomic_min_{}(&{target}, {value});", self.real),
+        let update = match (atomic, s.reduction) {
+            (false, r) => fold(r, &target, &value, self.real),
+            (true, Reduction::Sum) => format!("{{\n#pragma omp atomic update\n{target} += {value};\n}}"),
+            (true, Reduction::Max) => format!("atomic_max_{}(&{target}, {value});", self.real),
+            (true, Reduction::Min) => format!("atomic_min_{}(&{target}, {value});", self.real),
         };
-        let update = if s.exclusive { plain } else { format!("if (atomic) {atomic} else {plain}") };
         let text = match s.mask {
             Some(m) => format!("if ({}) {{ {update} }}", self.elem(m)),
             None => update,
@@ -432,6 +488,14 @@ impl<'k> Printer<'k> {
                 }
             }
         }
+        for kind in ["float", "double", "int64_t"] {
+            self.line(
+                0,
+                &format!(
+                    "static inline {kind} select_{kind}(unsigned char m, {kind} x) {{ return m ? x : 0; }}"
+                ),
+            );
+        }
         self.line(0, "");
     }
 }
@@ -453,11 +517,16 @@ fn inlined(k: &Kernel, phases: &[Phase]) -> Vec<bool> {
             user_phase[o.0 as usize] = Some(phases[id.0 as usize]);
         }
     }
+    // The sink runs in its value's phase (in the loop for atomic per
+    // element, after it otherwise), printed twice when it may be atomic.
     let sink = &k.sink;
-    // The sink and the accumulator fold are outside every value's loops.
+    let sink_phase = phases[sink.value.0 as usize].max(Phase::Program);
+    let sink_uses = 1;
     for o in sink.index.iter().chain([&sink.value]).chain(sink.mask.iter()) {
-        uses[o.0 as usize] += 2;
+        uses[o.0 as usize] += sink_uses;
+        user_phase[o.0 as usize] = Some(sink_phase);
     }
+    // The accumulator folds its partial directly (see `Printer::program`).
     if let Some(acc) = &k.accumulate {
         uses[acc.partial.0 as usize] += 2;
     }

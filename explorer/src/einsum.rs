@@ -57,7 +57,7 @@ fn parse_dims(dims: &str) -> Result<Vec<usize>> {
 pub fn run_check(statement: &str, shapes: &[String]) -> Result<()> {
     let mut declarations = Declarations::new();
     for s in shapes {
-        let (name, decl) = parse_shape(s)?;
+        let (name, decl) = parse_shape(s.as_str())?;
         declarations.insert(name, decl);
     }
     let parsed = parse(statement).map_err(|d| report(&d, statement))?;
@@ -104,22 +104,51 @@ fn require_output(statement: &Statement, declarations: &mut Declarations) -> Res
     )
 }
 
-/// Options of `spindle eval`.
-#[derive(Debug)]
-pub struct EvalArgs<'a> {
-    pub statement: &'a str,
-    pub tensors: &'a [String],
-    pub rand: &'a [String],
-    pub shapes: &'a [String],
-    pub formats: &'a [String],
-    pub out: Option<&'a str>,
+/// The statement and data options `eval`, `compile` and `run` share.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DataArgs {
+    /// The statement, e.g. "C[m,n] += A[m,k] * B[k,n]".
+    pub statement: String,
+    /// Data for a tensor: NAME=file.npy (dense values, or integer
+    /// indices), NAME=file.mtx or NAME=file.tns (sparse).
+    #[arg(long = "tensor", value_name = "NAME=PATH")]
+    pub tensors: Vec<String>,
+    /// Random data: NAME=DIMS:DTYPE:SEED (values in ±[0.1, 1)), or
+    /// NAME=DIMS:i32:SEED:MAX for index tensors with values in 0..MAX.
+    #[arg(long = "rand", value_name = "NAME=DIMS:DTYPE:SEED[:MAX]")]
+    pub rand: Vec<String>,
+    /// Shapes of tensors without data (usually the output).
+    #[arg(long = "shape", value_name = "NAME=DIMS[:DTYPE]")]
+    pub shapes: Vec<String>,
+    /// Store a tensor in a format and rewrite the statement over the
+    /// format's arrays first (coo, csr, ell, groupcoo, blockgroupcoo),
+    /// e.g. A=groupcoo:dim=0,g=8.
+    #[arg(long = "format", value_name = "NAME=FORMAT")]
+    pub formats: Vec<String>,
 }
 
-pub fn run_eval(args: &EvalArgs<'_>) -> Result<()> {
-    let src = args.statement;
+/// A statement ready to evaluate or compile: checked (and rewritten when
+/// formats were given), with its data.
+#[derive(Debug)]
+pub struct Prepared {
+    pub einsum: Einsum,
+    pub data: Tensors,
+    /// The text the statement's spans point into.
+    pub source: String,
+}
+
+impl Prepared {
+    /// Renders a diagnostic against the statement's text.
+    pub fn report(&self, d: &Diagnostic) -> anyhow::Error {
+        report(d, &self.source)
+    }
+}
+
+pub fn prepare(args: &DataArgs) -> Result<Prepared> {
+    let src = args.statement.as_str();
     let parsed = parse(src).map_err(|d| report(&d, src))?;
     let mut formats = BTreeMap::new();
-    for arg in args.formats {
+    for arg in &args.formats {
         let (name, spec) =
             arg.split_once('=').ok_or_else(|| anyhow!("--format {arg}: expected NAME=FORMAT"))?;
         formats
@@ -128,7 +157,7 @@ pub fn run_eval(args: &EvalArgs<'_>) -> Result<()> {
     let mut data = Tensors::new();
     let mut declarations = Declarations::new();
     let mut sparse: BTreeMap<String, Coo<f64, i64>> = BTreeMap::new();
-    for arg in args.tensors {
+    for arg in &args.tensors {
         let (name, path) =
             arg.split_once('=').ok_or_else(|| anyhow!("--tensor {arg}: expected NAME=PATH"))?;
         // A sparse file stays sparse when it gets a format: only its
@@ -150,13 +179,13 @@ pub fn run_eval(args: &EvalArgs<'_>) -> Result<()> {
             }
         }
     }
-    for arg in args.rand {
-        let (name, value, dtype) = random_tensor(arg)?;
+    for arg in &args.rand {
+        let (name, value, dtype) = random_tensor(arg.as_str())?;
         declarations.insert(name.clone(), Declaration { shape: value.shape().to_vec(), dtype });
         data.insert(name, value);
     }
-    for s in args.shapes {
-        let (name, decl) = parse_shape(s)?;
+    for s in &args.shapes {
+        let (name, decl) = parse_shape(s.as_str())?;
         declarations.insert(name, decl);
     }
     require_output(&parsed, &mut declarations)?;
@@ -186,24 +215,127 @@ pub fn run_eval(args: &EvalArgs<'_>) -> Result<()> {
         data.extend(rewritten.tensors);
     }
 
+    Ok(Prepared { einsum, data, source })
+}
+
+pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
+    let Prepared { einsum, data, source } = prepare(args)?;
     let start = std::time::Instant::now();
     let result = spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| report(&d, &source))?;
-    let output = einsum.output();
     let points: u128 = einsum.indices.iter().map(|i| i.extent as u128).product();
-    eprintln!("evaluated {} ({points} points) in {:.1} ms", output.name, start.elapsed().as_secs_f64() * 1e3);
-    match args.out {
+    eprintln!(
+        "evaluated {} ({points} points) in {:.1} ms",
+        einsum.output().name,
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    emit_output(&einsum, &result, out)
+}
+
+/// Writes the output to `NAME=PATH.npy`, or prints a preview.
+fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&str>) -> Result<()> {
+    let output = einsum.output();
+    match out {
         Some(out) => {
             let (name, path) =
                 out.split_once('=').ok_or_else(|| anyhow!("--out {out}: expected NAME=PATH.npy"))?;
             if name != output.name {
                 bail!("--out {out}: the statement's output is `{}`", output.name);
             }
-            write_output(Path::new(path), &result, output.dtype)?;
+            write_output(Path::new(path), result, output.dtype)?;
             println!("wrote {path} ({} {})", shape_text(result.shape()), output.dtype.name());
         }
-        None => println!("{}", preview(&result)),
+        None => println!("{}", preview(result)),
     }
     Ok(())
+}
+
+/// Where kernels run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// C11 + OpenMP, compiled with the system C compiler.
+    C,
+    /// CUDA through NVRTC (not available yet).
+    Cuda,
+}
+
+/// What `spindle compile` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Emit {
+    /// The kernel IR.
+    Ir,
+    /// The C source.
+    C,
+}
+
+fn lower_prepared(prepared: &Prepared, schedule: &str, target: Target) -> Result<spindle_ir::kernel::Kernel> {
+    if target == Target::Cuda {
+        bail!("the CUDA backend is not built yet; use --target c");
+    }
+    let schedule: spindle_ir::kernel::schedule::Schedule = schedule.parse()?;
+    spindle_ir::kernel::lower::lower(&prepared.einsum, &schedule, "spindle").map_err(|d| prepared.report(&d))
+}
+
+pub fn run_compile(args: &DataArgs, schedule: &str, target: Target, emit: Emit) -> Result<()> {
+    let prepared = prepare(args)?;
+    let kernel = lower_prepared(&prepared, schedule, target)?;
+    match emit {
+        Emit::Ir => print!("{kernel}"),
+        Emit::C => print!("{}", spindle_c::print::print(&kernel, spindle_c::exec::SYMBOL)?),
+    }
+    Ok(())
+}
+
+/// Options of `spindle run`.
+#[derive(Debug)]
+pub struct RunArgs<'a> {
+    pub schedule: &'a str,
+    pub target: Target,
+    pub check: bool,
+    pub threads: usize,
+    pub repeats: usize,
+    pub out: Option<&'a str>,
+}
+
+pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
+    let prepared = prepare(args)?;
+    let kernel = lower_prepared(&prepared, run.schedule, run.target)?;
+    let compiled = spindle_c::exec::CKernel::compile(&kernel)?;
+    let threads = if run.threads == 0 { spindle_c::cpu_threads() } else { run.threads };
+    let out_name = prepared.einsum.output().name.clone();
+    let had_data = prepared.data.contains_key(&out_name);
+    // Time on prepared buffers; every repeat starts from the same output.
+    let fresh = compiled.buffers(&prepared.data)?;
+    let mut buffers = fresh.clone();
+    let mut times = Vec::with_capacity(run.repeats);
+    for _ in 0..run.repeats.max(1) {
+        buffers.clone_from(&fresh);
+        let start = std::time::Instant::now();
+        compiled.launch(&mut buffers, threads)?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let result = compiled.output(&buffers, had_data)?;
+    let cache = if compiled.program.cache_hit() { "cached" } else { "compiled" };
+    eprintln!(
+        "ran {} on C with {threads} thread{}: median {:.3} ms over {} runs ({cache} {})",
+        out_name,
+        if threads == 1 { "" } else { "s" },
+        median * 1e3,
+        times.len(),
+        compiled.program.source_path().display()
+    );
+    if run.check {
+        let want =
+            spindle_ir::eval::evaluate(&prepared.einsum, &prepared.data).map_err(|d| prepared.report(&d))?;
+        let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
+        let err = result.iter().zip(want.iter()).fold(0.0f64, |m, (g, w)| m.max((g - w).abs())) / scale;
+        println!("check: max relative error {err:.2e} against the reference evaluator");
+        if err > 1e-3 {
+            bail!("the kernel's result differs from the reference evaluator (max relative error {err:.2e})");
+        }
+    }
+    emit_output(&prepared.einsum, &result, run.out)
 }
 
 /// A tensor read from a file.

@@ -130,24 +130,52 @@ enum Command {
     /// Example: spindle eval "y[i] = A[i,j] * x[j]" --tensor A=../shared/data/matrices/cora.mtx
     /// --rand x=2708:f32:1 --format A=groupcoo:dim=0,g=auto --out y=y.npy
     Eval {
-        statement: String,
-        /// Data for a tensor: NAME=file.npy (dense values, or integer
-        /// indices), NAME=file.mtx or NAME=file.tns (sparse).
-        #[arg(long = "tensor", value_name = "NAME=PATH")]
-        tensors: Vec<String>,
-        /// Random data: NAME=DIMS:DTYPE:SEED (values in ±[0.1, 1)), or
-        /// NAME=DIMS:i32:SEED:MAX for index tensors with values in 0..MAX.
-        #[arg(long = "rand", value_name = "NAME=DIMS:DTYPE:SEED[:MAX]")]
-        rand: Vec<String>,
-        /// Shapes of tensors without data (usually the output).
-        #[arg(long = "shape", value_name = "NAME=DIMS[:DTYPE]")]
-        shapes: Vec<String>,
-        /// Store a tensor in a format and rewrite the statement over the
-        /// format's arrays first (coo, csr, ell, groupcoo, blockgroupcoo),
-        /// e.g. A=groupcoo:dim=0,g=8.
-        #[arg(long = "format", value_name = "NAME=FORMAT")]
-        formats: Vec<String>,
+        #[command(flatten)]
+        data: einsum::DataArgs,
         /// Write the output: NAME=out.npy. Without it a preview is printed.
+        #[arg(long, value_name = "NAME=PATH")]
+        out: Option<String>,
+    },
+    /// Compile a statement to a kernel and print its IR or source.
+    ///
+    /// Example: spindle compile "C[m,n] += A[m,k] * B[k,n]" --tensor A=a.mtx --rand B=2708x64:f32:1
+    /// --format A=groupcoo:g=4 --schedule "tile.p=8 tile.n=64" --target c --emit c
+    Compile {
+        #[command(flatten)]
+        data: einsum::DataArgs,
+        /// The schedule: tile.INDEX=N, reduce=atomic|accumulate,
+        /// broadcast=lazy|eager, matmul=on|off.
+        #[arg(long, default_value = "")]
+        schedule: String,
+        #[arg(long, value_enum, default_value_t = einsum::Target::C)]
+        target: einsum::Target,
+        /// What to print.
+        #[arg(long, value_enum, default_value_t = einsum::Emit::Ir)]
+        emit: einsum::Emit,
+    },
+    /// Compile a statement, run it, and time it (median of repeats).
+    ///
+    /// Example: spindle run "y[i] = A[i,j] * x[j]" --tensor A=../shared/data/matrices/cora.mtx
+    /// --rand x=2708:f32:1 --format A=csr --target c --check
+    Run {
+        #[command(flatten)]
+        data: einsum::DataArgs,
+        /// The schedule (see `spindle compile --help`).
+        #[arg(long, default_value = "")]
+        schedule: String,
+        #[arg(long, value_enum, default_value_t = einsum::Target::C)]
+        target: einsum::Target,
+        /// Compare with the reference evaluator and print the max relative
+        /// error (fails above 1e-3).
+        #[arg(long)]
+        check: bool,
+        /// Threads (0 = all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Timed runs; the median is printed.
+        #[arg(long, default_value_t = 10)]
+        repeats: usize,
+        /// Write the output: NAME=out.npy.
         #[arg(long, value_name = "NAME=PATH")]
         out: Option<String>,
     },
@@ -172,15 +200,14 @@ fn main() -> ExitCode {
         Some(Command::Convert { input, to, out, types }) => convert::run(&input, &to, &out, &types),
         Some(Command::Bench { suite }) => bench::run(suite),
         Some(Command::Check { statement, shapes }) => einsum::run_check(&statement, &shapes),
-        Some(Command::Eval { statement, tensors, rand, shapes, formats, out }) => {
-            einsum::run_eval(&einsum::EvalArgs {
-                statement: &statement,
-                tensors: &tensors,
-                rand: &rand,
-                shapes: &shapes,
-                formats: &formats,
-                out: out.as_deref(),
-            })
+        Some(Command::Eval { data, out }) => einsum::run_eval(&data, out.as_deref()),
+        Some(Command::Compile { data, schedule, target, emit }) => {
+            einsum::run_compile(&data, &schedule, target, emit)
+        }
+        Some(Command::Run { data, schedule, target, check, threads, repeats, out }) => {
+            let run =
+                einsum::RunArgs { schedule: &schedule, target, check, threads, repeats, out: out.as_deref() };
+            einsum::run_kernel(&data, &run)
         }
     };
     match result {

@@ -2,6 +2,7 @@
 //! ratios hold even where absolute times move.
 
 mod formats;
+mod spmm;
 
 use std::time::Instant;
 
@@ -24,11 +25,16 @@ pub enum Suite {
         #[arg(long)]
         record: Option<std::path::PathBuf>,
     },
+    /// SpMM C = A·B (N = 64, f32): our C kernels (COO, CSR, GroupCOO over
+    /// g) against sprs and faer, on one thread and all cores, with F(g)
+    /// and achieved bandwidth against a measured copy.
+    Spmm(spmm::SpmmArgs),
 }
 
 pub fn run(suite: Suite) -> Result<()> {
     match suite {
         Suite::Formats { repeats, json, record } => formats::run(repeats.max(1), json, record.as_deref()),
+        Suite::Spmm(args) => spmm::run(args),
     }
 }
 
