@@ -21,6 +21,10 @@ use spindle_ir::lang::{ElemType, Func};
 /// on the thread's stack.
 pub const MAX_PROGRAM_BYTES: usize = 1 << 20;
 
+/// Private output copies are used while `size × threads` stays under this
+/// many elements (256 MB of f32).
+pub const PRIVATE_LIMIT: usize = 1 << 26;
+
 /// A kernel the printer cannot express.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot print kernel `{kernel}` as C: {reason}")]
@@ -334,6 +338,7 @@ impl<'k> Printer<'k> {
         self.line(0, "#include <stdint.h>");
         self.line(0, "#include <math.h>");
         self.line(0, "#include <omp.h>");
+        self.line(0, "#include <stdlib.h>");
         self.line(0, "");
         self.atomic_helpers();
         self.line(0, &format!("void {symbol}(void *const *args, int64_t nthreads) {{"));
@@ -343,29 +348,64 @@ impl<'k> Printer<'k> {
             self.line(1, &line);
         }
         let parallel = k.parallel_axes();
-        let atomic = !k.sink.exclusive;
-        // Atomics are needed only when several threads run.
-        self.line(1, &format!("const int atomic = {} && nthreads > 1;", if atomic { 1 } else { 0 }));
+        let out = k.tensor(k.sink.tensor);
+        let size: usize = out.shape.iter().product();
+        // Programs that may collide write through atomics only when several
+        // threads run; when the output is small enough each thread gets a
+        // private copy instead (no atomics at all), summed at the end.
+        let colliding = !k.sink.exclusive && !parallel.is_empty();
+        self.line(1, &format!("const int64_t out_size = {size};"));
+        self.line(
+            1,
+            &format!(
+                "int privatize = {} && nthreads > 1 && out_size * nthreads <= {PRIVATE_LIMIT};",
+                colliding as u8
+            ),
+        );
+        self.line(1, &format!("{} *priv = NULL;", self.real));
+        self.line(1, &format!("if (privatize) priv = malloc(sizeof *priv * out_size * nthreads);"));
+        self.line(1, "if (!priv) privatize = 0;");
+        self.line(1, &format!("const int atomic = {} && nthreads > 1 && !privatize;", colliding as u8));
         self.line(1, "(void)atomic;");
-        if !parallel.is_empty() {
-            self.line(
-                1,
-                &format!(
-                    "#pragma omp parallel for collapse({}) num_threads(nthreads) schedule(static)",
-                    parallel.len()
-                ),
-            );
-        }
+        let real = self.real;
+        let identity = c_float(k.sink.reduction.identity());
+        let name = out.name.clone();
         let mut depth = 1;
-        for &a in &parallel {
-            let (t, tiles) = (self.tile_var(a), k.axis(a).tiles());
-            self.line(depth, &format!("for (int64_t {t} = 0; {t} < {tiles}; {t}++) {{"));
-            depth += 1;
+        if parallel.is_empty() {
+            self.line(1, &format!("{real} *restrict o_{name} = a_{name};"));
+            self.program(1);
+        } else {
+            self.line(1, "#pragma omp parallel num_threads(nthreads)");
+            self.line(1, "{");
+            self.line(2, &format!("{real} *restrict o_{name} = a_{name};"));
+            self.line(2, "if (privatize) {");
+            self.line(3, &format!("o_{name} = priv + out_size * omp_get_thread_num();"));
+            self.line(3, &format!("for (int64_t i = 0; i < out_size; i++) o_{name}[i] = {identity};"));
+            self.line(2, "}");
+            self.line(2, &format!("#pragma omp for collapse({}) schedule(static)", parallel.len()));
+            depth = 2;
+            for &a in &parallel {
+                let (t, tiles) = (self.tile_var(a), k.axis(a).tiles());
+                self.line(depth, &format!("for (int64_t {t} = 0; {t} < {tiles}; {t}++) {{"));
+                depth += 1;
+            }
+            self.program(depth);
+            for d in (2..depth).rev() {
+                self.line(d, "}");
+            }
+            self.line(1, "}");
+            self.line(1, "if (privatize) {");
+            self.line(2, "#pragma omp parallel for num_threads(nthreads) schedule(static)");
+            self.line(2, "for (int64_t i = 0; i < out_size; i++) {");
+            self.line(3, "for (int64_t t = 0; t < nthreads; t++) {");
+            let update = fold(k.sink.reduction, &format!("a_{name}[i]"), "priv[out_size * t + i]", real);
+            self.line(4, &update);
+            self.line(3, "}");
+            self.line(2, "}");
+            self.line(1, "}");
         }
-        self.program(depth);
-        for d in (1..depth).rev() {
-            self.line(d, "}");
-        }
+        let _ = depth;
+        self.line(1, "free(priv);");
         self.line(0, "}");
         Ok(self.out)
     }
@@ -448,7 +488,7 @@ impl<'k> Printer<'k> {
         shape.dedup();
         let inner = self.open(depth, &shape);
         let name = &k.tensor(s.tensor).name;
-        let target = format!("a_{name}[{}]", self.address(s.tensor, &s.index));
+        let target = format!("o_{name}[{}]", self.address(s.tensor, &s.index));
         let value = self.elem(s.value);
         let update = match (atomic, s.reduction) {
             (false, r) => fold(r, &target, &value, self.real),
