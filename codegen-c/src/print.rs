@@ -363,7 +363,7 @@ impl<'k> Printer<'k> {
             ),
         );
         self.line(1, &format!("{} *priv = NULL;", self.real));
-        self.line(1, &format!("if (privatize) priv = malloc(sizeof *priv * out_size * nthreads);"));
+        self.line(1, "if (privatize) priv = malloc(sizeof *priv * out_size * nthreads);");
         self.line(1, "if (!priv) privatize = 0;");
         self.line(1, &format!("const int atomic = {} && nthreads > 1 && !privatize;", colliding as u8));
         self.line(1, "(void)atomic;");
