@@ -201,6 +201,20 @@ fn c_backend(runs: &[(String, spindle_ir::lang::Einsum, Tensors, ArrayD<f64>)]) 
         let ragged: Vec<String> = einsum.indices.iter().map(|i| format!("tile.{}=4", i.name)).collect();
         let ones: Vec<String> = einsum.indices.iter().map(|i| format!("tile.{}=1", i.name)).collect();
         schedules.push(ragged.join(" "));
+        // Programs over the first output index only, and the reduced loops
+        // in reverse order.
+        let parallel: Vec<&str> =
+            einsum.indices.iter().filter(|i| !i.reduced).map(|i| i.name.as_str()).collect();
+        let reduced: Vec<&str> =
+            einsum.indices.iter().filter(|i| i.reduced).map(|i| i.name.as_str()).rev().collect();
+        let mut knobs = Vec::new();
+        if let Some(first) = parallel.first() {
+            knobs.push(format!("parallel={first}"));
+        }
+        if !reduced.is_empty() {
+            knobs.push(format!("order={}", reduced.join("+")));
+        }
+        schedules.push(knobs.join(" "));
         let small: Vec<String> = einsum.indices.iter().map(|i| format!("tile.{}=2", i.name)).collect();
         schedules.extend(EAGER.iter().map(|e| format!("{} {e}", small.join(" "))));
         schedules.push(ones.join(" ") + " reduce=atomic");

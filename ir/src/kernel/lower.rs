@@ -46,26 +46,40 @@ fn check_tiles(kernel: &Kernel, span: &crate::lang::Span) -> Result<(), Diagnost
 /// Lowering without the passes: eager shapes stay eager, sums stay sums.
 pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Kernel, Diagnostic> {
     let st = &einsum.statement;
-    // Parallel axes first, then reduced, each in the statement's order.
+    // Parallel axes first, then reduced; within each, the schedule's
+    // `order` first, then the statement's order.
+    let rank = |name: &str| schedule.order.iter().position(|o| o == name).unwrap_or(usize::MAX);
     let mut axes: Vec<Axis> = Vec::new();
     for reduced in [false, true] {
-        for i in einsum.indices.iter().filter(|i| i.reduced == reduced) {
+        let mut group: Vec<_> = einsum.indices.iter().filter(|i| i.reduced == reduced).collect();
+        group.sort_by_key(|i| rank(&i.name));
+        for i in group {
             let role = if reduced { AxisRole::Reduced } else { AxisRole::Parallel };
-            axes.push(Axis {
-                name: i.name.clone(),
-                extent: i.extent,
-                tile: schedule.tile(&i.name, i.extent),
-                role,
-            });
+            // An output index the programs are not spread over is one tile.
+            let whole = !reduced
+                && schedule.parallel.as_ref().is_some_and(|p| !p.contains(&i.name))
+                && !schedule.tiles.contains_key(&i.name);
+            let tile =
+                if whole { i.extent.max(1).next_power_of_two() } else { schedule.tile(&i.name, i.extent) };
+            axes.push(Axis { name: i.name.clone(), extent: i.extent, tile, role });
         }
     }
-    for index in schedule.tiles.keys() {
+    let named = schedule.tiles.keys().chain(schedule.parallel.iter().flatten()).chain(&schedule.order);
+    for index in named {
         if !axes.iter().any(|a| &a.name == index) {
             return Err(Diagnostic::new(
-                format!("the schedule tiles `{index}`, which the statement does not use"),
+                format!("the schedule names `{index}`, which the statement does not use"),
                 st.span,
             ));
         }
+    }
+    if let Some(reduced) =
+        schedule.parallel.iter().flatten().find(|p| einsum.index(p).is_some_and(|i| i.reduced))
+    {
+        return Err(Diagnostic::new(
+            format!("`{reduced}` is reduced: programs can only be spread over the output's indices"),
+            st.span,
+        ));
     }
     let tensors: Vec<TensorParam> = einsum
         .tensors

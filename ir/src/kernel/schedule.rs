@@ -2,7 +2,7 @@
 //! and parsed syntax so the explorer can show, edit and sweep them:
 //!
 //! ```text
-//! tile.p=16 tile.n=64 reduce=accumulate broadcast=lazy matmul=on
+//! tile.p=16 tile.n=64 reduce=accumulate broadcast=lazy matmul=on parallel=p order=q+p
 //! ```
 //!
 //! Items are separated by spaces or commas; every item is optional.
@@ -30,6 +30,12 @@ pub struct Schedule {
     pub broadcasting: Broadcasting,
     /// Whether the native matmul pass turns multiply-then-sum into `dot`.
     pub native_matmul: bool,
+    /// The output indices programs are spread over; the others stay whole
+    /// inside each program (one tile). `None`: all of them.
+    pub parallel: Option<Vec<String>>,
+    /// Loop order: listed indices first, in this order, among the parallel
+    /// (program grid) and among the reduced (the loop inside a program).
+    pub order: Vec<String>,
 }
 
 impl Default for Schedule {
@@ -39,6 +45,8 @@ impl Default for Schedule {
             strategy: Strategy::AccumulateThenAtomic,
             broadcasting: Broadcasting::Lazy,
             native_matmul: true,
+            parallel: None,
+            order: Vec::new(),
         }
     }
 }
@@ -66,8 +74,8 @@ pub struct ScheduleError {
     pub reason: String,
 }
 
-pub const SCHEDULE_SYNTAX: &str =
-    "tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, matmul=on|off";
+pub const SCHEDULE_SYNTAX: &str = "tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
+matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX...";
 
 impl FromStr for Schedule {
     type Err = ScheduleError;
@@ -97,6 +105,8 @@ impl FromStr for Schedule {
                 ("broadcast", "eager") => s.broadcasting = Broadcasting::Eager,
                 ("matmul", "on") => s.native_matmul = true,
                 ("matmul", "off") => s.native_matmul = false,
+                ("parallel", v) => s.parallel = Some(index_list(v).map_err(|r| bad(&r))?),
+                ("order", v) => s.order = index_list(v).map_err(|r| bad(&r))?,
                 ("reduce", _) => return Err(bad("reduce is atomic or accumulate")),
                 ("broadcast", _) => return Err(bad("broadcast is lazy or eager")),
                 ("matmul", _) => return Err(bad("matmul is on or off")),
@@ -121,8 +131,24 @@ impl fmt::Display for Schedule {
             Broadcasting::Eager => "eager",
         };
         let matmul = if self.native_matmul { "on" } else { "off" };
-        write!(f, "reduce={reduce} broadcast={broadcast} matmul={matmul}")
+        write!(f, "reduce={reduce} broadcast={broadcast} matmul={matmul}")?;
+        if let Some(parallel) = &self.parallel {
+            write!(f, " parallel={}", parallel.join("+"))?;
+        }
+        if !self.order.is_empty() {
+            write!(f, " order={}", self.order.join("+"))?;
+        }
+        Ok(())
     }
+}
+
+/// `p+n`: index names joined by `+`.
+fn index_list(v: &str) -> Result<Vec<String>, String> {
+    let names: Vec<String> = v.split('+').map(|n| n.trim().to_string()).collect();
+    if names.iter().any(|n| n.is_empty() || !n.chars().all(|c| c.is_alphanumeric() || c == '_')) {
+        return Err("list index names joined by `+`, e.g. p+n".to_string());
+    }
+    Ok(names)
 }
 
 #[cfg(test)]
@@ -135,6 +161,11 @@ mod tests {
         assert_eq!(s.tiles["n"], 64);
         assert_eq!(s.strategy, Strategy::AtomicPerElement);
         assert_eq!(s.to_string(), "tile.n=64 tile.p=16 reduce=atomic broadcast=eager matmul=off");
+        assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
+        let s: Schedule = "parallel=p order=q+p".parse().unwrap();
+        assert_eq!(s.parallel, Some(vec!["p".to_string()]));
+        assert_eq!(s.order, ["q", "p"]);
+        assert_eq!(s.to_string(), "reduce=accumulate broadcast=lazy matmul=on parallel=p order=q+p");
         assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
         assert_eq!("".parse::<Schedule>().unwrap(), Schedule::default());
         assert_eq!(Schedule::default().tile("k", 5), 8);
@@ -154,5 +185,9 @@ mod tests {
         );
         assert!(err("warps=4").starts_with("invalid schedule item `warps=4`: unknown key"));
         assert!(err("tile.n").contains("expected key=value"));
+        assert_eq!(
+            err("order=p+"),
+            "invalid schedule item `order=p+`: list index names joined by `+`, e.g. p+n"
+        );
     }
 }
