@@ -5,6 +5,8 @@
 //! entries and making their data is `spindle_tests::corpus`.
 
 use ndarray::{ArrayD, Dimension, IxDyn};
+use spindle_ir::formats::DType;
+use spindle_ir::lang::ElemType;
 use spindle_ir::tensor::{TensorValue, Tensors};
 use spindle_tests::corpus::{build, entries};
 
@@ -225,17 +227,50 @@ fn c_backend(runs: &[(String, spindle_ir::lang::Einsum, Tensors, ArrayD<f64>)]) 
                 .unwrap_or_else(|e| panic!("{name} [{schedule}]: {e}"));
             for threads in [1, 2] {
                 let got = compiled.run(data, threads).unwrap_or_else(|e| panic!("{name} [{schedule}]: {e}"));
-                close_f32(&got, want, &format!("{name} on C [{schedule}] with {threads} threads"));
+                close_to(&got, want, 1e-4, &format!("{name} on C [{schedule}] with {threads} threads"));
             }
+        }
+        // Every value dtype, under the default schedule: f64 computes in
+        // double, f16 and bf16 travel as f32 and round at the boundary. The
+        // reference sees the same rounded inputs.
+        for (dtype, tolerance) in [(DType::F64, 1e-9), (DType::F16, 1e-2), (DType::Bf16, 5e-2)] {
+            let mut typed = einsum.clone();
+            for t in typed.tensors.values_mut() {
+                if let ElemType::Value(_) = t.dtype {
+                    t.dtype = ElemType::Value(dtype);
+                }
+            }
+            let rounded: Tensors = data
+                .iter()
+                .map(|(n, v)| match v {
+                    TensorValue::Values(a) => {
+                        (n.clone(), TensorValue::Values(a.mapv(|x| round_to(x, dtype))))
+                    }
+                    other => (n.clone(), other.clone()),
+                })
+                .collect();
+            let want = spindle_ir::eval::evaluate(&typed, &rounded).unwrap();
+            let kernel = spindle_ir::kernel::lower::lower(&typed, &Default::default(), "corpus").unwrap();
+            let got = spindle_c::exec::CKernel::compile(&kernel).unwrap().run(&rounded, 2).unwrap();
+            close_to(&got, &want, tolerance, &format!("{name} on C in {}", dtype.name()));
         }
     }
 }
 
-/// Within f32 rounding of the largest magnitude.
-fn close_f32(got: &ArrayD<f64>, want: &ArrayD<f64>, what: &str) {
+fn round_to(x: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => x,
+        DType::F32 => x as f32 as f64,
+        DType::F16 => half::f16::from_f64(x).to_f64(),
+        DType::Bf16 => half::bf16::from_f64(x).to_f64(),
+    }
+}
+
+/// Within `tolerance` of the largest magnitude.
+fn close_to(got: &ArrayD<f64>, want: &ArrayD<f64>, tolerance: f64, what: &str) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
     let scale = want.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
     for ((idx, g), w) in got.indexed_iter().zip(want.iter()) {
-        assert!((g - w).abs() <= 1e-4 * scale, "{what}: at {:?} got {g}, expected {w}", idx.slice());
+        assert!((g - w).abs() <= tolerance * scale, "{what}: at {:?} got {g}, expected {w}", idx.slice());
     }
 }
