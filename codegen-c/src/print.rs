@@ -132,9 +132,22 @@ impl<'k> Printer<'k> {
 
     /// Opens loops over a shape; returns the depth inside them.
     fn open(&mut self, depth: usize, shape: &[AxisId]) -> usize {
+        self.open_loops(depth, shape, true)
+    }
+
+    /// Opens loops over a shape. With `simd`, an innermost loop over an
+    /// output index is marked `omp simd`: its iterations write distinct
+    /// elements, and the mark keeps gcc from vectorizing an outer loop with
+    /// gathers instead of the contiguous inner one.
+    fn open_loops(&mut self, depth: usize, shape: &[AxisId], simd: bool) -> usize {
+        let order = self.order(shape);
         let mut d = depth;
-        for a in self.order(shape) {
+        for (n, &a) in order.iter().enumerate() {
             let (i, tile) = (self.axis_var(a), self.k.axis(a).tile);
+            let innermost = n + 1 == order.len();
+            if simd && innermost && tile > 1 && self.k.axis(a).role == AxisRole::Parallel {
+                self.line(d, "#pragma omp simd");
+            }
             self.line(d, &format!("for (int64_t {i} = 0; {i} < {tile}; {i}++) {{"));
             d += 1;
         }
@@ -486,7 +499,8 @@ impl<'k> Printer<'k> {
         shape.extend(s.mask.map(|m| k.value(m).shape.clone()).unwrap_or_default());
         shape.sort();
         shape.dedup();
-        let inner = self.open(depth, &shape);
+        // Only an owned output is sure to be written at distinct places.
+        let inner = self.open_loops(depth, &shape, s.exclusive && !atomic);
         let name = &k.tensor(s.tensor).name;
         let target = format!("o_{name}[{}]", self.address(s.tensor, &s.index));
         let value = self.elem(s.value);
