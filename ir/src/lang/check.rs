@@ -293,11 +293,7 @@ mod tests {
     use crate::lang::parse;
 
     fn decls(list: &[(&str, &[usize], &str)]) -> Declarations {
-        list.iter()
-            .map(|(n, s, t)| {
-                (n.to_string(), Declaration { shape: s.to_vec(), dtype: ElemType::parse(t).unwrap() })
-            })
-            .collect()
+        crate::lang::einsum::declarations(list)
     }
 
     fn spmm() -> Declarations {

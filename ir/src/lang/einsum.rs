@@ -73,3 +73,17 @@ pub struct Declaration {
 
 /// The tensors a statement may name.
 pub type Declarations = BTreeMap<String, Declaration>;
+
+/// Declarations from `(name, shape, dtype)` triples, for tests and quick
+/// programs: `declarations(&[("A", &[64, 32], "f32"), ("AM", &[100], "i32")])`.
+///
+/// # Panics
+/// On a dtype name that is not f64, f32, f16, bf16, i32 or i64.
+pub fn declarations(list: &[(&str, &[usize], &str)]) -> Declarations {
+    list.iter()
+        .map(|(name, shape, dtype)| {
+            let dtype = ElemType::parse(dtype).unwrap_or_else(|| panic!("unknown dtype `{dtype}`"));
+            (name.to_string(), Declaration { shape: shape.to_vec(), dtype })
+        })
+        .collect()
+}

@@ -83,14 +83,10 @@ mod tests {
     use super::*;
     use crate::kernel::lower::lower_only;
     use crate::kernel::{Phase, ValueId};
-    use crate::lang::{Declaration, Declarations, Einsum, ElemType, check, parse};
+    use crate::lang::{Declarations, Einsum, check, parse};
 
     fn decls(list: &[(&str, &[usize], &str)]) -> Declarations {
-        list.iter()
-            .map(|(n, s, t)| {
-                (n.to_string(), Declaration { shape: s.to_vec(), dtype: ElemType::parse(t).unwrap() })
-            })
-            .collect()
+        crate::lang::einsum::declarations(list)
     }
 
     /// The Insum running example: gather through E, scatter through D.

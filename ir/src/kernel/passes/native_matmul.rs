@@ -78,14 +78,10 @@ mod tests {
     use super::*;
     use crate::kernel::lower::lower_only;
     use crate::kernel::{Phase, Sink};
-    use crate::lang::{Declaration, Declarations, ElemType, check, parse};
+    use crate::lang::{Declarations, check, parse};
 
     fn decls(list: &[(&str, &[usize], &str)]) -> Declarations {
-        list.iter()
-            .map(|(n, s, t)| {
-                (n.to_string(), Declaration { shape: s.to_vec(), dtype: ElemType::parse(t).unwrap() })
-            })
-            .collect()
+        crate::lang::einsum::declarations(list)
     }
 
     /// `statement` lowered with lazy shapes and no passes.
