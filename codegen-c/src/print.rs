@@ -565,10 +565,28 @@ fn call_neg_exp(x: &str, single: bool) -> String {
 fn inlined(k: &Kernel, phases: &[Phase]) -> Vec<bool> {
     let mut uses = vec![0usize; k.values.len()];
     let mut user_phase = vec![None; k.values.len()];
+    // A value read by a consumer of a larger shape would be recomputed for
+    // every element it is broadcast over: keep it in its array.
+    let mut broadcast = vec![false; k.values.len()];
     for &id in &k.order {
+        let consumer = &k.value(id).shape;
+        let loops = match &k.value(id).op {
+            // A reduction's loops run over its operands' axes too.
+            Op::Reduce { value, .. } => k.value(*value).shape.len(),
+            Op::Dot { a, b, .. } => {
+                let mut s: Vec<_> = k.value(*a).shape.iter().chain(&k.value(*b).shape).collect();
+                s.sort();
+                s.dedup();
+                s.len()
+            }
+            _ => consumer.len(),
+        };
         for o in k.operands(id) {
             uses[o.0 as usize] += 1;
             user_phase[o.0 as usize] = Some(phases[id.0 as usize]);
+            if k.value(o).shape.len() < loops {
+                broadcast[o.0 as usize] = true;
+            }
         }
     }
     // The sink runs in its value's phase (in the loop for atomic per
@@ -590,7 +608,7 @@ fn inlined(k: &Kernel, phases: &[Phase]) -> Vec<bool> {
         .map(|(i, v)| match v.op {
             Op::Range(_) | Op::Const(_) | Op::ConstInt(_) | Op::Accumulator => true,
             Op::Reduce { .. } | Op::Dot { .. } => false,
-            _ => uses[i] == 1 && user_phase[i] == Some(phases[i]),
+            _ => uses[i] == 1 && user_phase[i] == Some(phases[i]) && !broadcast[i],
         })
         .collect()
 }
