@@ -3,7 +3,8 @@
 //! the axes both share. Loads are ordinary operands, so the pattern fires
 //! through gathers, and scatters consume its result: gather → dot → scatter
 //! stays one kernel. Factors that do not vary over `r` are multiplied in
-//! after the dot.
+//! after the dot — or, when they vary over no reduced axis at all, once
+//! on the accumulator after the loop.
 
 use super::{insert_after, replace_uses};
 use crate::kernel::{BinaryOp, Kernel, Op, Reduction, Scalar, Value, ValueId};
@@ -43,6 +44,22 @@ pub fn run(kernel: &mut Kernel) {
         shape.dedup();
         let dot = Value { op: Op::Dot { a, b, axis, mask }, shape, scalar: Scalar::Float };
         let mut result = insert_after(kernel, anchor, dot);
+        if hoist_after_loop(kernel, id, &without) {
+            // The dot alone is summed over the loop; the factors that vary
+            // over no reduced axis multiply the accumulator once, after it.
+            let acc = kernel.order.iter().copied().find(|&v| kernel.value(v).op == Op::Accumulator);
+            if let (Some(acc), Some(accumulate)) = (acc, kernel.accumulate.as_mut()) {
+                accumulate.partial = result;
+                let mut anchor = acc;
+                let mut scaled = acc;
+                for &f in &without {
+                    scaled = product(kernel, &mut anchor, f, scaled);
+                }
+                replace_after(kernel, acc, scaled);
+                recompute_accumulator(kernel);
+                continue;
+            }
+        }
         anchor = result;
         for &f in &without {
             result = product(kernel, &mut anchor, f, result);
@@ -50,6 +67,41 @@ pub fn run(kernel: &mut Kernel) {
         replace_uses(kernel, id, result);
     }
     kernel.compact();
+}
+
+/// Whether the factors `without` of the sum `id` can multiply the
+/// accumulator after the loop instead of every partial: `id` is what the
+/// accumulator sums, and none of them varies over a reduced axis.
+fn hoist_after_loop(kernel: &Kernel, id: ValueId, without: &[ValueId]) -> bool {
+    let Some(acc) = &kernel.accumulate else { return false };
+    let reduced = kernel.reduced_axes();
+    acc.partial == id
+        && acc.reduction == Reduction::Sum
+        && !without.is_empty()
+        && without.iter().all(|&f| kernel.value(f).shape.iter().all(|a| !reduced.contains(a)))
+}
+
+/// Makes the sink read `new` where it read `old` (the accumulator value),
+/// leaving `new`'s own operands alone.
+fn replace_after(kernel: &mut Kernel, old: ValueId, new: ValueId) {
+    let sink = &mut kernel.sink;
+    for v in sink.index.iter_mut().chain([&mut sink.value]).chain(sink.mask.iter_mut()) {
+        if *v == old {
+            *v = new;
+        }
+    }
+}
+
+/// The accumulator's shape follows its (new) partial.
+fn recompute_accumulator(kernel: &mut Kernel) {
+    let Some(acc) = &mut kernel.accumulate else { return };
+    acc.shape = kernel.values[acc.partial.0 as usize].shape.clone();
+    for v in kernel.values.iter_mut() {
+        if v.op == Op::Accumulator {
+            v.shape = acc.shape.clone();
+        }
+    }
+    super::recompute_shapes(kernel);
 }
 
 /// The factors of a product tree.
