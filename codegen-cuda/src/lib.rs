@@ -1,10 +1,23 @@
 //! `spindle-cuda`: the CUDA backend.
 //!
-//! This crate will print the kernel IR as CUDA C (one `__global__` per fused
-//! kernel, Tensor Core `dot`s, atomic or segment scatters), compile it with
-//! NVRTC, report registers, shared memory and spills, and launch it through
-//! cudarc, with cuSPARSE / cuBLAS baselines. See `DESIGN.md` §5.
+//! - [`mod@print`]: the kernel IR as CUDA C++ — one `extern "C" __global__`
+//!   function per kernel, one thread block per program, shared tiles,
+//!   Tensor Core `dot`s through WMMA with an FMA fallback, register
+//!   accumulators, atomic or plain scatters — with its launch geometry
+//!   ([`print::print_kernel`]).
+//! - [`nvrtc`]: CUDA C++ to CUBIN through NVRTC, with the registers, shared
+//!   memory, stack and spills ptxas reports.
+//! - [`emulate`]: printed kernels run on the CPU (C++20 threads standing in
+//!   for CUDA threads), to check what they compute where there is no GPU.
+//!
+//! Still to come: the cudarc runtime (upload, launch, timing, module
+//! cache, autotuning) and the cuBLAS / cuSPARSE baselines. See `DESIGN.md`
+//! §5.
 
 pub use spindle_ir as ir;
 
+pub mod emulate;
 pub mod nvrtc;
+pub mod print;
+
+pub use print::{CudaKernel, DotPath, LaunchGeometry, PrintError, PrintOptions, print, print_kernel};

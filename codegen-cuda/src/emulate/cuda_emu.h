@@ -1,0 +1,252 @@
+// A CPU stand-in for the CUDA the printer emits, to run its kernels where
+// there is no GPU: one OS thread per CUDA thread, blocks one after another,
+// `__shared__` arrays as function statics (one block lives at a time),
+// `__syncthreads()` as a std::barrier, atomics as std::atomic_ref (16-bit
+// float atomics under a lock), `__half` as _Float16 and `__nv_bfloat16` as
+// its bits with round-to-nearest-even conversions. WMMA fragments hold
+// their whole tile in every lane: each lane loads and multiplies the full
+// 16x16 tile, and lane 0 alone stores. Compiled with g++ -std=c++20.
+#pragma once
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <math.h>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+
+struct EmuIdx {
+  unsigned x = 0, y = 0, z = 0;
+};
+inline thread_local EmuIdx threadIdx;
+inline thread_local EmuIdx blockIdx;
+inline EmuIdx blockDim;
+inline EmuIdx gridDim;
+
+namespace emu {
+inline std::barrier<> *block_barrier = nullptr;
+inline std::mutex atomic_lock;
+template <class To, class From> inline To bits(From x) {
+  static_assert(sizeof(To) == sizeof(From));
+  To y;
+  std::memcpy(&y, &x, sizeof y);
+  return y;
+}
+}  // namespace emu
+
+inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+
+// Half types.
+typedef _Float16 __half;
+inline float __half2float(__half x) { return (float)x; }
+inline __half __float2half(float x) { return (__half)x; }
+inline __half __double2half(double x) { return (__half)x; }
+inline unsigned short __half_as_ushort(__half x) { return emu::bits<unsigned short>(x); }
+inline __half __ushort_as_half(unsigned short x) { return emu::bits<__half>(x); }
+
+struct __nv_bfloat16 {
+  unsigned short b;
+};
+inline float __bfloat162float(__nv_bfloat16 x) { return emu::bits<float>((unsigned)x.b << 16); }
+inline __nv_bfloat16 __float2bfloat16(float x) {
+  unsigned u = emu::bits<unsigned>(x);
+  if (std::isnan(x)) return {0x7fc0};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {(unsigned short)(u >> 16)};
+}
+inline __nv_bfloat16 __double2bfloat16(double x) { return __float2bfloat16((float)x); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 x) { return x.b; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return {x}; }
+
+// Bit casts.
+inline float __int_as_float(int x) { return emu::bits<float>(x); }
+inline float __uint_as_float(unsigned x) { return emu::bits<float>(x); }
+inline unsigned __float_as_uint(float x) { return emu::bits<unsigned>(x); }
+inline double __longlong_as_double(long long x) { return emu::bits<double>(x); }
+inline long long __double_as_longlong(double x) { return emu::bits<long long>(x); }
+
+// Atomics.
+inline float atomicAdd(float *p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline double atomicAdd(double *p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
+inline __half atomicAdd(__half *p, __half v) {
+  std::lock_guard<std::mutex> g(emu::atomic_lock);
+  __half old = *p;
+  *p = (__half)((float)old + (float)v);
+  return old;
+}
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16 *p, __nv_bfloat16 v) {
+  std::lock_guard<std::mutex> g(emu::atomic_lock);
+  __nv_bfloat16 old = *p;
+  *p = __float2bfloat16(__bfloat162float(old) + __bfloat162float(v));
+  return old;
+}
+struct __half2 {
+  __half x, y;
+};
+struct __nv_bfloat162 {
+  __nv_bfloat16 x, y;
+};
+inline __half2 __floats2half2_rn(float a, float b) { return {(__half)a, (__half)b}; }
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16(a), __float2bfloat16(b)}; }
+inline __half2 atomicAdd(__half2 *p, __half2 v) {
+  if (reinterpret_cast<uintptr_t>(p) % 4 != 0) {
+    std::fprintf(stderr, "misaligned __half2 atomic\n");
+    std::abort();
+  }
+  std::lock_guard<std::mutex> g(emu::atomic_lock);
+  __half2 old = *p;
+  *p = {(__half)((float)old.x + (float)v.x), (__half)((float)old.y + (float)v.y)};
+  return old;
+}
+inline __nv_bfloat162 atomicAdd(__nv_bfloat162 *p, __nv_bfloat162 v) {
+  if (reinterpret_cast<uintptr_t>(p) % 4 != 0) {
+    std::fprintf(stderr, "misaligned __nv_bfloat162 atomic\n");
+    std::abort();
+  }
+  std::lock_guard<std::mutex> g(emu::atomic_lock);
+  __nv_bfloat162 old = *p;
+  p->x = __float2bfloat16(__bfloat162float(old.x) + __bfloat162float(v.x));
+  p->y = __float2bfloat16(__bfloat162float(old.y) + __bfloat162float(v.y));
+  return old;
+}
+template <class T> inline T emu_cas(T *p, T expected, T desired) {
+  std::atomic_ref<T>(*p).compare_exchange_strong(expected, desired);
+  return expected;
+}
+inline unsigned atomicCAS(unsigned *p, unsigned c, unsigned v) { return emu_cas(p, c, v); }
+inline unsigned long long atomicCAS(unsigned long long *p, unsigned long long c, unsigned long long v) {
+  return emu_cas(p, c, v);
+}
+inline unsigned short atomicCAS(unsigned short *p, unsigned short c, unsigned short v) { return emu_cas(p, c, v); }
+template <class T> inline T __ldcg(const T *p) { return std::atomic_ref<T>(*const_cast<T *>(p)).load(std::memory_order_relaxed); }
+
+// WMMA.
+namespace emu {
+inline float to_float(float x) { return x; }
+inline float to_float(__half x) { return (float)x; }
+inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+}  // namespace emu
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+namespace precision {
+struct tf32 {};
+}
+template <class Use, int M, int N, int K> struct shape_of;
+template <int M, int N, int K> struct shape_of<matrix_a, M, N, K> {
+  static constexpr int rows = M, cols = K;
+};
+template <int M, int N, int K> struct shape_of<matrix_b, M, N, K> {
+  static constexpr int rows = K, cols = N;
+};
+template <int M, int N, int K> struct shape_of<accumulator, M, N, K> {
+  static constexpr int rows = M, cols = N;
+};
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+  static constexpr int rows = shape_of<Use, M, N, K>::rows, cols = shape_of<Use, M, N, K>::cols;
+  static constexpr int num_elements = rows * cols;
+  float x[num_elements];
+};
+template <class F> inline void fill_fragment(F &f, float v) {
+  for (auto &e : f.x) e = v;
+}
+template <class F, class T> inline void load_matrix_sync(F &f, const T *p, unsigned ldm) {
+  for (int r = 0; r < F::rows; r++)
+    for (int c = 0; c < F::cols; c++) f.x[r * F::cols + c] = emu::to_float(p[r * ldm + c]);
+}
+template <class C, class A, class B> inline void mma_sync(C &d, const A &a, const B &b, const C &c) {
+  C t = c;
+  for (int i = 0; i < C::rows; i++)
+    for (int j = 0; j < C::cols; j++) {
+      float s = t.x[i * C::cols + j];
+      for (int k = 0; k < A::cols; k++) s += a.x[i * A::cols + k] * b.x[k * B::cols + j];
+      t.x[i * C::cols + j] = s;
+    }
+  d = t;
+}
+template <class F> inline void store_matrix_sync(float *p, const F &f, unsigned ldm, layout_t) {
+  if (threadIdx.x % 32 != 0) return;
+  for (int r = 0; r < F::rows; r++)
+    for (int c = 0; c < F::cols; c++) p[r * ldm + c] = f.x[r * F::cols + c];
+}
+inline float __float_to_tf32(float x) {
+  unsigned u = emu::bits<unsigned>(x);
+  u = (u + 0x1000u) & 0xffffe000u;
+  return emu::bits<float>(u);
+}
+}  // namespace wmma
+}  // namespace nvcuda
+
+namespace emu {
+// Runs `kernel` over `grid` blocks of `block` threads.
+inline void launch(unsigned grid, unsigned block, const std::function<void()> &kernel) {
+  std::barrier<> barrier(block);
+  block_barrier = &barrier;
+  blockDim.x = block;
+  gridDim.x = grid;
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < block; t++) {
+    threads.emplace_back([&, t] {
+      threadIdx.x = t;
+      for (unsigned b = 0; b < grid; b++) {
+        blockIdx.x = b;
+        kernel();
+        barrier.arrive_and_wait();
+      }
+    });
+  }
+  for (auto &t : threads) t.join();
+}
+
+template <class T> inline T from_double(double x) { return (T)x; }
+template <> inline __nv_bfloat16 from_double<__nv_bfloat16>(double x) { return __double2bfloat16(x); }
+inline double to_double(float x) { return x; }
+inline double to_double(double x) { return x; }
+inline double to_double(__half x) { return (double)(float)x; }
+inline double to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// Reads `n` doubles (values) or int64s (indices) from `path` as T.
+template <class T, class File> inline T *read(const char *path, size_t n) {
+  std::vector<File> raw(n);
+  FILE *f = std::fopen(path, "rb");
+  if (!f || std::fread(raw.data(), sizeof(File), n, f) != n) {
+    std::fprintf(stderr, "cannot read %s\n", path);
+    std::exit(2);
+  }
+  std::fclose(f);
+  T *out = new T[n > 0 ? n : 1];
+  for (size_t i = 0; i < n; i++) out[i] = from_double<T>((double)raw[i]);
+  if constexpr (std::is_integral_v<T>) {
+    for (size_t i = 0; i < n; i++) out[i] = (T)raw[i];
+  }
+  return out;
+}
+
+template <class T> inline void write(const char *path, const T *data, size_t n) {
+  std::vector<double> raw(n);
+  for (size_t i = 0; i < n; i++) raw[i] = to_double(data[i]);
+  FILE *f = std::fopen(path, "wb");
+  if (!f || std::fwrite(raw.data(), sizeof(double), n, f) != n) {
+    std::fprintf(stderr, "cannot write %s\n", path);
+    std::exit(2);
+  }
+  std::fclose(f);
+}
+}  // namespace emu

@@ -1,0 +1,280 @@
+//! Running printed CUDA kernels on the CPU, to check what they compute
+//! where there is no GPU (this machine has none; NVRTC only compiles).
+//!
+//! The printed source is compiled as C++20 with the system C++ compiler
+//! (`$CXX`, else `c++`) against `cuda_emu.h`, a stand-in for the CUDA the
+//! printer uses: one OS thread per CUDA thread, one block after another,
+//! `__shared__` arrays as function statics, `__syncthreads()` as a
+//! `std::barrier`, atomics as `std::atomic_ref`, `__half` as `_Float16`,
+//! `__nv_bfloat16` with round-to-nearest-even conversions, and WMMA
+//! fragments that hold their whole tile in every lane (lane 0 stores). It
+//! runs under AddressSanitizer and UndefinedBehaviorSanitizer by default, so
+//! out-of-bounds reads of tensors or shared tiles fail the run (a CPU
+//! counterpart of compute-sanitizer's memcheck), or under ThreadSanitizer,
+//! which finds missing barriers ([`Sanitizer`]).
+//!
+//! What it cannot show: timing, the real fragment layouts, and races that
+//! the CPU's scheduling happens not to expose.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ndarray::ArrayD;
+use spindle_ir::formats::{DType, IType};
+use spindle_ir::kernel::{Kernel, OutputInit};
+use spindle_ir::lang::ElemType;
+use spindle_ir::tensor::{TensorValue, Tensors};
+
+use crate::print::{CudaKernel, PrintError};
+
+/// The emulation of the CUDA built-ins the printer uses.
+pub const EMULATION_HEADER: &str = include_str!("cuda_emu.h");
+
+/// The environment variable naming the C++ compiler.
+pub const CXX_ENV: &str = "CXX";
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmulateError {
+    #[error(transparent)]
+    Print(#[from] PrintError),
+    /// No C++20 compiler with `_Float16` could be run.
+    #[error("the C++ compiler `{compiler}` is not usable to emulate CUDA kernels: {reason} (set ${CXX_ENV})")]
+    CompilerMissing { compiler: String, reason: String },
+    #[error("the emulated kernel does not compile ({}):\n{log}", path.display())]
+    Compile { path: PathBuf, log: String },
+    #[error("the emulated kernel failed ({status}):\n{stderr}")]
+    Run { status: String, stderr: String },
+    #[error("{0}")]
+    Data(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The sanitizer the emulation runs under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sanitizer {
+    None,
+    /// AddressSanitizer and UndefinedBehaviorSanitizer: out-of-bounds
+    /// reads and writes of tensors and shared tiles fail the run.
+    Address,
+    /// ThreadSanitizer: a missing `__syncthreads()` between threads that
+    /// write and read one shared element fails the run.
+    Thread,
+}
+
+/// How to build the emulation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmulateOptions {
+    pub sanitizer: Sanitizer,
+}
+
+impl Default for EmulateOptions {
+    fn default() -> Self {
+        EmulateOptions { sanitizer: Sanitizer::Address }
+    }
+}
+
+/// The environment variable that picks the sanitizer for
+/// [`EmulateOptions::from_env`]: `address` (the default), `thread` or `none`.
+pub const SANITIZER_ENV: &str = "SPINDLE_EMU_SANITIZER";
+
+impl EmulateOptions {
+    /// The default options, with the sanitizer `$SPINDLE_EMU_SANITIZER` names.
+    pub fn from_env() -> Self {
+        let sanitizer = match std::env::var(SANITIZER_ENV).as_deref() {
+            Ok("thread") => Sanitizer::Thread,
+            Ok("none") => Sanitizer::None,
+            _ => Sanitizer::Address,
+        };
+        EmulateOptions { sanitizer }
+    }
+}
+
+/// The C++ compiler to use, if one answers `--version`.
+pub fn compiler() -> Result<String, EmulateError> {
+    let compiler = std::env::var(CXX_ENV).ok().filter(|c| !c.is_empty()).unwrap_or_else(|| "c++".to_string());
+    match Command::new(&compiler).arg("--version").output() {
+        Ok(out) if out.status.success() => Ok(compiler),
+        Ok(out) => {
+            Err(EmulateError::CompilerMissing { compiler, reason: format!("--version: {}", out.status) })
+        }
+        Err(e) => Err(EmulateError::CompilerMissing { compiler, reason: e.to_string() }),
+    }
+}
+
+fn cuda_type(dtype: ElemType) -> &'static str {
+    match dtype {
+        ElemType::Value(DType::F64) => "double",
+        ElemType::Value(DType::F32) => "float",
+        ElemType::Value(DType::F16) => "__half",
+        ElemType::Value(DType::Bf16) => "__nv_bfloat16",
+        ElemType::Index(IType::I32) => "int",
+        ElemType::Index(IType::I64) => "long long",
+    }
+}
+
+/// The C++ program: the emulation, the kernel, and a `main` that reads the
+/// tensors from `<dir>/<i>.bin` (f64 values, i64 indices), launches, and
+/// writes the output to `<dir>/out.bin` (f64).
+pub fn program(kernel: &Kernel, printed: &CudaKernel) -> String {
+    let mut src = String::new();
+    src.push_str(EMULATION_HEADER);
+    src.push_str("#include <string>\n");
+    for line in printed.source.lines() {
+        let t = line.trim();
+        if t.starts_with("#include <cuda_") || t == "#include <mma.h>" {
+            continue;
+        }
+        src.push_str(line);
+        src.push('\n');
+    }
+    src.push_str("\nint main(int argc, char **argv) {\n  if (argc < 2) return 2;\n  const std::string dir = argv[1];\n");
+    let mut args = Vec::new();
+    let mut output = None;
+    for (i, t) in kernel.tensors.iter().enumerate() {
+        let n: usize = t.shape.iter().product();
+        let file = if t.dtype.is_index() { "long long" } else { "double" };
+        let _ = writeln!(
+            src,
+            "  auto *a{i} = emu::read<{}, {file}>((dir + \"/{i}.bin\").c_str(), {n});",
+            cuda_type(t.dtype)
+        );
+        args.push(format!("a{i}"));
+        if t.output {
+            output = Some((i, n));
+        }
+    }
+    let _ = writeln!(
+        src,
+        "  emu::launch({}, {}, [&] {{ {}({}); }});",
+        printed.launch.grid,
+        printed.launch.block,
+        printed.symbol,
+        args.join(", ")
+    );
+    if let Some((i, n)) = output {
+        let _ = writeln!(src, "  emu::write((dir + \"/out.bin\").c_str(), a{i}, {n});");
+    }
+    src.push_str("  return 0;\n}\n");
+    src
+}
+
+/// A scratch folder, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch() -> Result<Scratch, EmulateError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("spindle-cuda-emu-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(Scratch(dir))
+}
+
+fn write_f64(path: &Path, data: &[f64]) -> Result<(), EmulateError> {
+    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    Ok(std::fs::write(path, bytes)?)
+}
+
+fn write_i64(path: &Path, data: &[i64]) -> Result<(), EmulateError> {
+    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    Ok(std::fs::write(path, bytes)?)
+}
+
+/// Runs the printed `kernel` on `tensors` on the CPU and returns its output
+/// (in f64, rounded to the output's dtype). The output starts as the
+/// kernel's [`OutputInit`] says, as on the C backend; for `max=` / `min=`
+/// without data, entries no program reached are 0.
+pub fn run(
+    kernel: &Kernel,
+    printed: &CudaKernel,
+    tensors: &Tensors,
+    opts: &EmulateOptions,
+) -> Result<ArrayD<f64>, EmulateError> {
+    kernel.check_indices(tensors).map_err(EmulateError::Data)?;
+    let cxx = compiler()?;
+    let dir = scratch()?;
+    let mut out_shape = Vec::new();
+    for (i, t) in kernel.tensors.iter().enumerate() {
+        let len: usize = t.shape.iter().product();
+        let path = dir.0.join(format!("{i}.bin"));
+        let data = tensors.get(&t.name);
+        if t.output {
+            out_shape = t.shape.clone();
+            let start = match (kernel.init, data) {
+                (OutputInit::Zero, _) | (OutputInit::Keep, None) => vec![0.0; len],
+                (OutputInit::Identity(r), None) => vec![r.identity(); len],
+                (_, Some(TensorValue::Values(a))) => a.iter().copied().collect(),
+                (_, Some(TensorValue::Indices(a))) => a.iter().map(|&x| x as f64).collect(),
+            };
+            write_f64(&path, &start)?;
+            continue;
+        }
+        match (t.dtype, data) {
+            (ElemType::Value(_), Some(TensorValue::Values(a))) if a.len() == len => {
+                write_f64(&path, &a.iter().copied().collect::<Vec<_>>())?
+            }
+            (ElemType::Index(_), Some(TensorValue::Indices(a))) if a.len() == len => {
+                write_i64(&path, &a.iter().copied().collect::<Vec<_>>())?
+            }
+            _ => return Err(EmulateError::Data(format!("no fitting data for tensor {}", t.name))),
+        }
+    }
+    let source = dir.0.join("kernel.cpp");
+    std::fs::write(&source, program(kernel, printed))?;
+    let exe = dir.0.join("kernel");
+    let mut cmd = Command::new(&cxx);
+    cmd.args(["-std=c++20", "-O1", "-g", "-pthread", "-w"]);
+    match opts.sanitizer {
+        Sanitizer::None => {}
+        Sanitizer::Address => {
+            cmd.args([
+                "-fsanitize=address,undefined",
+                "-fno-sanitize-recover=all",
+                "-fno-omit-frame-pointer",
+            ]);
+        }
+        Sanitizer::Thread => {
+            cmd.args(["-fsanitize=thread"]);
+        }
+    }
+    cmd.arg("-o").arg(&exe).arg(&source);
+    let out = cmd
+        .output()
+        .map_err(|e| EmulateError::CompilerMissing { compiler: cxx.clone(), reason: e.to_string() })?;
+    if !out.status.success() {
+        // Keep the source for a look.
+        let keep = std::env::temp_dir().join(format!("spindle-cuda-emu-failed-{}.cpp", std::process::id()));
+        let _ = std::fs::copy(&source, &keep);
+        return Err(EmulateError::Compile {
+            path: keep,
+            log: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    let run = Command::new(&exe)
+        .arg(&dir.0)
+        .env("ASAN_OPTIONS", "detect_leaks=0")
+        .env("TSAN_OPTIONS", "halt_on_error=1 report_signal_unsafe=0")
+        .output()?;
+    if !run.status.success() {
+        return Err(EmulateError::Run {
+            status: run.status.to_string(),
+            stderr: String::from_utf8_lossy(&run.stderr).into_owned(),
+        });
+    }
+    let bytes = std::fs::read(dir.0.join("out.bin"))?;
+    let mut data: Vec<f64> =
+        bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    let out_name = kernel.tensors.iter().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
+    if let (OutputInit::Identity(r), false) = (kernel.init, tensors.contains_key(out_name)) {
+        data.iter_mut().filter(|x| **x == r.identity()).for_each(|x| *x = 0.0);
+    }
+    ArrayD::from_shape_vec(out_shape, data).map_err(|e| EmulateError::Data(e.to_string()))
+}

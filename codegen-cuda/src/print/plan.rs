@@ -1,0 +1,591 @@
+//! What the printer decides before it writes a line: who uses each value,
+//! which values are inlined into their consumer and which get a shared
+//! tile, the layout (axis order) of every tile, which `dot`s run on Tensor
+//! Cores and how, where the accumulator lives, and the block size.
+
+use std::collections::BTreeSet;
+
+use spindle_ir::formats::DType;
+use spindle_ir::kernel::*;
+use spindle_ir::lang::ElemType;
+
+use super::PrintOptions;
+
+/// Who reads a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum User {
+    Value(ValueId),
+    Sink,
+    /// The fold of the accumulator's partial.
+    Fold,
+}
+
+/// The element type of a Tensor Core product's operands (accumulation is
+/// always in f32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fragment {
+    /// `__half` operands, 16x16x16.
+    Half,
+    /// `__nv_bfloat16` operands, 16x16x16.
+    Bf16,
+    /// f32 operands rounded to tf32, 16x16x8.
+    Tf32,
+}
+
+impl Fragment {
+    /// The operand type in CUDA C++ (the shared tile's element type).
+    pub fn storage(self) -> &'static str {
+        match self {
+            Fragment::Half => "__half",
+            Fragment::Bf16 => "__nv_bfloat16",
+            Fragment::Tf32 => "float",
+        }
+    }
+
+    /// The WMMA fragment's element type.
+    pub(crate) fn wmma_type(self) -> &'static str {
+        match self {
+            Fragment::Half => "__half",
+            Fragment::Bf16 => "__nv_bfloat16",
+            Fragment::Tf32 => "wmma::precision::tf32",
+        }
+    }
+
+    /// The K extent of one matrix instruction.
+    pub fn k_step(self) -> usize {
+        match self {
+            Fragment::Half | Fragment::Bf16 => 16,
+            Fragment::Tf32 => 8,
+        }
+    }
+
+    pub(crate) fn bytes(self) -> usize {
+        match self {
+            Fragment::Half | Fragment::Bf16 => 2,
+            Fragment::Tf32 => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fragment::Half => "f16",
+            Fragment::Bf16 => "bf16",
+            Fragment::Tf32 => "tf32",
+        }
+    }
+}
+
+/// A product on Tensor Cores: `root[batch, m, n] = Σ_k a[batch, m, k] *
+/// b[batch, k, n]`, where `root` is the `dot` itself or a sum over one more
+/// of its batch axes that it absorbed (the in-group axis `q` of a
+/// BlockGroupCOO product joins the block's `bj` in K). Axes whose tile is 1
+/// are left out of `batch`, `m`, `n` and `k`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Matmul {
+    pub root: ValueId,
+    pub dot: ValueId,
+    /// The `dot` and the sums between it and `root`: not printed on their own.
+    pub absorbed: Vec<ValueId>,
+    pub a: ValueId,
+    pub b: ValueId,
+    pub batch: Vec<AxisId>,
+    pub m: Vec<AxisId>,
+    pub n: Vec<AxisId>,
+    pub k: Vec<AxisId>,
+    pub fragment: Fragment,
+    /// The product accumulates straight into the accumulator's fragments.
+    pub into_acc: bool,
+}
+
+/// How an operand of a Tensor Core product is staged: in the fragment's
+/// type, with the product's masks applied (masked-off terms are zeros).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Stage {
+    pub fragment: Fragment,
+    pub masks: Vec<ValueId>,
+}
+
+/// A reduction printed as one loop nest: `top` folds the product of
+/// `factors` over `axes` (outermost first), each with its mask. A sum over
+/// `q` of a dot over `r` is one chain over (q, r): the dot is not
+/// materialized.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Chain {
+    pub reduction: Reduction,
+    pub factors: Vec<ValueId>,
+    pub axes: Vec<(AxisId, Option<ValueId>)>,
+}
+
+/// Where the accumulator lives during the loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AccPlan {
+    None,
+    /// `acc[k]` in registers: thread `t` owns elements `t + k * threads`.
+    Registers,
+    /// WMMA accumulator fragments of the matmul with this index.
+    Fragments(usize),
+}
+
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub phases: Vec<Phase>,
+    pub users: Vec<Vec<User>>,
+    pub inline: Vec<bool>,
+    /// The axis order of each value's tile (row-major, last fastest).
+    pub layout: Vec<Vec<AxisId>>,
+    pub matmuls: Vec<Matmul>,
+    /// Dots printed as FMA loops, with the reason.
+    pub fallbacks: Vec<(ValueId, String)>,
+    /// The matmul a value is the root of.
+    pub root_of: Vec<Option<usize>>,
+    pub absorbed: Vec<bool>,
+    /// The FMA loop nest of each reduction printed on its own.
+    pub chain: Vec<Option<Chain>>,
+    pub stage: Vec<Option<Stage>>,
+    pub acc: AccPlan,
+    pub acc_layout: Vec<AxisId>,
+    /// The sink reads `acc[k]` from registers (no shared copy).
+    pub sink_from_registers: bool,
+    pub sink_phase: Phase,
+    pub sink_shape: Vec<AxisId>,
+    /// The order the sink visits its elements: the output's contiguous axis
+    /// fastest, so consecutive threads write consecutive addresses.
+    pub sink_order: Vec<AxisId>,
+    pub threads: u32,
+}
+
+fn union(shapes: impl IntoIterator<Item = AxisId>) -> Vec<AxisId> {
+    let mut s: Vec<AxisId> = shapes.into_iter().collect();
+    s.sort();
+    s.dedup();
+    s
+}
+
+fn sorted(shape: &[AxisId]) -> Vec<AxisId> {
+    union(shape.iter().copied())
+}
+
+impl Plan {
+    pub fn new(k: &Kernel, opts: &PrintOptions) -> Plan {
+        let n = k.values.len();
+        let mut phases = k.phases();
+        let sink = &k.sink;
+        let sink_ids: Vec<ValueId> =
+            sink.index.iter().copied().chain([sink.value]).chain(sink.mask).collect();
+        let sink_phase = sink_ids.iter().map(|&v| phases[v.0 as usize]).max().unwrap_or(Phase::Program);
+        let sink_shape = union(sink_ids.iter().flat_map(|&v| k.value(v).shape.clone()));
+        let acc_value = k.order.iter().copied().find(|&id| matches!(k.value(id).op, Op::Accumulator));
+        if let Some(acc) = acc_value {
+            phases[acc.0 as usize] = Phase::Epilogue;
+        }
+
+        let mut users = vec![Vec::new(); n];
+        for &id in &k.order {
+            for o in k.operands(id) {
+                users[o.0 as usize].push(User::Value(id));
+            }
+        }
+        for &v in &sink_ids {
+            users[v.0 as usize].push(User::Sink);
+        }
+        if let Some(acc) = &k.accumulate {
+            users[acc.partial.0 as usize].push(User::Fold);
+        }
+
+        let layout: Vec<Vec<AxisId>> = k.values.iter().map(|v| default_order(k, &v.shape)).collect();
+        let mut plan = Plan {
+            phases,
+            users,
+            inline: vec![false; n],
+            layout,
+            matmuls: Vec::new(),
+            fallbacks: Vec::new(),
+            root_of: vec![None; n],
+            absorbed: vec![false; n],
+            chain: vec![None; n],
+            stage: vec![None; n],
+            acc: AccPlan::None,
+            acc_layout: Vec::new(),
+            sink_from_registers: false,
+            sink_phase,
+            sink_order: Vec::new(),
+            sink_shape,
+            threads: 32,
+        };
+        plan.sink_order = contiguous_order(k, &plan.sink_shape, sink.index.last().copied());
+
+        // Tensor Core products.
+        let mut fixed = vec![false; n];
+        for &id in &k.order {
+            if !matches!(k.value(id).op, Op::Dot { .. }) {
+                continue;
+            }
+            if !opts.tensor_cores {
+                plan.fallbacks.push((id, "Tensor Cores are off in the print options".to_string()));
+                continue;
+            }
+            match plan.matmul(k, id, opts, &fixed) {
+                Ok(mm) => {
+                    let units = |v: ValueId| -> Vec<AxisId> {
+                        k.value(v).shape.iter().copied().filter(|&a| k.axis(a).tile == 1).collect()
+                    };
+                    let cat = |parts: &[&[AxisId]]| -> Vec<AxisId> { parts.concat() };
+                    plan.layout[mm.a.0 as usize] = cat(&[&units(mm.a), &mm.batch, &mm.m, &mm.k]);
+                    plan.layout[mm.b.0 as usize] = cat(&[&units(mm.b), &mm.batch, &mm.k, &mm.n]);
+                    plan.layout[mm.root.0 as usize] = cat(&[&units(mm.root), &mm.batch, &mm.m, &mm.n]);
+                    for v in [mm.a, mm.b, mm.root] {
+                        fixed[v.0 as usize] = true;
+                    }
+                    let index = plan.matmuls.len();
+                    plan.root_of[mm.root.0 as usize] = Some(index);
+                    for &x in &mm.absorbed {
+                        plan.absorbed[x.0 as usize] = true;
+                    }
+                    plan.matmuls.push(mm);
+                }
+                Err(reason) => plan.fallbacks.push((id, reason)),
+            }
+        }
+
+        // FMA reductions: a sum of a sum is one loop nest.
+        for &id in &k.order {
+            let i = id.0 as usize;
+            if plan.absorbed[i] || plan.root_of[i].is_some() || plan.chain[i].is_some() {
+                continue;
+            }
+            let (reduction, factors, axis, mask) = match k.value(id).op {
+                Op::Reduce { reduction, value, axis, mask } => (reduction, vec![value], axis, mask),
+                Op::Dot { a, b, axis, mask } => (Reduction::Sum, vec![a, b], axis, mask),
+                _ => continue,
+            };
+            let mut top = id;
+            let mut axes = vec![(axis, mask)];
+            while let [User::Value(user)] = plan.users[top.0 as usize][..]
+                && let Op::Reduce { reduction: r, value, axis: q, mask } = k.value(user).op
+                && r == reduction
+                && value == top
+                && plan.phases[user.0 as usize] == plan.phases[top.0 as usize]
+                && plan.root_of[user.0 as usize].is_none()
+            {
+                plan.absorbed[top.0 as usize] = true;
+                top = user;
+                axes.insert(0, (q, mask));
+            }
+            plan.chain[top.0 as usize] = Some(Chain { reduction, factors, axes });
+        }
+
+        // Inlining. Index and mask arithmetic is recomputed where it is
+        // used while that costs at most `RECOMPUTE` operations and shared
+        // reads: a tile and a barrier cost more. Loads never are: a
+        // gathered index like `E[r]` is read from memory once per tile.
+        const RECOMPUTE: usize = 8;
+        let mut cost = vec![usize::MAX; n];
+        for &id in &k.order {
+            let v = k.value(id);
+            let i = id.0 as usize;
+            let forced = plan.stage[i].is_some() || plan.root_of[i].is_some() || plan.absorbed[i];
+            cost[i] = match &v.op {
+                Op::Range(_) | Op::Const(_) | Op::ConstInt(_) => 0,
+                Op::Unary(..) | Op::Binary(..) | Op::Broadcast { .. }
+                    if v.scalar != Scalar::Float && !forced =>
+                {
+                    let operands: usize = k
+                        .operands(id)
+                        .iter()
+                        .map(|o| if plan.inline[o.0 as usize] { cost[o.0 as usize] } else { 1 })
+                        .fold(0, usize::saturating_add);
+                    operands.saturating_add(1)
+                }
+                _ => usize::MAX,
+            };
+            plan.inline[i] = !forced
+                && match &v.op {
+                    Op::Accumulator | Op::Reduce { .. } | Op::Dot { .. } => false,
+                    _ if cost[i] <= RECOMPUTE => true,
+                    Op::Broadcast { .. } => true,
+                    _ => match plan.users[i][..] {
+                        [user] => {
+                            plan.user_phase(user) == plan.phases[i]
+                                && plan.iteration_shape(k, user) == sorted(&v.shape)
+                        }
+                        _ => false,
+                    },
+                };
+        }
+
+        // The accumulator.
+        if let Some(acc) = &k.accumulate {
+            if let Some(i) = plan.matmuls.iter().position(|m| m.into_acc) {
+                plan.acc = AccPlan::Fragments(i);
+                plan.acc_layout = plan.layout[plan.matmuls[i].root.0 as usize].clone();
+            } else {
+                plan.acc = AccPlan::Registers;
+                // The sink reads `acc[k]` when it visits the accumulator's
+                // elements and reads each once, through inlined values.
+                let shape = sorted(&acc.shape);
+                let direct = plan.sink_shape == shape
+                    && acc_value.is_some_and(|av| {
+                        let mut cur = av;
+                        loop {
+                            match plan.users[cur.0 as usize][..] {
+                                [User::Sink] => {
+                                    break !sink.index.contains(&cur) && sink.mask != Some(cur);
+                                }
+                                [User::Value(u)]
+                                    if plan.inline[u.0 as usize] && sorted(&k.value(u).shape) == shape =>
+                                {
+                                    cur = u
+                                }
+                                _ => break false,
+                            }
+                        }
+                    });
+                plan.sink_from_registers = direct;
+                plan.acc_layout = if direct { plan.sink_order.clone() } else { default_order(k, &acc.shape) };
+            }
+            if let Some(av) = acc_value {
+                plan.layout[av.0 as usize] = plan.acc_layout.clone();
+            }
+        }
+
+        // Threads: one per element of the largest tile the block fills
+        // (inlined values are computed by their consumer's threads), 32 to
+        // 256.
+        let mut largest = k.tile_elements(&plan.sink_shape);
+        if let Some(acc) = &k.accumulate {
+            largest = largest.max(k.tile_elements(&acc.shape));
+        }
+        for &id in &k.order {
+            let i = id.0 as usize;
+            if !plan.inline[i] && !plan.absorbed[i] && plan.root_of[i].is_none() {
+                largest = largest.max(k.tile_elements(&k.value(id).shape));
+            }
+        }
+        for mm in &plan.matmuls {
+            largest = largest.max(mm.items(k) * 32);
+        }
+        let mut threads = largest.next_power_of_two().clamp(32, 256);
+        // At most 32 accumulator registers per thread while threads remain.
+        if let (AccPlan::Registers, Some(acc)) = (plan.acc, &k.accumulate) {
+            while k.tile_elements(&acc.shape).div_ceil(threads) > 32 && threads < 1024 {
+                threads *= 2;
+            }
+        }
+        plan.threads = opts.threads.unwrap_or(threads as u32);
+        plan
+    }
+
+    pub fn user_phase(&self, user: User) -> Phase {
+        match user {
+            User::Value(u) => self.phases[u.0 as usize],
+            User::Sink => self.sink_phase,
+            User::Fold => Phase::Loop,
+        }
+    }
+
+    /// The axes a consumer loops over when it reads its operands.
+    pub fn iteration_shape(&self, k: &Kernel, user: User) -> Vec<AxisId> {
+        match user {
+            User::Value(u) => {
+                let v = k.value(u);
+                match &v.op {
+                    Op::Reduce { axis, .. } | Op::Dot { axis, .. } => union(
+                        v.shape
+                            .iter()
+                            .copied()
+                            .chain(k.operands(u).iter().flat_map(|&o| k.value(o).shape.clone()))
+                            .chain([*axis]),
+                    ),
+                    _ => sorted(&v.shape),
+                }
+            }
+            User::Sink => self.sink_shape.clone(),
+            User::Fold => k.accumulate.as_ref().map(|a| sorted(&a.shape)).unwrap_or_default(),
+        }
+    }
+
+    /// A Tensor Core product for `dot`, or why there is none.
+    fn matmul(
+        &mut self,
+        k: &Kernel,
+        dot: ValueId,
+        opts: &PrintOptions,
+        fixed: &[bool],
+    ) -> Result<Matmul, String> {
+        let Op::Dot { a, b, axis, mask } = k.value(dot).op else { unreachable!("a dot") };
+        if a == b {
+            return Err("both operands are one value".to_string());
+        }
+        for v in [a, b] {
+            if matches!(k.value(v).op, Op::Accumulator) {
+                return Err("an operand is the accumulator".to_string());
+            }
+            if self.stage[v.0 as usize].is_some() {
+                return Err(format!("operand %{} is staged for another product", v.0));
+            }
+        }
+        let (sa, sb) = (&k.value(a).shape, &k.value(b).shape);
+        // Absorb sums over further axes both operands share.
+        let mut root = dot;
+        let mut ks = vec![axis];
+        let mut masks: Vec<ValueId> = mask.into_iter().collect();
+        let mut absorbed = Vec::new();
+        while let [User::Value(user)] = self.users[root.0 as usize][..]
+            && let Op::Reduce { reduction: Reduction::Sum, value, axis: q, mask } = k.value(user).op
+            && value == root
+            && sa.contains(&q)
+            && sb.contains(&q)
+            && !ks.contains(&q)
+        {
+            absorbed.push(root);
+            root = user;
+            ks.insert(0, q);
+            masks.extend(mask);
+        }
+        let fragment = fragment(k, a, b, opts)?;
+        let unit = |x: &AxisId| k.axis(*x).tile == 1;
+        let na: Vec<AxisId> = sa.iter().copied().filter(|x| !unit(x)).collect();
+        let nb: Vec<AxisId> = sb.iter().copied().filter(|x| !unit(x)).collect();
+        let kk: Vec<AxisId> = ks.iter().copied().filter(|x| !unit(x)).collect();
+        let batch: Vec<AxisId> = na.iter().copied().filter(|x| nb.contains(x) && !kk.contains(x)).collect();
+        let m: Vec<AxisId> = na.iter().copied().filter(|x| !nb.contains(x)).collect();
+        let n: Vec<AxisId> = nb.iter().copied().filter(|x| !na.contains(x)).collect();
+        let extent = |axes: &[AxisId]| -> usize { axes.iter().map(|&x| k.axis(x).tile).product() };
+        let root_shape: Vec<AxisId> = k.value(root).shape.iter().copied().filter(|x| !unit(x)).collect();
+        if sorted(&root_shape) != union(batch.iter().chain(&m).chain(&n).copied()) {
+            return Err("the result has axes neither operand has".to_string());
+        }
+        let (mm, nn, kx) = (extent(&m), extent(&n), extent(&kk));
+        if m.is_empty() || n.is_empty() || !mm.is_multiple_of(16) || !nn.is_multiple_of(16) {
+            return Err(format!("the product is {mm}x{nn} per batch element, not a multiple of 16x16"));
+        }
+        if kk.is_empty() || !kx.is_multiple_of(fragment.k_step()) {
+            return Err(format!("K is {kx}, not a multiple of {}", fragment.k_step()));
+        }
+        for v in [a, b, root] {
+            if fixed[v.0 as usize] {
+                return Err(format!("the layout of %{} is already fixed by another product", v.0));
+            }
+        }
+        // Masked-off terms are zero operands: each mask goes into every
+        // operand that varies over all its axes.
+        let mut stage_a = Stage { fragment, masks: Vec::new() };
+        let mut stage_b = Stage { fragment, masks: Vec::new() };
+        for &msk in &masks {
+            let ms = &k.value(msk).shape;
+            let mut placed = false;
+            for (v, stage) in [(a, &mut stage_a), (b, &mut stage_b)] {
+                if ms.iter().all(|x| k.value(v).shape.contains(x)) {
+                    if self.users[v.0 as usize].len() != 1 {
+                        return Err(format!(
+                            "operand %{} is masked for the product but used elsewhere too",
+                            v.0
+                        ));
+                    }
+                    stage.masks.push(msk);
+                    placed = true;
+                }
+            }
+            if !placed {
+                return Err(format!("mask %{} varies over axes neither operand has", msk.0));
+            }
+        }
+        self.stage[a.0 as usize] = Some(stage_a);
+        self.stage[b.0 as usize] = Some(stage_b);
+        let into_acc =
+            k.accumulate.as_ref().is_some_and(|acc| acc.partial == root && acc.reduction == Reduction::Sum);
+        Ok(Matmul { root, dot, absorbed, a, b, batch, m, n, k: kk, fragment, into_acc })
+    }
+}
+
+impl Matmul {
+    pub fn dims(&self, k: &Kernel) -> (usize, usize, usize, usize) {
+        let extent = |axes: &[AxisId]| -> usize { axes.iter().map(|&x| k.axis(x).tile).product() };
+        (extent(&self.batch), extent(&self.m), extent(&self.n), extent(&self.k))
+    }
+
+    /// 16x16 output fragments over the batch.
+    pub fn items(&self, k: &Kernel) -> usize {
+        let (batch, m, n, _) = self.dims(k);
+        batch * (m / 16) * (n / 16)
+    }
+}
+
+/// The operand type of a product: the element type every value tensor
+/// feeding either operand shares (f16 or bf16; f32 when tf32 is allowed).
+fn fragment(k: &Kernel, a: ValueId, b: ValueId, opts: &PrintOptions) -> Result<Fragment, String> {
+    let mut sources = BTreeSet::new();
+    float_sources(k, a, &mut sources);
+    float_sources(k, b, &mut sources);
+    let names: Vec<&str> = sources.iter().copied().collect();
+    match names[..] {
+        ["f16"] => Ok(Fragment::Half),
+        ["bf16"] => Ok(Fragment::Bf16),
+        ["f32"] if opts.tf32 => Ok(Fragment::Tf32),
+        ["f32"] => Err("the operands are f32 and tf32 is not allowed".to_string()),
+        [] => Err("the operands read no value tensor".to_string()),
+        _ => Err(format!("the operands mix {}", names.join(" and "))),
+    }
+}
+
+/// The element types of the value tensors a float value is computed from
+/// (not counting index arithmetic). Reductions and the accumulator count
+/// as f32: their results are wider than half types.
+fn float_sources(k: &Kernel, id: ValueId, out: &mut BTreeSet<&'static str>) {
+    let v = k.value(id);
+    if v.scalar != Scalar::Float {
+        return;
+    }
+    match &v.op {
+        Op::Load { tensor, .. } => {
+            let name = match k.tensor(*tensor).dtype {
+                ElemType::Value(d) => d.name(),
+                ElemType::Index(_) => "f32",
+            };
+            out.insert(name);
+        }
+        Op::Reduce { .. } | Op::Dot { .. } | Op::Accumulator => {
+            out.insert(if k.tensors.iter().any(|t| t.dtype == ElemType::Value(DType::F64)) {
+                "f64"
+            } else {
+                "f32"
+            });
+        }
+        _ => {
+            for o in k.operands(id) {
+                float_sources(k, o, out);
+            }
+        }
+    }
+}
+
+/// The tile layout of a shape when nothing asks for another: the parallel
+/// axes but the innermost, the reduced axes, then the innermost parallel
+/// axis (usually the contiguous one, the dense column of an SpMM), as the C
+/// printer lays out its arrays.
+pub(crate) fn default_order(k: &Kernel, shape: &[AxisId]) -> Vec<AxisId> {
+    let shape = sorted(shape);
+    let parallel: Vec<AxisId> =
+        shape.iter().copied().filter(|&a| k.axis(a).role == AxisRole::Parallel).collect();
+    let reduced = shape.iter().copied().filter(|&a| k.axis(a).role == AxisRole::Reduced);
+    match parallel.split_last() {
+        Some((last, rest)) => rest.iter().copied().chain(reduced).chain([*last]).collect(),
+        None => reduced.collect(),
+    }
+}
+
+/// The order to visit a shape's elements in when they address a tensor
+/// through `last_index` (the index tile of its last, contiguous dimension):
+/// the default order with the last axis that index varies over moved last,
+/// so consecutive threads touch consecutive addresses.
+pub(crate) fn contiguous_order(k: &Kernel, shape: &[AxisId], last_index: Option<ValueId>) -> Vec<AxisId> {
+    let mut order = default_order(k, shape);
+    if let Some(ix) = last_index {
+        let varies = &k.value(ix).shape;
+        if let Some(pos) = order.iter().rposition(|a| varies.contains(a) && k.axis(*a).tile > 1) {
+            let a = order.remove(pos);
+            order.push(a);
+        }
+    }
+    order
+}

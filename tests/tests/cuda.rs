@@ -1,0 +1,212 @@
+//! The CUDA backend on every corpus entry, lowered under the default
+//! schedule as it runs (rewritten over its formats' arrays):
+//!
+//! - the NVRTC gate: the printed kernel compiles for sm_80 and sm_90, the
+//!   compile result carries registers, shared memory, stack and spills, and
+//!   nothing spills;
+//! - one insta snapshot of the CUDA source per entry
+//!   (`snapshots_cuda/cuda__NAME.snap`; regenerate with `INSTA_UPDATE=always
+//!   cargo test -p spindle-tests --test cuda` and review the diff);
+//! - what the kernels compute, run on the CPU under the CUDA emulation
+//!   (`spindle_cuda::emulate`, AddressSanitizer on; ThreadSanitizer with
+//!   `SPINDLE_EMU_SANITIZER=thread`) in f32 and f16 and under several
+//!   schedules, against the reference evaluator.
+//!
+//! Without the CUDA toolchain the gate skips visibly ("SKIPPED: ..."),
+//! except under CI (`CI=true`), where a missing toolchain is a failure: CI
+//! runs `cargo xtask test`, which installs it. Without a C++ compiler the
+//! emulation skips visibly.
+
+use std::io::Write;
+
+use ndarray::{ArrayD, Dimension};
+use spindle_cuda::emulate::{self, EmulateError, EmulateOptions};
+use spindle_cuda::nvrtc::{self, Arch, CompileError, CompileOptions, Resources};
+use spindle_cuda::print::{CudaKernel, DotPath, PrintOptions, print_kernel};
+use spindle_ir::formats::DType;
+use spindle_ir::kernel::lower::lower;
+use spindle_ir::kernel::schedule::Schedule;
+use spindle_ir::lang::{Einsum, ElemType};
+use spindle_ir::tensor::{TensorValue, Tensors};
+use spindle_tests::corpus::{Entry, build, entries};
+
+const SYMBOL: &str = "spindle_kernel";
+
+/// The entry's kernel under the default schedule, printed as CUDA.
+fn cuda(name: &str, entry: &Entry) -> (String, CudaKernel) {
+    let built = build(name, entry);
+    let kernel = lower(&built.einsum, &Schedule::default(), SYMBOL).unwrap_or_else(|d| panic!("{name}: {d}"));
+    let printed =
+        print_kernel(&kernel, SYMBOL, &PrintOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let statement = built.rewritten.unwrap_or_else(|| entry.statement.clone());
+    (statement, printed)
+}
+
+/// True when the test should go on; false (after a visible message) when it should skip.
+fn toolchain_available(test: &str) -> bool {
+    match nvrtc::load() {
+        Ok(_) => true,
+        Err(error @ CompileError::ToolchainMissing { .. }) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{test}: CI=true and the CUDA toolchain is missing: {error}");
+            }
+            // Straight to the stderr handle: the harness captures `eprintln!`
+            // of passing tests, and a skip must be visible.
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {error}");
+            false
+        }
+        Err(error) => panic!("{test}: the CUDA toolchain is present but unusable: {error}"),
+    }
+}
+
+#[test]
+fn every_corpus_entry_compiles_with_nvrtc_without_spills() {
+    let test = "every_corpus_entry_compiles_with_nvrtc_without_spills";
+    if !toolchain_available(test) {
+        return;
+    }
+    let entries = entries();
+    assert!(entries.len() >= 12, "the corpus lost entries");
+    let mut report = Vec::new();
+    for (name, entry) in &entries {
+        let (_, printed) = cuda(name, entry);
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let compiled = nvrtc::compile(&printed.source, name, arch, &CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
+            assert_eq!(&compiled.cubin[..4], b"\x7fELF", "{name} for {arch}: not a CUBIN");
+            let r: Resources = *compiled
+                .resources_of(SYMBOL)
+                .unwrap_or_else(|| panic!("{name} for {arch}: no resources in {:?}", compiled.log));
+            assert!(r.registers > 0 && r.registers <= 255, "{name} for {arch}: {r:?}");
+            assert!(!r.spills(), "{name} for {arch}: spills: {r:?}");
+            assert_eq!(r.stack_bytes, 0, "{name} for {arch}: a stack frame: {r:?}");
+            assert!(
+                r.shared_mem_bytes as usize <= printed.launch.shared_bytes,
+                "{name} for {arch}: ptxas reports more shared memory than the printer's bound: {r:?}"
+            );
+            report.push(format!(
+                "{name:>20} {arch}: {:>3} registers, {:>5} B shared, {} B stack, grid {}, block {}",
+                r.registers, r.shared_mem_bytes, r.stack_bytes, printed.launch.grid, printed.launch.block
+            ));
+        }
+    }
+    let _ = writeln!(std::io::stderr(), "{}", report.join("\n"));
+}
+
+#[test]
+fn every_corpus_entry_has_a_cuda_snapshot() {
+    for (name, entry) in &entries() {
+        let (statement, printed) = cuda(name, entry);
+        let text = format!("// {statement}\n// schedule: {}\n\n{}", Schedule::default(), printed.source);
+        let mut settings = insta::Settings::clone_current();
+        settings.set_snapshot_path("snapshots_cuda");
+        settings.set_description(entry.description.clone());
+        settings.set_omit_expression(true);
+        settings.bind(|| insta::assert_snapshot!(name.as_str(), text));
+    }
+}
+
+/// No snapshot outlives its entry: every file in the folder names one.
+#[test]
+fn every_cuda_snapshot_file_belongs_to_an_entry() {
+    let names: Vec<String> = entries().into_iter().map(|(n, _)| format!("cuda__{n}.snap")).collect();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots_cuda");
+    let Ok(files) = std::fs::read_dir(&dir) else { return };
+    for file in files {
+        let file = file.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(names.contains(&file), "{file} belongs to no corpus entry: delete it");
+    }
+}
+
+fn round_to(x: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => x,
+        DType::F32 => x as f32 as f64,
+        DType::F16 => half::f16::from_f64(x).to_f64(),
+        DType::Bf16 => half::bf16::from_f64(x).to_f64(),
+    }
+}
+
+/// The entry with every value tensor in `dtype`, and its data rounded to it.
+fn typed(einsum: &Einsum, data: &Tensors, dtype: DType) -> (Einsum, Tensors) {
+    let mut typed = einsum.clone();
+    for t in typed.tensors.values_mut() {
+        if let ElemType::Value(_) = t.dtype {
+            t.dtype = ElemType::Value(dtype);
+        }
+    }
+    let rounded = data
+        .iter()
+        .map(|(n, v)| match v {
+            TensorValue::Values(a) => (n.clone(), TensorValue::Values(a.mapv(|x| round_to(x, dtype)))),
+            other => (n.clone(), other.clone()),
+        })
+        .collect();
+    (typed, rounded)
+}
+
+/// Within `tolerance` of the largest magnitude.
+fn close_to(got: &ArrayD<f64>, want: &ArrayD<f64>, tolerance: f64, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let scale = want.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+    for ((idx, g), w) in got.indexed_iter().zip(want.iter()) {
+        assert!((g - w).abs() <= tolerance * scale, "{what}: at {:?} got {g}, expected {w}", idx.slice());
+    }
+}
+
+/// Every entry on the emulated GPU: the default schedule in f32 and f16
+/// (f16 products run on Tensor Cores where the tiles allow), ragged tiles,
+/// atomic updates per element and eager broadcasting.
+#[test]
+fn every_corpus_entry_computes_its_reference_on_the_emulated_gpu() {
+    let test = "every_corpus_entry_computes_its_reference_on_the_emulated_gpu";
+    match emulate::compiler() {
+        Ok(_) => {}
+        Err(e @ EmulateError::CompilerMissing { .. }) => {
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {e}");
+            return;
+        }
+        Err(e) => panic!("{test}: {e}"),
+    }
+    let entries = entries();
+    let mut runs = Vec::new();
+    for (name, entry) in &entries {
+        let built = build(name, entry);
+        let ragged: Vec<String> = built.einsum.indices.iter().map(|i| format!("tile.{}=4", i.name)).collect();
+        let small: Vec<String> = built.einsum.indices.iter().map(|i| format!("tile.{}=2", i.name)).collect();
+        for (dtype, tolerance, schedule) in [
+            (DType::F32, 1e-4, String::new()),
+            (DType::F16, 1e-2, String::new()),
+            (DType::F32, 1e-4, ragged.join(" ")),
+            (DType::F32, 1e-4, format!("{} reduce=atomic broadcast=eager", small.join(" "))),
+        ] {
+            runs.push((name.clone(), built.einsum.clone(), built.data.clone(), dtype, tolerance, schedule));
+        }
+    }
+    let tensor_core_runs = std::sync::atomic::AtomicUsize::new(0);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                while let Some((name, einsum, data, dtype, tolerance, schedule)) =
+                    runs.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    let what = format!("{name} in {} [{schedule}]", dtype.name());
+                    let (einsum, data) = typed(einsum, data, *dtype);
+                    let want = spindle_ir::eval::evaluate(&einsum, &data).unwrap();
+                    let kernel = lower(&einsum, &schedule.parse().unwrap(), SYMBOL)
+                        .unwrap_or_else(|d| panic!("{what}: {d}"));
+                    let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::default())
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    if printed.dots.iter().any(|d| matches!(d.path, DotPath::TensorCores { .. })) {
+                        tensor_core_runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    let got = emulate::run(&kernel, &printed, &data, &EmulateOptions::from_env())
+                        .unwrap_or_else(|e| panic!("{what}: {e}\n{}", printed.source));
+                    close_to(&got, &want, *tolerance, &what);
+                }
+            });
+        }
+    });
+    assert!(tensor_core_runs.into_inner() > 0, "no corpus run used Tensor Cores");
+}
