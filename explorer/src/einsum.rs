@@ -254,7 +254,8 @@ fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&str>) -> Resu
 pub enum Target {
     /// C11 + OpenMP, compiled with the system C compiler.
     C,
-    /// CUDA through NVRTC (not available yet).
+    /// CUDA C for NVIDIA GPUs, compiled by NVRTC (running needs a GPU and the
+    /// CUDA runtime, which is not built yet).
     Cuda,
 }
 
@@ -263,24 +264,73 @@ pub enum Target {
 pub enum Emit {
     /// The kernel IR.
     Ir,
-    /// The C source.
+    /// The target's source: C for `--target c`, CUDA C for `--target cuda`.
+    Source,
+    /// The C source (whatever the target).
     C,
+    /// The CUDA source (whatever the target).
+    Cuda,
 }
 
-fn lower_prepared(prepared: &Prepared, schedule: &str, target: Target) -> Result<spindle_ir::kernel::Kernel> {
-    if target == Target::Cuda {
-        bail!("the CUDA backend is not built yet; use --target c");
-    }
+/// A GPU architecture to compile CUDA for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GpuArch {
+    /// Ampere (A100).
+    Sm80,
+    /// Hopper (H100, H200).
+    Sm90,
+}
+
+fn lower_prepared(prepared: &Prepared, schedule: &str) -> Result<spindle_ir::kernel::Kernel> {
     let schedule: spindle_ir::kernel::schedule::Schedule = schedule.parse()?;
     spindle_ir::kernel::lower::lower(&prepared.einsum, &schedule, "spindle").map_err(|d| prepared.report(&d))
 }
 
-pub fn run_compile(args: &DataArgs, schedule: &str, target: Target, emit: Emit) -> Result<()> {
+/// Options of `spindle compile`.
+#[derive(Debug)]
+pub struct CompileArgs<'a> {
+    pub schedule: &'a str,
+    pub target: Target,
+    pub emit: Emit,
+    pub arch: GpuArch,
+    pub resources: bool,
+}
+
+pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     let prepared = prepare(args)?;
-    let kernel = lower_prepared(&prepared, schedule, target)?;
-    match emit {
-        Emit::Ir => print!("{kernel}"),
-        Emit::C => print!("{}", spindle_c::print::print(&kernel, spindle_c::exec::SYMBOL)?),
+    let kernel = lower_prepared(&prepared, c.schedule)?;
+    let cuda = || spindle_cuda::print::print_kernel(&kernel, "spindle_kernel", &Default::default());
+    match (c.emit, c.target) {
+        (Emit::Ir, _) => print!("{kernel}"),
+        (Emit::C, _) | (Emit::Source, Target::C) => {
+            print!("{}", spindle_c::print::print(&kernel, spindle_c::exec::SYMBOL)?)
+        }
+        (Emit::Cuda, _) | (Emit::Source, Target::Cuda) => print!("{}", cuda()?.source),
+    }
+    if c.resources {
+        if c.target != Target::Cuda {
+            bail!("--resources reports what NVRTC says of the CUDA kernel: use --target cuda");
+        }
+        let printed = cuda()?;
+        let arch = match c.arch {
+            GpuArch::Sm80 => spindle_cuda::nvrtc::Arch::Sm80,
+            GpuArch::Sm90 => spindle_cuda::nvrtc::Arch::Sm90,
+        };
+        let compiled = spindle_cuda::nvrtc::compile(&printed.source, "spindle", arch, &Default::default())?;
+        let launch = &printed.launch;
+        eprintln!(
+            "launch: grid {} x block {} threads, {} bytes of static shared memory (bound)",
+            launch.grid, launch.block, launch.shared_bytes
+        );
+        for (name, r) in &compiled.resources {
+            eprintln!(
+                "{name} on {arch}: {} registers, {} bytes shared, {} bytes stack, spills {} stores / {} loads",
+                r.registers, r.shared_mem_bytes, r.stack_bytes, r.spill_stores_bytes, r.spill_loads_bytes
+            );
+        }
+        for dot in &printed.dots {
+            eprintln!("dot %{}: {:?}", dot.dot.0, dot.path);
+        }
     }
     Ok(())
 }
@@ -297,8 +347,13 @@ pub struct RunArgs<'a> {
 }
 
 pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
+    if run.target == Target::Cuda {
+        bail!(
+            "running on a GPU needs the CUDA runtime, which is not built yet; `spindle compile --target cuda --resources` prints and compiles the kernel"
+        );
+    }
     let prepared = prepare(args)?;
-    let kernel = lower_prepared(&prepared, run.schedule, run.target)?;
+    let kernel = lower_prepared(&prepared, run.schedule)?;
     let compiled = spindle_c::exec::CKernel::compile(&kernel)?;
     let threads = if run.threads == 0 { spindle_c::cpu_threads() } else { run.threads };
     let out_name = prepared.einsum.output().name.clone();

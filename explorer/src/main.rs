@@ -152,6 +152,13 @@ enum Command {
         /// What to print.
         #[arg(long, value_enum, default_value_t = einsum::Emit::Ir)]
         emit: einsum::Emit,
+        /// The GPU architecture for --resources.
+        #[arg(long, value_enum, default_value_t = einsum::GpuArch::Sm90)]
+        arch: einsum::GpuArch,
+        /// Compile the CUDA kernel with NVRTC and report registers, shared
+        /// memory, stack and spills (to stderr).
+        #[arg(long)]
+        resources: bool,
     },
     /// Compile a statement, run it, and time it (median of repeats).
     ///
@@ -201,9 +208,10 @@ fn main() -> ExitCode {
         Some(Command::Bench { suite }) => bench::run(suite),
         Some(Command::Check { statement, shapes }) => einsum::run_check(&statement, &shapes),
         Some(Command::Eval { data, out }) => einsum::run_eval(&data, out.as_deref()),
-        Some(Command::Compile { data, schedule, target, emit }) => {
-            einsum::run_compile(&data, &schedule, target, emit)
-        }
+        Some(Command::Compile { data, schedule, target, emit, arch, resources }) => einsum::run_compile(
+            &data,
+            &einsum::CompileArgs { schedule: &schedule, target, emit, arch, resources },
+        ),
         Some(Command::Run { data, schedule, target, check, threads, repeats, out }) => {
             let run =
                 einsum::RunArgs { schedule: &schedule, target, check, threads, repeats, out: out.as_deref() };

@@ -315,3 +315,86 @@ fn eval_refuses_bad_arguments_with_messages() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("is out of range for dimension 0 of y (extent 3)"), "{}", stderr(&out));
 }
+
+#[test]
+fn compile_prints_ir_c_and_cuda() {
+    let stmt = "C[D[y],x] += A[y,E[r]] * B[r,x]";
+    let data = [
+        "--rand",
+        "A=20x32:f16:1",
+        "--rand",
+        "B=16x16:f16:2",
+        "--rand",
+        "E=16:i32:3:32",
+        "--rand",
+        "D=20:i32:4:15",
+        "--shape",
+        "C=15x16:f16",
+        "--schedule",
+        "tile.y=16 tile.x=16 tile.r=16",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args = vec!["compile", stmt];
+        args.extend_from_slice(&data);
+        args.extend_from_slice(extra);
+        spindle(&args)
+    };
+    let ir = run(&["--emit", "ir"]);
+    assert!(ir.status.success(), "{}", stderr(&ir));
+    assert!(stdout(&ir).contains("dot %"), "{}", stdout(&ir));
+    let c = run(&["--target", "c", "--emit", "source"]);
+    assert!(
+        stdout(&c).contains("void spindle_kernel(void *const *args, int64_t nthreads)"),
+        "{}",
+        stdout(&c)
+    );
+    let cuda = run(&["--target", "cuda", "--emit", "source"]);
+    let text = stdout(&cuda);
+    assert_eq!(text.matches("__global__").count(), 1, "{text}");
+    assert!(text.contains("wmma::mma_sync") && text.contains("atomicAdd"), "{text}");
+    if spindle_cuda::nvrtc::Toolchain::locate().is_ok() {
+        let r = run(&["--target", "cuda", "--emit", "source", "--resources", "--arch", "sm80"]);
+        assert!(r.status.success(), "{}", stderr(&r));
+        assert!(
+            stderr(&r).contains("on sm_80:") && stderr(&r).contains("spills 0 stores / 0 loads"),
+            "{}",
+            stderr(&r)
+        );
+    } else {
+        eprintln!("SKIPPED: --resources needs the CUDA toolchain (cargo xtask setup-cuda)");
+    }
+    let gpu = spindle(&[
+        "run",
+        "C[m,n] += A[m,k] * B[k,n]",
+        "--rand",
+        "A=4x4:f32:1",
+        "--rand",
+        "B=4x4:f32:1",
+        "--target",
+        "cuda",
+    ]);
+    assert_eq!(gpu.status.code(), Some(1));
+    assert!(stderr(&gpu).contains("needs the CUDA runtime"), "{}", stderr(&gpu));
+}
+
+#[test]
+fn run_checks_against_the_reference() {
+    let out = spindle(&[
+        "run",
+        "C[m,n] += A[m,k] * B[k,n]",
+        "--rand",
+        "A=30x20:f32:1",
+        "--rand",
+        "B=20x8:f32:2",
+        "--format",
+        "A=groupcoo:g=2",
+        "--target",
+        "c",
+        "--check",
+        "--repeats",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("check: max relative error"), "{}", stdout(&out));
+    assert!(stderr(&out).contains("ran C on C"), "{}", stderr(&out));
+}
