@@ -216,19 +216,7 @@ impl<'k> Printer<'k> {
             Op::Unary(UnaryOp::Neg, a) => format!("(-{})", self.elem(*a)),
             Op::Unary(UnaryOp::Func(f), a) => self.func(*f, &self.elem(*a)),
             Op::Binary(op, a, b) => {
-                let (x, y) = (self.elem(*a), self.elem(*b));
-                let fsuffix = if self.real == "float" { "f" } else { "" };
-                match op {
-                    BinaryOp::Add => format!("({x} + {y})"),
-                    BinaryOp::Sub => format!("({x} - {y})"),
-                    BinaryOp::Mul => format!("({x} * {y})"),
-                    BinaryOp::Div => format!("(({}){x} / {y})", self.ctype(value.scalar)),
-                    BinaryOp::Max => format!("fmax{fsuffix}({x}, {y})"),
-                    BinaryOp::Min => format!("fmin{fsuffix}({x}, {y})"),
-                    BinaryOp::Lt => format!("({x} < {y})"),
-                    BinaryOp::Ge => format!("({x} >= {y})"),
-                    BinaryOp::And => format!("({x} && {y})"),
-                }
+                op.c_expr(&self.elem(*a), &self.elem(*b), self.real, self.ctype(value.scalar))
             }
             Op::Broadcast { value: a } => self.elem(*a),
             Op::Accumulator => format!("acc{}", self.order_index(&value.shape)),

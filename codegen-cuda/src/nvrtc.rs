@@ -498,6 +498,26 @@ fn unquote(text: &str) -> &str {
     text.trim_matches('\'')
 }
 
+/// For tests that need NVRTC: true when the toolchain loads; otherwise,
+/// under `CI=true`, a panic (CI must have it), else a visible `SKIPPED`
+/// line and false. A toolchain that is present but unusable always panics.
+pub fn toolchain_or_skip(test: &str) -> bool {
+    use std::io::Write as _;
+    match load() {
+        Ok(_) => true,
+        Err(error @ CompileError::ToolchainMissing { .. }) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{test}: CI=true and the CUDA toolchain is missing: {error}");
+            }
+            // Straight to the stderr handle: the test harness captures
+            // `eprintln!` of passing tests, and a skip must be visible.
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {error}");
+            false
+        }
+        Err(error) => panic!("{test}: the CUDA toolchain is present but unusable: {error}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,8 +3,6 @@
 //! Without the toolchain these tests skip visibly, except under CI (`CI=true`), where a
 //! missing toolchain is a failure: CI runs `cargo xtask test`, which installs it.
 
-use std::io::Write;
-
 use spindle_cuda::nvrtc::{self, Arch, CompileError, CompileOptions};
 
 /// A 16x16x16 WMMA tile product, half inputs and float accumulator, plus an fp16
@@ -32,21 +30,9 @@ extern "C" __global__ void wmma_16x16x16(const __half* a, const __half* b, float
 }
 "#;
 
-/// True when the test should go on; false (after a visible message) when it should skip.
+/// True when the test should go on (see `nvrtc::toolchain_or_skip`).
 fn toolchain_available(test: &str) -> bool {
-    match nvrtc::load() {
-        Ok(_) => true,
-        Err(error @ CompileError::ToolchainMissing { .. }) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{test}: CI=true and the CUDA toolchain is missing: {error}");
-            }
-            // Straight to the stderr handle: the test harness captures `eprintln!` of
-            // passing tests, and a skip must be visible.
-            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {error}");
-            false
-        }
-        Err(error) => panic!("{test}: the CUDA toolchain is present but unusable: {error}"),
-    }
+    spindle_cuda::nvrtc::toolchain_or_skip(test)
 }
 
 fn compiles_wmma_for(arch: Arch) {

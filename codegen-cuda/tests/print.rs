@@ -5,9 +5,7 @@
 //! Without the toolchain the NVRTC half of each test skips visibly, except
 //! under CI (`CI=true`), where a missing toolchain is a failure.
 
-use std::io::Write;
-
-use spindle_cuda::nvrtc::{self, Arch, CompileError, CompileOptions};
+use spindle_cuda::nvrtc::{self, Arch, CompileOptions};
 use spindle_cuda::print::{CudaKernel, DotPath, Fragment, PrintError, PrintOptions, print_kernel};
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::lower::lower;
@@ -51,19 +49,9 @@ fn loop_span(text: &str, axis: &str) -> std::ops::Range<usize> {
     start..end
 }
 
-/// True when the test should go on; false (after a visible message) when it should skip.
+/// True when the test should go on (see `nvrtc::toolchain_or_skip`).
 fn toolchain_available(test: &str) -> bool {
-    match nvrtc::load() {
-        Ok(_) => true,
-        Err(error @ CompileError::ToolchainMissing { .. }) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{test}: CI=true and the CUDA toolchain is missing: {error}");
-            }
-            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {error}");
-            false
-        }
-        Err(error) => panic!("{test}: the CUDA toolchain is present but unusable: {error}"),
-    }
+    spindle_cuda::nvrtc::toolchain_or_skip(test)
 }
 
 /// Compiles for sm_80 and sm_90; no spills.

@@ -17,11 +17,11 @@
 //! runs `cargo xtask test`, which installs it. Without a C++ compiler the
 //! emulation skips visibly.
 
-use std::io::Write;
-
 use ndarray::{ArrayD, Dimension};
 use spindle_cuda::emulate::{self, EmulateError, EmulateOptions};
-use spindle_cuda::nvrtc::{self, Arch, CompileError, CompileOptions, Resources};
+use std::io::Write;
+
+use spindle_cuda::nvrtc::{self, Arch, CompileOptions, Resources};
 use spindle_cuda::print::{CudaKernel, DotPath, PrintOptions, print_kernel};
 use spindle_ir::formats::DType;
 use spindle_ir::kernel::lower::lower;
@@ -42,21 +42,9 @@ fn cuda(name: &str, entry: &Entry) -> (String, CudaKernel) {
     (statement, printed)
 }
 
-/// True when the test should go on; false (after a visible message) when it should skip.
+/// True when the test should go on (see `nvrtc::toolchain_or_skip`).
 fn toolchain_available(test: &str) -> bool {
-    match nvrtc::load() {
-        Ok(_) => true,
-        Err(error @ CompileError::ToolchainMissing { .. }) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{test}: CI=true and the CUDA toolchain is missing: {error}");
-            }
-            // Straight to the stderr handle: the harness captures `eprintln!`
-            // of passing tests, and a skip must be visible.
-            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {error}");
-            false
-        }
-        Err(error) => panic!("{test}: the CUDA toolchain is present but unusable: {error}"),
-    }
+    spindle_cuda::nvrtc::toolchain_or_skip(test)
 }
 
 #[test]

@@ -444,19 +444,7 @@ impl<'k> Printer<'k> {
             Op::Unary(UnaryOp::Neg, a) => format!("(-{})", self.elem(*a)),
             Op::Unary(UnaryOp::Func(f), a) => self.func(*f, &self.elem(*a)),
             Op::Binary(op, a, b) => {
-                let (x, y) = (self.elem(*a), self.elem(*b));
-                let s = if self.real == "float" { "f" } else { "" };
-                match op {
-                    BinaryOp::Add => format!("({x} + {y})"),
-                    BinaryOp::Sub => format!("({x} - {y})"),
-                    BinaryOp::Mul => format!("({x} * {y})"),
-                    BinaryOp::Div => format!("(({}){x} / {y})", self.scalar_type(value.scalar)),
-                    BinaryOp::Max => format!("fmax{s}({x}, {y})"),
-                    BinaryOp::Min => format!("fmin{s}({x}, {y})"),
-                    BinaryOp::Lt => format!("({x} < {y})"),
-                    BinaryOp::Ge => format!("({x} >= {y})"),
-                    BinaryOp::And => format!("({x} && {y})"),
-                }
+                op.c_expr(&self.elem(*a), &self.elem(*b), self.real, self.scalar_type(value.scalar))
             }
             Op::Broadcast { value: a } => self.elem(*a),
             Op::Accumulator => self.array(id),

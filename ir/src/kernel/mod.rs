@@ -119,6 +119,24 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// The operation in the syntax of C and CUDA C, which both backends
+    /// print: `real` is the compute type (`float` or `double`, which picks
+    /// `fmaxf` or `fmax`), `div_type` the type a division is carried out in.
+    pub fn c_expr(self, x: &str, y: &str, real: &str, div_type: &str) -> String {
+        let f = if real == "float" { "f" } else { "" };
+        match self {
+            BinaryOp::Add => format!("({x} + {y})"),
+            BinaryOp::Sub => format!("({x} - {y})"),
+            BinaryOp::Mul => format!("({x} * {y})"),
+            BinaryOp::Div => format!("(({div_type}){x} / {y})"),
+            BinaryOp::Max => format!("fmax{f}({x}, {y})"),
+            BinaryOp::Min => format!("fmin{f}({x}, {y})"),
+            BinaryOp::Lt => format!("({x} < {y})"),
+            BinaryOp::Ge => format!("({x} >= {y})"),
+            BinaryOp::And => format!("({x} && {y})"),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",
