@@ -22,12 +22,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ndarray::ArrayD;
-use spindle_ir::formats::{DType, IType};
 use spindle_ir::kernel::{Kernel, OutputInit};
 use spindle_ir::lang::ElemType;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
-use crate::print::{CudaKernel, PrintError};
+use crate::print::{CudaKernel, PrintError, cuda_type};
 
 /// The emulation of the CUDA built-ins the printer uses.
 pub const EMULATION_HEADER: &str = include_str!("cuda_emu.h");
@@ -101,17 +100,6 @@ pub fn compiler() -> Result<String, EmulateError> {
             Err(EmulateError::CompilerMissing { compiler, reason: format!("--version: {}", out.status) })
         }
         Err(e) => Err(EmulateError::CompilerMissing { compiler, reason: e.to_string() }),
-    }
-}
-
-fn cuda_type(dtype: ElemType) -> &'static str {
-    match dtype {
-        ElemType::Value(DType::F64) => "double",
-        ElemType::Value(DType::F32) => "float",
-        ElemType::Value(DType::F16) => "__half",
-        ElemType::Value(DType::Bf16) => "__nv_bfloat16",
-        ElemType::Index(IType::I32) => "int",
-        ElemType::Index(IType::I64) => "long long",
     }
 }
 

@@ -663,14 +663,7 @@ impl<'k> Printer<'k> {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let ty = match t.dtype {
-                    ElemType::Value(DType::F64) => "double",
-                    ElemType::Value(DType::F32) => "float",
-                    ElemType::Value(DType::F16) => "__half",
-                    ElemType::Value(DType::Bf16) => "__nv_bfloat16",
-                    ElemType::Index(IType::I32) => "int",
-                    ElemType::Index(IType::I64) => "long long",
-                };
+                let ty = cuda_type(t.dtype);
                 let constness = if t.output { "" } else { "const " };
                 format!("{constness}{ty} *__restrict__ {}", self.tensor_names[i])
             })
@@ -1395,5 +1388,17 @@ impl<'k> Printer<'k> {
 "
         );
         self.line(0, &text);
+    }
+}
+
+/// The CUDA type of a tensor argument's elements.
+pub fn cuda_type(dtype: ElemType) -> &'static str {
+    match dtype {
+        ElemType::Value(DType::F64) => "double",
+        ElemType::Value(DType::F32) => "float",
+        ElemType::Value(DType::F16) => "__half",
+        ElemType::Value(DType::Bf16) => "__nv_bfloat16",
+        ElemType::Index(IType::I32) => "int",
+        ElemType::Index(IType::I64) => "long long",
     }
 }
