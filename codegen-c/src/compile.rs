@@ -230,7 +230,7 @@ impl Compiler {
     /// source, the compiler, its flags and version, and the host CPU.
     pub fn cache_key(&self, source: &str) -> Result<String, CompileError> {
         let version = self.version()?;
-        let mut h = Fnv128::new();
+        let mut h = spindle_ir::hash::StableHash::new();
         for part in [CACHE_VERSION, &self.program.to_string_lossy(), &version, host_key()] {
             h.field(part.as_bytes());
         }
@@ -238,7 +238,7 @@ impl Compiler {
             h.field(arg.as_bytes());
         }
         h.field(source.as_bytes());
-        Ok(format!("{:032x}", h.finish()))
+        Ok(h.hex())
     }
 
     /// The command line used for compiling `c_path` into `so_path`, as
@@ -520,50 +520,9 @@ fn host_key() -> &'static str {
     })
 }
 
-/// FNV-1a with 128-bit state: a stable hash (unlike std's `DefaultHasher`)
-/// for cache keys. Not cryptographic; a hit also compares the source.
-struct Fnv128(u128);
-
-impl Fnv128 {
-    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
-    const PRIME: u128 = 0x0000000001000000000000000000013b;
-
-    fn new() -> Self {
-        Fnv128(Self::OFFSET)
-    }
-
-    fn bytes(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u128::from(b)).wrapping_mul(Self::PRIME);
-        }
-    }
-
-    /// Hashes a length-prefixed field, so field boundaries are unambiguous.
-    fn field(&mut self, bytes: &[u8]) {
-        self.bytes(&(bytes.len() as u64).to_le_bytes());
-        self.bytes(bytes);
-    }
-
-    fn finish(&self) -> u128 {
-        self.0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fnv128_known_values() {
-        // Reference values of FNV-1a 128.
-        let hash = |s: &str| {
-            let mut h = Fnv128::new();
-            h.bytes(s.as_bytes());
-            h.finish()
-        };
-        assert_eq!(hash(""), 0x6c62272e07bb014262b821756295c58d);
-        assert_eq!(hash("a"), 0xd228cb696f1a8caf78912b704e4a8964);
-    }
 
     #[test]
     fn identifiers() {

@@ -19,5 +19,7 @@ pub use spindle_ir as ir;
 pub mod emulate;
 pub mod nvrtc;
 pub mod print;
+pub mod runtime;
+pub mod baseline;
 
 pub use print::{CudaKernel, DotPath, LaunchGeometry, PrintError, PrintOptions, print, print_kernel};

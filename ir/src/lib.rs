@@ -11,6 +11,7 @@
 //! fusion, affine lowering).
 
 pub mod eval;
+pub mod hash;
 pub mod kernel;
 pub mod lang;
 pub mod rewrite;

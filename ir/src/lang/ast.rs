@@ -96,6 +96,14 @@ impl ElemType {
     pub fn is_index(self) -> bool {
         matches!(self, ElemType::Index(_))
     }
+
+    /// Bytes of one element.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            ElemType::Value(d) => d.size_bytes(),
+            ElemType::Index(i) => i.size_bytes(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

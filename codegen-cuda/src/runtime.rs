@@ -1,0 +1,608 @@
+//! Running printed kernels on a GPU through cudarc's driver API.
+//!
+//! cudarc loads `libcuda` at run time, so this module builds and its
+//! no-GPU paths are tested on machines without one: [`Gpu::open`] answers
+//! [`RuntimeError::NoDriver`] or [`RuntimeError::NoDevice`] instead of
+//! panicking. On a GPU:
+//! - [`Gpu::load`] compiles a printed kernel with NVRTC for the device's
+//!   arch and loads it; modules are cached by a stable hash of the source
+//!   and arch, in memory and as CUBIN files on disk ([`cache_dir`]).
+//! - [`Gpu::upload`] puts every kernel tensor on the device in its dtype,
+//!   with the output initialised as [`OutputInit`] says (the contract of
+//!   the C backend and the emulation).
+//! - [`Gpu::time`] times with CUDA events: warm-up launches, then the
+//!   median of the timed ones; the output is reset between launches
+//!   outside the timed region, and when the inputs fit in L2 several
+//!   copies are uploaded and rotated, so each launch reads from DRAM as in
+//!   a real pipeline.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+    sys,
+};
+use half::{bf16, f16};
+use ndarray::ArrayD;
+use spindle_ir::hash::hash_fields;
+use spindle_ir::kernel::{Kernel, OutputInit};
+use spindle_ir::lang::ElemType;
+use spindle_ir::tensor::{TensorValue, Tensors};
+
+use crate::nvrtc::{self, Arch, CompileError, CompileOptions, Resources};
+use crate::print::{CudaKernel, LaunchGeometry, PrintError};
+
+/// Why a kernel could not run on the GPU.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(
+        "no CUDA driver: libcuda could not be loaded, so this machine has no usable NVIDIA GPU \
+         (`--target c` runs on the CPU; `spindle compile --target cuda --resources` compiles without a GPU)"
+    )]
+    NoDriver,
+    #[error("no CUDA device: {0}")]
+    NoDevice(String),
+    #[error("the GPU {name} has compute capability {major}.{minor}; Spindle compiles for sm_80 and sm_90")]
+    UnsupportedArch { name: String, major: i32, minor: i32 },
+    #[error("CUDA driver: {0}")]
+    Driver(#[from] DriverError),
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    #[error(transparent)]
+    Print(#[from] PrintError),
+    #[error("{0}")]
+    Data(String),
+    #[error("{0}")]
+    Library(String),
+}
+
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+/// Facts about the device that results are reported against.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub multiprocessors: i32,
+    pub memory_bytes: usize,
+    pub l2_bytes: usize,
+    /// The CUDA driver's version, e.g. 13000.
+    pub driver_version: i32,
+}
+
+/// The environment variable naming the CUBIN cache folder.
+pub const CACHE_DIR_ENV: &str = "SPINDLE_CUDA_CACHE_DIR";
+
+/// Bumped whenever the layout of the cache or the key changes.
+const CACHE_VERSION: &str = "spindle-cuda cache v1";
+
+/// `$SPINDLE_CUDA_CACHE_DIR`, else `<workspace>/target/spindle-cache/cuda`.
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os(CACHE_DIR_ENV).filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/spindle-cache/cuda"),
+    }
+}
+
+/// Whether a CUDA driver can be loaded and sees at least one device. Never
+/// panics.
+pub fn available() -> bool {
+    // SAFETY: only tries `dlopen`s.
+    let present = unsafe { sys::is_culib_present() };
+    present && CudaContext::device_count().is_ok_and(|n| n > 0)
+}
+
+/// One GPU with its context, stream and loaded modules.
+#[derive(Debug)]
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+    arch: Arch,
+    modules: Mutex<HashMap<String, Arc<CudaModule>>>,
+}
+
+/// A kernel loaded on the device.
+#[derive(Debug, Clone)]
+pub struct LoadedKernel {
+    function: CudaFunction,
+    pub symbol: String,
+    pub launch: LaunchGeometry,
+    /// What ptxas reported for this kernel.
+    pub resources: Option<Resources>,
+    /// Whether the CUBIN came from the cache (memory or disk).
+    pub cache_hit: bool,
+}
+
+/// One tensor on the device, in its dtype.
+#[derive(Debug)]
+pub enum DeviceTensor {
+    F64(CudaSlice<f64>),
+    F32(CudaSlice<f32>),
+    F16(CudaSlice<f16>),
+    Bf16(CudaSlice<bf16>),
+    I32(CudaSlice<i32>),
+    I64(CudaSlice<i64>),
+}
+
+/// Every tensor of a kernel on the device, in the kernel's argument order.
+#[derive(Debug)]
+pub struct DeviceBuffers {
+    pub tensors: Vec<DeviceTensor>,
+    /// The output's position in `tensors`.
+    output: usize,
+    /// The output's initial contents, to reset it between timed launches.
+    initial_output: DeviceTensor,
+    out_shape: Vec<usize>,
+}
+
+/// The result of timing with events.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Timing {
+    /// Median of the timed launches, in milliseconds.
+    pub median_ms: f64,
+    pub min_ms: f64,
+    /// Timed launches (after the warm-up).
+    pub runs: usize,
+    /// Input sets rotated through (1 when the inputs do not fit in L2).
+    pub input_sets: usize,
+}
+
+/// How to time.
+#[derive(Clone, Copy, Debug)]
+pub struct TimingOptions {
+    pub warmup: usize,
+    pub repeats: usize,
+}
+
+impl Default for TimingOptions {
+    fn default() -> Self {
+        TimingOptions { warmup: 3, repeats: 20 }
+    }
+}
+
+/// The arch Spindle compiles for on a device of this compute capability.
+/// (A CUBIN runs on its own major version only.)
+pub fn arch_for(major: i32, _minor: i32) -> Option<Arch> {
+    match major {
+        8 => Some(Arch::Sm80),
+        9 => Some(Arch::Sm90),
+        _ => None,
+    }
+}
+
+impl Gpu {
+    /// Opens device 0, or says why there is none.
+    pub fn open() -> Result<Gpu> {
+        // SAFETY: only tries `dlopen`s; cudarc would panic where this is false.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(RuntimeError::NoDriver);
+        }
+        let count = CudaContext::device_count().map_err(|e| RuntimeError::NoDevice(e.to_string()))?;
+        if count < 1 {
+            return Err(RuntimeError::NoDevice("the driver reports 0 devices".into()));
+        }
+        let ctx = CudaContext::new(0)?;
+        let stream = ctx.default_stream();
+        let (major, minor) = ctx.compute_capability()?;
+        let name = ctx.name()?;
+        let arch = arch_for(major, minor).ok_or(RuntimeError::UnsupportedArch {
+            name: name.clone(),
+            major,
+            minor,
+        })?;
+        let attr = |a| ctx.attribute(a);
+        let info = DeviceInfo {
+            name,
+            compute_capability: (major, minor),
+            multiprocessors: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            memory_bytes: ctx.total_mem()?,
+            l2_bytes: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
+            driver_version: driver_version(),
+        };
+        Ok(Gpu { ctx, stream, info, arch, modules: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Compiles (or finds in the cache) and loads a printed kernel.
+    pub fn load(&self, printed: &CudaKernel) -> Result<LoadedKernel> {
+        self.load_source(&printed.source, &printed.symbol, printed.launch)
+    }
+
+    /// Compiles (or finds in the cache) and loads CUDA source holding the
+    /// `extern "C"` kernel `symbol`.
+    pub fn load_source(&self, source: &str, symbol: &str, launch: LaunchGeometry) -> Result<LoadedKernel> {
+        let key = hash_fields([
+            CACHE_VERSION.as_bytes(),
+            self.arch.as_str().as_bytes(),
+            symbol.as_bytes(),
+            source.as_bytes(),
+        ]);
+        let dir = cache_dir();
+        let cubin_path = dir.join(format!("{key}.cubin"));
+        let log_path = dir.join(format!("{key}.log"));
+        let source_path = dir.join(format!("{key}.cu"));
+        let mut cache_hit = true;
+        let cached = self
+            .modules
+            .lock()
+            .map_err(|_| RuntimeError::Data("module cache poisoned".into()))?
+            .get(&key)
+            .cloned();
+        let (module, log) = match cached {
+            Some(module) => (module, std::fs::read_to_string(&log_path).unwrap_or_default()),
+            None => {
+                // A hit on disk also compares the stored source.
+                let on_disk =
+                    std::fs::read_to_string(&source_path).ok().filter(|s| s == source).and_then(|_| {
+                        Some((std::fs::read(&cubin_path).ok()?, std::fs::read_to_string(&log_path).ok()?))
+                    });
+                let (cubin, log) = match on_disk {
+                    Some(found) => found,
+                    None => {
+                        cache_hit = false;
+                        let compiled = nvrtc::compile(source, symbol, self.arch, &CompileOptions::default())?;
+                        // The cache is an optimisation: a read-only folder only costs recompiles.
+                        if std::fs::create_dir_all(&dir).is_ok() {
+                            let _ = std::fs::write(&cubin_path, &compiled.cubin);
+                            let _ = std::fs::write(&log_path, &compiled.log);
+                            let _ = std::fs::write(&source_path, source);
+                        }
+                        (compiled.cubin, compiled.log)
+                    }
+                };
+                let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
+                self.modules
+                    .lock()
+                    .map_err(|_| RuntimeError::Data("module cache poisoned".into()))?
+                    .insert(key, module.clone());
+                (module, log)
+            }
+        };
+        let function = module.load_function(symbol)?;
+        let resources = nvrtc::parse_ptxas_log(&log).get(symbol).copied();
+        Ok(LoadedKernel { function, symbol: symbol.to_string(), launch, resources, cache_hit })
+    }
+
+    /// Uploads the kernel's tensors. Values are converted from f64 to each
+    /// tensor's dtype; the output starts as the kernel's [`OutputInit`]
+    /// says.
+    pub fn upload(&self, kernel: &Kernel, tensors: &Tensors) -> Result<DeviceBuffers> {
+        kernel.check_indices(tensors).map_err(RuntimeError::Data)?;
+        let mut out = Vec::with_capacity(kernel.tensors.len());
+        let mut output = None;
+        let mut out_shape = Vec::new();
+        let mut initial_output = None;
+        for (i, t) in kernel.tensors.iter().enumerate() {
+            let len: usize = t.shape.iter().product();
+            let data = tensors.get(&t.name);
+            let host: HostData = if t.output {
+                output = Some(i);
+                out_shape = t.shape.clone();
+                let start = match (kernel.init, data) {
+                    (OutputInit::Zero, _) | (OutputInit::Keep, None) => vec![0.0; len],
+                    (OutputInit::Identity(r), None) => vec![r.identity(); len],
+                    (_, Some(TensorValue::Values(a))) => a.iter().copied().collect(),
+                    (_, Some(TensorValue::Indices(a))) => a.iter().map(|&x| x as f64).collect(),
+                };
+                HostData::Values(start)
+            } else {
+                match (t.dtype, data) {
+                    (ElemType::Value(_), Some(TensorValue::Values(a))) if a.len() == len => {
+                        HostData::Values(a.iter().copied().collect())
+                    }
+                    (ElemType::Index(_), Some(TensorValue::Indices(a))) if a.len() == len => {
+                        HostData::Indices(a.iter().copied().collect())
+                    }
+                    _ => return Err(RuntimeError::Data(format!("no fitting data for tensor {}", t.name))),
+                }
+            };
+            let device = self.put(t.dtype, &host)?;
+            if t.output {
+                initial_output = Some(self.put(t.dtype, &host)?);
+            }
+            out.push(device);
+        }
+        let output = output.ok_or_else(|| RuntimeError::Data("the kernel has no output".into()))?;
+        let initial_output = initial_output.expect("set with the output");
+        Ok(DeviceBuffers { tensors: out, output, initial_output, out_shape })
+    }
+
+    /// One tensor on the device in `dtype`. Empty tensors get one element,
+    /// since a zero-byte allocation is an error for the driver.
+    fn put(&self, dtype: ElemType, host: &HostData) -> Result<DeviceTensor> {
+        use spindle_ir::formats::{DType, IType};
+        let s = &self.stream;
+        let values = |h: &HostData| -> Vec<f64> {
+            let mut v = match h {
+                HostData::Values(v) => v.clone(),
+                HostData::Indices(v) => v.iter().map(|&x| x as f64).collect(),
+            };
+            if v.is_empty() {
+                v.push(0.0);
+            }
+            v
+        };
+        let indices = |h: &HostData| -> Vec<i64> {
+            let mut v = match h {
+                HostData::Values(v) => v.iter().map(|&x| x as i64).collect(),
+                HostData::Indices(v) => v.clone(),
+            };
+            if v.is_empty() {
+                v.push(0);
+            }
+            v
+        };
+        Ok(match dtype {
+            ElemType::Value(DType::F64) => DeviceTensor::F64(s.clone_htod(&values(host))?),
+            ElemType::Value(DType::F32) => {
+                DeviceTensor::F32(s.clone_htod(&values(host).iter().map(|&x| x as f32).collect::<Vec<_>>())?)
+            }
+            ElemType::Value(DType::F16) => DeviceTensor::F16(
+                s.clone_htod(&values(host).iter().map(|&x| f16::from_f64(x)).collect::<Vec<_>>())?,
+            ),
+            ElemType::Value(DType::Bf16) => DeviceTensor::Bf16(
+                s.clone_htod(&values(host).iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>())?,
+            ),
+            ElemType::Index(IType::I32) => {
+                DeviceTensor::I32(s.clone_htod(&indices(host).iter().map(|&x| x as i32).collect::<Vec<_>>())?)
+            }
+            ElemType::Index(IType::I64) => DeviceTensor::I64(s.clone_htod(&indices(host))?),
+        })
+    }
+
+    /// Launches `kernel` on `buffers` (asynchronously, on the stream).
+    pub fn launch(&self, kernel: &LoadedKernel, buffers: &mut DeviceBuffers) -> Result<()> {
+        let mut args = self.stream.launch_builder(&kernel.function);
+        for t in &buffers.tensors {
+            match t {
+                DeviceTensor::F64(s) => args.arg(s),
+                DeviceTensor::F32(s) => args.arg(s),
+                DeviceTensor::F16(s) => args.arg(s),
+                DeviceTensor::Bf16(s) => args.arg(s),
+                DeviceTensor::I32(s) => args.arg(s),
+                DeviceTensor::I64(s) => args.arg(s),
+            };
+        }
+        let config = LaunchConfig {
+            grid_dim: (kernel.launch.grid, 1, 1),
+            block_dim: (kernel.launch.block, 1, 1),
+            // The printed kernels use static shared memory only.
+            shared_mem_bytes: 0,
+        };
+        if kernel.launch.grid == 0 {
+            return Ok(());
+        }
+        // SAFETY: the arguments are the kernel's tensors in its parameter
+        // order with the printed pointer types ([`crate::print::cuda_type`]
+        // of each dtype), each as long as its declared shape; the printed
+        // kernel masks every access to those shapes.
+        unsafe { args.launch(config) }?;
+        Ok(())
+    }
+
+    /// Puts the output back to its initial contents.
+    pub fn reset_output(&self, buffers: &mut DeviceBuffers) -> Result<()> {
+        let s = &self.stream;
+        match (&mut buffers.tensors[buffers.output], &buffers.initial_output) {
+            (DeviceTensor::F64(d), DeviceTensor::F64(i)) => s.memcpy_dtod(i, d)?,
+            (DeviceTensor::F32(d), DeviceTensor::F32(i)) => s.memcpy_dtod(i, d)?,
+            (DeviceTensor::F16(d), DeviceTensor::F16(i)) => s.memcpy_dtod(i, d)?,
+            (DeviceTensor::Bf16(d), DeviceTensor::Bf16(i)) => s.memcpy_dtod(i, d)?,
+            (DeviceTensor::I32(d), DeviceTensor::I32(i)) => s.memcpy_dtod(i, d)?,
+            (DeviceTensor::I64(d), DeviceTensor::I64(i)) => s.memcpy_dtod(i, d)?,
+            _ => return Err(RuntimeError::Data("output and its initial copy differ in dtype".into())),
+        }
+        Ok(())
+    }
+
+    /// The output in f64. For `max=` / `min=` without data, entries no
+    /// program reached are 0 (as on the C backend).
+    pub fn download(&self, kernel: &Kernel, buffers: &DeviceBuffers, had_data: bool) -> Result<ArrayD<f64>> {
+        let mut data = self.to_host(&buffers.tensors[buffers.output])?;
+        let len: usize = buffers.out_shape.iter().product();
+        data.truncate(len);
+        if let (OutputInit::Identity(r), false) = (kernel.init, had_data) {
+            data.iter_mut().filter(|x| **x == r.identity()).for_each(|x| *x = 0.0);
+        }
+        ArrayD::from_shape_vec(buffers.out_shape.clone(), data).map_err(|e| RuntimeError::Data(e.to_string()))
+    }
+
+    /// A device tensor's contents in f64.
+    pub fn to_host(&self, t: &DeviceTensor) -> Result<Vec<f64>> {
+        let s = &self.stream;
+        Ok(match t {
+            DeviceTensor::F64(d) => s.clone_dtoh(d)?,
+            DeviceTensor::F32(d) => s.clone_dtoh(d)?.into_iter().map(f64::from).collect(),
+            DeviceTensor::F16(d) => s.clone_dtoh(d)?.into_iter().map(f64::from).collect(),
+            DeviceTensor::Bf16(d) => s.clone_dtoh(d)?.into_iter().map(f64::from).collect(),
+            DeviceTensor::I32(d) => s.clone_dtoh(d)?.into_iter().map(f64::from).collect(),
+            DeviceTensor::I64(d) => s.clone_dtoh(d)?.into_iter().map(|x| x as f64).collect(),
+        })
+    }
+
+    /// Uploads, launches once, synchronises and downloads: the result of
+    /// `kernel` on `tensors`, checked for launch errors.
+    pub fn run(&self, kernel: &Kernel, printed: &CudaKernel, tensors: &Tensors) -> Result<ArrayD<f64>> {
+        let loaded = self.load(printed)?;
+        let mut buffers = self.upload(kernel, tensors)?;
+        self.launch(&loaded, &mut buffers)?;
+        self.stream.synchronize()?;
+        let out_name = kernel.tensors.iter().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
+        self.download(kernel, &buffers, tensors.contains_key(out_name))
+    }
+
+    /// Times `loaded` on `tensors` with events: `opts.warmup` launches, then
+    /// the median of `opts.repeats`. Each launch starts from the initial
+    /// output (reset outside the timed region). When the inputs fit in L2,
+    /// up to eight copies are rotated so launches do not hit in the cache.
+    pub fn time(
+        &self,
+        kernel: &Kernel,
+        loaded: &LoadedKernel,
+        tensors: &Tensors,
+        opts: TimingOptions,
+    ) -> Result<Timing> {
+        let first = self.upload(kernel, tensors)?;
+        let sets = input_sets(buffers_bytes(kernel), self.info.l2_bytes);
+        let mut all = vec![first];
+        for _ in 1..sets {
+            all.push(self.upload(kernel, tensors)?);
+        }
+        // Both closures need the buffers; they never run at the same time.
+        let all = std::cell::RefCell::new(all);
+        self.time_with_events(
+            opts,
+            |i, gpu| gpu.reset_output(&mut all.borrow_mut()[i % sets]),
+            |i, gpu| gpu.launch(loaded, &mut all.borrow_mut()[i % sets]),
+        )
+        .map(|t| Timing { input_sets: sets, ..t })
+    }
+
+    /// Times `body` with events around each call: `warmup` untimed calls,
+    /// then `repeats` timed ones; `before` runs before each call, outside
+    /// the timed region. Both get the call's number.
+    pub fn time_with_events<B, F>(&self, opts: TimingOptions, mut before: B, mut body: F) -> Result<Timing>
+    where
+        B: FnMut(usize, &Gpu) -> Result<()>,
+        F: FnMut(usize, &Gpu) -> Result<()>,
+    {
+        for i in 0..opts.warmup {
+            before(i, self)?;
+            body(i, self)?;
+        }
+        self.stream.synchronize()?;
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = self.ctx.new_event(flags)?;
+        let end = self.ctx.new_event(flags)?;
+        let mut times = Vec::with_capacity(opts.repeats.max(1));
+        for i in 0..opts.repeats.max(1) {
+            before(opts.warmup + i, self)?;
+            start.record(&self.stream)?;
+            body(opts.warmup + i, self)?;
+            end.record(&self.stream)?;
+            end.synchronize()?;
+            times.push(f64::from(start.elapsed_ms(&end)?));
+        }
+        Ok(timing_of(times, 1))
+    }
+
+    /// Device-to-device copy bandwidth in GB/s (bytes read plus written),
+    /// the ceiling memory-bound kernels are reported against.
+    pub fn copy_bandwidth(&self, bytes: usize) -> Result<f64> {
+        let n = (bytes / 4).max(1);
+        let src = self.stream.alloc_zeros::<f32>(n)?;
+        let mut dst = self.stream.alloc_zeros::<f32>(n)?;
+        let t = self.time_with_events(
+            TimingOptions { warmup: 3, repeats: 20 },
+            |_, _| Ok(()),
+            |_, gpu| Ok(gpu.stream.memcpy_dtod(&src, &mut dst)?),
+        )?;
+        Ok(2.0 * (n * 4) as f64 / (t.median_ms * 1e-3) / 1e9)
+    }
+}
+
+/// The driver's CUDA version (e.g. 13000), 0 when it cannot say.
+fn driver_version() -> i32 {
+    let mut version = 0;
+    // SAFETY: writes one int; only called after the driver library loaded.
+    let status = unsafe { sys::cuDriverGetVersion(&mut version) };
+    if status == sys::CUresult::CUDA_SUCCESS { version } else { 0 }
+}
+
+/// Host data before conversion to a device dtype.
+enum HostData {
+    Values(Vec<f64>),
+    Indices(Vec<i64>),
+}
+
+/// Bytes of a kernel's tensors on the device.
+pub fn buffers_bytes(kernel: &Kernel) -> usize {
+    kernel.tensors.iter().map(|t| t.shape.iter().product::<usize>() * t.dtype.size_bytes()).sum()
+}
+
+/// How many copies of the inputs to rotate through: enough to overflow
+/// twice the L2, at most eight; one when a copy does not fit in L2.
+pub fn input_sets(bytes: usize, l2_bytes: usize) -> usize {
+    if bytes == 0 || bytes >= l2_bytes { 1 } else { (2 * l2_bytes).div_ceil(bytes).clamp(1, 8) }
+}
+
+/// Median and minimum of `times` (ms).
+pub fn timing_of(mut times: Vec<f64>, input_sets: usize) -> Timing {
+    times.sort_by(f64::total_cmp);
+    let runs = times.len();
+    let median = if runs == 0 {
+        f64::NAN
+    } else if runs % 2 == 1 {
+        times[runs / 2]
+    } else {
+        (times[runs / 2 - 1] + times[runs / 2]) / 2.0
+    };
+    Timing { median_ms: median, min_ms: times.first().copied().unwrap_or(f64::NAN), runs, input_sets }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_gpu_is_an_error_not_a_panic() {
+        // This machine may or may not have a GPU; either way nothing panics
+        // and the answer agrees with `available`.
+        match Gpu::open() {
+            Ok(gpu) => {
+                assert!(available());
+                assert!(gpu.info().multiprocessors > 0);
+            }
+            Err(e) => {
+                assert!(!available());
+                let message = e.to_string();
+                assert!(
+                    message.contains("no CUDA driver") || message.contains("no CUDA device"),
+                    "unexpected: {message}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn input_rotation_overflows_the_cache() {
+        let l2 = 50 << 20;
+        assert_eq!(input_sets(l2, l2), 1, "a copy as large as L2 reads from DRAM anyway");
+        assert_eq!(input_sets(0, l2), 1);
+        assert_eq!(input_sets(30 << 20, l2), 4, "4 x 30 MiB >= 2 x 50 MiB");
+        assert_eq!(input_sets(1 << 10, l2), 8, "capped");
+    }
+
+    #[test]
+    fn median_of_even_and_odd_counts() {
+        assert_eq!(timing_of(vec![3.0, 1.0, 2.0], 1).median_ms, 2.0);
+        let t = timing_of(vec![4.0, 1.0, 2.0, 3.0], 2);
+        assert_eq!((t.median_ms, t.min_ms, t.runs, t.input_sets), (2.5, 1.0, 4, 2));
+    }
+
+    #[test]
+    fn archs_of_compute_capabilities() {
+        assert_eq!(arch_for(8, 6), Some(Arch::Sm80));
+        assert_eq!(arch_for(9, 0), Some(Arch::Sm90));
+        assert_eq!(arch_for(10, 0), None);
+        assert_eq!(arch_for(7, 5), None);
+    }
+}
