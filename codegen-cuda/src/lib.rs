@@ -10,9 +10,13 @@
 //! - [`emulate`]: printed kernels run on the CPU (C++20 threads standing in
 //!   for CUDA threads), to check what they compute where there is no GPU.
 //!
-//! Still to come: the cudarc runtime (upload, launch, timing, module
-//! cache, autotuning) and the cuBLAS / cuSPARSE baselines. See `DESIGN.md`
-//! §5.
+//! - [`runtime`]: printed kernels on a GPU through cudarc (dynamic
+//!   loading: a machine without a GPU gets an error, never a panic):
+//!   upload, launch, event timing, module cache.
+//! - [`baseline`]: cuSPARSE SpMM (CSR, BSR) and cuBLAS GEMM, timed the
+//!   same way.
+//! - [`autotune`]: the fastest of a small space of tile configurations,
+//!   cached per (kernel, shape, device).
 
 pub use spindle_ir as ir;
 
@@ -21,5 +25,6 @@ pub mod nvrtc;
 pub mod print;
 pub mod runtime;
 pub mod baseline;
+pub mod autotune;
 
 pub use print::{CudaKernel, DotPath, LaunchGeometry, PrintError, PrintOptions, print, print_kernel};

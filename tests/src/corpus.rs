@@ -13,7 +13,7 @@ use ndarray::{ArrayD, IxDyn};
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
 use spindle_formats::generate::GeneratorSpec;
-use spindle_formats::{Coo, FormatSpec};
+use spindle_formats::{Coo, DType, FormatSpec};
 use spindle_ir::lang::{Declarations, Einsum, ElemType, check, declare_output, parse};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
@@ -60,8 +60,13 @@ pub struct Data {
 }
 
 /// The folder of the corpus files.
+/// `$SPINDLE_CORPUS_DIR` when set (a GPU machine runs the corpus from a
+/// copied folder), else `tests/corpus` in the source tree.
 pub fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus")
+    match std::env::var_os("SPINDLE_CORPUS_DIR").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus"),
+    }
 }
 
 /// Every corpus entry, named by its file stem, in file-name order.
@@ -239,4 +244,69 @@ pub fn build(name: &str, entry: &Entry) -> Built {
     let text = rewritten.statement.to_string();
     let einsum = rewritten.check(&original).unwrap_or_else(|d| panic!("{name}: {}", d.render(&text, false)));
     Built { einsum, data: run_data, original, original_data: data, rewritten: Some(text), out_shape }
+}
+
+fn round_to(x: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => x,
+        DType::F32 => x as f32 as f64,
+        DType::F16 => half::f16::from_f64(x).to_f64(),
+        DType::Bf16 => half::bf16::from_f64(x).to_f64(),
+    }
+}
+
+/// The entry with every value tensor in `dtype`, and its data rounded to it.
+pub fn typed(einsum: &Einsum, data: &Tensors, dtype: DType) -> (Einsum, Tensors) {
+    let mut typed = einsum.clone();
+    for t in typed.tensors.values_mut() {
+        if let ElemType::Value(_) = t.dtype {
+            t.dtype = ElemType::Value(dtype);
+        }
+    }
+    let rounded = data
+        .iter()
+        .map(|(n, v)| match v {
+            TensorValue::Values(a) => (n.clone(), TensorValue::Values(a.mapv(|x| round_to(x, dtype)))),
+            other => (n.clone(), other.clone()),
+        })
+        .collect();
+    (typed, rounded)
+}
+
+/// One way to run an entry when checking a backend against the reference.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckRun {
+    pub dtype: DType,
+    /// Allowed error relative to the largest magnitude of the reference.
+    pub tolerance: f64,
+    pub schedule: String,
+}
+
+/// The runs every backend is checked under: the default schedule in f32
+/// and in f16 (Tensor Cores where the tiles allow), ragged tiles (4 on
+/// every index), and small tiles with atomic updates per element and eager
+/// broadcasting.
+pub fn check_runs(built: &Built) -> Vec<CheckRun> {
+    let tiles = |t: usize| -> String {
+        built.einsum.indices.iter().map(|i| format!("tile.{}={t}", i.name)).collect::<Vec<_>>().join(" ")
+    };
+    vec![
+        CheckRun { dtype: DType::F32, tolerance: 1e-4, schedule: String::new() },
+        CheckRun { dtype: DType::F16, tolerance: 1e-2, schedule: String::new() },
+        CheckRun { dtype: DType::F32, tolerance: 1e-4, schedule: tiles(4) },
+        CheckRun {
+            dtype: DType::F32,
+            tolerance: 1e-4,
+            schedule: format!("{} reduce=atomic broadcast=eager", tiles(2)),
+        },
+    ]
+}
+
+/// Max |got − want| over the largest |want| (infinite when the shapes differ).
+pub fn max_rel_error(got: &ArrayD<f64>, want: &ArrayD<f64>) -> f64 {
+    if got.shape() != want.shape() {
+        return f64::INFINITY;
+    }
+    let scale = want.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
+    got.iter().zip(want.iter()).fold(0.0f64, |m, (g, w)| m.max((g - w).abs())) / scale
 }

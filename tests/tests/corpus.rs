@@ -6,7 +6,6 @@
 
 use ndarray::{ArrayD, Dimension, IxDyn};
 use spindle_ir::formats::DType;
-use spindle_ir::lang::ElemType;
 use spindle_ir::tensor::{TensorValue, Tensors};
 use spindle_tests::corpus::{build, entries};
 
@@ -234,35 +233,12 @@ fn c_backend(runs: &[(String, spindle_ir::lang::Einsum, Tensors, ArrayD<f64>)]) 
         // double, f16 and bf16 travel as f32 and round at the boundary. The
         // reference sees the same rounded inputs.
         for (dtype, tolerance) in [(DType::F64, 1e-9), (DType::F16, 1e-2), (DType::Bf16, 5e-2)] {
-            let mut typed = einsum.clone();
-            for t in typed.tensors.values_mut() {
-                if let ElemType::Value(_) = t.dtype {
-                    t.dtype = ElemType::Value(dtype);
-                }
-            }
-            let rounded: Tensors = data
-                .iter()
-                .map(|(n, v)| match v {
-                    TensorValue::Values(a) => {
-                        (n.clone(), TensorValue::Values(a.mapv(|x| round_to(x, dtype))))
-                    }
-                    other => (n.clone(), other.clone()),
-                })
-                .collect();
+            let (typed, rounded) = spindle_tests::corpus::typed(einsum, data, dtype);
             let want = spindle_ir::eval::evaluate(&typed, &rounded).unwrap();
             let kernel = spindle_ir::kernel::lower::lower(&typed, &Default::default(), "corpus").unwrap();
             let got = spindle_c::exec::CKernel::compile(&kernel).unwrap().run(&rounded, 2).unwrap();
             close_to(&got, &want, tolerance, &format!("{name} on C in {}", dtype.name()));
         }
-    }
-}
-
-fn round_to(x: f64, dtype: DType) -> f64 {
-    match dtype {
-        DType::F64 => x,
-        DType::F32 => x as f32 as f64,
-        DType::F16 => half::f16::from_f64(x).to_f64(),
-        DType::Bf16 => half::bf16::from_f64(x).to_f64(),
     }
 }
 

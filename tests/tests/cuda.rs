@@ -23,12 +23,9 @@ use std::io::Write;
 
 use spindle_cuda::nvrtc::{self, Arch, CompileOptions, Resources};
 use spindle_cuda::print::{CudaKernel, DotPath, PrintOptions, print_kernel};
-use spindle_ir::formats::DType;
 use spindle_ir::kernel::lower::lower;
 use spindle_ir::kernel::schedule::Schedule;
-use spindle_ir::lang::{Einsum, ElemType};
-use spindle_ir::tensor::{TensorValue, Tensors};
-use spindle_tests::corpus::{Entry, build, entries};
+use spindle_tests::corpus::{CheckRun, Entry, build, check_runs, entries, typed};
 
 const SYMBOL: &str = "spindle_kernel";
 
@@ -106,33 +103,6 @@ fn every_cuda_snapshot_file_belongs_to_an_entry() {
     }
 }
 
-fn round_to(x: f64, dtype: DType) -> f64 {
-    match dtype {
-        DType::F64 => x,
-        DType::F32 => x as f32 as f64,
-        DType::F16 => half::f16::from_f64(x).to_f64(),
-        DType::Bf16 => half::bf16::from_f64(x).to_f64(),
-    }
-}
-
-/// The entry with every value tensor in `dtype`, and its data rounded to it.
-fn typed(einsum: &Einsum, data: &Tensors, dtype: DType) -> (Einsum, Tensors) {
-    let mut typed = einsum.clone();
-    for t in typed.tensors.values_mut() {
-        if let ElemType::Value(_) = t.dtype {
-            t.dtype = ElemType::Value(dtype);
-        }
-    }
-    let rounded = data
-        .iter()
-        .map(|(n, v)| match v {
-            TensorValue::Values(a) => (n.clone(), TensorValue::Values(a.mapv(|x| round_to(x, dtype)))),
-            other => (n.clone(), other.clone()),
-        })
-        .collect();
-    (typed, rounded)
-}
-
 /// Within `tolerance` of the largest magnitude.
 fn close_to(got: &ArrayD<f64>, want: &ArrayD<f64>, tolerance: f64, what: &str) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
@@ -160,14 +130,7 @@ fn every_corpus_entry_computes_its_reference_on_the_emulated_gpu() {
     let mut runs = Vec::new();
     for (name, entry) in &entries {
         let built = build(name, entry);
-        let ragged: Vec<String> = built.einsum.indices.iter().map(|i| format!("tile.{}=4", i.name)).collect();
-        let small: Vec<String> = built.einsum.indices.iter().map(|i| format!("tile.{}=2", i.name)).collect();
-        for (dtype, tolerance, schedule) in [
-            (DType::F32, 1e-4, String::new()),
-            (DType::F16, 1e-2, String::new()),
-            (DType::F32, 1e-4, ragged.join(" ")),
-            (DType::F32, 1e-4, format!("{} reduce=atomic broadcast=eager", small.join(" "))),
-        ] {
+        for CheckRun { dtype, tolerance, schedule } in check_runs(&built) {
             runs.push((name.clone(), built.einsum.clone(), built.data.clone(), dtype, tolerance, schedule));
         }
     }

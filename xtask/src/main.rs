@@ -4,6 +4,8 @@
 //!   PyPI wheels into `target/cuda-toolchain`, which the project owns.
 //! - `test [args]`: `setup-cuda`, then `cargo test --workspace [args]` with the toolchain
 //!   on the environment. This is the README's test command and what CI runs.
+//! - `gpu [DIR]`: build the GPU check bundle (release binaries, corpus, data, scripts) into
+//!   DIR (default `target/gpu-bundle`), for a GPU machine with no Rust toolchain.
 
 use std::ffi::OsString;
 use std::fs;
@@ -45,6 +47,10 @@ commands:
   test [ARGS...]      setup-cuda, then `cargo test --workspace [ARGS...]` with
                       SPINDLE_CUDA_ROOT and LD_LIBRARY_PATH pointing at the toolchain
                       (with -p/--package in ARGS, --workspace is left out)
+  gpu [DIR]           build the GPU check bundle into DIR (default target/gpu-bundle):
+                      stripped release binaries (spindle, spindle-corpus), the corpus,
+                      ../shared/data, and gpu/run.sh with its Python helpers. On the GPU
+                      machine: `DIR/run.sh OUT` (see gpu/README.md)
 ";
 
 fn main() -> ExitCode {
@@ -53,6 +59,7 @@ fn main() -> ExitCode {
     let result = match command {
         "setup-cuda" if args.len() == 1 => setup_cuda().map(|_| ExitCode::SUCCESS),
         "test" => test(&args[1..]),
+        "gpu" if args.len() <= 2 => gpu_bundle(args.get(1).map(PathBuf::from)).map(|_| ExitCode::SUCCESS),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(ExitCode::SUCCESS)
@@ -257,4 +264,99 @@ fn test(extra: &[OsString]) -> Result<ExitCode> {
         Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         None => ExitCode::FAILURE,
     })
+}
+
+/// Files of `gpu/` copied into the bundle.
+const GPU_SCRIPTS: [&str; 4] = ["run.sh", "torch_bench.py", "summary.py", "README.md"];
+
+/// Builds the GPU check bundle: everything a GPU machine without Rust needs.
+fn gpu_bundle(dir: Option<PathBuf>) -> Result<()> {
+    let root = workspace_root();
+    let dir = dir.unwrap_or_else(|| root.join("target").join("gpu-bundle"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("building release binaries (spindle, spindle-corpus) ...");
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "spindle-explorer", "-p", "spindle-tests", "--bins"])
+        .current_dir(&root)
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build --release failed ({status})");
+    }
+    remove_dir_if_exists(&dir)?;
+    let bin = dir.join("bin");
+    fs::create_dir_all(&bin).with_context(|| format!("creating {}", bin.display()))?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    for name in ["spindle", "spindle-corpus"] {
+        let to = bin.join(name);
+        fs::copy(target.join("release").join(name), &to).with_context(|| format!("copying {name}"))?;
+        // Debug line tables double the size; the bundle travels with a size limit.
+        let stripped = Command::new("strip").arg(&to).status();
+        if !stripped.is_ok_and(|s| s.success()) {
+            eprintln!("note: `strip {}` failed; the bundle keeps the symbols", to.display());
+        }
+    }
+    copy_tree(&root.join("tests").join("corpus"), &dir.join("corpus"))?;
+    for script in GPU_SCRIPTS {
+        fs::copy(root.join("gpu").join(script), dir.join(script))
+            .with_context(|| format!("copying gpu/{script}"))?;
+    }
+    let data =
+        std::env::var_os("SPINDLE_DATA").map(PathBuf::from).unwrap_or_else(|| root.join("../shared/data"));
+    if data.is_dir() {
+        for sub in ["matrices", "pointclouds", "tensors"] {
+            if data.join(sub).is_dir() {
+                copy_tree(&data.join(sub), &dir.join("data").join(sub))?;
+            }
+        }
+    } else {
+        eprintln!(
+            "note: {} not found: the bundle has no data; the suites use generated inputs",
+            data.display()
+        );
+    }
+    let commit = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(&root)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    fs::write(dir.join("COMMIT"), format!("{commit}\n"))?;
+    let bytes = tree_bytes(&dir);
+    println!(
+        "GPU bundle: {} ({:.1} MiB); on the GPU machine run `{}/run.sh OUT_DIR`",
+        dir.display(),
+        bytes as f64 / (1 << 20) as f64,
+        dir.display()
+    );
+    Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let path = entry.path();
+        if path.is_dir() {
+            copy_tree(&path, &to.join(entry.file_name()))?;
+        } else {
+            fs::copy(&path, to.join(entry.file_name()))
+                .with_context(|| format!("copying {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() { tree_bytes(&p) } else { e.metadata().map(|m| m.len()).unwrap_or(0) }
+        })
+        .sum()
 }

@@ -1,0 +1,231 @@
+//! Autotuning over a small space of tile configurations, with the winner
+//! cached per (kernel, shape, device) in a JSON file, so a second run of a
+//! benchmark or notebook on the same GPU skips the search.
+//!
+//! The search itself is backend-agnostic: [`tune`] calls a measuring
+//! closure per candidate schedule (the CUDA benchmarks time on the GPU; a
+//! failing candidate, e.g. one NVRTC rejects, is recorded and skipped).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use spindle_ir::hash::hash_fields;
+
+/// What a cached result is for: the kernel (its statement as it runs, or
+/// its source), the shapes of its tensors, and the device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TuneKey {
+    pub kernel: String,
+    pub shapes: String,
+    pub device: String,
+}
+
+impl TuneKey {
+    /// A stable hash of the three parts and the candidate space.
+    fn hash(&self, candidates: &[String]) -> String {
+        let space = candidates.join("|");
+        hash_fields([
+            b"spindle autotune v1".as_slice(),
+            self.kernel.as_bytes(),
+            self.shapes.as_bytes(),
+            self.device.as_bytes(),
+            space.as_bytes(),
+        ])
+    }
+}
+
+/// One candidate's outcome.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tried {
+    pub schedule: String,
+    /// Median milliseconds, or None when it failed.
+    pub median_ms: Option<f64>,
+    pub error: Option<String>,
+}
+
+/// The winner of a search and everything tried.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tuned {
+    pub kernel: String,
+    pub shapes: String,
+    pub device: String,
+    pub schedule: String,
+    pub median_ms: f64,
+    pub tried: Vec<Tried>,
+}
+
+/// The cache file: tuned results by key hash.
+#[derive(Debug, Default)]
+pub struct TuneCache {
+    path: Option<PathBuf>,
+    entries: BTreeMap<String, Tuned>,
+}
+
+impl TuneCache {
+    /// The cache at `path`, empty when the file is missing or unreadable
+    /// (a corrupt cache only costs a new search).
+    pub fn load(path: &Path) -> TuneCache {
+        let entries = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default();
+        TuneCache { path: Some(path.to_path_buf()), entries }
+    }
+
+    /// A cache that is never written (for one-off runs and tests).
+    pub fn in_memory() -> TuneCache {
+        TuneCache::default()
+    }
+
+    /// `autotune.json` in the CUDA cache folder.
+    pub fn default_path() -> PathBuf {
+        crate::runtime::cache_dir().join("autotune.json")
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Writes the file (creating its folder); a no-op in memory.
+    pub fn save(&self) -> std::io::Result<()> {
+        let Some(path) = &self.path else { return Ok(()) };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let text = serde_json::to_string_pretty(&self.entries).map_err(std::io::Error::other)?;
+        std::fs::write(path, text)
+    }
+}
+
+/// Every combination of the given tile sizes, appended to `base`:
+/// `[("p", [1, 4]), ("n", [64])]` gives "BASE tile.p=1 tile.n=64" and
+/// "BASE tile.p=4 tile.n=64".
+pub fn tile_space(base: &str, axes: &[(&str, &[usize])]) -> Vec<String> {
+    let mut out = vec![base.trim().to_string()];
+    for (axis, sizes) in axes {
+        out = out
+            .iter()
+            .flat_map(|s| sizes.iter().map(move |t| format!("{s} tile.{axis}={t}").trim().to_string()))
+            .collect();
+    }
+    out
+}
+
+/// The fastest of `candidates` by `measure` (median ms), from the cache
+/// when this key and space were tuned before. Returns the result and
+/// whether it came from the cache. Fails only when every candidate fails.
+pub fn tune(
+    cache: &mut TuneCache,
+    key: &TuneKey,
+    candidates: &[String],
+    mut measure: impl FnMut(&str) -> Result<f64, String>,
+) -> Result<(Tuned, bool), String> {
+    let hash = key.hash(candidates);
+    if let Some(found) = cache.entries.get(&hash) {
+        return Ok((found.clone(), true));
+    }
+    let mut tried = Vec::with_capacity(candidates.len());
+    for schedule in candidates {
+        match measure(schedule) {
+            Ok(ms) if ms.is_finite() => {
+                tried.push(Tried { schedule: schedule.clone(), median_ms: Some(ms), error: None })
+            }
+            Ok(ms) => tried.push(Tried {
+                schedule: schedule.clone(),
+                median_ms: None,
+                error: Some(format!("not a time: {ms}")),
+            }),
+            Err(e) => tried.push(Tried { schedule: schedule.clone(), median_ms: None, error: Some(e) }),
+        }
+    }
+    let best = tried
+        .iter()
+        .filter_map(|t| t.median_ms.map(|ms| (ms, t.schedule.clone())))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    let Some((median_ms, schedule)) = best else {
+        let reasons: Vec<String> =
+            tried.iter().map(|t| format!("[{}] {}", t.schedule, t.error.as_deref().unwrap_or("?"))).collect();
+        return Err(format!("every candidate failed: {}", reasons.join("; ")));
+    };
+    let tuned = Tuned {
+        kernel: key.kernel.clone(),
+        shapes: key.shapes.clone(),
+        device: key.device.clone(),
+        schedule,
+        median_ms,
+        tried,
+    };
+    cache.entries.insert(hash, tuned.clone());
+    Ok((tuned, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(device: &str) -> TuneKey {
+        TuneKey { kernel: "C[m,n] += A[m,k] * B[k,n]".into(), shapes: "A=8x8".into(), device: device.into() }
+    }
+
+    #[test]
+    fn the_space_is_the_cartesian_product() {
+        let space = tile_space("reduce=atomic", &[("p", &[1, 4]), ("n", &[32, 64])]);
+        assert_eq!(
+            space,
+            [
+                "reduce=atomic tile.p=1 tile.n=32",
+                "reduce=atomic tile.p=1 tile.n=64",
+                "reduce=atomic tile.p=4 tile.n=32",
+                "reduce=atomic tile.p=4 tile.n=64"
+            ]
+        );
+        assert_eq!(tile_space("", &[("q", &[2])]), ["tile.q=2"]);
+    }
+
+    #[test]
+    fn picks_the_fastest_skips_failures_and_caches_per_device() {
+        let dir = std::env::temp_dir().join(format!("spindle-autotune-{}", std::process::id()));
+        let path = dir.join("autotune.json");
+        let candidates = tile_space("", &[("p", &[1, 2, 4])]);
+        let times = |s: &str| match s {
+            "tile.p=1" => Ok(3.0),
+            "tile.p=2" => Err("too many registers".to_string()),
+            _ => Ok(1.5),
+        };
+        let mut cache = TuneCache::load(&path);
+        let mut calls = 0;
+        let (tuned, hit) = tune(&mut cache, &key("H100"), &candidates, |s| {
+            calls += 1;
+            times(s)
+        })
+        .unwrap();
+        assert_eq!((tuned.schedule.as_str(), tuned.median_ms, hit, calls), ("tile.p=4", 1.5, false, 3));
+        assert_eq!(tuned.tried[1].error.as_deref(), Some("too many registers"));
+        cache.save().unwrap();
+
+        // A new process reads the file back: no measurement on the same device.
+        let mut again = TuneCache::load(&path);
+        let (cached, hit) =
+            tune(&mut again, &key("H100"), &candidates, |_| panic!("measured again")).unwrap();
+        assert!(hit);
+        assert_eq!(cached, tuned);
+        // Another device searches again.
+        let (_, hit) = tune(&mut again, &key("H200"), &candidates, |_| Ok(1.0)).unwrap();
+        assert!(!hit);
+        assert_eq!(again.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn all_failing_is_an_error_naming_each() {
+        let mut cache = TuneCache::in_memory();
+        let err = tune(&mut cache, &key("x"), &["tile.p=1".to_string()], |_| Err("nope".into())).unwrap_err();
+        assert!(err.contains("[tile.p=1] nope"), "{err}");
+        assert!(cache.is_empty());
+    }
+}

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The GPU check of Spindle, run from the bundle `cargo xtask gpu` builds, on a
+# machine with an NVIDIA GPU and no Rust toolchain.
+#
+#   ./run.sh OUT_DIR [STAGE ...]
+#
+# Stages (all when none is named), each logged to OUT_DIR/<stage>.log:
+#   corpus     every corpus entry on the GPU against the reference evaluator
+#   sanitizer  compute-sanitizer memcheck on three kernels
+#   spmm       spindle bench spmm --target cuda (GroupCOO over g vs cuSPARSE CSR)
+#   bsr        spindle bench bsr --target cuda (BlockGroupCOO vs cuSPARSE BSR, cuBLAS)
+#   torch      the same computations through PyTorch (when python3 imports torch)
+#   summary    OUT_DIR/<gpu>-<date>.json and the summary table
+# A stage that fails is reported and the others still run; the exit code is 1
+# when any failed.
+set -u
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="${1:?usage: run.sh OUT_DIR [corpus sanitizer spmm bsr torch summary]}"
+shift
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(corpus sanitizer spmm bsr torch summary)
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+work="${SPINDLE_GPU_WORK:-$out/work}"
+mkdir -p "$work"
+
+spindle="$here/bin/spindle"
+corpus="$here/bin/spindle-corpus"
+export SPINDLE_DATA="$here/data"
+export SPINDLE_CORPUS_DIR="$here/corpus"
+export SPINDLE_CACHE_DIR="$work/c-cache"
+export SPINDLE_CUDA_CACHE_DIR="$work/cuda-cache"
+
+say() { printf '== %s\n' "$*" >&2; }
+
+# NVRTC and the CUDA headers for the kernels Spindle compiles at run time: a
+# folder with lib/libnvrtc.so.13 (+ builtins) and include/{cuda_fp16.h,mma.h}.
+# Candidates: $SPINDLE_CUDA_ROOT, the nvidia/cu13 wheels beside PyTorch, the
+# toolkit nvcc belongs to. A shim folder of links gives each the lib/ include/
+# layout Spindle expects.
+find_cuda_root() {
+  local candidates=()
+  [ -n "${SPINDLE_CUDA_ROOT:-}" ] && candidates+=("$SPINDLE_CUDA_ROOT")
+  local wheels
+  wheels="$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13"))' 2>/dev/null || true)"
+  [ -n "$wheels" ] && candidates+=("$wheels")
+  if command -v nvcc >/dev/null 2>&1; then
+    candidates+=("$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")")
+  fi
+  candidates+=(/usr/local/cuda)
+  local c lib inc
+  for c in "${candidates[@]}"; do
+    for lib in "$c/lib" "$c/lib64" "$c/targets/x86_64-linux/lib"; do
+      [ -e "$lib/libnvrtc.so.13" ] || continue
+      ls "$lib"/libnvrtc-builtins.so.13* >/dev/null 2>&1 || continue
+      for inc in "$c/include" "$c/targets/x86_64-linux/include"; do
+        if [ -e "$inc/cuda_fp16.h" ] && [ -e "$inc/mma.h" ]; then
+          local shim="$work/cuda-root"
+          rm -rf "$shim" && mkdir -p "$shim"
+          ln -s "$lib" "$shim/lib"
+          ln -s "$inc" "$shim/include"
+          echo "$shim"
+          return 0
+        fi
+      done
+    done
+  done
+  return 1
+}
+
+# Folders holding libcusparse / libcublas (cudarc opens them by name).
+library_dirs() {
+  local dirs=()
+  local wheels
+  wheels="$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null || true)"
+  [ -n "$wheels" ] && [ -d "$wheels" ] && dirs+=("$wheels")
+  local d
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64; do
+    [ -d "$d" ] && dirs+=("$d")
+  done
+  local IFS=:
+  echo "${dirs[*]}"
+}
+
+if root="$(find_cuda_root)"; then
+  export SPINDLE_CUDA_ROOT="$root"
+  say "NVRTC: $(readlink -f "$root/lib")"
+else
+  say "no NVRTC 13 with CUDA headers found; set SPINDLE_CUDA_ROOT to a folder with lib/libnvrtc.so.13 and include/"
+fi
+export LD_LIBRARY_PATH="$(library_dirs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$out/nvidia-smi.csv" 2>&1 || true
+cat "$out/nvidia-smi.csv" >&2
+cp "$here/COMMIT" "$out/COMMIT" 2>/dev/null || true
+
+failed=()
+run_stage() {
+  local name="$1"
+  shift
+  say "$name: $*"
+  local start=$SECONDS
+  if "$@" > >(tee "$out/$name.log") 2> >(tee -a "$out/$name.log" >&2); then
+    say "$name: ok ($((SECONDS - start)) s)"
+  else
+    say "$name: FAILED ($((SECONDS - start)) s), see $out/$name.log"
+    failed+=("$name")
+  fi
+}
+
+# compute-sanitizer memcheck on three kernels: GroupCOO SpMM (f32, scatter by
+# atomics), BlockGroupCOO SpMM (f16 on Tensor Cores) and the gather-dot-scatter
+# Einsum of Insum §5.2. Writes sanitizer.json.
+sanitizer() {
+  local cs
+  cs="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
+  if [ -z "$cs" ]; then
+    echo '[{"kernel": "all", "ok": false, "log_tail": "compute-sanitizer not found"}]' > "$out/sanitizer.json"
+    echo "compute-sanitizer not found"
+    return 1
+  fi
+  "$spindle" convert gen:blocks:rows=256,cols=256,bm=32,bk=32,density=0.3,seed=5 --to coo --out "$work/blocks.mtx" >/dev/null || return 1
+  local names=(groupcoo-spmm blockgroupcoo-spmm gather-dot-scatter)
+  local cmds=(
+    "run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f32:1 --format A=groupcoo:dim=0,g=auto --target cuda --check --repeats 1"
+    "run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$work/blocks.mtx --shape A=256x256:f16 --rand B=256x64:f16:1 --shape C=256x64:f16 --format A=blockgroupcoo:bm=32,bk=32,dim=0,g=auto --schedule \"tile.p=1 tile.q=1 tile.bi=32 tile.bj=32 tile.n=64\" --target cuda --check --repeats 1"
+    "run \"C[D[y],x] += A[y,E[r]] * B[r,x]\" --rand A=64x512:f16:1 --rand B=256x64:f16:2 --rand D=64:i32:3:128 --rand E=256:i32:4:512 --shape C=128x64:f16 --target cuda --check --repeats 1"
+  )
+  local ok_all=0 i json="["
+  for i in 0 1 2; do
+    local log="$work/sanitizer-${names[$i]}.log"
+    if eval "\"$cs\" --tool memcheck --error-exitcode 3 \"$spindle\" ${cmds[$i]}" >"$log" 2>&1; then
+      echo "memcheck ${names[$i]}: ok"
+      ok=true
+    else
+      echo "memcheck ${names[$i]}: FAILED"
+      ok=false
+      ok_all=1
+    fi
+    tail -n 5 "$log"
+    local tail_text
+    tail_text="$(tail -n 8 "$log" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')"
+    [ "$i" -gt 0 ] && json+=","
+    json+="{\"kernel\": \"${names[$i]}\", \"ok\": $ok, \"log_tail\": $tail_text}"
+  done
+  echo "$json]" > "$out/sanitizer.json"
+  return $ok_all
+}
+
+has_torch() { python3 -c 'import torch, numpy; assert torch.cuda.is_available()' >/dev/null 2>&1; }
+
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    corpus) run_stage corpus "$corpus" --target cuda --json "$out/corpus.json" ;;
+    sanitizer) run_stage sanitizer sanitizer ;;
+    spmm) run_stage spmm "$spindle" bench spmm --target cuda --record "$out" ;;
+    bsr) run_stage bsr "$spindle" bench bsr --target cuda --record "$out" ;;
+    torch)
+      if has_torch; then
+        run_stage torch python3 "$here/torch_bench.py" --spindle "$spindle" --data "$SPINDLE_DATA" \
+          --work "$work/torch" --out "$out/torch.json"
+      else
+        say "torch: skipped (python3 cannot import torch with CUDA)"
+      fi
+      ;;
+    summary) run_stage summary python3 "$here/summary.py" "$out" ;;
+    *) say "unknown stage $stage"; failed+=("$stage") ;;
+  esac
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+  say "failed stages: ${failed[*]}"
+  exit 1
+fi
+say "all stages passed; results in $out"
