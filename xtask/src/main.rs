@@ -46,7 +46,8 @@ commands:
                       pinned to 13.0.*) into target/cuda-toolchain; quick when present
   test [ARGS...]      setup-cuda, then `cargo test --workspace [ARGS...]` with
                       SPINDLE_CUDA_ROOT and LD_LIBRARY_PATH pointing at the toolchain
-                      (with -p/--package in ARGS, --workspace is left out)
+                      (with -p/--package in ARGS, --workspace is left out), then the
+                      Python tests of gpu/ (when no package was selected)
   gpu [DIR]           build the GPU check bundle into DIR (default target/gpu-bundle):
                       stripped release binaries (spindle, spindle-corpus), the corpus,
                       ../shared/data, and gpu/run.sh with its Python helpers. On the GPU
@@ -260,10 +261,26 @@ fn test(extra: &[OsString]) -> Result<ExitCode> {
         .env("SPINDLE_CUDA_ROOT", &cuda_root)
         .env("LD_LIBRARY_PATH", library_path);
     let status = command.status().context("running cargo test")?;
-    Ok(match status.code() {
-        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        None => ExitCode::FAILURE,
-    })
+    if !status.success() {
+        return Ok(match status.code() {
+            Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            None => ExitCode::FAILURE,
+        });
+    }
+    // The GPU check's Python helpers (standard library only; python3 is
+    // already required by setup-cuda). Skipped when only some packages ran.
+    if !selects_packages {
+        let python = Command::new("python3")
+            .args(["-m", "unittest", "discover", "-s", "gpu", "-p", "test_*.py"])
+            .current_dir(workspace_root())
+            .status()
+            .context("running the gpu/ Python tests")?;
+        if !python.success() {
+            eprintln!("error: the gpu/ Python tests failed ({python})");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Files of `gpu/` copied into the bundle.
