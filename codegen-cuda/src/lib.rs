@@ -20,11 +20,11 @@
 
 pub use spindle_ir as ir;
 
+pub mod autotune;
+pub mod baseline;
 pub mod emulate;
 pub mod nvrtc;
 pub mod print;
 pub mod runtime;
-pub mod baseline;
-pub mod autotune;
 
 pub use print::{CudaKernel, DotPath, LaunchGeometry, PrintError, PrintOptions, print, print_kernel};

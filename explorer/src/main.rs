@@ -1,14 +1,16 @@
 //! `spindle`: the command line of the Spindle sparse tensor compiler.
 //!
-//! Until the notebook explorer lands, `spindle` with no arguments prints the
-//! statistics of an example matrix (cora from the shared data folder, or a
-//! seeded generated graph of the same size).
+//! With no arguments, or a notebook file, `spindle` opens the notebook
+//! explorer (`tui`); the subcommands serve scripts.
 
 mod bench;
 mod convert;
 mod einsum;
 mod input;
+mod notebook;
+mod run_cuda;
 mod stats;
+mod tui;
 
 use std::process::ExitCode;
 
@@ -22,10 +24,14 @@ use spindle_formats::{DType, IType};
     version,
     about = "Spindle: sparse tensor formats, kernels and their exploration",
     long_about = "Spindle: sparse tensor formats, kernels and their exploration.\n\n\
-        With no command, prints the statistics of an example matrix (cora, or a generated \
-        graph of its size); the notebook explorer will take this place."
+        With no command, opens the notebook explorer on the bundled notebook (SpMM with \
+        GroupCOO and a sweep over g on cora), or on FILE; `?` in the explorer lists every key.",
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
+    /// A notebook to open in the explorer: Markdown with fenced `spindle`
+    /// cells (created on the first save when it does not exist).
+    file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -186,6 +192,12 @@ enum Command {
         #[arg(long, value_name = "NAME=PATH")]
         out: Option<String>,
     },
+    /// Notebooks (Markdown with fenced `spindle` cells) without the
+    /// explorer: `spindle notebook run FILE.md --export DIR`.
+    Notebook {
+        #[command(subcommand)]
+        action: notebook::headless::NotebookCommand,
+    },
     /// Run a benchmark suite and print ratios against baselines measured in
     /// the same run.
     Bench {
@@ -202,10 +214,11 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     let result = match cli.command {
-        None => stats::example(),
+        None => return tui::main(cli.file),
         Some(Command::Stats { input, format, json, types }) => stats::run(&input, &format, json, &types),
         Some(Command::Convert { input, to, out, types }) => convert::run(&input, &to, &out, &types),
         Some(Command::Bench { suite }) => bench::run(suite),
+        Some(Command::Notebook { action }) => notebook::headless::run(action),
         Some(Command::Check { statement, shapes }) => einsum::run_check(&statement, &shapes),
         Some(Command::Eval { data, out }) => einsum::run_eval(&data, out.as_deref()),
         Some(Command::Compile { data, schedule, target, emit, arch, resources }) => einsum::run_compile(

@@ -14,24 +14,6 @@ pub fn run(input: &str, format: &str, json: bool, types: &Types) -> Result<()> {
     with_types!(types, print_stats(input, &spec, json))
 }
 
-/// `spindle` with no arguments: cora in GroupCOO(g=auto), or a generated
-/// graph of cora's size when the shared data folder is absent.
-pub fn example() -> Result<()> {
-    let input = match spindle_formats::data::shared_file("matrices/cora.mtx") {
-        Some(path) => path.to_string_lossy().into_owned(),
-        None => {
-            println!("(shared data folder not found: using a generated power-law graph of cora's size)");
-            "gen:powerlaw:rows=2708,cols=2708,nnz=10556,seed=1".to_string()
-        }
-    };
-    println!(
-        "Spindle {} — the notebook explorer is not built yet; statistics of an example matrix.",
-        env!("CARGO_PKG_VERSION")
-    );
-    println!("Try `spindle --help`, `spindle stats FILE --format ...`, `spindle bench formats`.\n");
-    print_stats::<f32, i32>(&input, &"groupcoo:dim=0,g=auto".parse()?, false)
-}
-
 fn print_stats<V: Value, I: Index>(input: &str, spec: &FormatSpec, json: bool) -> Result<()> {
     let loaded = load::<V, I>(input)?;
     let tensor = SparseTensor::from_coo(&loaded.coo, spec)?;

@@ -89,8 +89,8 @@ const CSR_SCHEDULE: &str = "tile.n=64";
 /// accumulated in one tile before its single scatter.
 const GROUPCOO_SCHEDULE: &str = "tile.n=64";
 const MAX_Q_TILE: usize = 256;
-const COO_P_CAP: usize = 64;
-const GROUPCOO_P_CAP: usize = 16;
+pub(crate) const COO_P_CAP: usize = 64;
+pub(crate) const GROUPCOO_P_CAP: usize = 16;
 
 /// Tiles of p tried by `--sweep`.
 const SWEEP_P: &[usize] = &[1, 2, 4, 8, 16, 32, 64];
@@ -99,6 +99,9 @@ const SWEEP_P: &[usize] = &[1, 2, 4, 8, 16, 32, 64];
 pub enum Target {
     /// C11 + OpenMP on the CPU.
     C,
+    /// CUDA on an NVIDIA GPU: GroupCOO over g (N = 128) against cuSPARSE
+    /// CSR, in f32 and f16.
+    Cuda,
 }
 
 #[derive(Debug, clap::Args)]
@@ -136,13 +139,33 @@ pub struct SpmmArgs {
     /// Write the C source of every kernel compiled to this folder.
     #[arg(long, value_name = "DIR")]
     pub emit_c: Option<PathBuf>,
+    /// Value types of the CUDA suite (default: f32 and f16).
+    #[arg(long = "precision", value_enum)]
+    pub precisions: Vec<super::gpu::PrecisionArg>,
+    /// CUDA suite: use the default schedule instead of autotuning tiles.
+    #[arg(long)]
+    pub no_autotune: bool,
 }
 
 /// Inputs: name and matrix.
 type Inputs = Vec<(String, Coo<f32, i32>)>;
 
 pub fn run(args: SpmmArgs) -> Result<()> {
-    let Target::C = args.target;
+    if args.target == Target::Cuda {
+        let precisions = if args.precisions.is_empty() {
+            vec![super::gpu::PrecisionArg::F32, super::gpu::PrecisionArg::F16]
+        } else {
+            args.precisions.clone()
+        };
+        return super::gpu::spmm(&super::gpu::GpuOptions {
+            repeats: args.repeats,
+            json: args.json,
+            record: args.record.clone(),
+            matrices: args.matrices.clone(),
+            precisions: precisions.into_iter().map(|p| p.precision()).collect(),
+            autotune: !args.no_autotune,
+        });
+    }
     let mut inputs: Inputs = Vec::new();
     let files = spindle_formats::data::shared_matrices();
     if files.is_empty() {
@@ -304,7 +327,7 @@ fn copy_bandwidth(bytes: usize, threads: usize, repeats: usize) -> f64 {
 
 /// The median of `repeats` timed calls of `run` on `state`, after one
 /// warm-up; `reset` runs before each call, outside the timed region.
-fn time_reset<S: ?Sized>(
+pub(crate) fn time_reset<S: ?Sized>(
     repeats: usize,
     state: &mut S,
     mut reset: impl FnMut(&mut S),
@@ -464,7 +487,7 @@ impl Problem<'_> {
 
 /// `schedule` with `tile.p=T` added, unless it names tile.p: T is the largest
 /// power of two up to `cap` that divides p's extent.
-fn auto_tile_p(schedule: &str, einsum: &spindle_ir::lang::Einsum, cap: usize) -> String {
+pub(crate) fn auto_tile_p(schedule: &str, einsum: &spindle_ir::lang::Einsum, cap: usize) -> String {
     let Some(p) = einsum.indices.iter().find(|i| i.name == "p") else { return schedule.to_string() };
     if schedule.contains("tile.p=") {
         return schedule.to_string();
@@ -663,15 +686,15 @@ fn spmm_einsum(m: usize, k: usize) -> Result<spindle_ir::lang::Einsum> {
 /// faer's times: CSR (`SparseRowMat`) and CSC (`SparseColMat`) times a dense
 /// column-major `Mat`, with `Par::Seq` and `Par::rayon(threads)`.
 #[derive(Debug)]
-struct FaerTimes {
-    csr_1: f64,
-    csr_n: f64,
-    csc_1: f64,
-    csc_n: f64,
-    best_all: f64,
+pub(crate) struct FaerTimes {
+    pub(crate) csr_1: f64,
+    pub(crate) csr_n: f64,
+    pub(crate) csc_1: f64,
+    pub(crate) csc_n: f64,
+    pub(crate) best_all: f64,
 }
 
-fn faer_baselines(
+pub(crate) fn faer_baselines(
     coo: &Coo<f32, i32>,
     b: &Array2<f32>,
     want: &[f32],
@@ -694,8 +717,10 @@ fn faer_baselines(
         SymbolicSparseColMat::new_checked(m, k, idx(&csc.pos), None, idx(&csc.crd)),
         csc.val.clone(),
     );
-    let fb = Mat::<f32>::from_fn(k, N, |i, j| b[[i, j]]);
-    let mut c = Mat::<f32>::zeros(m, N);
+    // B's columns (N in the suite; any count from a notebook cell).
+    let n = b.ncols();
+    let fb = Mat::<f32>::from_fn(k, n, |i, j| b[[i, j]]);
+    let mut c = Mat::<f32>::zeros(m, n);
     let rayon = Par::rayon(threads);
     let mut times = [0.0; 4];
     for (slot, (row, par)) in
@@ -711,7 +736,7 @@ fn faer_baselines(
         c.fill(0.0);
         go(&mut c);
         let got: Vec<f32> =
-            (0..m).flat_map(|i| (0..N).map(move |j| (i, j))).map(|(i, j)| c[(i, j)]).collect();
+            (0..m).flat_map(|i| (0..n).map(move |j| (i, j))).map(|(i, j)| c[(i, j)]).collect();
         let err = rel_error(&got, want);
         ensure!(
             err <= TOLERANCE,
@@ -987,6 +1012,8 @@ mod tests {
             matrices: vec![],
             sweep: false,
             emit_c: None,
+            precisions: vec![],
+            no_autotune: false,
         };
         let c = Config::from_args(&args).unwrap();
         assert_eq!(c.coo, "tile.p=8 tile.n=64");

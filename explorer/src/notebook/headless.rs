@@ -1,0 +1,259 @@
+//! `spindle notebook run FILE.md [--export DIR]`: runs every `spindle`
+//! cell of a notebook in order without the TUI, progress on stderr, a
+//! summary per cell on stdout; with `--export`, writes
+//!
+//! ```text
+//! DIR/results.json                 notebook, machine, and every cell's output
+//! DIR/cell-N/plot.svg, plot.png    the runtime plot of the sweep
+//! DIR/cell-N/kernel.c, kernel.cu   the emitted C and CUDA (first sweep point)
+//! DIR/cell-N/ir.txt                the kernel IR
+//! DIR/cell-N/rewritten.txt         the indirect Einsum that runs
+//! ```
+//!
+//! N counts the code cells from 1. The exit code is 1 when a cell failed
+//! (its error is printed) or a sweep point failed its check.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+use super::engine::{RunOptions, run_cell};
+use super::markdown::{CellKind, Notebook, load};
+use super::output::CellOutput;
+use super::plot;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum NotebookCommand {
+    /// Run every `spindle` cell of a notebook headless and print what each
+    /// measured; with --export, write plots, emitted code and results.json.
+    ///
+    /// Example: spindle notebook run examples/notebooks/unstructured-spmm.md --export /tmp/out
+    Run {
+        /// The notebook: Markdown with fenced `spindle` cells.
+        file: PathBuf,
+        /// Write DIR/results.json and DIR/cell-N/{plot.svg, plot.png,
+        /// kernel.c, kernel.cu, ir.txt, rewritten.txt}.
+        #[arg(long, value_name = "DIR")]
+        export: Option<PathBuf>,
+        /// Timed runs per sweep point (a cell's `repeats N` wins).
+        #[arg(long)]
+        repeats: Option<usize>,
+        /// Threads for the C kernels (a cell's `threads N` wins; default
+        /// all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Skip the NVRTC resource report.
+        #[arg(long)]
+        no_nvrtc: bool,
+    },
+}
+
+pub fn run(command: NotebookCommand) -> Result<()> {
+    let NotebookCommand::Run { file, export, repeats, threads, no_nvrtc } = command;
+    let notebook = load(&file)?;
+    let options =
+        RunOptions { base_dir: file.parent().map(Path::to_path_buf), threads, repeats, skip_nvrtc: no_nvrtc };
+    let report = run_notebook(&file, &notebook, &options, export.as_deref())?;
+    if report.failed > 0 {
+        bail!("{} of {} cells failed", report.failed, report.cells);
+    }
+    Ok(())
+}
+
+/// What a headless run did.
+#[derive(Debug)]
+pub struct Report {
+    pub cells: usize,
+    pub failed: usize,
+}
+
+/// One cell in results.json.
+#[derive(Serialize)]
+struct CellResult<'a> {
+    /// The code cell's number, from 1.
+    cell: usize,
+    /// The file line of the cell's first source line.
+    line: usize,
+    source: &'a str,
+    output: &'a CellOutput,
+}
+
+/// Runs the code cells in order; exports when `export` is given.
+pub fn run_notebook(
+    file: &Path,
+    notebook: &Notebook,
+    options: &RunOptions,
+    export: Option<&Path>,
+) -> Result<Report> {
+    let lines = first_lines(notebook);
+    let code: Vec<(usize, &str)> =
+        notebook.code_cells().map(|(i, c)| (lines[i], c.source.as_str())).collect();
+    if let Some(dir) = export {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let cancel = AtomicBool::new(false);
+    let mut outputs = Vec::with_capacity(code.len());
+    let mut failed = 0;
+    for (n, (line, source)) in code.iter().enumerate() {
+        let number = n + 1;
+        let mut progress = |p: super::output::Progress| {
+            eprintln!("cell {number}/{} [{}/{}] {}", code.len(), p.done + 1, p.total, p.message);
+        };
+        let output = run_cell(source, options, &mut progress, &cancel);
+        let ok = print_summary(file, number, *line, &output);
+        if !ok {
+            failed += 1;
+        }
+        if let Some(dir) = export {
+            write_cell(&dir.join(format!("cell-{number}")), &output)?;
+        }
+        outputs.push(output);
+    }
+    if let Some(dir) = export {
+        let cells: Vec<CellResult<'_>> = code
+            .iter()
+            .zip(&outputs)
+            .enumerate()
+            .map(|(n, ((line, source), output))| CellResult { cell: n + 1, line: *line, source, output })
+            .collect();
+        let json = serde_json::json!({
+            "notebook": file.display().to_string(),
+            "machine": crate::bench::machine(),
+            "cells": cells,
+            "failed": failed,
+        });
+        let path = dir.join("results.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(Report { cells: code.len(), failed })
+}
+
+/// The file line (from 1) where each cell's text starts (for code cells,
+/// the line after the opening fence).
+fn first_lines(notebook: &Notebook) -> Vec<usize> {
+    let mut line = 1;
+    let mut out = Vec::with_capacity(notebook.len());
+    for cell in notebook.iter() {
+        match cell.kind {
+            CellKind::Markdown => {
+                out.push(line);
+                line += cell.source.matches('\n').count();
+            }
+            CellKind::Spindle => {
+                out.push(line + 1);
+                let body = cell.source.matches('\n').count()
+                    + usize::from(!cell.source.is_empty() && !cell.source.ends_with('\n'));
+                line += body + 2;
+            }
+        }
+    }
+    out
+}
+
+/// Prints what a cell measured (stdout) or why it failed (stderr); false
+/// when it failed or a point failed.
+fn print_summary(file: &Path, number: usize, line: usize, out: &CellOutput) -> bool {
+    let mut stdout = std::io::stdout().lock();
+    let where_ = format!("{} cell {number} (line {line})", file.display());
+    if let Some(error) = &out.error {
+        eprintln!("{where_}: error\n{error}");
+        return false;
+    }
+    let _ =
+        writeln!(stdout, "{where_}: {:.2} s{}", out.seconds, if out.cancelled { " (cancelled)" } else { "" });
+    for r in &out.rewritten {
+        let _ = writeln!(stdout, "  runs     {r}");
+    }
+    for f in &out.formats {
+        let _ = writeln!(
+            stdout,
+            "  format   {} = {}: {} bytes, padding {:.1}%, g* {:.2}, smallest F(g) at g = {}",
+            f.tensor,
+            f.spec,
+            f.stats.bytes,
+            100.0 * f.stats.padding_ratio,
+            f.stats.grouping.g_star,
+            f.stats.grouping.g_best
+        );
+    }
+    let params =
+        if out.sweep.parameters.is_empty() { "point".to_string() } else { out.sweep.parameters.join(" ") };
+    let _ = writeln!(stdout, "  {params:<24} {:>8} {:>12} {:>10}", "backend", "median ms", "max error");
+    let mut ok = true;
+    for p in &out.sweep.points {
+        let values = if p.values.is_empty() { "default".to_string() } else { p.values.join(" ") };
+        let ms = p.median_ms.map_or("-".into(), |t| format!("{t:.4}"));
+        let err = p.max_rel_error.map_or("-".into(), |e| format!("{e:.1e}"));
+        let _ = writeln!(stdout, "  {values:<24} {:>8} {ms:>12} {err:>10}", p.backend);
+        if let Some(e) = &p.error {
+            ok = false;
+            eprintln!("{where_}: point {values} failed\n{e}");
+        }
+    }
+    for b in &out.sweep.baselines {
+        let _ = writeln!(stdout, "  {:<24} {:>8} {:>12.4}", b.name, b.backend, b.median_ms);
+    }
+    for r in &out.resources {
+        let _ = writeln!(
+            stdout,
+            "  nvrtc    {} {}: {} registers, {} B shared, {} B stack, {} B spilled, launch {}",
+            r.point, r.arch, r.registers, r.shared_bytes, r.stack_bytes, r.spill_bytes, r.launch
+        );
+    }
+    for note in &out.notes {
+        let _ = writeln!(stdout, "  note     {note}");
+    }
+    ok && !out.cancelled
+}
+
+/// Writes one cell's files.
+fn write_cell(dir: &Path, out: &CellOutput) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let write = |name: &str, text: String| -> Result<()> {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    if out.error.is_some() {
+        return write("error.txt", out.error.clone().unwrap_or_default());
+    }
+    write("kernel.c", join_code(&out.c_source, "//"))?;
+    write("kernel.cu", join_code(&out.cuda_source, "//"))?;
+    write("ir.txt", join_code(&out.ir, "#"))?;
+    write("rewritten.txt", out.rewritten.iter().map(|r| format!("{r}\n")).collect())?;
+    if out.sweep.points.iter().any(|p| p.median_ms.is_some()) {
+        plot::to_svg(&out.sweep, &dir.join("plot.svg"))?;
+        plot::to_png(&out.sweep, &dir.join("plot.png"))?;
+    }
+    Ok(())
+}
+
+/// One text per statement; several are separated by a comment line.
+fn join_code(parts: &[String], comment: &str) -> String {
+    if parts.len() == 1 {
+        return parts[0].clone();
+    }
+    parts.iter().enumerate().map(|(i, p)| format!("{comment} statement {}\n{p}\n", i + 1)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::notebook::markdown::Notebook;
+
+    #[test]
+    fn cell_lines_count_fences() {
+        let nb = Notebook::parse("# T\n\n```spindle\nA = rand 3\nB\n```\ntext\n```spindle\nC\n```\n");
+        assert_eq!(first_lines(&nb), [1, 4, 7, 9]);
+    }
+
+    #[test]
+    fn code_is_joined_per_statement() {
+        assert_eq!(join_code(&["a\n".into()], "//"), "a\n");
+        assert_eq!(join_code(&["a".into(), "b".into()], "#"), "# statement 1\na\n# statement 2\nb\n");
+    }
+}

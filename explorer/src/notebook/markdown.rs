@@ -1,0 +1,237 @@
+//! Notebooks as Markdown files: every fenced block opened by a line
+//! ```` ```spindle ```` and closed by a line ```` ``` ```` is a code cell; the
+//! text between code cells is kept, byte for byte, as Markdown cells. So a
+//! notebook diffs well, renders on any forge, and an unedited notebook
+//! saves back to the same bytes.
+//!
+//! What a save normalises: a closing fence that ends the file without a
+//! newline gets one, and a code cell whose last line has no newline gets
+//! one (the fence must start a line). A fence opened but never closed is
+//! not a cell: its text stays Markdown.
+
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+/// What a cell holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CellKind {
+    /// Text shown as it is.
+    Markdown,
+    /// A `spindle` code cell (the cell language of [`super::cell`]).
+    Spindle,
+}
+
+/// One cell: Markdown text, or the source of a code cell without its
+/// fences (each line with its newline).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cell {
+    pub kind: CellKind,
+    pub source: String,
+}
+
+impl Cell {
+    pub fn markdown(source: impl Into<String>) -> Cell {
+        Cell { kind: CellKind::Markdown, source: source.into() }
+    }
+
+    pub fn spindle(source: impl Into<String>) -> Cell {
+        Cell { kind: CellKind::Spindle, source: source.into() }
+    }
+}
+
+/// The cells of a notebook in file order. Derefs to `Vec<Cell>`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Notebook {
+    pub cells: Vec<Cell>,
+}
+
+impl Deref for Notebook {
+    type Target = Vec<Cell>;
+
+    fn deref(&self) -> &Vec<Cell> {
+        &self.cells
+    }
+}
+
+impl DerefMut for Notebook {
+    fn deref_mut(&mut self) -> &mut Vec<Cell> {
+        &mut self.cells
+    }
+}
+
+impl From<Vec<Cell>> for Notebook {
+    fn from(cells: Vec<Cell>) -> Notebook {
+        Notebook { cells }
+    }
+}
+
+/// The opening fence of a code cell.
+pub const OPEN: &str = "```spindle";
+/// The closing fence.
+pub const CLOSE: &str = "```";
+
+/// A line without its line ending (`\n` or `\r\n`).
+fn bare(line: &str) -> &str {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    line.strip_suffix('\r').unwrap_or(line)
+}
+
+impl Notebook {
+    /// Splits Markdown text into cells.
+    pub fn parse(text: &str) -> Notebook {
+        let mut cells = Vec::new();
+        let mut markdown = String::new();
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let mut i = 0;
+        while i < lines.len() {
+            if bare(lines[i]) == OPEN
+                && let Some(len) = lines[i + 1..].iter().position(|l| bare(l) == CLOSE)
+            {
+                if !markdown.is_empty() {
+                    cells.push(Cell::markdown(std::mem::take(&mut markdown)));
+                }
+                cells.push(Cell::spindle(lines[i + 1..i + 1 + len].concat()));
+                i += len + 2;
+                continue;
+            }
+            markdown.push_str(lines[i]);
+            i += 1;
+        }
+        if !markdown.is_empty() {
+            cells.push(Cell::markdown(markdown));
+        }
+        Notebook { cells }
+    }
+
+    /// The Markdown text of the cells.
+    pub fn to_markdown(&self) -> String {
+        let mut out = String::new();
+        for cell in &self.cells {
+            match cell.kind {
+                CellKind::Markdown => out.push_str(&cell.source),
+                CellKind::Spindle => {
+                    // A fence starts a line: close off Markdown text that
+                    // ends mid-line.
+                    if !out.is_empty() && !out.ends_with('\n') {
+                        out.push('\n');
+                    }
+                    out.push_str(OPEN);
+                    out.push('\n');
+                    out.push_str(&cell.source);
+                    if !cell.source.is_empty() && !cell.source.ends_with('\n') {
+                        out.push('\n');
+                    }
+                    out.push_str(CLOSE);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// The code cells with their position among all cells.
+    pub fn code_cells(&self) -> impl Iterator<Item = (usize, &Cell)> {
+        self.cells.iter().enumerate().filter(|(_, c)| c.kind == CellKind::Spindle)
+    }
+}
+
+/// Reads a notebook file.
+pub fn load(path: &Path) -> Result<Notebook> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(Notebook::parse(&text))
+}
+
+/// Writes a notebook file (through a temporary file beside it, so a failed
+/// write leaves the old file whole).
+pub fn save(path: &Path, notebook: &Notebook) -> Result<()> {
+    let text = notebook.to_markdown();
+    let name =
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "notebook".into());
+    let tmp = path.with_file_name(format!(".{name}.spindle-save"));
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+}
+
+/// The bundled default notebook (what `spindle` opens with no arguments).
+pub const DEFAULT: &str = include_str!("default.md");
+
+/// [`DEFAULT`], parsed.
+pub fn default_notebook() -> Notebook {
+    Notebook::parse(DEFAULT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "# Title\n\nSome text.\n\n```spindle\nA = rand 4x4\nC[i] = A[i,j]\n```\n\nMore.\n```rust\nfn main() {}\n```\n```spindle\nx = rand 3\n```\n";
+
+    #[test]
+    fn cells_split_at_spindle_fences() {
+        let nb = Notebook::parse(TEXT);
+        let kinds: Vec<CellKind> = nb.iter().map(|c| c.kind).collect();
+        use CellKind::*;
+        assert_eq!(kinds, [Markdown, Spindle, Markdown, Spindle]);
+        assert_eq!(nb[0].source, "# Title\n\nSome text.\n\n");
+        assert_eq!(nb[1].source, "A = rand 4x4\nC[i] = A[i,j]\n");
+        // Other fenced blocks stay Markdown.
+        assert_eq!(nb[2].source, "\nMore.\n```rust\nfn main() {}\n```\n");
+        assert_eq!(nb[3].source, "x = rand 3\n");
+        assert_eq!(nb.code_cells().map(|(i, _)| i).collect::<Vec<_>>(), [1, 3]);
+    }
+
+    #[test]
+    fn unedited_notebooks_round_trip_byte_for_byte() {
+        for text in [
+            TEXT,
+            "",
+            "just text, no newline",
+            "```spindle\n```\n",
+            "```spindle\r\nA = rand 3\r\n```\r\n",
+            "a\n```spindle\nunclosed\n",
+            "```spindle\nA\n```\ntrailing text without newline",
+            DEFAULT,
+        ] {
+            let nb = Notebook::parse(text);
+            // CRLF fences are written as LF; everything else is exact.
+            let expected = text.replace("```spindle\r\n", "```spindle\n").replace("\r\n```\r\n", "\r\n```\n");
+            assert_eq!(nb.to_markdown(), expected, "{text:?}");
+        }
+        assert_eq!(Notebook::parse("```spindle\nA\n```\n").len(), 1);
+        assert_eq!(Notebook::parse("a\n```spindle\nunclosed\n").len(), 1);
+    }
+
+    #[test]
+    fn edited_cells_keep_fences_on_their_own_lines() {
+        let mut nb = Notebook::parse("intro");
+        nb.push(Cell::spindle("C[i] = A[i,j]"));
+        nb.push(Cell::markdown("end\n"));
+        assert_eq!(nb.to_markdown(), "intro\n```spindle\nC[i] = A[i,j]\n```\nend\n");
+        let again = Notebook::parse(&nb.to_markdown());
+        assert_eq!(again[1].source, "C[i] = A[i,j]\n");
+    }
+
+    #[test]
+    fn save_and_load() {
+        let dir = std::env::temp_dir().join(format!("spindle-md-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nb.md");
+        let nb = Notebook::parse(TEXT);
+        save(&path, &nb).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), TEXT);
+        assert_eq!(load(&path).unwrap(), nb);
+        assert!(load(&dir.join("missing.md")).unwrap_err().to_string().contains("missing.md"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_default_notebook_has_code_cells() {
+        let nb = default_notebook();
+        assert!(nb.code_cells().count() >= 1);
+        for (_, cell) in nb.code_cells() {
+            super::super::cell::parse_cell(&cell.source).unwrap();
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! `spindle notebook run FILE.md --export DIR`, run as a user would: the
+//! built binary on a small notebook, then the files and results.json it
+//! wrote, value by value.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// A fresh folder under the system temp folder.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spindle-headless-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run(notebook: &Path, export: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["notebook", "run"])
+        .arg(notebook)
+        .arg("--export")
+        .arg(export)
+        .args(["--threads", "2"])
+        .output()
+        .unwrap()
+}
+
+const NOTEBOOK: &str = "\
+# A test notebook
+
+SpMM on a generated graph, swept over g.
+
+```spindle
+A = gen:powerlaw:rows=300,cols=200,nnz=2400,seed=7
+B = rand A.1x16 seed=2
+format A = groupcoo:dim=0,g=auto
+C[m,n] += A[m,k] * B[k,n]
+schedule tile.n=16
+sweep g in [1, 2, 8]
+repeats 2
+resources off
+```
+
+A dense statement with no format, two statements chained.
+
+```spindle
+x = rand 40 seed=3
+W = rand 24x40 seed=4
+y[i] = W[i,j] * x[j]
+z[i] = relu(y[i]) + 1
+repeats 1
+resources off
+```
+";
+
+#[test]
+fn a_notebook_runs_headless_and_exports_everything() {
+    let dir = temp_dir("ok");
+    let notebook = dir.join("nb.md");
+    std::fs::write(&notebook, NOTEBOOK).unwrap();
+    let export = dir.join("out");
+    let out = run(&notebook, &export);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    // Progress goes to stderr, step by step.
+    assert!(stderr.contains("cell 1/2 [1/"), "{stderr}");
+    assert!(stderr.contains("g=8: running on 2 threads"), "{stderr}");
+
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["notebook"], notebook.display().to_string());
+    assert_eq!(results["failed"], 0);
+    assert!(results["machine"]["threads"].as_u64().unwrap() >= 1);
+    assert!(results["machine"]["date"].is_string());
+    let cells = results["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2);
+    assert_eq!(cells[0]["cell"], 1);
+    assert_eq!(cells[0]["line"], 6, "the first cell's text starts on line 6");
+    assert!(cells[0]["source"].as_str().unwrap().starts_with("A = gen:powerlaw"));
+
+    // Cell 1: every point measured and checked.
+    let first = &cells[0]["output"];
+    assert!(first["error"].is_null(), "{first}");
+    assert_eq!(first["sweep"]["parameters"], serde_json::json!(["g"]));
+    let points = first["sweep"]["points"].as_array().unwrap();
+    let values: Vec<&str> = points.iter().map(|p| p["values"][0].as_str().unwrap()).collect();
+    assert_eq!(values, ["1", "2", "8"]);
+    for p in points {
+        assert_eq!(p["backend"], "c");
+        assert!(p["median_ms"].as_f64().unwrap() > 0.0, "{p}");
+        let err = p["max_rel_error"].as_f64().unwrap();
+        assert!((0.0..1e-3).contains(&err), "{p}");
+        assert!(p["error"].is_null(), "{p}");
+    }
+    let baselines: Vec<&str> =
+        first["sweep"]["baselines"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();
+    assert_eq!(baselines, ["sprs CSR (1 thread)", "faer CSR", "faer CSC"]);
+    assert!(first["sweep"]["baselines"][0]["median_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(first["rewritten"][0], "C[A_grp[p],n] += A_val[p,q] * B[A_crd[p,q],n]");
+    let format = &first["formats"][0];
+    assert_eq!(format["tensor"], "A");
+    assert_eq!(format["stats"]["nnz"], 2400);
+    let per_g: Vec<u64> =
+        format["per_g"].as_array().unwrap().iter().map(|r| r[0].as_u64().unwrap()).collect();
+    assert_eq!(per_g, [1, 2, 8]);
+    // Padding only grows with g, and g = 1 has none.
+    let padding: Vec<f64> =
+        format["per_g"].as_array().unwrap().iter().map(|r| r[2].as_f64().unwrap()).collect();
+    assert_eq!(padding[0], 0.0);
+    assert!(padding[1] <= padding[2] && padding[2] > 0.0, "{padding:?}");
+    let notes: Vec<&str> = first["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes.contains(&"no GPU: ran the C backend only"), "{notes:?}");
+    assert!(first["seconds"].as_f64().unwrap() > 0.0);
+    assert_eq!(first["cancelled"], false);
+
+    // Cell 2: two statements, each with its code; no sweep, one point.
+    let second = &cells[1]["output"];
+    assert!(second["error"].is_null(), "{second}");
+    assert_eq!(second["rewritten"].as_array().unwrap().len(), 2);
+    let point = &second["sweep"]["points"][0];
+    assert_eq!(point["values"], serde_json::json!([]));
+    assert!(point["max_rel_error"].as_f64().unwrap() < 1e-3);
+    assert!(second["sweep"]["baselines"].as_array().unwrap().is_empty());
+
+    // The files of each cell.
+    let cell1 = export.join("cell-1");
+    let svg = std::fs::read_to_string(cell1.join("plot.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("median runtime over g") && svg.contains("sprs CSR"));
+    assert_eq!(&std::fs::read(cell1.join("plot.png")).unwrap()[..4], b"\x89PNG");
+    assert!(std::fs::read_to_string(cell1.join("kernel.c")).unwrap().contains("spindle_kernel"));
+    assert!(std::fs::read_to_string(cell1.join("kernel.cu")).unwrap().contains("__global__"));
+    assert!(!std::fs::read_to_string(cell1.join("ir.txt")).unwrap().trim().is_empty());
+    assert_eq!(
+        std::fs::read_to_string(cell1.join("rewritten.txt")).unwrap(),
+        "C[A_grp[p],n] += A_val[p,q] * B[A_crd[p,q],n]\n"
+    );
+    let c2 = std::fs::read_to_string(export.join("cell-2/kernel.c")).unwrap();
+    assert!(c2.contains("// statement 1") && c2.contains("// statement 2"), "{c2}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_failing_cell_fails_the_run_with_its_caret() {
+    let dir = temp_dir("bad");
+    let notebook = dir.join("bad.md");
+    std::fs::write(
+        &notebook,
+        "```spindle\nx = rand 8\ny[i] = x[i] * 2\nresources off\n```\n\n```spindle\nA = rand 4x8\nB = rand 4x8\nC[m,n] += A[m,k] * B[k,n]\n```\n",
+    )
+    .unwrap();
+    let export = dir.join("out");
+    let out = run(&notebook, &export);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cell 2 (line 8): error"), "{stderr}");
+    assert!(stderr.contains("conflicting extents: `k`"), "{stderr}");
+    assert!(stderr.contains("cell:3:"), "the caret names the cell's line: {stderr}");
+    assert!(stderr.contains("1 of 2 cells failed"), "{stderr}");
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["failed"], 1);
+    assert!(results["cells"][0]["output"]["error"].is_null());
+    assert!(results["cells"][0]["output"]["sweep"]["points"][0]["max_rel_error"].as_f64().unwrap() < 1e-3);
+    assert!(results["cells"][1]["output"]["error"].as_str().unwrap().contains("conflicting extents: `k`"));
+    assert!(
+        std::fs::read_to_string(export.join("cell-2/error.txt"))
+            .unwrap()
+            .contains("conflicting extents: `k`")
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_bundled_default_notebook_runs() {
+    // What `spindle` opens with no arguments must run on a CPU-only machine,
+    // with or without the shared data folder.
+    let dir = temp_dir("default");
+    let notebook = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/notebook/default.md");
+    let out = run(&notebook, &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    let first = &results["cells"][0]["output"];
+    assert_eq!(first["sweep"]["points"].as_array().unwrap().len(), 6);
+    assert_eq!(first["formats"][0]["stats"]["shape"], serde_json::json!([2708, 2708]));
+    assert!(dir.join("cell-1/plot.png").is_file());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
