@@ -11,11 +11,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use ndarray::ArrayD;
 use spindle_c::exec::CKernel;
+use spindle_cuda::runtime::{Gpu, TimingOptions};
 use spindle_formats::{Coo, DType, FormatSpec, GroupSize, SparseTensor};
 use spindle_ir::kernel::Strategy;
 use spindle_ir::kernel::schedule::{Broadcasting, Schedule};
@@ -55,11 +57,17 @@ const MAX_DENSE_ELEMENTS: usize = 1 << 24;
 /// `q` (so it is summed in registers before its one scatter), up to this.
 const MAX_GROUP_TILE: usize = 256;
 
-/// Whether a GPU can run kernels here. The CUDA runtime (cudarc launch and
-/// cuSPARSE baselines) is wired in by `spindle_cuda::runtime`; until then
-/// the explorer runs the C backend only and says so.
+/// The GPU, opened once per process and shared by every cell run; `None`
+/// where there is none (then the explorer runs the C backend only and says
+/// so).
+pub fn gpu() -> Option<&'static Gpu> {
+    static GPU: OnceLock<Option<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| Gpu::open().ok()).as_ref()
+}
+
+/// Whether a GPU can run kernels here.
 pub fn gpu_available() -> bool {
-    false
+    gpu().is_some()
 }
 
 /// The status line's note when there is no GPU.
@@ -144,6 +152,10 @@ struct SpmmShape {
     _dense_first: bool,
 }
 
+/// A point's median time (ms, summed over statements), largest error, and
+/// why it failed.
+type Measured = (Option<f64>, Option<f64>, Vec<String>);
+
 /// One point of the cartesian product of the sweeps.
 #[derive(Clone, Debug)]
 struct Point {
@@ -199,7 +211,8 @@ impl Run<'_> {
         // NVRTC.
         let statements = program.statements.len();
         let nvrtc = self.nvrtc_plan(&program, points.len());
-        self.total = 1 + statements * points.len() * 2 + statements + nvrtc * statements + 1;
+        let gpu_steps = if gpu_available() { statements * points.len() } else { 0 };
+        self.total = 1 + statements * points.len() * 2 + gpu_steps + statements + nvrtc * statements + 1;
         self.step("making the data")?;
         let mut data = self.make_data(&program)?;
 
@@ -208,8 +221,14 @@ impl Run<'_> {
             if threads == 1 { "" } else { "s" },
             if repeats == 1 { "" } else { "s" }
         ));
-        if !gpu_available() {
-            self.out.notes.push(NO_GPU_NOTE.into());
+        match gpu() {
+            Some(gpu) => self.out.notes.push(format!(
+                "GPU: {} ({}): CUDA events, median of {repeats} run{} after one warm-up",
+                gpu.info().name,
+                gpu.arch(),
+                if repeats == 1 { "" } else { "s" }
+            )),
+            None => self.out.notes.push(NO_GPU_NOTE.into()),
         }
         if let Some(load) = busy(threads) {
             self.out.notes.push(format!(
@@ -220,8 +239,9 @@ impl Run<'_> {
         }
 
         // Per point: (time, error) summed / maxed over statements.
-        let mut measured: Vec<(Option<f64>, Option<f64>, Vec<String>)> =
-            vec![(Some(0.0), Some(0.0), Vec::new()); points.len()];
+        let mut measured: Vec<Measured> = vec![(Some(0.0), Some(0.0), Vec::new()); points.len()];
+        // The same on the GPU, when there is one.
+        let mut measured_gpu = measured.clone();
         let mut first_kernels = Vec::new();
         for (s, stmt) in program.statements.iter().enumerate() {
             let prepared = self.prepare(&program, &mut data, &stmt.value, stmt.span.start)?;
@@ -241,7 +261,7 @@ impl Run<'_> {
                     threads,
                     repeats,
                 );
-                let PointRun { time, err, kernel } = match result {
+                let PointRun { time, err, kernel, gpu: on_gpu } = match result {
                     Ok(r) => r,
                     Err(Stop::Error(message)) => {
                         if points.len() == 1 {
@@ -250,10 +270,26 @@ impl Run<'_> {
                         PointRun::failed(message)
                     }
                     Err(Stop::Cancelled) => {
-                        self.finish_points(&points, &measured[..i]);
+                        self.finish_points(&points, &measured[..i], &measured_gpu[..i]);
                         return Err(Stop::Cancelled);
                     }
                 };
+                let tolerance = crate::einsum::tolerance(&prepared.original);
+                if let Some(g) = on_gpu {
+                    let m = &mut measured_gpu[i];
+                    m.0 = m.0.zip(g.time).map(|(a, b)| a + b);
+                    m.1 = m.1.zip(g.err).map(|(a, b)| a.max(b));
+                    m.2.extend(g.error.map(|e| format!("{tag}{e}")));
+                    if let (Some(e), Some(_)) = (g.err, g.time)
+                        && e > tolerance
+                    {
+                        m.2.push(format!(
+                            "{tag}max relative error {e:.2e} against the reference evaluator (above {tolerance:.0e})"
+                        ));
+                    }
+                } else if gpu_available() {
+                    measured_gpu[i].0 = None;
+                }
                 let m = &mut measured[i];
                 m.0 = m.0.zip(time).map(|(a, b)| a + b);
                 m.1 = m.1.zip(err).map(|(a, b)| a.max(b));
@@ -264,7 +300,6 @@ impl Run<'_> {
                         kernels.push(None);
                     }
                 }
-                let tolerance = crate::einsum::tolerance(&prepared.original);
                 if let (Some(e), Some(_)) = (err, time)
                     && e > tolerance
                 {
@@ -276,7 +311,7 @@ impl Run<'_> {
             if kernels.iter().all(Option::is_none) {
                 // Every point failed the same way more or less: the cell
                 // cannot run, and the first message says why.
-                self.finish_points(&points, &measured);
+                self.finish_points(&points, &measured, &measured_gpu);
                 let first = measured.iter().find_map(|m| m.2.first().cloned()).unwrap_or_default();
                 return Err(Stop::Error(first));
             }
@@ -297,7 +332,7 @@ impl Run<'_> {
             }
             self.baselines(&prepared, &data, threads, repeats)?;
         }
-        self.finish_points(&points, &measured);
+        self.finish_points(&points, &measured, &measured_gpu);
         for (_, kernels) in &first_kernels {
             if let Some(k) = kernels.iter().flatten().next() {
                 self.out.ir.push(k.ir.clone());
@@ -311,19 +346,26 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Writes the sweep rows for the points measured so far.
-    fn finish_points(&mut self, points: &[Point], measured: &[(Option<f64>, Option<f64>, Vec<String>)]) {
-        self.out.sweep.points = points
-            .iter()
-            .zip(measured)
-            .map(|(p, (time, err, errors))| SweepPoint {
-                values: p.values.clone(),
-                backend: "c".into(),
-                median_ms: *time,
-                max_rel_error: *err,
-                error: (!errors.is_empty()).then(|| errors.join("; ")),
-            })
-            .collect();
+    /// Writes the sweep rows for the points measured so far: the C
+    /// backend's, then the GPU's when there is one.
+    fn finish_points(&mut self, points: &[Point], measured: &[Measured], measured_gpu: &[Measured]) {
+        let rows = |backend: &str, measured: &[Measured]| -> Vec<SweepPoint> {
+            points
+                .iter()
+                .zip(measured)
+                .map(|(p, (time, err, errors))| SweepPoint {
+                    values: p.values.clone(),
+                    backend: backend.into(),
+                    median_ms: *time,
+                    max_rel_error: *err,
+                    error: (!errors.is_empty()).then(|| errors.join("; ")),
+                })
+                .collect()
+        };
+        self.out.sweep.points = rows("c", measured);
+        if gpu_available() {
+            self.out.sweep.points.extend(rows("cuda", measured_gpu));
+        }
     }
 
     /// Sweeps must change something: `g` needs a group format, `format.A`
@@ -886,12 +928,31 @@ impl Run<'_> {
             match spindle_ir::eval::evaluate(&r.einsum, &r.data) {
                 Ok(want) => *reference = Some(want),
                 Err(d) => {
-                    return Ok(PointRun { time: Some(median * 1e3), err: None, kernel: Err(render(&d)) });
+                    return Ok(PointRun {
+                        time: Some(median * 1e3),
+                        err: None,
+                        kernel: Err(render(&d)),
+                        gpu: None,
+                    });
                 }
             }
         }
         let err = reference.as_ref().map(|want| crate::einsum::max_rel_error(&result, want));
-        Ok(PointRun { time: Some(median * 1e3), err, kernel: Ok(text) })
+        let on_gpu = match gpu() {
+            Some(gpu) => {
+                self.step(format!("{label}: running on the GPU"))?;
+                Some(run_on_gpu(
+                    gpu,
+                    &kernel,
+                    text.cuda_kernel.as_ref(),
+                    &r.data,
+                    reference.as_ref(),
+                    repeats,
+                ))
+            }
+            None => None,
+        };
+        Ok(PointRun { time: Some(median * 1e3), err, kernel: Ok(text), gpu: on_gpu })
     }
 
     // ---- baselines, formats, resources --------------------------------
@@ -913,6 +974,25 @@ impl Run<'_> {
                 }
             }
             Err(e) => self.out.notes.push(format!("baselines skipped: {e:#}")),
+        }
+        if let Some(gpu) = gpu() {
+            let half = matches!(
+                data.declarations.get(&shape.dense).map(|d| d.dtype),
+                Some(ElemType::Value(DType::F16 | DType::Bf16))
+            );
+            match cusparse_baseline(gpu, coo, b, half, repeats) {
+                Ok(ms) => {
+                    let name = "cuSPARSE CSR".to_string();
+                    if !self.out.sweep.baselines.iter().any(|b| b.name == name) {
+                        self.out.sweep.baselines.push(Baseline {
+                            name,
+                            backend: "cuda".into(),
+                            median_ms: ms,
+                        });
+                    }
+                }
+                Err(e) => self.out.notes.push(format!("cuSPARSE baseline skipped: {e:#}")),
+            }
         }
         Ok(())
     }
@@ -1013,16 +1093,51 @@ impl Run<'_> {
 }
 
 /// One statement at one sweep point: its median time (ms), its error
-/// against the reference, and its texts or why it failed.
+/// against the reference, and its texts or why it failed; the same on the
+/// GPU when there is one.
 struct PointRun {
     time: Option<f64>,
     err: Option<f64>,
     kernel: Result<KernelText, String>,
+    gpu: Option<GpuRun>,
 }
 
 impl PointRun {
     fn failed(message: String) -> PointRun {
-        PointRun { time: None, err: None, kernel: Err(message) }
+        PointRun { time: None, err: None, kernel: Err(message), gpu: None }
+    }
+}
+
+/// One point on the GPU.
+struct GpuRun {
+    time: Option<f64>,
+    err: Option<f64>,
+    error: Option<String>,
+}
+
+/// Loads (NVRTC, cached), runs, checks and times a printed kernel on the GPU.
+fn run_on_gpu(
+    gpu: &Gpu,
+    kernel: &spindle_ir::kernel::Kernel,
+    printed: Option<&spindle_cuda::CudaKernel>,
+    data: &Tensors,
+    reference: Option<&ArrayD<f64>>,
+    repeats: usize,
+) -> GpuRun {
+    let failed = |e: String| GpuRun { time: None, err: None, error: Some(format!("CUDA: {e}")) };
+    let Some(printed) = printed else { return failed("this kernel cannot be printed as CUDA".into()) };
+    let loaded = match gpu.load(printed) {
+        Ok(l) => l,
+        Err(e) => return failed(e.to_string()),
+    };
+    let result = match gpu.run(kernel, printed, data) {
+        Ok(r) => r,
+        Err(e) => return failed(e.to_string()),
+    };
+    let err = reference.map(|want| crate::einsum::max_rel_error(&result, want));
+    match gpu.time(kernel, &loaded, data, TimingOptions { warmup: 1, repeats }) {
+        Ok(t) => GpuRun { time: Some(t.median_ms), err, error: None },
+        Err(e) => GpuRun { err, ..failed(e.to_string()) },
     }
 }
 
@@ -1155,6 +1270,32 @@ fn spmm_baselines(
         ("faer CSR".into(), faer.csr_1 * 1e3),
         ("faer CSC".into(), faer.csc_1 * 1e3),
     ])
+}
+
+/// cuSPARSE SpMM on CSR (f32, or f16 when B is half), in ms.
+fn cusparse_baseline(
+    gpu: &Gpu,
+    coo: &Coo<f64, i64>,
+    b: &ArrayD<f64>,
+    half: bool,
+    repeats: usize,
+) -> anyhow::Result<f64> {
+    use spindle_cuda::baseline::{CsrHost, Precision, cusparse_spmm_csr};
+    let coo = coo.clone().canonicalize();
+    let (rows, cols) = coo.expect_matrix("spmm")?;
+    let csr = spindle_formats::Compressed::from_coo(&coo, 0)?;
+    let a = CsrHost {
+        rows,
+        cols,
+        indptr: csr.pos.iter().map(|&x| i32::try_from(x)).collect::<Result<_, _>>()?,
+        indices: csr.crd.iter().map(|&x| i32::try_from(x)).collect::<Result<_, _>>()?,
+        values: csr.val.clone(),
+    };
+    let n = b.shape().get(1).copied().unwrap_or(1);
+    let dense: Vec<f64> = b.iter().copied().collect();
+    let precision = if half { Precision::F16 } else { Precision::F32 };
+    let run = cusparse_spmm_csr(gpu, &a, &dense, n, precision, TimingOptions { warmup: 1, repeats })?;
+    Ok(run.timing.median_ms)
 }
 
 /// Recognises `O[i,j] (+)= A[i,k] * B[k,j]` (either factor first) with A
