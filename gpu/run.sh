@@ -12,7 +12,9 @@
 #   torch      the same computations through PyTorch (when python3 imports torch)
 #   summary    OUT_DIR/<gpu>-<date>.json and the summary table
 # A stage that fails is reported and the others still run; the exit code is 1
-# when any failed.
+# when any failed. Where one command may run only minutes, run the stages one
+# call at a time with SPINDLE_GPU_WORK naming a folder that outlives the calls,
+# so CUBINs and autotuning results are reused.
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -56,9 +58,14 @@ find_cuda_root() {
       ls "$lib"/libnvrtc-builtins.so.13* >/dev/null 2>&1 || continue
       for inc in "$c/include" "$c/targets/x86_64-linux/include"; do
         if [ -e "$inc/cuda_fp16.h" ] && [ -e "$inc/mma.h" ]; then
+          # lib/ holds links to NVRTC only, plus libnvrtc.so: cudarc tries
+          # that name first, and with this folder first on LD_LIBRARY_PATH it
+          # resolves to the copy Spindle loaded, not another toolkit's.
           local shim="$work/cuda-root"
-          rm -rf "$shim" && mkdir -p "$shim"
-          ln -s "$lib" "$shim/lib"
+          rm -rf "$shim" && mkdir -p "$shim/lib"
+          local f
+          for f in "$lib"/libnvrtc*; do ln -s "$f" "$shim/lib/"; done
+          [ -e "$shim/lib/libnvrtc.so" ] || ln -s "$lib/libnvrtc.so.13" "$shim/lib/libnvrtc.so"
           ln -s "$inc" "$shim/include"
           echo "$shim"
           return 0
@@ -89,7 +96,7 @@ if root="$(find_cuda_root)"; then
 else
   say "no NVRTC 13 with CUDA headers found; set SPINDLE_CUDA_ROOT to a folder with lib/libnvrtc.so.13 and include/"
 fi
-export LD_LIBRARY_PATH="$(library_dirs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="${SPINDLE_CUDA_ROOT:+$SPINDLE_CUDA_ROOT/lib:}$(library_dirs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv > "$out/nvidia-smi.csv" 2>&1 || true
 cat "$out/nvidia-smi.csv" >&2
 cp "$here/COMMIT" "$out/COMMIT" 2>/dev/null || true
@@ -100,7 +107,8 @@ run_stage() {
   shift
   say "$name: $*"
   local start=$SECONDS
-  if "$@" > >(tee "$out/$name.log") 2> >(tee -a "$out/$name.log" >&2); then
+  : > "$out/$name.log"
+  if "$@" > >(tee -a "$out/$name.log") 2> >(tee -a "$out/$name.log" >&2); then
     say "$name: ok ($((SECONDS - start)) s)"
   else
     say "$name: FAILED ($((SECONDS - start)) s), see $out/$name.log"

@@ -4,7 +4,9 @@
 //! check the baseline too, and its timing from [`Gpu::time_with_events`].
 //!
 //! Dense matrices are row-major; values are f32 or f16 (f16 accumulates in
-//! f32, as our Tensor Core kernels do).
+//! f32, as our Tensor Core kernels do). Before each timed call L2 is
+//! overwritten, since a library call's inputs cannot be rotated the way
+//! [`Gpu::time`] rotates ours: both start from DRAM.
 
 use std::ffi::c_void;
 
@@ -176,6 +178,12 @@ fn spmm(
     if b.len() != cols * n {
         return Err(RuntimeError::Data(format!("B has {} values, not {cols} x {n}", b.len())));
     }
+    // cudarc panics on a library it cannot open; say so instead.
+    if !libraries_present().0 {
+        return Err(RuntimeError::Library(
+            "libcusparse could not be loaded (is it on LD_LIBRARY_PATH?)".into(),
+        ));
+    }
     let s = gpu.stream();
     let d_indptr = s.clone_htod(indptr)?;
     let d_indices = s.clone_htod(&if indices.is_empty() { vec![0] } else { indices.clone() })?;
@@ -187,7 +195,7 @@ fn spmm(
     let alpha: f32 = 1.0;
     let beta: f32 = 0.0;
     let op = sp::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE;
-    let (alg, name) = match a {
+    let (mut alg, name) = match a {
         SparseDesc::Csr(_) => (sp::cusparseSpMMAlg_t::CUSPARSE_SPMM_CSR_ALG2, "CSR"),
         SparseDesc::Bsr(_) => (sp::cusparseSpMMAlg_t::CUSPARSE_SPMM_ALG_DEFAULT, "BSR"),
     };
@@ -273,9 +281,25 @@ fn spmm(
         let alpha_ptr = &alpha as *const f32 as *const c_void;
         let beta_ptr = &beta as *const f32 as *const c_void;
         let mut buffer_size = 0usize;
-        cusparse_check(
-            &format!("SpMM buffer size ({name})"),
-            sp::cusparseSpMM_bufferSize(
+        let mut size_status = sp::cusparseSpMM_bufferSize(
+            handle,
+            op,
+            op,
+            alpha_ptr,
+            mat_a,
+            mat_b,
+            beta_ptr,
+            mat_c,
+            compute,
+            alg,
+            &mut buffer_size,
+        );
+        // Not every algorithm takes every dtype and layout: fall back to
+        // the library's default choice.
+        let default = sp::cusparseSpMMAlg_t::CUSPARSE_SPMM_ALG_DEFAULT;
+        if size_status == sp::cusparseStatus_t::CUSPARSE_STATUS_NOT_SUPPORTED && alg != default {
+            alg = default;
+            size_status = sp::cusparseSpMM_bufferSize(
                 handle,
                 op,
                 op,
@@ -287,14 +311,16 @@ fn spmm(
                 compute,
                 alg,
                 &mut buffer_size,
-            ),
-        )?;
+            );
+        }
+        cusparse_check(&format!("SpMM buffer size ({name})"), size_status)?;
         let workspace = s.alloc_zeros::<u8>(buffer_size.max(1))?;
         let (workspace_ptr, _sync) = workspace.device_ptr(s);
         let workspace_ptr = workspace_ptr as *mut c_void;
+        let mut flusher = gpu.l2_flusher()?;
         let timing = gpu.time_with_events(
             opts,
-            |_, _| Ok(()),
+            |_, gpu| flusher.flush(gpu),
             |_, _| {
                 cusparse_check(
                     &format!("SpMM ({name})"),
@@ -332,6 +358,11 @@ pub fn cublas_gemm(
     if a.len() != m * k || b.len() != k * n {
         return Err(RuntimeError::Data(format!("GEMM operands are not {m} x {k} and {k} x {n}")));
     }
+    if !libraries_present().1 {
+        return Err(RuntimeError::Library(
+            "libcublas could not be loaded (is it on LD_LIBRARY_PATH?)".into(),
+        ));
+    }
     let blas =
         CudaBlas::new(gpu.stream().clone()).map_err(|e| RuntimeError::Library(format!("cuBLAS: {e}")))?;
     let d_a = DeviceValues::upload(gpu, a, precision)?;
@@ -340,9 +371,10 @@ pub fn cublas_gemm(
     // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: swap the operands.
     let op = cublas_sys::cublasOperation_t::CUBLAS_OP_N;
     let (mi, ki, ni) = (m as i32, k as i32, n as i32);
+    let mut flusher = gpu.l2_flusher()?;
     let timing = gpu.time_with_events(
         opts,
-        |_, _| Ok(()),
+        |_, gpu| flusher.flush(gpu),
         |_, _| {
             // SAFETY: the sizes match the allocations checked above.
             let r = unsafe {

@@ -254,21 +254,35 @@ impl Gpu {
                     std::fs::read_to_string(&source_path).ok().filter(|s| s == source).and_then(|_| {
                         Some((std::fs::read(&cubin_path).ok()?, std::fs::read_to_string(&log_path).ok()?))
                     });
+                let compile = || -> Result<(Vec<u8>, String)> {
+                    let compiled = nvrtc::compile(source, symbol, self.arch, &CompileOptions::default())?;
+                    // The cache is an optimisation: a read-only folder only
+                    // costs recompiles. The source goes last, so a write cut
+                    // short never leaves a key that looks complete.
+                    if std::fs::create_dir_all(&dir).is_ok() {
+                        let _ = write_atomically(&cubin_path, &compiled.cubin);
+                        let _ = write_atomically(&log_path, compiled.log.as_bytes());
+                        let _ = write_atomically(&source_path, source.as_bytes());
+                    }
+                    Ok((compiled.cubin, compiled.log))
+                };
                 let (cubin, log) = match on_disk {
                     Some(found) => found,
                     None => {
                         cache_hit = false;
-                        let compiled = nvrtc::compile(source, symbol, self.arch, &CompileOptions::default())?;
-                        // The cache is an optimisation: a read-only folder only costs recompiles.
-                        if std::fs::create_dir_all(&dir).is_ok() {
-                            let _ = std::fs::write(&cubin_path, &compiled.cubin);
-                            let _ = std::fs::write(&log_path, &compiled.log);
-                            let _ = std::fs::write(&source_path, source);
-                        }
-                        (compiled.cubin, compiled.log)
+                        compile()?
                     }
                 };
-                let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
+                let module = match self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)) {
+                    Ok(m) => m,
+                    // A damaged cached CUBIN: compile again.
+                    Err(_) if cache_hit => {
+                        cache_hit = false;
+                        let (cubin, _) = compile()?;
+                        self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 self.modules
                     .lock()
                     .map_err(|_| RuntimeError::Data("module cache poisoned".into()))?
@@ -316,7 +330,7 @@ impl Gpu {
             };
             let device = self.put(t.dtype, &host)?;
             if t.output {
-                initial_output = Some(self.put(t.dtype, &host)?);
+                initial_output = Some(self.copy(&device)?);
             }
             out.push(device);
         }
@@ -330,41 +344,56 @@ impl Gpu {
     fn put(&self, dtype: ElemType, host: &HostData) -> Result<DeviceTensor> {
         use spindle_ir::formats::{DType, IType};
         let s = &self.stream;
-        let values = |h: &HostData| -> Vec<f64> {
-            let mut v = match h {
-                HostData::Values(v) => v.clone(),
-                HostData::Indices(v) => v.iter().map(|&x| x as f64).collect(),
+        // Converts element by element into the device type, padding an
+        // empty tensor to one element.
+        fn convert<T>(host: &HostData, f: impl Fn(f64) -> T, g: impl Fn(i64) -> T, zero: T) -> Vec<T> {
+            let mut v: Vec<T> = match host {
+                HostData::Values(v) => v.iter().map(|&x| f(x)).collect(),
+                HostData::Indices(v) => v.iter().map(|&x| g(x)).collect(),
             };
             if v.is_empty() {
-                v.push(0.0);
+                v.push(zero);
             }
             v
-        };
-        let indices = |h: &HostData| -> Vec<i64> {
-            let mut v = match h {
-                HostData::Values(v) => v.iter().map(|&x| x as i64).collect(),
-                HostData::Indices(v) => v.clone(),
-            };
-            if v.is_empty() {
-                v.push(0);
-            }
-            v
-        };
+        }
         Ok(match dtype {
-            ElemType::Value(DType::F64) => DeviceTensor::F64(s.clone_htod(&values(host))?),
+            ElemType::Value(DType::F64) => {
+                DeviceTensor::F64(s.clone_htod(&convert(host, |x| x, |x| x as f64, 0.0))?)
+            }
             ElemType::Value(DType::F32) => {
-                DeviceTensor::F32(s.clone_htod(&values(host).iter().map(|&x| x as f32).collect::<Vec<_>>())?)
+                DeviceTensor::F32(s.clone_htod(&convert(host, |x| x as f32, |x| x as f32, 0.0))?)
             }
-            ElemType::Value(DType::F16) => DeviceTensor::F16(
-                s.clone_htod(&values(host).iter().map(|&x| f16::from_f64(x)).collect::<Vec<_>>())?,
-            ),
-            ElemType::Value(DType::Bf16) => DeviceTensor::Bf16(
-                s.clone_htod(&values(host).iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>())?,
-            ),
+            ElemType::Value(DType::F16) => DeviceTensor::F16(s.clone_htod(&convert(
+                host,
+                f16::from_f64,
+                |x| f16::from_f64(x as f64),
+                f16::ZERO,
+            ))?),
+            ElemType::Value(DType::Bf16) => DeviceTensor::Bf16(s.clone_htod(&convert(
+                host,
+                bf16::from_f64,
+                |x| bf16::from_f64(x as f64),
+                bf16::ZERO,
+            ))?),
             ElemType::Index(IType::I32) => {
-                DeviceTensor::I32(s.clone_htod(&indices(host).iter().map(|&x| x as i32).collect::<Vec<_>>())?)
+                DeviceTensor::I32(s.clone_htod(&convert(host, |x| x as i32, |x| x as i32, 0))?)
             }
-            ElemType::Index(IType::I64) => DeviceTensor::I64(s.clone_htod(&indices(host))?),
+            ElemType::Index(IType::I64) => {
+                DeviceTensor::I64(s.clone_htod(&convert(host, |x| x as i64, |x| x, 0))?)
+            }
+        })
+    }
+
+    /// A device-side copy of a tensor.
+    fn copy(&self, t: &DeviceTensor) -> Result<DeviceTensor> {
+        let s = &self.stream;
+        Ok(match t {
+            DeviceTensor::F64(d) => DeviceTensor::F64(s.clone_dtod(d)?),
+            DeviceTensor::F32(d) => DeviceTensor::F32(s.clone_dtod(d)?),
+            DeviceTensor::F16(d) => DeviceTensor::F16(s.clone_dtod(d)?),
+            DeviceTensor::Bf16(d) => DeviceTensor::Bf16(s.clone_dtod(d)?),
+            DeviceTensor::I32(d) => DeviceTensor::I32(s.clone_dtod(d)?),
+            DeviceTensor::I64(d) => DeviceTensor::I64(s.clone_dtod(d)?),
         })
     }
 
@@ -449,6 +478,25 @@ impl Gpu {
         self.download(kernel, &buffers, tensors.contains_key(out_name))
     }
 
+    /// Runs `loaded` once on `tensors` and returns its output (as
+    /// [`Gpu::run`] does), then times it on the same uploaded data (as
+    /// [`Gpu::time`] does): one upload serves both.
+    pub fn run_and_time(
+        &self,
+        kernel: &Kernel,
+        loaded: &LoadedKernel,
+        tensors: &Tensors,
+        opts: TimingOptions,
+    ) -> Result<(ArrayD<f64>, Timing)> {
+        let mut first = self.upload(kernel, tensors)?;
+        self.launch(loaded, &mut first)?;
+        self.stream.synchronize()?;
+        let out_name = kernel.tensors.iter().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
+        let output = self.download(kernel, &first, tensors.contains_key(out_name))?;
+        let timing = self.time_uploaded(kernel, loaded, tensors, first, opts)?;
+        Ok((output, timing))
+    }
+
     /// Times `loaded` on `tensors` with events: `opts.warmup` launches, then
     /// the median of `opts.repeats`. Each launch starts from the initial
     /// output (reset outside the timed region). When the inputs fit in L2,
@@ -461,6 +509,18 @@ impl Gpu {
         opts: TimingOptions,
     ) -> Result<Timing> {
         let first = self.upload(kernel, tensors)?;
+        self.time_uploaded(kernel, loaded, tensors, first, opts)
+    }
+
+    /// [`Gpu::time`] with the first input set already on the device.
+    fn time_uploaded(
+        &self,
+        kernel: &Kernel,
+        loaded: &LoadedKernel,
+        tensors: &Tensors,
+        first: DeviceBuffers,
+        opts: TimingOptions,
+    ) -> Result<Timing> {
         let sets = input_sets(buffers_bytes(kernel), self.info.l2_bytes);
         let mut all = vec![first];
         for _ in 1..sets {
@@ -504,6 +564,13 @@ impl Gpu {
         Ok(timing_of(times, 1))
     }
 
+    /// A scratch buffer twice the L2 size, zeroed before a timed call so the
+    /// call starts with nothing of its inputs in L2 (for library baselines,
+    /// whose inputs cannot be rotated as [`Gpu::time`] rotates ours).
+    pub fn l2_flusher(&self) -> Result<L2Flusher> {
+        Ok(L2Flusher(self.stream.alloc_zeros::<u8>((2 * self.info.l2_bytes).max(1))?))
+    }
+
     /// Device-to-device copy bandwidth in GB/s (bytes read plus written),
     /// the ceiling memory-bound kernels are reported against.
     pub fn copy_bandwidth(&self, bytes: usize) -> Result<f64> {
@@ -519,12 +586,31 @@ impl Gpu {
     }
 }
 
+/// Writes through a temporary file and a rename, so readers never see half a file.
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
 /// The driver's CUDA version (e.g. 13000), 0 when it cannot say.
 fn driver_version() -> i32 {
     let mut version = 0;
     // SAFETY: writes one int; only called after the driver library loaded.
     let status = unsafe { sys::cuDriverGetVersion(&mut version) };
     if status == sys::CUresult::CUDA_SUCCESS { version } else { 0 }
+}
+
+/// See [`Gpu::l2_flusher`].
+#[derive(Debug)]
+pub struct L2Flusher(CudaSlice<u8>);
+
+impl L2Flusher {
+    /// Overwrites the scratch buffer (asynchronously, on the stream).
+    pub fn flush(&mut self, gpu: &Gpu) -> Result<()> {
+        gpu.stream.memset_zeros(&mut self.0)?;
+        Ok(())
+    }
 }
 
 /// Host data before conversion to a device dtype.

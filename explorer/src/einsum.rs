@@ -403,7 +403,10 @@ pub(crate) fn max_rel_error(got: &ArrayD<f64>, want: &ArrayD<f64>) -> f64 {
         return f64::INFINITY;
     }
     let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
-    got.iter().zip(want.iter()).fold(0.0f64, |m, (g, w)| m.max((g - w).abs())) / scale
+    // A NaN or infinity where the reference is finite is an infinite
+    // error (`f64::max` alone would skip a NaN).
+    let diff = |g: f64, w: f64| if g.is_finite() || !w.is_finite() { (g - w).abs() } else { f64::INFINITY };
+    got.iter().zip(want.iter()).fold(0.0f64, |m, (g, w)| m.max(diff(*g, *w))) / scale
 }
 
 /// The error `--check` accepts: 1e-3, or 1e-2 when a value tensor is
