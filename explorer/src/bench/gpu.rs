@@ -343,7 +343,7 @@ pub fn spmm(opts: &GpuOptions) -> Result<()> {
                     Err(e) => (f64::NAN, f64::NAN, Some(e.to_string())),
                 };
             let csr_bytes = 4 * (csr.indptr.len() + csr.indices.len()) + elem * csr.values.len();
-            if cusparse_error.is_some() || !(cusparse_err <= tolerance(precision)) {
+            if cusparse_error.is_some() || cusparse_err.is_nan() || cusparse_err > tolerance(precision) {
                 failures.push(format!(
                     "{name} {}: cuSPARSE CSR: {}",
                     dtype_of(precision).name(),
