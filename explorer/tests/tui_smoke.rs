@@ -195,11 +195,15 @@ fn a_notebook_file_runs_edits_and_saves() {
 
 /// Without a terminal the explorer says what to run instead.
 #[test]
-fn without_a_terminal_it_points_to_the_headless_run() {
+fn without_a_terminal_it_runs_the_notebook_headless() {
     let out = Command::new(env!("CARGO_BIN_EXE_spindle")).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("spindle notebook run FILE --export DIR"), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{err}\n{text}");
+    assert!(err.contains("running the notebook headless"), "{err}");
+    // The bundled notebook's first cell: the GroupCOO sweep over g, checked.
+    assert!(text.contains("(bundled notebook) cell 1"), "{text}");
+    assert!(text.contains("median ms") && text.contains("max error"), "{text}");
     // A mistyped subcommand is not taken for a new notebook.
     let out = Command::new(env!("CARGO_BIN_EXE_spindle")).arg("stat").output().unwrap();
     assert_eq!(out.status.code(), Some(2));

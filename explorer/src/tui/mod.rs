@@ -52,6 +52,35 @@ impl Runner for EngineRunner {
     }
 }
 
+/// With no terminal (a pipe, CI, a script) the explorer cannot draw: run
+/// the notebook headless instead, as `spindle notebook run` does, so the
+/// main job still shows its results.
+fn without_a_terminal(cells: Vec<Cell>, path: Option<&std::path::Path>) -> ExitCode {
+    eprintln!(
+        "spindle: no terminal for the explorer: running the notebook headless \
+         (`spindle notebook run FILE --export DIR` also writes plots and code)"
+    );
+    let notebook = markdown::Notebook { cells };
+    if notebook.code_cells().all(|(_, c)| c.source.trim().is_empty()) {
+        eprintln!("spindle: the notebook has no code to run");
+        return ExitCode::from(2);
+    }
+    let shown = path.map_or_else(|| std::path::PathBuf::from("(bundled notebook)"), |p| p.to_path_buf());
+    let base_dir = path.and_then(|p| p.parent()).map(|d| d.to_path_buf());
+    let options = RunOptions { base_dir, ..RunOptions::default() };
+    match crate::notebook::headless::run_notebook(&shown, &notebook, &options, None) {
+        Ok(report) if report.failed == 0 => ExitCode::SUCCESS,
+        Ok(report) => {
+            eprintln!("error: {} of {} cells failed", report.failed, report.cells);
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `spindle [FILE]`: opens FILE, or the bundled notebook, in the explorer.
 pub fn main(file: Option<PathBuf>) -> ExitCode {
     let (cells, path, autorun, greeting) = match file {
@@ -78,11 +107,7 @@ pub fn main(file: Option<PathBuf>) -> ExitCode {
         None => (markdown::default_notebook().cells, None, true, None),
     };
     if !stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        eprintln!(
-            "spindle: the notebook explorer needs a terminal. Without one, run a notebook with\n  \
-             spindle notebook run FILE --export DIR\nor see `spindle --help` for the other commands."
-        );
-        return ExitCode::from(2);
+        return without_a_terminal(cells, path.as_deref());
     }
     // Relative data paths in a notebook's cells are found beside it.
     let base_dir = path
