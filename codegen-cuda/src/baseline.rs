@@ -281,25 +281,8 @@ fn spmm(
         let alpha_ptr = &alpha as *const f32 as *const c_void;
         let beta_ptr = &beta as *const f32 as *const c_void;
         let mut buffer_size = 0usize;
-        let mut size_status = sp::cusparseSpMM_bufferSize(
-            handle,
-            op,
-            op,
-            alpha_ptr,
-            mat_a,
-            mat_b,
-            beta_ptr,
-            mat_c,
-            compute,
-            alg,
-            &mut buffer_size,
-        );
-        // Not every algorithm takes every dtype and layout: fall back to
-        // the library's default choice.
-        let default = sp::cusparseSpMMAlg_t::CUSPARSE_SPMM_ALG_DEFAULT;
-        if size_status == sp::cusparseStatus_t::CUSPARSE_STATUS_NOT_SUPPORTED && alg != default {
-            alg = default;
-            size_status = sp::cusparseSpMM_bufferSize(
+        let mut size_of = |alg| {
+            sp::cusparseSpMM_bufferSize(
                 handle,
                 op,
                 op,
@@ -311,7 +294,15 @@ fn spmm(
                 compute,
                 alg,
                 &mut buffer_size,
-            );
+            )
+        };
+        let mut size_status = size_of(alg);
+        // Not every algorithm takes every dtype and layout: fall back to
+        // the library's default choice.
+        let default = sp::cusparseSpMMAlg_t::CUSPARSE_SPMM_ALG_DEFAULT;
+        if size_status == sp::cusparseStatus_t::CUSPARSE_STATUS_NOT_SUPPORTED && alg != default {
+            alg = default;
+            size_status = size_of(alg);
         }
         cusparse_check(&format!("SpMM buffer size ({name})"), size_status)?;
         let workspace = s.alloc_zeros::<u8>(buffer_size.max(1))?;

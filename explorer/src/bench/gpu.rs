@@ -281,6 +281,20 @@ fn measure(gpu: &Gpu, built: &Built, opts: TimingOptions) -> Result<(Vec<f64>, f
     Ok((out.iter().copied().collect(), timing.median_ms, info))
 }
 
+/// The median ms of one autotuning candidate, or why it failed.
+fn time_candidate(
+    gpu: &Gpu,
+    einsum: &Einsum,
+    a: &Coo<f64, i64>,
+    b: &[f64],
+    format: &str,
+    schedule: &str,
+    timing: TimingOptions,
+) -> Result<f64, String> {
+    let built = build(einsum, a, b, format, schedule).map_err(|e| format!("{e:#}"))?;
+    measure(gpu, &built, timing).map(|(_, ms, _)| ms).map_err(|e| format!("{e:#}"))
+}
+
 /// Fraction of the copy bandwidth `bytes` moved in `ms` reaches.
 fn bandwidth(bytes: usize, ms: f64, copy_gbs: f64) -> (f64, f64) {
     let gbs = bytes as f64 / (ms * 1e-3) / 1e9;
@@ -363,10 +377,9 @@ pub fn spmm(opts: &GpuOptions) -> Result<()> {
                     shapes: format!("{name} {m}x{k} nnz={nnz} n={SPMM_N} {}", dtype_of(precision).name()),
                     device: info.name.clone(),
                 };
+                let format = format!("groupcoo:dim=0,g={g_auto}");
                 let result = tune(&mut cache, &key, &space, |schedule| {
-                    let built = build(&einsum, &a, &b, &format!("groupcoo:dim=0,g={g_auto}"), schedule)
-                        .map_err(|e| format!("{e:#}"))?;
-                    measure(&gpu, &built, timing).map(|(_, ms, _)| ms).map_err(|e| format!("{e:#}"))
+                    time_candidate(&gpu, &einsum, &a, &b, &format, schedule, timing)
                 });
                 let _ = cache.save();
                 match result {
@@ -560,8 +573,7 @@ pub fn bsr(args: &BsrArgs) -> Result<()> {
                 device: info.name.clone(),
             };
             let tuned = tune(&mut cache, &key, &space, |s| {
-                let built = build(&einsum, &coo, &b, &format, s).map_err(|e| format!("{e:#}"))?;
-                measure(&gpu, &built, timing).map(|(_, ms, _)| ms).map_err(|e| format!("{e:#}"))
+                time_candidate(&gpu, &einsum, &coo, &b, &format, s, timing)
             });
             let _ = cache.save();
             match tuned {
