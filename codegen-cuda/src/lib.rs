@@ -15,12 +15,11 @@
 //!   upload, launch, event timing, module cache.
 //! - [`baseline`]: cuSPARSE SpMM (CSR, BSR) and cuBLAS GEMM, timed the
 //!   same way.
-//! - [`autotune`]: the fastest of a small space of tile configurations,
-//!   cached per (kernel, shape, device).
+//!
+//! Autotuning, backend-agnostic, lives in the driver (`spindle::autotune`).
 
 pub use spindle_ir as ir;
 
-pub mod autotune;
 pub mod baseline;
 pub mod emulate;
 pub mod nvrtc;

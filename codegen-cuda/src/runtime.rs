@@ -144,6 +144,7 @@ pub struct Timing {
     /// Median of the timed launches, in milliseconds.
     pub median_ms: f64,
     pub min_ms: f64,
+    pub max_ms: f64,
     /// Timed launches (after the warm-up).
     pub runs: usize,
     /// Input sets rotated through (1 when the inputs do not fit in L2).
@@ -641,7 +642,13 @@ pub fn timing_of(mut times: Vec<f64>, input_sets: usize) -> Timing {
     } else {
         (times[runs / 2 - 1] + times[runs / 2]) / 2.0
     };
-    Timing { median_ms: median, min_ms: times.first().copied().unwrap_or(f64::NAN), runs, input_sets }
+    Timing {
+        median_ms: median,
+        min_ms: times.first().copied().unwrap_or(f64::NAN),
+        max_ms: times.last().copied().unwrap_or(f64::NAN),
+        runs,
+        input_sets,
+    }
 }
 
 #[cfg(test)]

@@ -1,19 +1,18 @@
-//! `spindle check` and `spindle eval`: the Einsum language from the command
-//! line.
+//! `spindle check`, `eval`, `compile` and `run`: the Einsum language from
+//! the command line. Each parses its options into a [`spindle::Problem`] and
+//! prints what the driver returns.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
+use clap::builder::TypedValueParser as _;
 use ndarray::ArrayD;
-use rand::{Rng, SeedableRng};
-use spindle_formats::{Coo, DType, FormatSpec};
+use spindle::{Input, Prepared, Problem, Schedule, Target, TimingOptions, Tuner};
 use spindle_ir::lang::{
     Declaration, Declarations, Diagnostic, Einsum, ElemType, ExtentSource, Role, Statement, check,
     declare_output, parse,
 };
-use spindle_ir::tensor::{TensorValue, Tensors};
 
 /// A diagnostic already printed with its caret; the exit code is 1.
 #[derive(Debug)]
@@ -33,16 +32,13 @@ fn report(d: &Diagnostic, src: &str) -> anyhow::Error {
 }
 
 /// `T=64x32` or `T=64x32:f16`; `T=scalar` for rank 0.
-fn parse_shape(arg: &str) -> Result<(String, Declaration)> {
+fn parse_shape(arg: &str) -> Result<(String, Vec<usize>, ElemType)> {
     let (name, rest) =
         arg.split_once('=').ok_or_else(|| anyhow!("--shape {arg}: expected NAME=DIMS[:DTYPE]"))?;
     let (dims, dtype) = rest.split_once(':').unwrap_or((rest, "f32"));
     let dtype = ElemType::parse(dtype)
         .ok_or_else(|| anyhow!("--shape {arg}: unknown dtype `{dtype}` (f64, f32, f16, bf16, i32, i64)"))?;
-    Ok((
-        name.to_string(),
-        Declaration { shape: parse_dims(dims).with_context(|| format!("--shape {arg}"))?, dtype },
-    ))
+    Ok((name.to_string(), parse_dims(dims).with_context(|| format!("--shape {arg}"))?, dtype))
 }
 
 fn parse_dims(dims: &str) -> Result<Vec<usize>> {
@@ -57,8 +53,8 @@ fn parse_dims(dims: &str) -> Result<Vec<usize>> {
 pub fn run_check(statement: &str, shapes: &[String]) -> Result<()> {
     let mut declarations = Declarations::new();
     for s in shapes {
-        let (name, decl) = parse_shape(s.as_str())?;
-        declarations.insert(name, decl);
+        let (name, shape, dtype) = parse_shape(s.as_str())?;
+        declarations.insert(name, Declaration { shape, dtype });
     }
     let parsed = parse(statement).map_err(|d| report(&d, statement))?;
     require_output(&parsed, &mut declarations)?;
@@ -117,7 +113,8 @@ pub struct DataArgs {
     /// NAME=DIMS:i32:SEED:MAX for index tensors with values in 0..MAX.
     #[arg(long = "rand", value_name = "NAME=DIMS:DTYPE:SEED[:MAX]")]
     pub rand: Vec<String>,
-    /// Shapes of tensors without data (usually the output).
+    /// Shapes of tensors without data (usually the output); for a tensor
+    /// with data, its dtype in the kernel.
     #[arg(long = "shape", value_name = "NAME=DIMS[:DTYPE]")]
     pub shapes: Vec<String>,
     /// Store a tensor in a format and rewrite the statement over the
@@ -127,108 +124,76 @@ pub struct DataArgs {
     pub formats: Vec<String>,
 }
 
-/// A statement ready to evaluate or compile: checked (and rewritten when
-/// formats were given), with its data.
-#[derive(Debug)]
-pub struct Prepared {
-    pub einsum: Einsum,
-    pub data: Tensors,
-    /// The text the statement's spans point into.
-    pub source: String,
+/// Where kernels run: `c`, `cuda` or `emulate`.
+pub fn target_arg() -> impl clap::builder::TypedValueParser<Value = Target> {
+    clap::builder::PossibleValuesParser::new(Target::ALL.map(Target::name))
+        .map(|s| s.parse::<Target>().unwrap_or(Target::C))
 }
 
-impl Prepared {
-    /// Renders a diagnostic against the statement's text.
-    pub fn report(&self, d: &Diagnostic) -> anyhow::Error {
-        report(d, &self.source)
-    }
-}
-
-pub fn prepare(args: &DataArgs) -> Result<Prepared> {
-    let src = args.statement.as_str();
-    let parsed = parse(src).map_err(|d| report(&d, src))?;
-    let mut formats = BTreeMap::new();
-    for arg in &args.formats {
-        let (name, spec) =
-            arg.split_once('=').ok_or_else(|| anyhow!("--format {arg}: expected NAME=FORMAT"))?;
-        formats
-            .insert(name.to_string(), spec.parse::<FormatSpec>().with_context(|| format!("--format {arg}"))?);
-    }
-    let mut data = Tensors::new();
-    let mut declarations = Declarations::new();
-    let mut sparse: BTreeMap<String, Coo<f64, i64>> = BTreeMap::new();
+/// The problem the options describe, for the driver.
+pub fn problem(args: &DataArgs) -> Result<Problem> {
+    let mut problem = Problem::new(args.statement.as_str());
+    let mut with_data = Vec::new();
     for arg in &args.tensors {
         let (name, path) =
             arg.split_once('=').ok_or_else(|| anyhow!("--tensor {arg}: expected NAME=PATH"))?;
-        // A sparse file stays sparse when it gets a format: only its
-        // entries are needed, never a dense copy.
-        match load_tensor(Path::new(path), !formats.contains_key(name))
-            .with_context(|| format!("--tensor {arg}"))?
-        {
-            Loaded::Dense(value) => {
-                declarations.insert(name.to_string(), value.declaration());
-                data.insert(name.to_string(), value);
-            }
-            Loaded::Sparse(coo, dense) => {
-                let dtype = ElemType::Value(DType::F32);
-                declarations.insert(name.to_string(), Declaration { shape: coo.shape.clone(), dtype });
-                if let Some(dense) = dense {
-                    data.insert(name.to_string(), TensorValue::Values(dense));
-                }
-                sparse.insert(name.to_string(), coo);
-            }
-        }
+        problem = problem.file(name, path);
+        with_data.push(name.to_string());
     }
     for arg in &args.rand {
-        let (name, value, dtype) = random_tensor(arg.as_str())?;
-        declarations.insert(name.clone(), Declaration { shape: value.shape().to_vec(), dtype });
-        data.insert(name, value);
+        let (name, input) = random_arg(arg)?;
+        problem = problem.tensor(name.as_str(), input);
+        with_data.push(name);
     }
-    for s in &args.shapes {
-        let (name, decl) = parse_shape(s.as_str())?;
-        declarations.insert(name, decl);
+    for arg in &args.shapes {
+        let (name, shape, dtype) = parse_shape(arg)?;
+        problem = if with_data.contains(&name) {
+            problem.dtype(name.as_str(), dtype)
+        } else {
+            problem.tensor(name.as_str(), Input::shape(&shape, dtype))
+        };
     }
-    require_output(&parsed, &mut declarations)?;
-    let mut einsum = check(&parsed, &declarations).map_err(|d| report(&d, src))?;
-    // Diagnostics from here on point into the text of the statement that
-    // runs: the original, or the rewritten one printed below.
-    let mut source = src.to_string();
+    for arg in &args.formats {
+        let (name, spec) =
+            arg.split_once('=').ok_or_else(|| anyhow!("--format {arg}: expected NAME=FORMAT"))?;
+        problem = problem.format(name, spec);
+    }
+    Ok(problem)
+}
 
-    if !formats.is_empty() {
-        for name in formats.keys() {
-            if !sparse.contains_key(name) {
-                let Some(TensorValue::Values(dense)) = data.get(name) else {
-                    bail!("--format {name}=...: `{name}` needs value data (--tensor or --rand)");
-                };
-                sparse.insert(name.clone(), Coo::from_ndarray(dense)?);
-            }
+/// The driver's error for the terminal: a statement error is printed here
+/// with its caret (exit code 1 without another line).
+pub fn reported(e: spindle::Error) -> anyhow::Error {
+    match e {
+        spindle::Error::Statement { .. } => {
+            eprint!("{}", e.render(std::io::stderr().is_terminal()));
+            anyhow!(Reported)
         }
-        let rewritten =
-            spindle_ir::rewrite::rewrite(&einsum, &formats, &sparse).map_err(|d| report(&d, src))?;
-        source = rewritten.statement.to_string();
-        println!("rewritten: {source}");
-        let reparsed = parse(&source).map_err(|d| report(&d, &source))?;
-        einsum = check(&reparsed, &rewritten.all_declarations(&einsum)).map_err(|d| report(&d, &source))?;
-        for name in &rewritten.replaced {
-            data.remove(name);
-        }
-        data.extend(rewritten.tensors);
+        spindle::Error::Input(m) => anyhow!(m.replace("give it a shape", "give it with --shape NAME=DIMS")),
+        other => anyhow!(other),
     }
+}
 
-    Ok(Prepared { einsum, data, source })
+/// Checks, rewrites (printing the rewritten statement) and loads the data.
+pub fn prepare(args: &DataArgs) -> Result<Prepared> {
+    let prepared = problem(args)?.prepare().map_err(reported)?;
+    if prepared.rewritten {
+        println!("rewritten: {}", prepared.text);
+    }
+    Ok(prepared)
 }
 
 pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
-    let Prepared { einsum, data, source } = prepare(args)?;
+    let prepared = prepare(args)?;
     let start = std::time::Instant::now();
-    let result = spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| report(&d, &source))?;
-    let points: u128 = einsum.indices.iter().map(|i| i.extent as u128).product();
+    let result = prepared.reference().map_err(reported)?;
+    let points: u128 = prepared.einsum.indices.iter().map(|i| i.extent as u128).product();
     eprintln!(
         "evaluated {} ({points} points) in {:.1} ms",
-        einsum.output().name,
+        prepared.einsum.output().name,
         start.elapsed().as_secs_f64() * 1e3
     );
-    emit_output(&einsum, &result, out)
+    emit_output(&prepared.einsum, &result, out)
 }
 
 /// Writes the output to `NAME=PATH.npy`, or prints a preview.
@@ -241,22 +206,12 @@ pub(crate) fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&st
             if name != output.name {
                 bail!("--out {out}: the statement's output is `{}`", output.name);
             }
-            write_output(Path::new(path), result, output.dtype)?;
+            spindle::input::write_npy(Path::new(path), result, output.dtype).map_err(reported)?;
             println!("wrote {path} ({} {})", shape_text(result.shape()), output.dtype.name());
         }
         None => println!("{}", preview(result)),
     }
     Ok(())
-}
-
-/// Where kernels run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Target {
-    /// C11 + OpenMP, compiled with the system C compiler.
-    C,
-    /// CUDA C for NVIDIA GPUs, compiled by NVRTC (running needs an NVIDIA GPU
-    /// and its driver).
-    Cuda,
 }
 
 /// What `spindle compile` prints.
@@ -283,9 +238,8 @@ pub enum GpuArch {
     Sm90,
 }
 
-pub(crate) fn lower_prepared(prepared: &Prepared, schedule: &str) -> Result<spindle_ir::kernel::Kernel> {
-    let schedule: spindle_ir::kernel::schedule::Schedule = schedule.parse()?;
-    spindle_ir::kernel::lower::lower(&prepared.einsum, &schedule, "spindle").map_err(|d| prepared.report(&d))
+fn schedule(text: &str) -> Result<Schedule> {
+    text.parse::<Schedule>().map_err(|e| anyhow!("--schedule: {e}"))
 }
 
 /// Options of `spindle compile`.
@@ -300,14 +254,14 @@ pub struct CompileArgs<'a> {
 
 pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     let prepared = prepare(args)?;
-    let kernel = lower_prepared(&prepared, c.schedule)?;
-    let cuda = || spindle_cuda::print::print_kernel(&kernel, "spindle_kernel", &Default::default());
+    let kernel = prepared.lower(&schedule(c.schedule)?).map_err(reported)?;
+    let cuda = || spindle_cuda::print::print_kernel(&kernel, spindle::backend::SYMBOL, &Default::default());
     match (c.emit, c.target) {
         (Emit::Ir, _) => print!("{kernel}"),
         (Emit::C, _) | (Emit::Source, Target::C) => {
-            print!("{}", spindle_c::print::print(&kernel, spindle_c::exec::SYMBOL)?)
+            print!("{}", spindle_c::print::print(&kernel, spindle::backend::SYMBOL)?)
         }
-        (Emit::Cuda, _) | (Emit::Source, Target::Cuda) => print!("{}", cuda()?.source),
+        (Emit::Cuda, _) | (Emit::Source, Target::Cuda | Target::Emulate) => print!("{}", cuda()?.source),
     }
     if c.resources {
         if c.target != Target::Cuda {
@@ -349,103 +303,82 @@ pub struct RunArgs<'a> {
 }
 
 pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
+    if run.threads != 0 && run.target != Target::C {
+        bail!("--threads applies to --target c; a CUDA kernel's threads come from its schedule");
+    }
     // Without a GPU, say so before any work.
-    let gpu = if run.target == Target::Cuda { Some(crate::run_cuda::open_gpu()?) } else { None };
+    let backend = spindle::backend(run.target).map_err(|e| match run.target {
+        Target::Cuda => anyhow!("`--target cuda` needs an NVIDIA GPU: {e}"),
+        _ => anyhow!(e),
+    })?;
     let prepared = prepare(args)?;
-    let kernel = lower_prepared(&prepared, run.schedule)?;
-    if let Some(gpu) = gpu {
-        return crate::run_cuda::run(&gpu, &prepared, &kernel, run);
+    let compiled = if run.schedule.trim().is_empty() {
+        let mut tuner = Tuner::for_target(run.target).on_progress(|line| eprintln!("{line}"));
+        tuner.threads = (run.threads != 0).then_some(run.threads);
+        prepared.autotune(backend.as_ref(), &mut tuner)
+    } else {
+        let mut schedule = schedule(run.schedule)?;
+        if run.threads != 0 {
+            schedule.threads = Some(run.threads);
+        }
+        prepared.compile(backend.as_ref(), &schedule)
     }
-    let compiled = spindle_c::exec::CKernel::compile(&kernel)?;
-    let threads = if run.threads == 0 { spindle_c::cpu_threads() } else { run.threads };
-    let out_name = prepared.einsum.output().name.clone();
-    let had_data = prepared.data.contains_key(&out_name);
-    // Time on prepared buffers; every repeat starts from the same output.
-    let fresh = compiled.buffers(&prepared.data)?;
-    let mut buffers = fresh.clone();
-    let mut times = Vec::with_capacity(run.repeats);
-    for _ in 0..run.repeats.max(1) {
-        buffers.clone_from(&fresh);
-        let start = std::time::Instant::now();
-        compiled.launch(&mut buffers, threads)?;
-        times.push(start.elapsed().as_secs_f64());
+    .map_err(reported)?;
+    let (result, timing) =
+        compiled.run_and_time(TimingOptions { warmup: 2, repeats: run.repeats.max(1) }).map_err(reported)?;
+    let report = compiled.report();
+    let out_name = &prepared.einsum.output().name;
+    let on = match report.threads {
+        Some(1) => format!("{} with 1 thread", run.target.title()),
+        Some(t) => format!("{} with {t} threads", run.target.title()),
+        None => format!("{} ({})", run.target.title(), backend.device()),
+    };
+    let mut notes = Vec::new();
+    notes.push(if report.cached { "cached" } else { "compiled" }.to_string());
+    if let Some(path) = &report.source_path {
+        notes.push(path.display().to_string());
     }
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
-    let result = compiled.output(&buffers, had_data)?;
-    let cache = if compiled.program.cache_hit() { "cached" } else { "compiled" };
+    if let Some(launch) = &report.launch {
+        notes.push(launch.clone());
+    }
+    if let Some(r) = report.resources {
+        notes.push(format!("{} registers, {} spilled bytes", r.registers, r.spill_stores_bytes));
+    }
+    if timing.input_sets > 1 {
+        notes.push(format!("{} input sets rotated", timing.input_sets));
+    }
     eprintln!(
-        "ran {} on C with {threads} thread{}: median {:.3} ms over {} runs ({cache} {})",
-        out_name,
-        if threads == 1 { "" } else { "s" },
-        median * 1e3,
-        times.len(),
-        compiled.program.source_path().display()
+        "ran {out_name} on {on}: median {:.3} ms (min {:.3}, max {:.3}) over {} runs ({})",
+        timing.median_ms,
+        timing.min_ms,
+        timing.max_ms,
+        timing.runs,
+        notes.join(", ")
     );
+    let how = match &compiled.tuned {
+        Some(t) => {
+            format!("autotuned over {} candidates, cached per statement, shapes and device", t.tried.len())
+        }
+        None => "as given".to_string(),
+    };
+    eprintln!("schedule: {} ({how})", compiled.schedule);
     if run.check {
-        let want =
-            spindle_ir::eval::evaluate(&prepared.einsum, &prepared.data).map_err(|d| prepared.report(&d))?;
-        let err = max_rel_error(&result, &want);
-        println!("check: max relative error {err:.2e} against the reference evaluator");
-        let tolerance = tolerance(&prepared.einsum);
-        if err > tolerance {
+        let check = compiled.compare(&result).map_err(reported)?;
+        println!("check: max relative error {:.2e} against the reference evaluator", check.max_rel_error);
+        if !check.passed() {
             bail!(
-                "the kernel's result differs from the reference evaluator (max relative error {err:.2e} > {tolerance:.0e})"
+                "the kernel's result differs from the reference evaluator (max relative error {:.2e} > {:.0e})",
+                check.max_rel_error,
+                check.tolerance
             );
         }
     }
     emit_output(&prepared.einsum, &result, run.out)
 }
 
-/// Max |got − want| over max |want|: the error `--check` reports.
-pub(crate) fn max_rel_error(got: &ArrayD<f64>, want: &ArrayD<f64>) -> f64 {
-    if got.shape() != want.shape() {
-        return f64::INFINITY;
-    }
-    let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
-    // A NaN or infinity where the reference is finite is an infinite
-    // error (`f64::max` alone would skip a NaN).
-    let diff = |g: f64, w: f64| if g.is_finite() || !w.is_finite() { (g - w).abs() } else { f64::INFINITY };
-    got.iter().zip(want.iter()).fold(0.0f64, |m, (g, w)| m.max(diff(*g, *w))) / scale
-}
-
-/// The error `--check` accepts: 1e-3, or 1e-2 when a value tensor is
-/// f16 or bf16 (their 11 or 8 significant bits round every input).
-pub(crate) fn tolerance(einsum: &Einsum) -> f64 {
-    let half = einsum
-        .tensors
-        .values()
-        .any(|t| matches!(t.dtype, ElemType::Value(DType::F16) | ElemType::Value(DType::Bf16)));
-    if half { 1e-2 } else { 1e-3 }
-}
-
-/// A tensor read from a file.
-pub(crate) enum Loaded {
-    Dense(TensorValue),
-    /// Entries, and the dense form when asked for.
-    Sparse(Coo<f64, i64>, Option<ArrayD<f64>>),
-}
-
-/// `.npy` as dense values or integer indices; `.mtx` / `.tns` as sparse
-/// entries, with a dense copy when `dense` is set.
-pub(crate) fn load_tensor(path: &Path, dense: bool) -> Result<Loaded> {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    if ext == "npy" {
-        return match spindle_formats::io::read_npy_index(path) {
-            Ok(indices) => Ok(Loaded::Dense(TensorValue::Indices(indices))),
-            Err(_) => {
-                Ok(Loaded::Dense(TensorValue::Values(spindle_formats::io::read_npy_dense::<f64>(path)?)))
-            }
-        };
-    }
-    let coo: Coo<f64, i64> = spindle_formats::io::read_tensor(path)?;
-    let dense = if dense { Some(coo.to_ndarray()?) } else { None };
-    Ok(Loaded::Sparse(coo, dense))
-}
-
 /// `NAME=DIMS:DTYPE:SEED[:MAX]`: values uniform in ±[0.1, 1), never zero;
 /// index dtypes draw from `0..MAX`.
-pub(crate) fn random_tensor(arg: &str) -> Result<(String, TensorValue, ElemType)> {
+pub(crate) fn random_arg(arg: &str) -> Result<(String, Input)> {
     let usage =
         || anyhow!("--rand {arg}: expected NAME=DIMS:DTYPE:SEED, or NAME=DIMS:i32:SEED:MAX for indices");
     let (name, rest) = arg.split_once('=').ok_or_else(usage)?;
@@ -457,54 +390,22 @@ pub(crate) fn random_tensor(arg: &str) -> Result<(String, TensorValue, ElemType)
     let shape = parse_dims(dims).with_context(|| format!("--rand {arg}"))?;
     let dtype = ElemType::parse(dtype).ok_or_else(|| anyhow!("--rand {arg}: unknown dtype `{dtype}`"))?;
     let seed: u64 = seed.parse().map_err(|_| anyhow!("--rand {arg}: seed `{seed}` is not an integer"))?;
-    let len = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    let len = spindle_formats::check_array::<f64>(&format!("--rand {name}"), len)?;
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let value = match dtype {
-        ElemType::Value(_) => {
-            let data = (0..len)
-                .map(|_| {
-                    let magnitude = rng.random_range(0.1..1.0);
-                    if rng.random::<bool>() { magnitude } else { -magnitude }
-                })
-                .collect();
-            TensorValue::Values(ArrayD::from_shape_vec(shape, data)?)
-        }
-        ElemType::Index(_) => {
+    let input = match dtype {
+        ElemType::Value(d) => Input::random(&shape, d, seed),
+        ElemType::Index(i) => {
             let max: i64 = parts
                 .get(3)
                 .ok_or_else(|| {
                     anyhow!("--rand {arg}: index tensors need a range, e.g. {name}={dims}:i32:{seed}:64")
                 })?
                 .parse()
-                .map_err(|_| anyhow!("--rand {arg}: the range must be a positive integer"))?;
-            if max <= 0 {
-                bail!("--rand {arg}: the range must be a positive integer");
-            }
-            let data = (0..len).map(|_| rng.random_range(0..max)).collect();
-            TensorValue::Indices(ArrayD::from_shape_vec(shape, data)?)
+                .ok()
+                .filter(|&m: &i64| m > 0)
+                .ok_or_else(|| anyhow!("--rand {arg}: the range must be a positive integer"))?;
+            Input::random_indices(&shape, i, seed, max)
         }
     };
-    Ok((name.to_string(), value, dtype))
-}
-
-fn write_output(path: &Path, result: &ArrayD<f64>, dtype: ElemType) -> Result<()> {
-    use spindle_formats::io::write_npy_values;
-    let data: Vec<f64> = result.iter().copied().collect();
-    let shape = result.shape();
-    match dtype {
-        ElemType::Value(DType::F32) => {
-            write_npy_values(path, shape, &data.iter().map(|&x| x as f32).collect::<Vec<_>>())
-        }
-        ElemType::Value(DType::F16) => {
-            write_npy_values(path, shape, &data.iter().map(|&x| half::f16::from_f64(x)).collect::<Vec<_>>())
-        }
-        ElemType::Value(DType::Bf16) => {
-            write_npy_values(path, shape, &data.iter().map(|&x| half::bf16::from_f64(x)).collect::<Vec<_>>())
-        }
-        _ => write_npy_values(path, shape, &data),
-    }?;
-    Ok(())
+    Ok((name.to_string(), input))
 }
 
 fn shape_text(shape: &[usize]) -> String {

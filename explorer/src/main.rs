@@ -8,7 +8,6 @@ mod convert;
 mod einsum;
 mod input;
 mod notebook;
-mod run_cuda;
 mod stats;
 mod tui;
 
@@ -150,11 +149,13 @@ enum Command {
         #[command(flatten)]
         data: einsum::DataArgs,
         /// The schedule: tile.INDEX=N, reduce=atomic|accumulate,
-        /// broadcast=lazy|eager, matmul=on|off.
+        /// broadcast=lazy|eager, matmul=on|off, parallel=I+J, order=I+J,
+        /// threads=N.
         #[arg(long, default_value = "")]
         schedule: String,
-        #[arg(long, value_enum, default_value_t = einsum::Target::C)]
-        target: einsum::Target,
+        /// Where the kernel runs: c, cuda or emulate.
+        #[arg(long, value_parser = einsum::target_arg(), default_value = "c")]
+        target: spindle::Target,
         /// What to print.
         #[arg(long, value_enum, default_value_t = einsum::Emit::Ir)]
         emit: einsum::Emit,
@@ -173,16 +174,21 @@ enum Command {
     Run {
         #[command(flatten)]
         data: einsum::DataArgs,
-        /// The schedule (see `spindle compile --help`).
+        /// The schedule (see `spindle compile --help`). Without one the
+        /// driver autotunes tiles and threads, and caches the winner per
+        /// statement, shapes and device.
         #[arg(long, default_value = "")]
         schedule: String,
-        #[arg(long, value_enum, default_value_t = einsum::Target::C)]
-        target: einsum::Target,
+        /// Where the kernel runs: c, cuda (an NVIDIA GPU) or emulate (the
+        /// CUDA kernel on the CPU, under a sanitizer).
+        #[arg(long, value_parser = einsum::target_arg(), default_value = "c")]
+        target: spindle::Target,
         /// Compare with the reference evaluator and print the max relative
         /// error (fails above 1e-3).
         #[arg(long)]
         check: bool,
-        /// Threads (0 = all cores).
+        /// CPU threads (0 = chosen by the autotuner, or all cores with an
+        /// explicit --schedule).
         #[arg(long, default_value_t = 0)]
         threads: usize,
         /// Timed runs; the median is printed.

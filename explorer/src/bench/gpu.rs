@@ -38,7 +38,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, anyhow, bail};
 use rand::{Rng, SeedableRng};
 use serde_json::{Value as Json, json};
-use spindle_cuda::autotune::{TuneCache, TuneKey, tile_space, tune};
+use spindle::autotune::{TuneCache, TuneKey, tile_space, tune};
 use spindle_cuda::baseline::{self, BsrHost, CsrHost, Precision};
 use spindle_cuda::runtime::{Gpu, TimingOptions};
 use spindle_formats::generate::GeneratorSpec;
@@ -315,7 +315,7 @@ pub fn spmm(opts: &GpuOptions) -> Result<()> {
     let copy_gbs = gpu.copy_bandwidth(1 << 30)?;
     eprintln!("device copy: {copy_gbs:.0} GB/s (read + write)");
     let timing = TimingOptions { warmup: 3, repeats: opts.repeats.max(1) };
-    let mut cache = TuneCache::load(&TuneCache::default_path());
+    let mut cache = TuneCache::load(&TuneCache::default_path(spindle::Target::Cuda));
 
     let mut inputs: Vec<(String, Coo<f64, i64>)> = Vec::new();
     for path in spindle_formats::data::shared_matrices() {
@@ -510,7 +510,7 @@ pub fn bsr(args: &BsrArgs) -> Result<()> {
     let copy_gbs = gpu.copy_bandwidth(1 << 30)?;
     let timing = TimingOptions { warmup: 3, repeats: args.repeats.max(1) };
     let precision = Precision::F16;
-    let mut cache = TuneCache::load(&TuneCache::default_path());
+    let mut cache = TuneCache::load(&TuneCache::default_path(spindle::Target::Cuda));
     let b = dense(BSR_SIZE, BSR_N, 11, precision);
     let einsum = spmm_einsum(BSR_SIZE, BSR_SIZE, BSR_N, precision)?;
     let mut results = Vec::new();

@@ -596,6 +596,13 @@ fn measure(name: &str, coo: &Coo<f32, i32>, config: &Config, copy: [f64; 2]) -> 
     }
 
     let sweep = if config.sweep { sweep(&problem, config, &analysis, &want_flat)? } else { Json::Null };
+    let user = as_a_user_gets_it(&coo, &b, &want_flat, threads, repeats)?;
+    eprintln!(
+        "  {:<14} 1 thread {:>9.3} ms   default {:>9.3} ms",
+        "user (csr)",
+        user["one_thread_s"].as_f64().unwrap_or(f64::NAN) * 1e3,
+        user["default_s"].as_f64().unwrap_or(f64::NAN) * 1e3
+    );
 
     // The GroupCOO sweep against F(g).
     let groups: Vec<&Json> = variants.iter().filter(|v| !v["g"].is_null()).collect();
@@ -669,7 +676,42 @@ fn measure(name: &str, coo: &Coo<f32, i32>, config: &Config, copy: [f64; 2]) -> 
             "goal_all_threads": faer.best_all / t_best_n >= 1.0,
         },
         "sweep": sweep,
+        "user": user,
     }))
+}
+
+/// What `spindle run "C[m,n] += A[m,k] * B[k,n]" --format A=csr` gives with
+/// no schedule: the driver's autotuned default (tiles and threads), and the
+/// same with `--threads 1`. Timed like the variants (median, the output
+/// reset before each launch outside the clock).
+fn as_a_user_gets_it(
+    coo: &Coo<f32, i32>,
+    b: &Array2<f32>,
+    want: &[f32],
+    threads: usize,
+    repeats: usize,
+) -> Result<Json> {
+    let prepared = spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", coo.clone())
+        .tensor("B", b.clone())
+        .format("A", "csr")
+        .prepare()?;
+    let backend = spindle::CBackend::new();
+    let timing = spindle::TimingOptions { warmup: 1, repeats };
+    let mut row = serde_json::Map::new();
+    for (key, fixed) in [("one_thread", Some(1)), ("default", None)] {
+        let mut tuner = spindle::Tuner::for_target(spindle::Target::C);
+        tuner.threads = fixed;
+        let compiled = prepared.autotune(&backend, &mut tuner)?;
+        let (out, t) = compiled.run_and_time(timing)?;
+        let got: Vec<f32> = out.iter().map(|&x| x as f32).collect();
+        let err = rel_error(&got, want);
+        ensure!(err <= TOLERANCE, "user csr [{}] differs from sprs: {err:.3e}", compiled.schedule);
+        row.insert(format!("{key}_s"), json!(t.median_ms / 1e3));
+        row.insert(format!("{key}_schedule"), json!(compiled.schedule.to_string()));
+    }
+    row.insert("threads".into(), json!(threads));
+    Ok(Json::Object(row))
 }
 
 /// `C[m,n] += A[m,k] * B[k,n]` checked for an M×K matrix A, f32.
@@ -914,6 +956,14 @@ fn print_report(r: &Json) {
             gc["fastest_g_all_threads"],
             yes_no(&gc["g_star_within_one_pow2_one_thread"]),
             yes_no(&gc["g_star_within_one_pow2_all_threads"]),
+        );
+        let user = &m["user"];
+        println!(
+            "  {:<16} {:>10} {:>10}   (`spindle run` with no schedule: {})",
+            "as a user gets it",
+            ms(&user["one_thread_s"]),
+            ms(&user["default_s"]),
+            user["default_schedule"].as_str().unwrap_or("?"),
         );
         let best = &m["best"];
         println!(

@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use ndarray::ArrayD;
-use spindle_c::exec::CKernel;
 use spindle_cuda::runtime::{Gpu, TimingOptions};
 use spindle_formats::{Coo, DType, FormatSpec, GroupSize, SparseTensor};
 use spindle_ir::kernel::Strategy;
@@ -163,15 +162,8 @@ struct Point {
     label: String,
 }
 
-/// A rewritten statement ready to lower.
-struct Rewritten {
-    einsum: Einsum,
-    data: Tensors,
-    /// The text diagnostics of `einsum` point into.
-    text: String,
-    /// Whether `text` is the rewrite (spans into it) or the cell statement.
-    is_rewrite: bool,
-}
+/// A rewritten statement ready to lower (the driver's).
+type Rewritten = spindle::Prepared;
 
 struct Run<'a> {
     source: &'a str,
@@ -274,7 +266,7 @@ impl Run<'_> {
                         return Err(Stop::Cancelled);
                     }
                 };
-                let tolerance = crate::einsum::tolerance(&prepared.original);
+                let tolerance = spindle::check::tolerance(&prepared.original);
                 if let Some(g) = on_gpu {
                     let m = &mut measured_gpu[i];
                     m.0 = m.0.zip(g.time).map(|(a, b)| a + b);
@@ -483,11 +475,11 @@ impl Run<'_> {
             Source::Load { path, dtype, fallback } => {
                 match resolve(&path.value, self.options.base_dir.as_deref()) {
                     Some(file) => {
-                        let loaded = crate::einsum::load_tensor(&file, false).map_err(|e| {
+                        let loaded = spindle::input::read_file(&file).map_err(|e| {
                             fail(self, format!("reading {}: {e:#}", file.display()), path.span)
                         })?;
                         match loaded {
-                            crate::einsum::Loaded::Dense(value) => {
+                            spindle::input::Loaded::Dense(value) => {
                                 let mut decl = value.declaration();
                                 if let Some(t) = dtype {
                                     decl.dtype = *t;
@@ -495,7 +487,8 @@ impl Run<'_> {
                                 data.declarations.insert(name.clone(), decl);
                                 data.dense.insert(name.clone(), value);
                             }
-                            crate::einsum::Loaded::Sparse(coo, _) => sparse(data, coo, *dtype),
+                            spindle::input::Loaded::Sparse(coo) => sparse(data, coo, *dtype),
+                            spindle::input::Loaded::Shape(_) => unreachable!("files hold data"),
                         }
                     }
                     None => {
@@ -529,16 +522,16 @@ impl Run<'_> {
             }
             Source::Rand { dims, dtype, seed, max } => {
                 let shape = self.dims(dims, data)?;
-                let dims_text = if shape.is_empty() {
-                    "scalar".to_string()
-                } else {
-                    shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
+                let max = match (dtype, max) {
+                    (ElemType::Index(_), None) => {
+                        return Err(fail(self, "index tensors need a range: max=M".to_string(), b.span));
+                    }
+                    (ElemType::Index(_), Some(m)) => Some(*m),
+                    (ElemType::Value(_), _) => None,
                 };
-                let max = max.map(|m| format!(":{m}")).unwrap_or_default();
-                let arg = format!("{name}={dims_text}:{}:{seed}{max}", dtype.name());
-                let (_, value, dtype) =
-                    crate::einsum::random_tensor(&arg).map_err(|e| fail(self, format!("{e:#}"), b.span))?;
-                data.declarations.insert(name.clone(), Declaration { shape: shape.clone(), dtype });
+                let value = spindle::input::random(&shape, *seed, max)
+                    .map_err(|e| fail(self, e.to_string(), b.span))?;
+                data.declarations.insert(name.clone(), Declaration { shape: shape.clone(), dtype: *dtype });
                 data.dense.insert(name.clone(), value);
             }
             Source::Shape { dims, dtype } => {
@@ -732,34 +725,22 @@ impl Run<'_> {
                 .filter(|(n, _)| prepared.original.tensors.contains_key(*n))
                 .map(|(n, v)| (n.clone(), v.clone()))
                 .collect();
-            let r = if formats.is_empty() {
-                Rewritten {
-                    einsum: prepared.original.clone(),
-                    data: reads,
-                    text: prepared.text.clone(),
-                    is_rewrite: false,
-                }
-            } else {
-                let sparse: BTreeMap<String, Coo<f64, i64>> = data
-                    .sparse
-                    .iter()
-                    .filter(|(n, _)| formats.contains_key(*n))
-                    .map(|(n, c)| (n.clone(), c.clone()))
-                    .collect();
-                let rewritten = spindle_ir::rewrite::rewrite(&prepared.original, &formats, &sparse)
-                    .map_err(|d| cell::render(&shift(d, prepared.at), self.source, "cell"))?;
-                let text = rewritten.statement.to_string();
-                // Check the printed text, so later diagnostics point into it.
-                let reparsed = parse(&text).map_err(|d| cell::render(&d, &text, "rewritten"))?;
-                let einsum = check(&reparsed, &rewritten.all_declarations(&prepared.original))
-                    .map_err(|d| cell::render(&d, &text, "rewritten"))?;
-                let mut run_data = reads;
-                for gone in &rewritten.replaced {
-                    run_data.remove(gone);
-                }
-                run_data.extend(rewritten.tensors);
-                Rewritten { einsum, data: run_data, text, is_rewrite: true }
-            };
+            let sparse: BTreeMap<String, Coo<f64, i64>> = data
+                .sparse
+                .iter()
+                .filter(|(n, _)| formats.contains_key(*n))
+                .map(|(n, c)| (n.clone(), c.clone()))
+                .collect();
+            let r = Rewritten::rewrite(&prepared.original, &prepared.text, reads, &sparse, &formats)
+                .map_err(|e| match e {
+                    spindle::Error::Statement { diagnostic, text } if text == prepared.text => {
+                        cell::render(&shift(*diagnostic, prepared.at), self.source, "cell")
+                    }
+                    spindle::Error::Statement { diagnostic, text } => {
+                        cell::render(&diagnostic, &text, "rewritten")
+                    }
+                    other => other.to_string(),
+                })?;
             cache.insert(key.clone(), r);
         }
         Ok(&cache[&key])
@@ -864,7 +845,7 @@ impl Run<'_> {
         let schedules = self.point_schedules(program, point, &r.einsum);
         let source = self.source;
         let render = |d: &Diagnostic| {
-            if r.is_rewrite {
+            if r.rewritten {
                 cell::render(d, &r.text, "rewritten")
             } else {
                 cell::render(&shift(d.clone(), prepared.at), source, "cell")
@@ -872,29 +853,30 @@ impl Run<'_> {
         };
         let mut failure = String::new();
         let mut built = None;
+        let backend = spindle::CBackend::new();
         for schedule in &schedules {
-            match spindle_ir::kernel::lower::lower(&r.einsum, schedule, "spindle") {
-                Err(d) => failure = render(&d),
-                Ok(kernel) => match CKernel::compile(&kernel) {
-                    Err(e) => failure = format!("C backend: {e}"),
-                    Ok(compiled) => {
-                        built = Some((kernel, compiled));
-                        break;
-                    }
-                },
+            let schedule = Schedule { threads: Some(threads), ..schedule.clone() };
+            match r.compile(&backend, &schedule) {
+                Err(spindle::Error::Statement { diagnostic, .. }) => failure = render(&diagnostic),
+                Err(e) => failure = format!("C backend: {e}"),
+                Ok(compiled) => {
+                    built = Some(compiled);
+                    break;
+                }
             }
         }
-        let Some((kernel, compiled)) = built else {
+        let Some(compiled) = built else {
             self.done += 1;
             return Ok(PointRun::failed(failure));
         };
-        let cuda = match spindle_cuda::print::print_kernel(&kernel, "spindle_kernel", &Default::default()) {
+        let kernel = &compiled.kernel;
+        let cuda = match spindle_cuda::print::print_kernel(kernel, "spindle_kernel", &Default::default()) {
             Ok(k) => Ok(k),
             Err(e) => Err(e.to_string()),
         };
         let text = KernelText {
             ir: kernel.to_string(),
-            c: compiled.source.clone(),
+            c: compiled.source().to_string(),
             cuda: match &cuda {
                 Ok(k) => k.source.clone(),
                 Err(e) => format!("// this kernel cannot be printed as CUDA: {e}\n"),
@@ -903,25 +885,8 @@ impl Run<'_> {
             point: point.label.clone(),
         };
         self.step(format!("{label}: running on {threads} thread{}", if threads == 1 { "" } else { "s" }))?;
-        let out_name = r.einsum.output().name.clone();
-        let had_data = r.data.contains_key(&out_name);
-        let timed = (|| -> Result<(f64, ArrayD<f64>), spindle_c::exec::BackendError> {
-            let fresh = compiled.buffers(&r.data)?;
-            let mut buffers = fresh.clone();
-            compiled.launch(&mut buffers, threads)?;
-            let mut times = Vec::with_capacity(repeats);
-            for _ in 0..repeats {
-                buffers.clone_from(&fresh);
-                let start = Instant::now();
-                compiled.launch(&mut buffers, threads)?;
-                times.push(start.elapsed().as_secs_f64());
-            }
-            times.sort_by(f64::total_cmp);
-            let result = compiled.output(&buffers, had_data)?;
-            Ok((times[times.len() / 2], result))
-        })();
-        let (median, result) = match timed {
-            Ok(t) => t,
+        let (result, median) = match compiled.run_and_time(spindle::TimingOptions { warmup: 1, repeats }) {
+            Ok((result, timing)) => (result, timing.median_ms / 1e3),
             Err(e) => return Ok(PointRun::failed(format!("C backend: {e}"))),
         };
         if reference.is_none() {
@@ -937,18 +902,11 @@ impl Run<'_> {
                 }
             }
         }
-        let err = reference.as_ref().map(|want| crate::einsum::max_rel_error(&result, want));
+        let err = reference.as_ref().map(|want| spindle::check::max_rel_error(&result, want));
         let on_gpu = match gpu() {
             Some(gpu) => {
                 self.step(format!("{label}: running on the GPU"))?;
-                Some(run_on_gpu(
-                    gpu,
-                    &kernel,
-                    text.cuda_kernel.as_ref(),
-                    &r.data,
-                    reference.as_ref(),
-                    repeats,
-                ))
+                Some(run_on_gpu(gpu, kernel, text.cuda_kernel.as_ref(), &r.data, reference.as_ref(), repeats))
             }
             None => None,
         };
@@ -1134,7 +1092,7 @@ fn run_on_gpu(
         Ok(r) => r,
         Err(e) => return failed(e.to_string()),
     };
-    let err = reference.map(|want| crate::einsum::max_rel_error(&result, want));
+    let err = reference.map(|want| spindle::check::max_rel_error(&result, want));
     match gpu.time(kernel, &loaded, data, TimingOptions { warmup: 1, repeats }) {
         Ok(t) => GpuRun { time: Some(t.median_ms), err, error: None },
         Err(e) => GpuRun { err, ..failed(e.to_string()) },

@@ -36,6 +36,10 @@ pub struct Schedule {
     /// Loop order: listed indices first, in this order, among the parallel
     /// (program grid) and among the reduced (the loop inside a program).
     pub order: Vec<String>,
+    /// CPU threads the C backend runs on (`threads=N`); `None`: chosen by
+    /// the driver (the autotuner, or one thread for small work). Other
+    /// backends take their parallelism from the tiles.
+    pub threads: Option<usize>,
 }
 
 impl Default for Schedule {
@@ -47,6 +51,7 @@ impl Default for Schedule {
             native_matmul: true,
             parallel: None,
             order: Vec::new(),
+            threads: None,
         }
     }
 }
@@ -75,7 +80,7 @@ pub struct ScheduleError {
 }
 
 pub const SCHEDULE_SYNTAX: &str = "tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
-matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX...";
+matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N";
 
 impl FromStr for Schedule {
     type Err = ScheduleError;
@@ -107,6 +112,10 @@ impl FromStr for Schedule {
                 ("matmul", "off") => s.native_matmul = false,
                 ("parallel", v) => s.parallel = Some(index_list(v).map_err(|r| bad(&r))?),
                 ("order", v) => s.order = index_list(v).map_err(|r| bad(&r))?,
+                ("threads", v) => match v.parse::<usize>() {
+                    Ok(n) if n > 0 => s.threads = Some(n),
+                    _ => return Err(bad("threads is a positive integer")),
+                },
                 ("reduce", _) => return Err(bad("reduce is atomic or accumulate")),
                 ("broadcast", _) => return Err(bad("broadcast is lazy or eager")),
                 ("matmul", _) => return Err(bad("matmul is on or off")),
@@ -138,6 +147,9 @@ impl fmt::Display for Schedule {
         if !self.order.is_empty() {
             write!(f, " order={}", self.order.join("+"))?;
         }
+        if let Some(threads) = self.threads {
+            write!(f, " threads={threads}")?;
+        }
         Ok(())
     }
 }
@@ -167,6 +179,10 @@ mod tests {
         assert_eq!(s.order, ["q", "p"]);
         assert_eq!(s.to_string(), "reduce=accumulate broadcast=lazy matmul=on parallel=p order=q+p");
         assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
+        let s: Schedule = "threads=2 tile.p=1".parse().unwrap();
+        assert_eq!(s.threads, Some(2));
+        assert_eq!(s.to_string(), "tile.p=1 reduce=accumulate broadcast=lazy matmul=on threads=2");
+        assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
         assert_eq!("".parse::<Schedule>().unwrap(), Schedule::default());
         assert_eq!(Schedule::default().tile("k", 5), 8);
         assert_eq!(Schedule::default().tile("k", 500), 16);
@@ -189,5 +205,6 @@ mod tests {
             err("order=p+"),
             "invalid schedule item `order=p+`: list index names joined by `+`, e.g. p+n"
         );
+        assert_eq!(err("threads=0"), "invalid schedule item `threads=0`: threads is a positive integer");
     }
 }

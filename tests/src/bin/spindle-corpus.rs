@@ -17,51 +17,29 @@ use std::time::Instant;
 
 use ndarray::ArrayD;
 use serde_json::json;
-use spindle_ir::kernel::lower::lower;
+use spindle::{Backend, Prepared, Target};
 use spindle_ir::lang::Einsum;
 use spindle_ir::tensor::Tensors;
 use spindle_tests::corpus::{CheckRun, build, check_runs, entries, max_rel_error, typed};
 
-const SYMBOL: &str = "spindle_kernel";
-
 const USAGE: &str = "usage: spindle-corpus [--target c|cuda|emulate] [--json FILE] [--only NAME]...";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Target {
-    C,
-    Cuda,
-    Emulate,
-}
-
-/// One backend, ready to run kernels.
-enum Backend {
-    C,
-    Cuda(Box<spindle_cuda::runtime::Gpu>),
-    Emulate,
-}
-
-impl Backend {
-    fn run(&self, einsum: &Einsum, data: &Tensors, schedule: &str) -> Result<ArrayD<f64>, String> {
-        let schedule = schedule.parse().map_err(|e| format!("schedule: {e}"))?;
-        let kernel = lower(einsum, &schedule, SYMBOL).map_err(|d| format!("lower: {d}"))?;
-        match self {
-            Backend::C => {
-                let compiled = spindle_c::exec::CKernel::compile(&kernel).map_err(|e| e.to_string())?;
-                compiled.run(data, spindle_c::cpu_threads()).map_err(|e| e.to_string())
-            }
-            Backend::Cuda(gpu) => {
-                let printed = spindle_cuda::print::print_kernel(&kernel, SYMBOL, &Default::default())
-                    .map_err(|e| e.to_string())?;
-                gpu.run(&kernel, &printed, data).map_err(|e| e.to_string())
-            }
-            Backend::Emulate => {
-                let printed = spindle_cuda::print::print_kernel(&kernel, SYMBOL, &Default::default())
-                    .map_err(|e| e.to_string())?;
-                let opts = spindle_cuda::emulate::EmulateOptions::from_env();
-                spindle_cuda::emulate::run(&kernel, &printed, data, &opts).map_err(|e| e.to_string())
-            }
-        }
-    }
+/// Lowers under `schedule`, compiles and runs on `backend` through the driver.
+fn run(
+    backend: &dyn Backend,
+    einsum: &Einsum,
+    data: &Tensors,
+    schedule: &str,
+) -> Result<ArrayD<f64>, String> {
+    let prepared = Prepared {
+        einsum: einsum.clone(),
+        data: data.clone(),
+        text: einsum.statement.to_string(),
+        rewritten: false,
+    };
+    let schedule = schedule.parse().map_err(|e| format!("schedule: {e}"))?;
+    let compiled = prepared.compile(backend, &schedule).map_err(|e| e.to_string())?;
+    compiled.run().map_err(|e| e.to_string())
 }
 
 struct Args {
@@ -77,12 +55,7 @@ fn parse_args() -> Result<Args, String> {
         let mut value = || it.next().ok_or_else(|| format!("{a} needs a value\n{USAGE}"));
         match a.as_str() {
             "--target" => {
-                args.target = match value()?.as_str() {
-                    "c" => Target::C,
-                    "cuda" => Target::Cuda,
-                    "emulate" => Target::Emulate,
-                    other => return Err(format!("unknown target `{other}`\n{USAGE}")),
-                }
+                args.target = value()?.parse().map_err(|e| format!("{e}\n{USAGE}"))?;
             }
             "--json" => args.json = Some(value()?.into()),
             "--only" => args.only.push(value()?),
@@ -101,20 +74,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let backend = match args.target {
-        Target::C => Backend::C,
-        Target::Emulate => Backend::Emulate,
-        Target::Cuda => match spindle_cuda::runtime::Gpu::open() {
-            Ok(gpu) => {
-                eprintln!("GPU: {} ({})", gpu.info().name, gpu.arch());
-                Backend::Cuda(Box::new(gpu))
-            }
-            Err(e) => {
-                eprintln!("error: --target cuda: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
+    let backend = match spindle::backend(args.target) {
+        Ok(backend) => backend,
+        Err(e) => {
+            eprintln!("error: --target {}: {e}", args.target);
+            return ExitCode::FAILURE;
+        }
     };
+    if args.target == Target::Cuda {
+        eprintln!("GPU: {}", backend.device());
+    }
     let mut rows = Vec::new();
     let mut failures = 0;
     for (name, entry) in entries() {
@@ -125,10 +94,11 @@ fn main() -> ExitCode {
         for CheckRun { dtype, tolerance, schedule } in check_runs(&built) {
             let (einsum, data) = typed(&built.einsum, &built.data, dtype);
             let start = Instant::now();
-            let outcome =
-                spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| format!("reference: {d}")).and_then(
-                    |want| backend.run(&einsum, &data, &schedule).map(|got| max_rel_error(&got, &want)),
-                );
+            let outcome = spindle_ir::eval::evaluate(&einsum, &data)
+                .map_err(|d| format!("reference: {d}"))
+                .and_then(|want| {
+                    run(backend.as_ref(), &einsum, &data, &schedule).map(|got| max_rel_error(&got, &want))
+                });
             let seconds = start.elapsed().as_secs_f64();
             let (pass, error, message) = match &outcome {
                 Ok(err) => (*err <= tolerance, Some(*err), None),

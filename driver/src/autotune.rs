@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use spindle_ir::hash::hash_fields;
 
+use spindle_ir::kernel::{AxisRole, Kernel};
+
+use crate::target::Target;
+
 /// What a cached result is for: the kernel (its statement as it runs, or
 /// its source), the shapes of its tensors, and the device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,9 +82,18 @@ impl TuneCache {
         TuneCache::default()
     }
 
-    /// `autotune.json` in the CUDA cache folder.
-    pub fn default_path() -> PathBuf {
-        crate::runtime::cache_dir().join("autotune.json")
+    /// `autotune.json` in the cache folder of `target`'s compiled kernels.
+    pub fn default_path(target: Target) -> PathBuf {
+        let dir = match target {
+            Target::C => spindle_c::default_cache_dir(),
+            Target::Cuda | Target::Emulate => spindle_cuda::runtime::cache_dir(),
+        };
+        dir.join("autotune.json")
+    }
+
+    /// The cached result of a search over `candidates` for `key`.
+    pub fn get(&self, key: &TuneKey, candidates: &[String]) -> Option<&Tuned> {
+        self.entries.get(&key.hash(candidates))
     }
 
     pub fn len(&self) -> usize {
@@ -162,6 +175,47 @@ pub fn tune(
     };
     cache.entries.insert(hash, tuned.clone());
     Ok((tuned, false))
+}
+
+/// The schedules the driver searches when the user gives none, for a
+/// statement whose default lowering is `kernel`:
+/// - the rows (the parallel axis of largest extent, `p` after a format
+///   rewrite): tiles 1, 4 and 16 where they divide the extent (a ragged tile
+///   turns its gathers into masked ones);
+/// - other parallel axes (the dense columns `n`): 16 and up to 64;
+/// - reduced axes up to 256 long (GroupCOO's group `q`): one tile;
+/// - on the CPU, each tile configuration on one thread and on every core.
+pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String> {
+    let parallel = kernel.parallel_axes();
+    let rows = parallel.iter().copied().max_by_key(|&a| kernel.axis(a).extent);
+    let mut axes: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, axis) in kernel.axes.iter().enumerate() {
+        let whole = axis.extent.max(1).next_power_of_two();
+        let sizes: Vec<usize> = match axis.role {
+            AxisRole::Parallel if rows.is_some_and(|r| r.0 as usize == i) => {
+                [1, 4, 16].into_iter().filter(|t| axis.extent % t == 0).collect()
+            }
+            AxisRole::Parallel => {
+                let mut sizes = vec![whole.min(16), whole.min(64)];
+                sizes.dedup();
+                sizes
+            }
+            AxisRole::Reduced if whole <= 256 => vec![whole],
+            AxisRole::Reduced => continue,
+        };
+        axes.push((axis.name.clone(), sizes));
+    }
+    let axes: Vec<(&str, &[usize])> = axes.iter().map(|(n, s)| (n.as_str(), s.as_slice())).collect();
+    let tiles = tile_space("", &axes);
+    match target {
+        Target::C if max_threads > 1 => tiles
+            .iter()
+            .flat_map(|t| [format!("{t} threads=1"), format!("{t} threads={max_threads}")])
+            .map(|s| s.trim().to_string())
+            .collect(),
+        Target::C => tiles.iter().map(|t| format!("{t} threads=1").trim().to_string()).collect(),
+        Target::Cuda | Target::Emulate => tiles,
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,412 @@
+//! One `Backend` trait over C, CUDA and the CPU emulation of CUDA: compile
+//! with a report, upload, launch, time. The pipeline above it does not know
+//! which one it drives.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ndarray::ArrayD;
+use spindle_c::exec::CKernel;
+use spindle_c::runtime::Buffer;
+use spindle_cuda::emulate::EmulateOptions;
+use spindle_cuda::nvrtc::Resources;
+use spindle_cuda::print::{CudaKernel, PrintOptions, print_kernel};
+use spindle_cuda::runtime::{DeviceBuffers, Gpu, LoadedKernel};
+use spindle_ir::kernel::Kernel;
+use spindle_ir::kernel::schedule::Schedule;
+use spindle_ir::tensor::Tensors;
+
+use crate::error::{Error, Result};
+use crate::target::Target;
+use crate::timing::{Timing, TimingOptions, wall_clock};
+
+/// The symbol every printed kernel is exported as.
+pub const SYMBOL: &str = spindle_c::exec::SYMBOL;
+
+/// A place kernels compile for and run on.
+pub trait Backend {
+    fn target(&self) -> Target;
+
+    /// The device, as tuned schedules are cached under it.
+    fn device(&self) -> String;
+
+    /// Prints and compiles `kernel` (cached by its source where the backend
+    /// can). `schedule` carries launch settings the kernel IR does not
+    /// (CPU threads).
+    fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>>;
+
+    /// Compiles many kernels ahead of [`Backend::compile`] (in parallel where
+    /// the backend can), so a search does not wait on each compile in turn.
+    /// Failures are left for `compile` to report.
+    fn precompile(&self, kernels: &[Kernel]) {
+        let _ = kernels;
+    }
+}
+
+/// What compiling said.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct CompileReport {
+    /// Whether the compiled code came from a cache.
+    pub cached: bool,
+    /// Where the compiled code's source lives, when it is a file.
+    pub source_path: Option<PathBuf>,
+    /// CPU threads a launch uses (C).
+    pub threads: Option<usize>,
+    /// Grid and block (CUDA), as `grid G x block B threads`.
+    pub launch: Option<String>,
+    /// What ptxas reported (CUDA).
+    #[serde(skip)]
+    pub resources: Option<Resources>,
+}
+
+/// A compiled kernel.
+pub trait Executable {
+    /// The printed source (C or CUDA C).
+    fn source(&self) -> &str;
+    fn report(&self) -> &CompileReport;
+    /// The kernel's buffers on the device, the output prepared as the
+    /// kernel's `OutputInit` says. Index tensors are checked first.
+    fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>>;
+}
+
+/// A compiled kernel with its data on the device.
+pub trait Uploaded {
+    /// One launch on the buffers as they are.
+    fn launch(&mut self) -> Result<()>;
+    /// The output as it is now, in f64.
+    fn output(&mut self) -> Result<ArrayD<f64>>;
+    /// Warm-up launches, then timed ones, each from the initial output
+    /// (reset outside the timed region).
+    fn time(&mut self, opts: TimingOptions) -> Result<Timing>;
+}
+
+fn output_has_data(kernel: &Kernel, data: &Tensors) -> bool {
+    kernel.tensors.iter().find(|t| t.output).is_some_and(|t| data.contains_key(&t.name))
+}
+
+// ---------------------------------------------------------------- C
+
+/// C11 + OpenMP through the system C compiler.
+#[derive(Debug, Clone)]
+pub struct CBackend {
+    compiler: spindle_c::Compiler,
+}
+
+impl Default for CBackend {
+    fn default() -> Self {
+        CBackend::new()
+    }
+}
+
+impl CBackend {
+    /// The compiler in `$CC` (default `cc`), caching in the default folder.
+    pub fn new() -> CBackend {
+        CBackend { compiler: spindle_c::Compiler::from_env() }
+    }
+
+    pub fn with_compiler(compiler: spindle_c::Compiler) -> CBackend {
+        CBackend { compiler }
+    }
+
+    /// Every core of this machine.
+    pub fn max_threads() -> usize {
+        spindle_c::cpu_threads()
+    }
+}
+
+/// The CPU's model name and core count, e.g. `AMD EPYC 7B13 (2 cores)`.
+pub fn cpu_name() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    format!("{model} ({} cores)", spindle_c::cpu_threads())
+}
+
+impl Backend for CBackend {
+    fn target(&self) -> Target {
+        Target::C
+    }
+
+    fn device(&self) -> String {
+        cpu_name()
+    }
+
+    fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>> {
+        let compiled = CKernel::compile_with(kernel, &self.compiler)?;
+        let threads = schedule.threads.unwrap_or_else(CBackend::max_threads);
+        let report = CompileReport {
+            cached: compiled.program.cache_hit(),
+            source_path: Some(compiled.program.source_path().to_path_buf()),
+            threads: Some(threads),
+            ..CompileReport::default()
+        };
+        Ok(Box::new(CExecutable { compiled, threads, report }))
+    }
+
+    fn precompile(&self, kernels: &[Kernel]) {
+        std::thread::scope(|s| {
+            for kernel in kernels {
+                s.spawn(|| CKernel::compile_with(kernel, &self.compiler));
+            }
+        });
+    }
+}
+
+struct CExecutable {
+    compiled: CKernel,
+    threads: usize,
+    report: CompileReport,
+}
+
+impl Executable for CExecutable {
+    fn source(&self) -> &str {
+        &self.compiled.source
+    }
+
+    fn report(&self) -> &CompileReport {
+        &self.report
+    }
+
+    fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>> {
+        let fresh = self.compiled.buffers(data)?;
+        let had_data = output_has_data(&self.compiled.kernel, data);
+        Ok(Box::new(CUploaded { exe: self, buffers: fresh.clone(), fresh, had_data }))
+    }
+}
+
+struct CUploaded<'a> {
+    exe: &'a CExecutable,
+    fresh: Vec<Buffer>,
+    buffers: Vec<Buffer>,
+    had_data: bool,
+}
+
+impl Uploaded for CUploaded<'_> {
+    fn launch(&mut self) -> Result<()> {
+        Ok(self.exe.compiled.launch(&mut self.buffers, self.exe.threads)?)
+    }
+
+    fn output(&mut self) -> Result<ArrayD<f64>> {
+        Ok(self.exe.compiled.output(&self.buffers, self.had_data)?)
+    }
+
+    fn time(&mut self, opts: TimingOptions) -> Result<Timing> {
+        let (exe, fresh) = (self.exe, &self.fresh);
+        let buffers = std::cell::RefCell::new(&mut self.buffers);
+        wall_clock(
+            opts,
+            || {
+                buffers.borrow_mut().clone_from_slice(fresh);
+                Ok(())
+            },
+            || Ok(exe.compiled.launch(&mut buffers.borrow_mut(), exe.threads)?),
+        )
+    }
+}
+
+// ---------------------------------------------------------------- CUDA
+
+/// CUDA C through NVRTC, run with the CUDA driver.
+#[derive(Debug, Clone)]
+pub struct CudaBackend {
+    gpu: Arc<Gpu>,
+    options: PrintOptions,
+}
+
+impl CudaBackend {
+    /// The first GPU, or an error saying why there is none.
+    pub fn open() -> Result<CudaBackend> {
+        Ok(CudaBackend { gpu: Arc::new(Gpu::open()?), options: PrintOptions::default() })
+    }
+
+    pub fn with_options(mut self, options: PrintOptions) -> CudaBackend {
+        self.options = options;
+        self
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+}
+
+impl Backend for CudaBackend {
+    fn target(&self) -> Target {
+        Target::Cuda
+    }
+
+    fn device(&self) -> String {
+        format!("{} ({})", self.gpu.info().name, self.gpu.arch())
+    }
+
+    fn compile(&self, kernel: &Kernel, _schedule: &Schedule) -> Result<Box<dyn Executable>> {
+        let printed = print_kernel(kernel, SYMBOL, &self.options)?;
+        let loaded = self.gpu.load(&printed)?;
+        let launch = &loaded.launch;
+        let report = CompileReport {
+            cached: loaded.cache_hit,
+            launch: Some(format!("grid {} x block {} threads", launch.grid, launch.block)),
+            resources: loaded.resources,
+            ..CompileReport::default()
+        };
+        Ok(Box::new(CudaExecutable {
+            gpu: self.gpu.clone(),
+            kernel: kernel.clone(),
+            printed,
+            loaded,
+            report,
+        }))
+    }
+}
+
+struct CudaExecutable {
+    gpu: Arc<Gpu>,
+    kernel: Kernel,
+    printed: CudaKernel,
+    loaded: LoadedKernel,
+    report: CompileReport,
+}
+
+impl Executable for CudaExecutable {
+    fn source(&self) -> &str {
+        &self.printed.source
+    }
+
+    fn report(&self) -> &CompileReport {
+        &self.report
+    }
+
+    fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>> {
+        let buffers = self.gpu.upload(&self.kernel, data)?;
+        Ok(Box::new(CudaUploaded { exe: self, data, buffers }))
+    }
+}
+
+struct CudaUploaded<'a> {
+    exe: &'a CudaExecutable,
+    data: &'a Tensors,
+    buffers: DeviceBuffers,
+}
+
+impl Uploaded for CudaUploaded<'_> {
+    fn launch(&mut self) -> Result<()> {
+        self.exe.gpu.launch(&self.exe.loaded, &mut self.buffers)?;
+        self.exe.gpu.stream().synchronize().map_err(spindle_cuda::runtime::RuntimeError::from)?;
+        Ok(())
+    }
+
+    fn output(&mut self) -> Result<ArrayD<f64>> {
+        let exe = self.exe;
+        Ok(exe.gpu.download(&exe.kernel, &self.buffers, output_has_data(&exe.kernel, self.data))?)
+    }
+
+    /// CUDA events around each launch; when the inputs fit in L2, copies of
+    /// them are rotated so repeats do not hit in the cache.
+    fn time(&mut self, opts: TimingOptions) -> Result<Timing> {
+        let exe = self.exe;
+        let cuda = spindle_cuda::runtime::TimingOptions { warmup: opts.warmup, repeats: opts.repeats.max(1) };
+        let t = exe.gpu.time(&exe.kernel, &exe.loaded, self.data, cuda)?;
+        Ok(Timing {
+            median_ms: t.median_ms,
+            min_ms: t.min_ms,
+            max_ms: t.max_ms,
+            runs: t.runs,
+            input_sets: t.input_sets,
+        })
+    }
+}
+
+// ---------------------------------------------------------------- emulation
+
+/// The printed CUDA kernel run on the CPU, one thread per CUDA thread, under
+/// a sanitizer: GPU kernels tested without a GPU.
+#[derive(Debug, Clone, Default)]
+pub struct EmulateBackend {
+    options: EmulateOptions,
+    print: PrintOptions,
+}
+
+impl EmulateBackend {
+    /// The sanitizer `$SPINDLE_EMU_SANITIZER` names (address by default).
+    pub fn from_env() -> EmulateBackend {
+        EmulateBackend { options: EmulateOptions::from_env(), print: PrintOptions::default() }
+    }
+}
+
+impl Backend for EmulateBackend {
+    fn target(&self) -> Target {
+        Target::Emulate
+    }
+
+    fn device(&self) -> String {
+        format!("emulated GPU on {}", cpu_name())
+    }
+
+    fn compile(&self, kernel: &Kernel, _schedule: &Schedule) -> Result<Box<dyn Executable>> {
+        let printed = print_kernel(kernel, SYMBOL, &self.print)?;
+        let launch = &printed.launch;
+        let report = CompileReport {
+            launch: Some(format!("grid {} x block {} threads", launch.grid, launch.block)),
+            ..CompileReport::default()
+        };
+        Ok(Box::new(EmulateExecutable {
+            kernel: kernel.clone(),
+            printed,
+            options: self.options.clone(),
+            report,
+        }))
+    }
+}
+
+struct EmulateExecutable {
+    kernel: Kernel,
+    printed: CudaKernel,
+    options: EmulateOptions,
+    report: CompileReport,
+}
+
+impl Executable for EmulateExecutable {
+    fn source(&self) -> &str {
+        &self.printed.source
+    }
+
+    fn report(&self) -> &CompileReport {
+        &self.report
+    }
+
+    fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>> {
+        self.kernel.check_indices(data).map_err(Error::Input)?;
+        Ok(Box::new(EmulateUploaded { exe: self, data, output: None }))
+    }
+}
+
+/// The emulation runs the whole kernel on the host data per launch.
+struct EmulateUploaded<'a> {
+    exe: &'a EmulateExecutable,
+    data: &'a Tensors,
+    output: Option<ArrayD<f64>>,
+}
+
+impl Uploaded for EmulateUploaded<'_> {
+    fn launch(&mut self) -> Result<()> {
+        let exe = self.exe;
+        self.output = Some(spindle_cuda::emulate::run(&exe.kernel, &exe.printed, self.data, &exe.options)?);
+        Ok(())
+    }
+
+    fn output(&mut self) -> Result<ArrayD<f64>> {
+        match &self.output {
+            Some(out) => Ok(out.clone()),
+            None => Err(Error::input("the emulated kernel has not been launched")),
+        }
+    }
+
+    fn time(&mut self, opts: TimingOptions) -> Result<Timing> {
+        wall_clock(opts, || Ok(()), || self.launch())
+    }
+}

@@ -1,0 +1,194 @@
+//! A prepared statement compiled on a backend: run, check, time.
+
+use ndarray::ArrayD;
+use spindle_ir::kernel::Kernel;
+use spindle_ir::kernel::schedule::{Schedule, ScheduleError};
+
+use crate::autotune::{TuneCache, TuneKey, Tuned, space, tune};
+use crate::backend::{Backend, CompileReport, Executable};
+use crate::check::{Check, max_rel_error, tolerance};
+use crate::error::{Error, Result};
+use crate::problem::Prepared;
+use crate::target::Target;
+use crate::timing::{Timing, TimingOptions};
+
+/// A kernel compiled for one backend, with the statement and data it runs on.
+pub struct Compiled<'p> {
+    pub prepared: &'p Prepared,
+    /// The schedule the kernel was lowered under (the tuned one when
+    /// autotuned).
+    pub schedule: Schedule,
+    pub kernel: Kernel,
+    /// The search that chose the schedule, when it was autotuned.
+    pub tuned: Option<Tuned>,
+    executable: Box<dyn Executable>,
+}
+
+impl std::fmt::Debug for Compiled<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled")
+            .field("statement", &self.prepared.text)
+            .field("schedule", &self.schedule.to_string())
+            .field("report", self.report())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'p> Compiled<'p> {
+    /// The printed source (C or CUDA C).
+    pub fn source(&self) -> &str {
+        self.executable.source()
+    }
+
+    pub fn report(&self) -> &CompileReport {
+        self.executable.report()
+    }
+
+    /// Runs once on the prepared data and returns the output (f64, rounded
+    /// to the output's dtype).
+    pub fn run(&self) -> Result<ArrayD<f64>> {
+        let mut uploaded = self.executable.upload(&self.prepared.data)?;
+        uploaded.launch()?;
+        uploaded.output()
+    }
+
+    /// Runs once and compares the output with the reference evaluator.
+    pub fn check(&self) -> Result<(ArrayD<f64>, Check)> {
+        let got = self.run()?;
+        let check = self.compare(&got)?;
+        Ok((got, check))
+    }
+
+    /// Compares an output of this kernel with the reference evaluator.
+    pub fn compare(&self, got: &ArrayD<f64>) -> Result<Check> {
+        let want = self.prepared.reference()?;
+        Ok(Check { max_rel_error: max_rel_error(got, &want), tolerance: tolerance(&self.prepared.einsum) })
+    }
+
+    /// Times launches on the prepared data.
+    pub fn time(&self, opts: TimingOptions) -> Result<Timing> {
+        self.executable.upload(&self.prepared.data)?.time(opts)
+    }
+
+    /// One run for the output, then the timing, on one upload.
+    pub fn run_and_time(&self, opts: TimingOptions) -> Result<(ArrayD<f64>, Timing)> {
+        let mut uploaded = self.executable.upload(&self.prepared.data)?;
+        uploaded.launch()?;
+        let output = uploaded.output()?;
+        let timing = uploaded.time(opts)?;
+        Ok((output, timing))
+    }
+}
+
+impl Prepared {
+    /// Lowers under `schedule` and compiles on `backend`.
+    pub fn compile(&self, backend: &dyn Backend, schedule: &Schedule) -> Result<Compiled<'_>> {
+        let kernel = self.lower(schedule)?;
+        let executable = backend.compile(&kernel, schedule)?;
+        Ok(Compiled { prepared: self, schedule: schedule.clone(), kernel, tuned: None, executable })
+    }
+
+    /// The fastest schedule of the driver's search space
+    /// ([`autotune::space`](crate::autotune::space)): tiles, and CPU
+    /// threads on the C backend. The winner is cached per (statement,
+    /// shapes, device), so the search runs once per problem and machine.
+    pub fn autotune(&self, backend: &dyn Backend, tuner: &mut Tuner) -> Result<Compiled<'_>> {
+        let default = self.lower(&Schedule::default())?;
+        let mut candidates = space(&default, backend.target(), crate::backend::CBackend::max_threads());
+        if let Some(threads) = tuner.threads.filter(|_| backend.target() == Target::C) {
+            candidates.retain(|c| c.ends_with("threads=1"));
+            for c in &mut candidates {
+                *c = format!("{} threads={threads}", c.trim_end_matches("threads=1").trim_end());
+            }
+        }
+        let key = TuneKey { kernel: self.text.clone(), shapes: self.shapes(), device: backend.device() };
+        // Compile every tile configuration at once; threads need no compile.
+        let kernels: Vec<Kernel> = candidates
+            .iter()
+            .filter(|c| !c.contains("threads=") || c.ends_with("threads=1"))
+            .filter_map(|c| c.parse().ok().and_then(|s| self.lower(&s).ok()))
+            .collect();
+        let searched = tuner.cache.get(&key, &candidates).is_none();
+        if searched && kernels.len() > 1 {
+            tuner.say(&format!("autotuning: compiling {} candidates", kernels.len()));
+            backend.precompile(&kernels);
+        }
+        let count = candidates.len();
+        let mut done = 0;
+        let timing = tuner.timing;
+        let progress = &mut tuner.progress;
+        let result = tune(&mut tuner.cache, &key, &candidates, |candidate| {
+            done += 1;
+            if let Some(say) = progress {
+                say(&format!("autotuning {done}/{count}: {candidate}"));
+            }
+            let schedule: Schedule = candidate.parse().map_err(|e: ScheduleError| e.to_string())?;
+            let compiled = self.compile(backend, &schedule).map_err(|e| e.to_string())?;
+            compiled.time(timing).map(|t| t.median_ms).map_err(|e| e.to_string())
+        });
+        let (tuned, _cached) = result.map_err(|e| Error::input(format!("autotuning: {e}")))?;
+        if searched {
+            tuner.save();
+        }
+        let schedule: Schedule = tuned.schedule.parse()?;
+        let mut compiled = self.compile(backend, &schedule)?;
+        compiled.tuned = Some(tuned);
+        Ok(compiled)
+    }
+}
+
+/// A callback that shows a line of progress.
+type Progress = Box<dyn FnMut(&str)>;
+
+/// The autotuner's cache and settings.
+pub struct Tuner {
+    cache: TuneCache,
+    /// How each candidate is timed.
+    pub timing: TimingOptions,
+    /// CPU threads fixed by the user: the search is over tiles only.
+    pub threads: Option<usize>,
+    progress: Option<Progress>,
+}
+
+impl std::fmt::Debug for Tuner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tuner")
+            .field("cache", &self.cache)
+            .field("timing", &self.timing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tuner {
+    /// The cache file of `target` ([`TuneCache::default_path`]).
+    pub fn for_target(target: Target) -> Tuner {
+        Tuner::with_cache(TuneCache::load(&TuneCache::default_path(target)))
+    }
+
+    /// A tuner whose results last as long as it does.
+    pub fn in_memory() -> Tuner {
+        Tuner::with_cache(TuneCache::in_memory())
+    }
+
+    pub fn with_cache(cache: TuneCache) -> Tuner {
+        Tuner { cache, timing: TimingOptions { warmup: 1, repeats: 5 }, threads: None, progress: None }
+    }
+
+    /// Calls `f` with a line per step of a search (for a progress display).
+    pub fn on_progress(mut self, f: impl FnMut(&str) + 'static) -> Tuner {
+        self.progress = Some(Box::new(f));
+        self
+    }
+
+    fn say(&mut self, message: &str) {
+        if let Some(f) = &mut self.progress {
+            f(message);
+        }
+    }
+
+    /// Writes the cache; a cache that cannot be written only costs a new
+    /// search next time.
+    fn save(&self) {
+        let _ = self.cache.save();
+    }
+}

@@ -1,0 +1,211 @@
+//! A statement with its data and formats, checked and rewritten: what every
+//! backend compiles.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use ndarray::ArrayD;
+use spindle_formats::{Coo, DType, FormatSpec};
+use spindle_ir::kernel::Kernel;
+use spindle_ir::kernel::schedule::Schedule;
+use spindle_ir::lang::{Declaration, Declarations, Einsum, ElemType, check, declare_output, parse};
+use spindle_ir::tensor::{TensorValue, Tensors};
+
+use crate::error::{Error, Result};
+use crate::input::{Input, Loaded, load};
+
+/// A statement and its data, before checking: the builder every front end
+/// fills.
+///
+/// ```
+/// use spindle::{Input, Problem};
+/// use spindle_formats::DType;
+///
+/// let prepared = Problem::new("y[i] = A[i,j] * x[j]")
+///     .tensor("A", Input::random(&[6, 4], DType::F32, 1))
+///     .tensor("x", Input::random(&[4], DType::F32, 2))
+///     .prepare()?;
+/// assert_eq!(prepared.einsum.output().shape, [6]);
+/// # Ok::<(), spindle::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Problem {
+    statement: String,
+    inputs: Vec<(String, Input)>,
+    formats: Vec<(String, String)>,
+}
+
+impl Problem {
+    pub fn new(statement: impl Into<String>) -> Problem {
+        Problem { statement: statement.into(), inputs: Vec::new(), formats: Vec::new() }
+    }
+
+    /// Data (or a shape) for a tensor of the statement; a later call for
+    /// the same name replaces it.
+    pub fn tensor(mut self, name: impl Into<String>, input: impl Into<Input>) -> Problem {
+        let name = name.into();
+        self.inputs.retain(|(n, _)| *n != name);
+        self.inputs.push((name, input.into()));
+        self
+    }
+
+    /// A tensor read from a file when the problem is prepared.
+    pub fn file(self, name: impl Into<String>, path: impl Into<PathBuf>) -> Problem {
+        self.tensor(name, Input::file(path))
+    }
+
+    /// Stores a tensor in a format (`csr`, `groupcoo:dim=0,g=auto`, ...); the
+    /// statement is rewritten over the format's arrays.
+    pub fn format(mut self, name: impl Into<String>, spec: impl Into<String>) -> Problem {
+        let name = name.into();
+        self.formats.retain(|(n, _)| *n != name);
+        self.formats.push((name, spec.into()));
+        self
+    }
+
+    /// The dtype a tensor has in the kernel, whatever its data's own (the
+    /// `where A: f16` of the statement, from outside it).
+    pub fn dtype(mut self, name: impl AsRef<str>, dtype: ElemType) -> Problem {
+        if let Some((_, input)) = self.inputs.iter_mut().find(|(n, _)| n == name.as_ref()) {
+            input.dtype = Some(dtype);
+        }
+        self
+    }
+
+    pub fn statement(&self) -> &str {
+        &self.statement
+    }
+
+    /// Loads the data, checks the statement, and rewrites it over the
+    /// format arrays when formats were given.
+    pub fn prepare(&self) -> Result<Prepared> {
+        let src = self.statement.as_str();
+        let parsed = parse(src).map_err(|d| Error::statement(d, src))?;
+        let mut formats = BTreeMap::new();
+        for (name, spec) in &self.formats {
+            let spec =
+                spec.parse::<FormatSpec>().map_err(|e| Error::input(format!("format of {name}: {e}")))?;
+            formats.insert(name.clone(), spec);
+        }
+        let mut data = Tensors::new();
+        let mut declarations = Declarations::new();
+        let mut sparse: BTreeMap<String, Coo<f64, i64>> = BTreeMap::new();
+        for (name, input) in &self.inputs {
+            let loaded = load(input).map_err(|e| e.context(&format!("tensor {name}")))?;
+            let shape = loaded.shape().to_vec();
+            let dtype = input.dtype.unwrap_or(match &loaded {
+                Loaded::Dense(TensorValue::Indices(_)) => ElemType::Index(spindle_formats::IType::I32),
+                _ => ElemType::Value(DType::F32),
+            });
+            declarations.insert(name.clone(), Declaration { shape, dtype });
+            match loaded {
+                Loaded::Dense(value) => {
+                    data.insert(name.clone(), value);
+                }
+                // A sparse tensor stays sparse when it gets a format: only
+                // its entries are needed, never a dense copy.
+                Loaded::Sparse(coo) if formats.contains_key(name) => {
+                    sparse.insert(name.clone(), coo);
+                }
+                Loaded::Sparse(coo) => {
+                    let dense = coo.to_ndarray().map_err(|e| Error::input(format!("tensor {name}: {e}")))?;
+                    data.insert(name.clone(), TensorValue::Values(dense));
+                }
+                Loaded::Shape(_) => {}
+            }
+        }
+        if !declare_output(&parsed, &mut declarations) {
+            let name = &parsed.lhs.tensor.name;
+            return Err(Error::input(format!(
+                "the shape of the output `{name}` cannot be worked out from the right-hand side: give it a shape"
+            )));
+        }
+        let original = check(&parsed, &declarations).map_err(|d| Error::statement(d, src))?;
+        if formats.is_empty() {
+            return Ok(Prepared { einsum: original, data, text: src.to_string(), rewritten: false });
+        }
+        for name in formats.keys() {
+            if !sparse.contains_key(name) {
+                let Some(TensorValue::Values(dense)) = data.get(name) else {
+                    return Err(Error::input(format!("format of {name}: `{name}` needs value data")));
+                };
+                sparse.insert(name.clone(), Coo::from_ndarray(dense)?);
+            }
+        }
+        Prepared::rewrite(&original, src, data, &sparse, &formats)
+    }
+}
+
+/// A checked statement (rewritten over format arrays when formats were
+/// given) with its data: the input of lowering and of the reference
+/// evaluator.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub einsum: Einsum,
+    pub data: Tensors,
+    /// The statement that runs, as text: diagnostics point into it.
+    pub text: String,
+    /// Whether `text` is a rewrite of the user's statement.
+    pub rewritten: bool,
+}
+
+impl Prepared {
+    /// `original` (checked; `text` is what its spans point into) over the
+    /// arrays of `formats`: the sparse tensors' entries in `sparse` are
+    /// stored in their formats, and the statement is rewritten to read the
+    /// format arrays, then checked again.
+    pub fn rewrite(
+        original: &Einsum,
+        text: &str,
+        mut data: Tensors,
+        sparse: &BTreeMap<String, Coo<f64, i64>>,
+        formats: &BTreeMap<String, FormatSpec>,
+    ) -> Result<Prepared> {
+        if formats.is_empty() {
+            return Ok(Prepared { einsum: original.clone(), data, text: text.to_string(), rewritten: false });
+        }
+        let rewritten =
+            spindle_ir::rewrite::rewrite(original, formats, sparse).map_err(|d| Error::statement(d, text))?;
+        // Diagnostics from here on point into the rewritten statement.
+        let text = rewritten.statement.to_string();
+        let reparsed = parse(&text).map_err(|d| Error::statement(d, &text))?;
+        let einsum = check(&reparsed, &rewritten.all_declarations(original))
+            .map_err(|d| Error::statement(d, &text))?;
+        for name in &rewritten.replaced {
+            data.remove(name);
+        }
+        data.extend(rewritten.tensors);
+        Ok(Prepared { einsum, data, text, rewritten: true })
+    }
+
+    /// The output by the reference evaluator (f64, no cleverness): the
+    /// oracle every kernel is checked against.
+    pub fn reference(&self) -> Result<ArrayD<f64>> {
+        spindle_ir::eval::evaluate(&self.einsum, &self.data).map_err(|d| Error::statement(d, &self.text))
+    }
+
+    /// The kernel IR of the statement under `schedule`.
+    pub fn lower(&self, schedule: &Schedule) -> Result<Kernel> {
+        spindle_ir::kernel::lower::lower(&self.einsum, schedule, "spindle")
+            .map_err(|d| Error::statement(d, &self.text))
+    }
+
+    /// Whether the output has data that `+=` accumulates into.
+    pub fn output_has_data(&self) -> bool {
+        self.data.contains_key(&self.einsum.output().name)
+    }
+
+    /// The shapes and dtypes of every tensor, as text: part of what a tuned
+    /// schedule is cached under.
+    pub fn shapes(&self) -> String {
+        self.einsum
+            .tensors
+            .values()
+            .map(|t| {
+                let dims: Vec<String> = t.shape.iter().map(usize::to_string).collect();
+                format!("{}={}:{}", t.name, dims.join("x"), t.dtype.name())
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}

@@ -1,0 +1,186 @@
+//! The driver end to end on the C backend: data in every form, formats,
+//! schedules, autotuning with its cache, and errors that say what is wrong.
+
+use ndarray::{Array2, ArrayD};
+use spindle::autotune::TuneCache;
+use spindle::{CBackend, ElemType, Error, Input, Problem, Schedule, TimingOptions, Tuner};
+use spindle_formats::{Coo, DType, IType};
+
+fn spmm(format: &str) -> Problem {
+    Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", Input::random(&[40, 30], DType::F32, 1))
+        .tensor("B", Input::random(&[30, 8], DType::F32, 2))
+        .format("A", format)
+}
+
+#[test]
+fn every_format_matches_the_reference() {
+    let backend = CBackend::new();
+    for format in ["coo", "csr", "ell", "groupcoo:dim=0,g=2", "groupcoo:dim=0,g=auto"] {
+        let prepared = spmm(format).prepare().unwrap();
+        // ELL's rows are the matrix's own `m`; the others iterate entries `p`.
+        let rows = if format == "ell" { "m" } else { "p" };
+        for schedule in ["", "tile.p=1 threads=1", "tile.p=4 tile.n=8 threads=2", "reduce=atomic threads=2"] {
+            let schedule: Schedule = schedule.replace("tile.p", &format!("tile.{rows}")).parse().unwrap();
+            let (out, check) = prepared.compile(&backend, &schedule).unwrap().check().unwrap();
+            assert_eq!(out.shape(), [40, 8]);
+            assert!(check.passed(), "{format} [{schedule}]: {check:?}");
+            // The data are random and non-zero: a zero output would be a bug.
+            assert!(out.iter().any(|x| *x != 0.0));
+        }
+    }
+}
+
+#[test]
+fn ndarray_sprs_and_coo_inputs_agree() {
+    let dense =
+        Array2::from_shape_fn((5, 4), |(i, j)| if (i + j) % 3 == 0 { (i * 4 + j) as f32 + 0.5 } else { 0.0 });
+    let csr = sprs::CsMat::csr_from_dense(dense.view(), 0.0);
+    let coo = Coo::<f32, i32>::from_ndarray(&dense.clone().into_dyn()).unwrap();
+    let x = ndarray::Array1::from_vec(vec![1.0f32, -2.0, 0.5, 3.0]);
+    let run = |a: Input| {
+        let prepared = Problem::new("y[i] = A[i,j] * x[j]")
+            .tensor("A", a)
+            .tensor("x", x.clone())
+            .format("A", "csr")
+            .prepare()
+            .unwrap();
+        let compiled = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap();
+        let (out, check) = compiled.check().unwrap();
+        assert!(check.passed());
+        out
+    };
+    let want: Vec<f64> = dense.dot(&x).iter().map(|&v| v as f64).collect();
+    for a in [Input::from(dense.clone()), Input::from(&csr), Input::from(coo)] {
+        assert_eq!(run(a).into_raw_vec_and_offset().0, want);
+    }
+}
+
+#[test]
+fn the_indirect_form_and_the_output_init() {
+    // `+=` accumulates into the output's data; `=` overwrites it.
+    let base = |op: &str| {
+        Problem::new(format!("C[AM[p],n] {op} AV[p] * B[AK[p],n]"))
+            .tensor("AM", Input::random_indices(&[50], IType::I32, 1, 10))
+            .tensor("AK", Input::random_indices(&[50], IType::I64, 2, 12))
+            .tensor("AV", Input::random(&[50], DType::F64, 3))
+            .tensor("B", Input::random(&[12, 4], DType::F64, 4))
+            .tensor("C", Input::random(&[10, 4], DType::F64, 5))
+    };
+    let backend = CBackend::new();
+    let plus = base("+=").prepare().unwrap();
+    let set = base("=").prepare().unwrap();
+    let a = plus.compile(&backend, &Schedule::default()).unwrap().check().unwrap();
+    let b = set.compile(&backend, &Schedule::default()).unwrap().check().unwrap();
+    assert!(a.1.passed() && b.1.passed());
+    let initial = match &plus.data["C"] {
+        spindle::ir::tensor::TensorValue::Values(v) => v.clone(),
+        _ => unreachable!(),
+    };
+    let diff: ArrayD<f64> = &a.0 - &b.0;
+    assert!(diff.iter().zip(initial.iter()).all(|(d, c)| (d - c).abs() < 1e-12));
+}
+
+#[test]
+fn timing_resets_the_output_every_launch() {
+    let prepared = spmm("csr").prepare().unwrap();
+    let compiled = prepared.compile(&CBackend::new(), &"threads=1".parse().unwrap()).unwrap();
+    let once = compiled.run().unwrap();
+    let (after, timing) = compiled.run_and_time(TimingOptions { warmup: 3, repeats: 7 }).unwrap();
+    // Ten launches of `+=` still leave one launch's result.
+    assert_eq!(once, after);
+    assert_eq!(timing.runs, 7);
+    assert!(timing.min_ms <= timing.median_ms && timing.median_ms <= timing.max_ms);
+}
+
+#[test]
+fn autotuning_searches_once_per_problem_and_device() {
+    let dir = std::env::temp_dir().join(format!("spindle-driver-tune-{}", std::process::id()));
+    let path = dir.join("autotune.json");
+    let prepared = spmm("groupcoo:dim=0,g=2").prepare().unwrap();
+    let backend = CBackend::new();
+    let mut tuner = Tuner::with_cache(TuneCache::load(&path));
+    let first = prepared.autotune(&backend, &mut tuner).unwrap();
+    let tuned = first.tuned.clone().unwrap();
+    assert!(tuned.tried.len() >= 3, "{:?}", tuned.tried);
+    assert!(tuned.tried.iter().all(|t| t.median_ms.is_some()), "{:?}", tuned.tried);
+    assert!(first.check().unwrap().1.passed());
+    // A group of GroupCOO is one tile; the rows' tiles divide their extent.
+    assert!(tuned.tried.iter().all(|t| t.schedule.contains("tile.q=2")));
+    let rows = prepared.einsum.index("p").unwrap().extent;
+    for t in &tuned.tried {
+        let s: Schedule = t.schedule.parse().unwrap();
+        assert_eq!(rows % s.tiles["p"], 0, "{}", t.schedule);
+    }
+
+    // A new tuner on the same file finds the winner without measuring.
+    let lines = std::rc::Rc::new(std::cell::RefCell::new(Vec::<String>::new()));
+    let seen = lines.clone();
+    let mut again =
+        Tuner::with_cache(TuneCache::load(&path)).on_progress(move |l| seen.borrow_mut().push(l.to_string()));
+    let second = prepared.autotune(&backend, &mut again).unwrap();
+    assert_eq!(second.schedule, first.schedule);
+    assert!(lines.borrow().is_empty(), "{:?}", lines.borrow());
+
+    // Threads fixed by the user: the search is over tiles only.
+    let mut fixed = Tuner::in_memory();
+    fixed.threads = Some(1);
+    let one = prepared.autotune(&backend, &mut fixed).unwrap();
+    assert_eq!(one.schedule.threads, Some(1));
+    assert!(one.tuned.unwrap().tried.iter().all(|t| t.schedule.ends_with("threads=1")));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn mistakes_say_where_and_why() {
+    let statement = |e: Error| match e {
+        Error::Statement { diagnostic, text } => (diagnostic.message, text),
+        other => panic!("not a statement error: {other}"),
+    };
+    // A bad statement points into the user's text.
+    let err = Problem::new("C[m,n] += A[m,k] * B[k,n")
+        .tensor("A", Input::random(&[4, 3], DType::F32, 1))
+        .prepare()
+        .unwrap_err();
+    let rendered = err.render(false);
+    let (_, text) = statement(err);
+    assert_eq!(text, "C[m,n] += A[m,k] * B[k,n");
+    assert!(rendered.contains('^') || rendered.contains('─'), "{rendered}");
+
+    // An unknown format, a missing file, a missing output shape.
+    let err = spmm("zigzag").prepare().unwrap_err().to_string();
+    assert!(err.starts_with("format of A:"), "{err}");
+    let err = Problem::new("y[i] = A[i,j] * x[j]")
+        .file("A", "/nonexistent/a.mtx")
+        .tensor("x", Input::random(&[3], DType::F32, 1))
+        .prepare()
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("tensor A:"), "{err}");
+    let err = Problem::new("C[AM[p]] += AV[p]")
+        .tensor("AM", Input::random_indices(&[5], IType::I32, 1, 3))
+        .tensor("AV", Input::random(&[5], DType::F32, 2))
+        .prepare()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the shape of the output `C`"), "{err}");
+
+    // An index out of range is refused before any kernel runs.
+    let prepared = Problem::new("y[i] = AV[p] * X[AK[p], i]")
+        .tensor("AK", Input::random_indices(&[6], IType::I32, 1, 9))
+        .tensor("AV", Input::random(&[6], DType::F32, 2))
+        .tensor("X", Input::random(&[4, 2], DType::F32, 3))
+        .prepare();
+    let err = match prepared {
+        Ok(p) => p.compile(&CBackend::new(), &Schedule::default()).and_then(|c| c.run()).unwrap_err(),
+        Err(e) => e,
+    };
+    assert!(err.to_string().contains("AK"), "{err}");
+
+    // A dtype override reaches the kernel.
+    let prepared = spmm("csr").dtype("B", ElemType::Value(DType::F16)).prepare().unwrap();
+    assert_eq!(prepared.einsum.tensors["B"].dtype, ElemType::Value(DType::F16));
+    let (_, check) = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap().check().unwrap();
+    assert_eq!(check.tolerance, 1e-2);
+    assert!(check.passed());
+}
