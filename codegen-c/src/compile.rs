@@ -455,6 +455,9 @@ fn load_library(path: &Path) -> Result<Arc<Library>, libloading::Error> {
     if let Some(lib) = map.get(path) {
         return Ok(Arc::clone(lib));
     }
+    // Before libgomp is loaded with the first kernel: it reads its wait
+    // policy then.
+    crate::runtime::wait_passively();
     // SAFETY: the library is a kernel compiled by `Compiler::compile` from
     // source its caller vouches for; it is never unloaded, so no
     // termination routine runs while its code may still be in use.

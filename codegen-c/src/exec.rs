@@ -7,7 +7,7 @@ use spindle_ir::lang::ElemType;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::compile::{CProgram, CompileError, Compiler};
-use crate::print::{PrintError, print};
+use crate::print::{Options, PrintError, print_with};
 use crate::runtime::{Buffer, BufferKind, RunError};
 
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +39,17 @@ impl CKernel {
     }
 
     pub fn compile_with(kernel: &Kernel, compiler: &Compiler) -> Result<CKernel, BackendError> {
-        let source = print(kernel, SYMBOL)?;
+        CKernel::compile_with_options(kernel, compiler, &Options::default())
+    }
+
+    /// Compiles with explicit printer [`Options`] (e.g. `serial_work: 0`
+    /// to run even a small kernel on several threads).
+    pub fn compile_with_options(
+        kernel: &Kernel,
+        compiler: &Compiler,
+        options: &Options,
+    ) -> Result<CKernel, BackendError> {
+        let source = print_with(kernel, SYMBOL, options)?;
         let kinds = kernel.tensors.iter().map(|t| BufferKind::for_elem(t.dtype)).collect();
         let program = compiler.compile(&source, SYMBOL)?.with_signature(kinds);
         Ok(CKernel { kernel: kernel.clone(), source, program })

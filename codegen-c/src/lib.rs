@@ -14,7 +14,12 @@
 //!   load the kernel function. A missing compiler or a failed compile is a
 //!   [`CompileError`] carrying the compiler output and the `.c` path.
 //! - [`runtime`]: [`Buffer`]s (f64, f32, i32, i64; f16/bf16 values travel
-//!   as f32), [`CProgram::run`], [`time_median`] and [`cpu_threads`].
+//!   as f32), [`CProgram::run`], [`time_median`] and [`cpu_threads`];
+//!   [`wait_passively`] makes OpenMP threads sleep rather than spin while
+//!   they wait (set before the first kernel is loaded).
+//! - [`print`](mod@print): the kernel IR as C; how programs are shared among threads
+//!   (row ownership of sorted scatter targets, one thread for small work)
+//!   is described there.
 //!
 //! Every kernel has the fixed C signature
 //! `void NAME(void *const *args, int64_t nthreads)`: one pointer per buffer
@@ -47,4 +52,4 @@ pub mod print;
 pub mod runtime;
 
 pub use compile::{C_FLAGS, CProgram, CompileError, Compiler, KernelFn, default_cache_dir};
-pub use runtime::{Buffer, BufferKind, RunError, cpu_threads, time_median};
+pub use runtime::{Buffer, BufferKind, RunError, cpu_threads, time_median, wait_passively};

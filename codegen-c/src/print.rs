@@ -4,12 +4,37 @@
 //! f32, f16 and bf16, which are converted at the boundary; indices as
 //! `int32_t` / `int64_t`).
 //!
-//! Programs become an OpenMP parallel loop over the tiles of the parallel
-//! axes; every value becomes a small array over its tile shape, filled by a
-//! loop nest the C compiler vectorizes; `dot` becomes a loop nest; the loop
-//! over reduced tiles folds into an accumulator; the sink is a plain
-//! read-modify-write when the program owns its outputs, and an OpenMP
-//! atomic otherwise (plain when the kernel runs on one thread).
+//! Every value becomes a small array over its tile shape, filled by a loop
+//! nest the C compiler vectorizes; `dot` becomes a loop nest; the loop over
+//! reduced tiles folds into an accumulator; the sink is a plain
+//! read-modify-write.
+//!
+//! # Threads
+//!
+//! The programs (the tiles of the parallel axes, flattened) are split into
+//! one contiguous range per OpenMP thread. The rule is that a kernel on
+//! `nthreads` threads is never slower than on one, so:
+//!
+//! - Kernels with little work ([`Options::serial_work`]) and kernels whose
+//!   programs collide with no cheap way to combine them run on one thread,
+//!   with no parallel region at all: waking a team costs tens of µs when
+//!   OpenMP waits passively (see [`crate::runtime::wait_passively`]).
+//! - When programs own their outputs, each thread writes its range directly.
+//! - When programs may collide and the sink's target along one output
+//!   dimension is a 1-D index tensor read at a parallel axis `p`
+//!   (`C[A_row[p],n]`, `C[A_grp[p],n]`), the targets are sorted for every
+//!   format Spindle produces, so a thread owning a contiguous range of
+//!   p-tiles owns a contiguous range of rows of which only the first and
+//!   the last can be shared with its neighbours. Interior rows are written
+//!   directly; the first and last row go to a small per-thread buffer
+//!   added in after the region. Each thread first checks that its part of
+//!   the index tensor is nondecreasing; if any part is not (a user may
+//!   write the indirect form with any indices), every thread falls back.
+//! - The fallback, and colliding programs without such a target, use one
+//!   private output copy per thread summed at the end when the work is
+//!   large against the output ([`PRIVATE_GAIN`]) and the copies fit
+//!   ([`PRIVATE_LIMIT`]); otherwise one thread. (OpenMP atomics were
+//!   measured 5-25 times slower on two threads than plain writes on one.)
 
 use std::fmt::Write as _;
 
@@ -24,6 +49,70 @@ pub const MAX_PROGRAM_BYTES: usize = 1 << 20;
 /// Private output copies are used while `size × threads` stays under this
 /// many elements (256 MB of f32).
 pub const PRIVATE_LIMIT: usize = 1 << 26;
+
+/// Private output copies are used only when the kernel's [`work`] is at
+/// least this many times the output's size: filling and summing the copies
+/// costs about two passes over the output per thread.
+pub const PRIVATE_GAIN: usize = 4;
+
+/// Below this much work ([`work`]) a kernel runs on one thread. Measured
+/// on a 2-core machine with passive OpenMP waiting, where waking the
+/// second thread costs 10-80 µs: two threads start to pay at about 80-100
+/// µs of one-thread time, which is 180k-230k of work for SpMV and for
+/// SpMM with N = 16 and 64 alike (see `bench_threshold` in
+/// `tests/threads.rs`).
+pub const SERIAL_WORK: usize = 1 << 18;
+
+/// Elements counted as one operation where a loop vectorizes (see [`work`]).
+const VECTOR: usize = 4;
+
+/// An estimate of a kernel's work, in operations: every element of every
+/// value and of the sink, once per program (per reduced tile in the loop),
+/// with `VECTOR` (4) elements counted as one where the innermost loop runs
+/// along an output axis written contiguously (`n` of `C[R[p],n]`: those
+/// loops vectorize; gathers and scatters along a sparse axis do not). The
+/// product of the extents alone put SpMV's break-even 8 times lower than
+/// SpMM's.
+pub fn work(k: &Kernel) -> usize {
+    let phases = k.phases();
+    let programs: usize = k.parallel_axes().iter().map(|&a| k.axis(a).tiles()).product();
+    let loop_trips: usize = k.reduced_axes().iter().map(|&a| k.axis(a).tiles()).product();
+    let contiguous = |a: AxisId| k.sink.index.iter().any(|&ix| k.value(strip(k, ix)).op == Op::Range(a));
+    let ops = |shape: &[AxisId], phase: Phase| {
+        let elements = shape.iter().fold(1usize, |n, &a| n.saturating_mul(k.axis(a).tile));
+        // The innermost loop is over the last parallel axis (see `Printer::order`).
+        let last = shape.iter().rev().find(|&&a| k.axis(a).role == AxisRole::Parallel);
+        let vectors = if last.is_some_and(|&a| contiguous(a)) { elements.div_ceil(VECTOR) } else { elements };
+        let trips = if phase == Phase::Loop { loop_trips } else { 1 };
+        vectors.saturating_mul(trips)
+    };
+    let mut per_program = 0usize;
+    for &id in &k.order {
+        let v = k.value(id);
+        per_program = per_program.saturating_add(ops(&v.shape, phases[id.0 as usize]));
+    }
+    let s = &k.sink;
+    let mut shape: Vec<AxisId> =
+        s.index.iter().chain([&s.value]).chain(&s.mask).flat_map(|&i| k.value(i).shape.clone()).collect();
+    shape.sort();
+    shape.dedup();
+    per_program = per_program.saturating_add(ops(&shape, phases[s.value.0 as usize]));
+    per_program.saturating_mul(programs)
+}
+
+/// Choices of the printer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Kernels whose work is below this run on one thread (0: never for
+    /// that reason; tests use it to run small kernels on several threads).
+    pub serial_work: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { serial_work: SERIAL_WORK }
+    }
+}
 
 /// A kernel the printer cannot express.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +134,46 @@ pub fn c_type(dtype: ElemType) -> &'static str {
 
 /// The C source of `kernel`, with its function named `symbol`.
 pub fn print(kernel: &Kernel, symbol: &str) -> Result<String, PrintError> {
-    Printer::new(kernel).print(symbol)
+    print_with(kernel, symbol, &Options::default())
+}
+
+/// [`print()`] with explicit [`Options`].
+pub fn print_with(kernel: &Kernel, symbol: &str, options: &Options) -> Result<String, PrintError> {
+    Printer::new(kernel).print(symbol, options)
+}
+
+/// A sink target that is a 1-D index tensor read at a parallel axis:
+/// `C[R[p], n]` has `dim` 0, `rows` R and `axis` p.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Owner {
+    dim: usize,
+    rows: TensorId,
+    axis: AxisId,
+}
+
+/// Looks through eager broadcasts.
+fn strip(k: &Kernel, mut id: ValueId) -> ValueId {
+    while let Op::Broadcast { value } = k.value(id).op {
+        id = value;
+    }
+    id
+}
+
+/// The first output dimension whose target is an index tensor `R[p]` with
+/// `p` parallel and R as long as p's extent, for a sink whose programs may
+/// collide.
+fn owner(k: &Kernel) -> Option<Owner> {
+    if k.sink.exclusive {
+        return None;
+    }
+    k.sink.index.iter().enumerate().find_map(|(dim, &ix)| {
+        let Op::Load { tensor, index, .. } = &k.value(strip(k, ix)).op else { return None };
+        let [at] = index[..] else { return None };
+        let Op::Range(axis) = k.value(strip(k, at)).op else { return None };
+        let rows = k.tensor(*tensor);
+        let fits = rows.shape == [k.axis(axis).extent] && k.axis(axis).role == AxisRole::Parallel;
+        fits.then_some(Owner { dim, rows: *tensor, axis })
+    })
 }
 
 struct Printer<'k> {
@@ -55,6 +183,9 @@ struct Printer<'k> {
     inline: Vec<bool>,
     real: &'static str,
     out: String,
+    /// Set while printing the threaded kernel of a sink with an [`Owner`]:
+    /// programs test whether they touch a thread's first or last row.
+    owner: Option<Owner>,
 }
 
 fn v(id: ValueId) -> String {
@@ -66,7 +197,14 @@ impl<'k> Printer<'k> {
         let double = k.tensors.iter().any(|t| t.dtype == ElemType::Value(DType::F64));
         let phases = k.phases();
         let inline = inlined(k, &phases);
-        Printer { k, phases, inline, real: if double { "double" } else { "float" }, out: String::new() }
+        Printer {
+            k,
+            phases,
+            inline,
+            real: if double { "double" } else { "float" },
+            out: String::new(),
+            owner: None,
+        }
     }
 
     fn line(&mut self, depth: usize, text: &str) {
@@ -141,6 +279,11 @@ impl<'k> Printer<'k> {
     /// gathers instead of the contiguous inner one.
     fn open_loops(&mut self, depth: usize, shape: &[AxisId], simd: bool) -> usize {
         let order = self.order(shape);
+        self.open_ordered(depth, &order, simd)
+    }
+
+    /// Opens loops over axes in the given order (see [`Printer::open_loops`]).
+    fn open_ordered(&mut self, depth: usize, order: &[AxisId], simd: bool) -> usize {
         let mut d = depth;
         for (n, &a) in order.iter().enumerate() {
             let (i, tile) = (self.axis_var(a), self.k.axis(a).tile);
@@ -175,10 +318,25 @@ impl<'k> Printer<'k> {
 
     /// The flat offset of a tensor element from index tiles.
     fn address(&self, tensor: TensorId, index: &[ValueId]) -> String {
+        self.address_without(tensor, index, None)
+    }
+
+    /// The flat offset in the tensor with dimension `skip` removed (the
+    /// place of an element in a per-thread buffer of one row).
+    fn address_without(&self, tensor: TensorId, index: &[ValueId], skip: Option<usize>) -> String {
         let dims = &self.k.tensor(tensor).shape;
         let mut terms = Vec::new();
         for (d, &ix) in index.iter().enumerate() {
-            let stride: usize = dims[d + 1..].iter().product();
+            if Some(d) == skip {
+                continue;
+            }
+            let stride: usize = dims
+                .iter()
+                .enumerate()
+                .skip(d + 1)
+                .filter(|&(e, _)| Some(e) != skip)
+                .map(|(_, n)| n)
+                .product();
             let e = self.elem(ix);
             terms.push(if stride == 1 { e } else { format!("{e} * {stride}") });
         }
@@ -321,7 +479,7 @@ impl<'k> Printer<'k> {
         self.close(inner, depth);
     }
 
-    fn print(mut self, symbol: &str) -> Result<String, PrintError> {
+    fn print(mut self, symbol: &str, options: &Options) -> Result<String, PrintError> {
         let k = self.k;
         let bytes: usize = k.order.iter().map(|&id| k.tile_elements(&k.value(id).shape) * 8).sum();
         if bytes > MAX_PROGRAM_BYTES {
@@ -341,74 +499,247 @@ impl<'k> Printer<'k> {
         self.line(0, "#include <omp.h>");
         self.line(0, "#include <stdlib.h>");
         self.line(0, "");
-        self.atomic_helpers();
+        self.helpers();
         self.line(0, &format!("void {symbol}(void *const *args, int64_t nthreads) {{"));
         for (i, t) in k.tensors.iter().enumerate() {
             let constness = if t.output { "" } else { "const " };
             let line = format!("{constness}{} *restrict a_{} = args[{i}];", c_type(t.dtype), t.name);
             self.line(1, &line);
         }
-        let parallel = k.parallel_axes();
         let out = k.tensor(k.sink.tensor);
+        let (name, real) = (&out.name, c_type(out.dtype));
         let size: usize = out.shape.iter().product();
-        // Programs that may collide write through atomics only when several
-        // threads run; when the output is small enough each thread gets a
-        // private copy instead (no atomics at all), summed at the end.
-        let colliding = !k.sink.exclusive && !parallel.is_empty();
-        self.line(1, &format!("const int64_t out_size = {size};"));
-        self.line(
-            1,
-            &format!(
-                "int privatize = {} && nthreads > 1 && out_size * nthreads <= {PRIVATE_LIMIT};",
-                colliding as u8
-            ),
-        );
-        self.line(1, &format!("{} *priv = NULL;", self.real));
-        self.line(1, "if (privatize) priv = malloc(sizeof *priv * out_size * nthreads);");
-        self.line(1, "if (!priv) privatize = 0;");
-        self.line(1, &format!("const int atomic = {} && nthreads > 1 && !privatize;", colliding as u8));
-        self.line(1, "(void)atomic;");
-        let real = self.real;
-        let identity = c_float(k.sink.reduction.identity());
-        let name = out.name.clone();
-        let mut depth = 1;
-        if parallel.is_empty() {
-            self.line(1, &format!("{real} *restrict o_{name} = a_{name};"));
-            self.program(1);
-        } else {
-            self.line(1, "#pragma omp parallel num_threads(nthreads)");
-            self.line(1, "{");
-            self.line(2, &format!("{real} *restrict o_{name} = a_{name};"));
-            self.line(2, "if (privatize) {");
-            self.line(3, &format!("o_{name} = priv + out_size * omp_get_thread_num();"));
-            self.line(3, &format!("for (int64_t i = 0; i < out_size; i++) o_{name}[i] = {identity};"));
-            self.line(2, "}");
-            self.line(2, &format!("#pragma omp for collapse({}) schedule(static)", parallel.len()));
-            depth = 2;
-            for &a in &parallel {
-                let (t, tiles) = (self.tile_var(a), k.axis(a).tiles());
-                self.line(depth, &format!("for (int64_t {t} = 0; {t} < {tiles}; {t}++) {{"));
-                depth += 1;
-            }
-            self.program(depth);
-            for d in (2..depth).rev() {
-                self.line(d, "}");
-            }
-            self.line(1, "}");
-            self.line(1, "if (privatize) {");
-            self.line(2, "#pragma omp parallel for num_threads(nthreads) schedule(static)");
-            self.line(2, "for (int64_t i = 0; i < out_size; i++) {");
-            self.line(3, "for (int64_t t = 0; t < nthreads; t++) {");
-            let update = fold(k.sink.reduction, &format!("a_{name}[i]"), "priv[out_size * t + i]", real);
-            self.line(4, &update);
-            self.line(3, "}");
-            self.line(2, "}");
-            self.line(1, "}");
+        let parallel = k.parallel_axes();
+        let owner = owner(k);
+        // The programs are flattened with the owner's axis outermost, so
+        // that a contiguous range of them is a contiguous range of its tiles.
+        let mut order = parallel.clone();
+        if let Some(o) = owner {
+            order.retain(|&a| a != o.axis);
+            order.insert(0, o.axis);
         }
-        let _ = depth;
-        self.line(1, "free(priv);");
+        let programs: usize = order.iter().map(|&a| k.axis(a).tiles()).product();
+        let work = work(k);
+        let colliding = !k.sink.exclusive;
+        // The copies' cost is about two passes over the output per thread,
+        // against the work shared out.
+        let private = colliding && size > 0 && work / PRIVATE_GAIN >= size && 2 * size <= PRIVATE_LIMIT;
+        let serial = if programs < 2 {
+            Some("one program")
+        } else if work < options.serial_work {
+            Some("too little work to wake a second thread")
+        } else if colliding && owner.is_none() && !private {
+            Some("programs may collide and private output copies would cost more than they save")
+        } else {
+            None
+        };
+        match serial {
+            Some(why) => {
+                self.line(1, &format!("// One thread: {why}."));
+                self.line(1, "(void)nthreads;");
+                self.line(1, &format!("{real} *restrict o_{name} = a_{name};"));
+                if parallel.is_empty() {
+                    self.program(1);
+                } else {
+                    self.programs(1, &order, "0", &programs.to_string());
+                }
+            }
+            None => self.threaded(&order, programs, owner, private),
+        }
         self.line(0, "}");
         Ok(self.out)
+    }
+
+    /// The kernel on up to `nthreads` threads, each running one contiguous
+    /// range of the programs (see the module documentation).
+    fn threaded(&mut self, order: &[AxisId], programs: usize, owner: Option<Owner>, private: bool) {
+        let k = self.k;
+        let out = k.tensor(k.sink.tensor);
+        let (name, real) = (&out.name, c_type(out.dtype));
+        let size: usize = out.shape.iter().product();
+        let identity = c_float(k.sink.reduction.identity());
+        let colliding = !k.sink.exclusive;
+        // No more threads than there are ranges to give them.
+        let cap = match owner {
+            Some(o) => programs.min(k.axis(o.axis).tiles()),
+            None if colliding => programs.min(PRIVATE_LIMIT / size),
+            None => programs,
+        };
+        self.line(1, &format!("const int64_t out_size = {size};"));
+        self.line(1, "int64_t team_max = nthreads;");
+        self.line(1, &format!("if (team_max > {cap}) team_max = {cap};"));
+        if private {
+            self.line(1, &format!("{real} *priv = NULL;"));
+        }
+        if let Some(o) = owner {
+            let slice = size / out.shape[o.dim].max(1);
+            self.line(1, "// The first and last row of each thread, and its buffers for them.");
+            self.line(1, &format!("{real} *edges = malloc(sizeof *edges * 2 * {slice} * team_max);"));
+            self.line(1, "int64_t *edge_rows = malloc(sizeof *edge_rows * 2 * team_max);");
+            self.line(1, "if (!edges || !edge_rows) team_max = 1;");
+            self.line(1, "int unsorted = 0;");
+        }
+        self.line(1, "int64_t team_used = 1;");
+        self.line(1, "#pragma omp parallel num_threads(team_max) if(team_max > 1)");
+        self.line(1, "{");
+        self.line(2, "const int64_t tid = omp_get_thread_num(), team = omp_get_num_threads();");
+        self.line(2, "if (tid == 0) team_used = team;");
+        self.line(2, &format!("{real} *restrict o_{name} = a_{name};"));
+        self.line(
+            2,
+            &format!("int64_t first = {programs} * tid / team, last = {programs} * (tid + 1) / team;"),
+        );
+        if let Some(o) = owner {
+            self.owned_range(o, programs);
+        }
+        if colliding {
+            // Without owned rows: private copies when they pay, else one thread.
+            let fallback = if owner.is_some() { "team > 1 && !owned" } else { "team > 1" };
+            if private {
+                self.line(2, "int privatized = 0;");
+            }
+            self.line(2, &format!("if ({fallback}) {{"));
+            if private {
+                self.line(3, &format!("if (team * out_size <= {PRIVATE_LIMIT}) {{"));
+                self.line(4, "#pragma omp single");
+                self.line(4, "priv = malloc(sizeof *priv * out_size * team);");
+                self.line(4, "privatized = priv != NULL;");
+                self.line(3, "}");
+                self.line(3, "if (privatized) {");
+                self.line(4, &format!("o_{name} = priv + out_size * tid;"));
+                self.line(4, &format!("for (int64_t i = 0; i < out_size; i++) o_{name}[i] = {identity};"));
+                self.line(3, "}");
+            }
+            let serial = format!("first = 0, last = tid == 0 ? {programs} : 0;");
+            match private {
+                true => self.line(3, &format!("if (!privatized) {serial}")),
+                false => self.line(3, &serial),
+            }
+            self.line(2, "}");
+        }
+        self.owner = owner;
+        self.programs(2, order, "first", "last");
+        self.owner = None;
+        if private {
+            self.line(2, "if (privatized) {");
+            self.line(3, "#pragma omp barrier");
+            self.line(3, "#pragma omp for schedule(static)");
+            self.line(3, "for (int64_t i = 0; i < out_size; i++) {");
+            self.line(4, "for (int64_t t = 0; t < team; t++) {");
+            let update = fold(k.sink.reduction, &format!("a_{name}[i]"), "priv[out_size * t + i]", self.real);
+            self.line(5, &update);
+            self.line(4, "}");
+            self.line(3, "}");
+            self.line(2, "}");
+        }
+        self.line(1, "}");
+        if let Some(o) = owner {
+            self.edges_back(o);
+        }
+        if private {
+            self.line(1, "free(priv);");
+        }
+    }
+
+    /// Row ownership: each thread takes whole tiles of the owner's axis, in
+    /// order, checks that its part of the row tensor is sorted, and, when
+    /// every part is, notes its first and last row.
+    fn owned_range(&mut self, o: Owner, programs: usize) {
+        let k = self.k;
+        let out = k.tensor(k.sink.tensor);
+        let real = c_type(out.dtype);
+        let slice = out.shape.iter().product::<usize>() / out.shape[o.dim].max(1);
+        let identity = c_float(k.sink.reduction.identity());
+        let rows = format!("a_{}", k.tensor(o.rows).name);
+        let axis = k.axis(o.axis);
+        let (tile, extent, tiles) = (axis.tile, axis.extent, axis.tiles());
+        self.line(2, "int owned = team > 1;");
+        self.line(2, "int64_t row_first = 0, row_last = 0;");
+        self.line(2, &format!("{real} *edge_first = NULL, *edge_last = NULL;"));
+        self.line(2, "if (owned) {");
+        self.line(3, &format!("const int64_t c0 = {tiles} * tid / team, c1 = {tiles} * (tid + 1) / team;"));
+        self.line(
+            3,
+            &format!("const int64_t p0 = c0 * {tile}, p1 = c1 * {tile} < {extent} ? c1 * {tile} : {extent};"),
+        );
+        self.line(3, "// Sorted up to the next thread's first row?");
+        self.line(3, &format!("const int64_t end = p1 < {extent} ? p1 + 1 : p1;"));
+        self.line(3, "unsigned char bad = 0;");
+        self.line(3, &format!("for (int64_t p = p0; p + 1 < end; p++) bad |= {rows}[p] > {rows}[p + 1];"));
+        self.line(3, "if (bad) __atomic_store_n(&unsorted, 1, __ATOMIC_RELAXED);");
+        self.line(3, "#pragma omp barrier");
+        self.line(3, "owned = !__atomic_load_n(&unsorted, __ATOMIC_RELAXED);");
+        self.line(3, "if (owned) {");
+        let rest = programs / tiles.max(1);
+        self.line(4, &format!("first = c0 * {rest}, last = c1 * {rest};"));
+        self.line(4, &format!("row_first = {rows}[p0], row_last = {rows}[p1 - 1];"));
+        self.line(4, "edge_rows[2 * tid] = row_first, edge_rows[2 * tid + 1] = row_last;");
+        self.line(4, &format!("edge_first = edges + 2 * tid * {slice}, edge_last = edge_first + {slice};"));
+        self.line(4, &format!("for (int64_t i = 0; i < 2 * {slice}; i++) edge_first[i] = {identity};"));
+        self.line(3, "}");
+        self.line(2, "}");
+    }
+
+    /// After the region: each thread's first and last row, from its buffers.
+    fn edges_back(&mut self, o: Owner) {
+        let k = self.k;
+        let out = k.tensor(k.sink.tensor);
+        let (name, real) = (&out.name, c_type(out.dtype));
+        let extent = out.shape[o.dim];
+        let inner: usize = out.shape[o.dim + 1..].iter().product();
+        let slice = out.shape.iter().product::<usize>() / extent.max(1);
+        let at = if o.dim == 0 {
+            format!("row * {slice} + j")
+        } else {
+            format!("j / {inner} * {} + row * {inner} + j % {inner}", extent * inner)
+        };
+        self.line(1, "if (team_used > 1 && !unsorted) {");
+        self.line(2, "for (int64_t t = 0; t < team_used; t++) {");
+        self.line(3, "for (int64_t e = 0; e < 2; e++) {");
+        self.line(4, "const int64_t row = edge_rows[2 * t + e];");
+        self.line(4, "if (e == 1 && row == edge_rows[2 * t]) break;");
+        self.line(4, &format!("const {real} *src = edges + (2 * t + e) * {slice};"));
+        let update = fold(k.sink.reduction, &format!("a_{name}[{at}]"), "src[j]", self.real);
+        self.line(4, &format!("for (int64_t j = 0; j < {slice}; j++) {update}"));
+        self.line(3, "}");
+        self.line(2, "}");
+        self.line(1, "}");
+        self.line(1, "free(edges);");
+        self.line(1, "free(edge_rows);");
+    }
+
+    /// The programs `first..last` of the grid over `order` (outermost
+    /// first), flattened: each program's tile indices come from its number.
+    fn programs(&mut self, depth: usize, order: &[AxisId], first: &str, last: &str) {
+        let k = self.k;
+        self.line(depth, &format!("for (int64_t f = {first}; f < {last}; f++) {{"));
+        let mut inside = 1;
+        let mut tiles = Vec::new();
+        for (n, &a) in order.iter().enumerate().rev() {
+            let quotient = if inside == 1 { "f".to_string() } else { format!("(f / {inside})") };
+            let e = if n == 0 { quotient } else { format!("{quotient} % {}", k.axis(a).tiles()) };
+            tiles.push(format!("const int64_t {} = {e};", self.tile_var(a)));
+            inside *= k.axis(a).tiles();
+        }
+        for t in tiles.iter().rev() {
+            self.line(depth + 1, t);
+        }
+        if let Some(o) = self.owner {
+            // A program whose rows are all inside the thread's first and last
+            // row writes them directly.
+            let (axis, rows) = (k.axis(o.axis), format!("a_{}", k.tensor(o.rows).name));
+            let (t, tile, extent) = (self.tile_var(o.axis), axis.tile, axis.extent);
+            self.line(depth + 1, "int edge = 0;");
+            self.line(depth + 1, "if (owned) {");
+            self.line(
+                depth + 2,
+                &format!("const int64_t q0 = {t} * {tile}, q1 = (q0 + {tile} < {extent} ? q0 + {tile} : {extent}) - 1;"),
+            );
+            self.line(depth + 2, &format!("edge = !({rows}[q0] > row_first && {rows}[q1] < row_last);"));
+            self.line(depth + 1, "}");
+        }
+        self.program(depth + 1);
+        self.line(depth, "}");
     }
 
     /// One program: its values, the loop over reduced tiles, the sink.
@@ -462,24 +793,22 @@ impl<'k> Printer<'k> {
         }
     }
 
-    /// The write of the result. When programs may collide, the atomic
-    /// and the plain form are two loop nests chosen once, so the plain one
-    /// (one thread) vectorizes.
+    /// The write of the result: plain, or, for a program that touches its
+    /// thread's first or last row, through the row buffers.
     fn sink(&mut self, depth: usize) {
-        let k = self.k;
-        let s = &k.sink;
-        if s.exclusive {
-            self.sink_loops(depth, false);
-        } else {
-            self.line(depth, "if (atomic) {");
-            self.sink_loops(depth + 1, true);
-            self.line(depth, "} else {");
-            self.sink_loops(depth + 1, false);
-            self.line(depth, "}");
+        match self.owner {
+            Some(o) => {
+                self.line(depth, "if (edge) {");
+                self.sink_loops(depth + 1, Some(o));
+                self.line(depth, "} else {");
+                self.sink_loops(depth + 1, None);
+                self.line(depth, "}");
+            }
+            None => self.sink_loops(depth, None),
         }
     }
 
-    fn sink_loops(&mut self, depth: usize, atomic: bool) {
+    fn sink_loops(&mut self, depth: usize, edge: Option<Owner>) {
         let k = self.k;
         let s = &k.sink;
         let mut shape: Vec<AxisId> = s.index.iter().flat_map(|&i| k.value(i).shape.clone()).collect();
@@ -487,49 +816,57 @@ impl<'k> Printer<'k> {
         shape.extend(s.mask.map(|m| k.value(m).shape.clone()).unwrap_or_default());
         shape.sort();
         shape.dedup();
-        // Only an owned output is sure to be written at distinct places.
-        let inner = self.open_loops(depth, &shape, s.exclusive && !atomic);
-        let name = &k.tensor(s.tensor).name;
-        let target = format!("o_{name}[{}]", self.address(s.tensor, &s.index));
+        // The innermost loop writes distinct elements when the output is
+        // owned, or when one of its subscripts is that loop's range.
+        let order = self.order(&shape);
+        let distinct = s.exclusive
+            || order
+                .last()
+                .is_some_and(|&a| s.index.iter().any(|&ix| k.value(strip(k, ix)).op == Op::Range(a)));
+        let simd = edge.is_none() && distinct;
+        // The mask is tested once its axes' loops are open, so that a mask
+        // that does not vary along the innermost loop is not inside it: in
+        // an `omp simd` loop gcc would turn the masked loads into gathers.
+        let split = s.mask.map_or(0, |m| {
+            let mask = &k.value(m).shape;
+            order.iter().rposition(|a| mask.contains(a)).map_or(0, |i| i + 1)
+        });
+        let outer = self.open_ordered(depth, &order[..split], simd && split == order.len());
+        let masked = match s.mask {
+            Some(m) => {
+                let test = format!("if ({}) {{", self.elem(m));
+                self.line(outer, &test);
+                outer + 1
+            }
+            None => outer,
+        };
+        let inner = self.open_ordered(masked, &order[split..], simd);
+        let out = k.tensor(s.tensor);
+        let target = format!("o_{}[{}]", out.name, self.address(s.tensor, &s.index));
         let value = self.elem(s.value);
-        let update = match (atomic, s.reduction) {
-            (false, r) => fold(r, &target, &value, self.real),
-            (true, Reduction::Sum) => format!("{{\n#pragma omp atomic update\n{target} += {value};\n}}"),
-            (true, Reduction::Max) => format!("atomic_max_{}(&{target}, {value});", self.real),
-            (true, Reduction::Min) => format!("atomic_min_{}(&{target}, {value});", self.real),
+        let update = match edge {
+            None => fold(s.reduction, &target, &value, self.real),
+            Some(o) => {
+                let real = c_type(out.dtype);
+                let row = self.elem(s.index[o.dim]);
+                let rest = self.address_without(s.tensor, &s.index, Some(o.dim));
+                let to_edge = fold(s.reduction, &format!("sink_edge[{rest}]"), "sink_value", self.real);
+                let direct = fold(s.reduction, &target, "sink_value", self.real);
+                format!(
+                    "const int64_t sink_row = {row};\nconst {real} sink_value = {value};\n\
+                     {real} *sink_edge = sink_row == row_first ? edge_first : sink_row == row_last ? edge_last : NULL;\n\
+                     if (sink_edge) {to_edge} else {direct}"
+                )
+            }
         };
-        let text = match s.mask {
-            Some(m) => format!("if ({}) {{ {update} }}", self.elem(m)),
-            None => update,
-        };
-        for line in text.lines() {
+        for line in update.lines() {
             self.line(inner, line);
         }
         self.close(inner, depth);
     }
 
-    /// Atomic max / min on floats by compare-and-swap of their bits.
-    fn atomic_helpers(&mut self) {
-        for (real, bits) in [("float", "uint32_t"), ("double", "uint64_t")] {
-            for (name, cmp) in [("max", ">"), ("min", "<")] {
-                let text = format!(
-                    "static inline void atomic_{name}_{real}({real} *p, {real} v) {{
-  {bits} expected = __atomic_load_n(({bits} *)p, __ATOMIC_RELAXED);
-  for (;;) {{
-    {real} old;
-    __builtin_memcpy(&old, &expected, sizeof old);
-    if (!(v {cmp} old)) return;
-    {bits} desired;
-    __builtin_memcpy(&desired, &v, sizeof v);
-    if (__atomic_compare_exchange_n(({bits} *)p, &expected, desired, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
-  }}
-}}"
-                );
-                for line in text.lines() {
-                    self.line(0, line);
-                }
-            }
-        }
+    /// Masked loads read through these (see [`Printer::expr`]).
+    fn helpers(&mut self) {
         for kind in ["float", "double", "int64_t"] {
             self.line(
                 0,
@@ -578,7 +915,8 @@ fn inlined(k: &Kernel, phases: &[Phase]) -> Vec<bool> {
         }
     }
     // The sink runs in its value's phase (in the loop for atomic per
-    // element, after it otherwise), printed twice when it may be atomic.
+    // element, after it otherwise), printed twice when it may write
+    // through row buffers.
     let sink = &k.sink;
     let sink_phase = phases[sink.value.0 as usize].max(Phase::Program);
     let sink_uses = 1;

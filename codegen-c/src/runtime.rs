@@ -333,6 +333,39 @@ impl CProgram {
     }
 }
 
+/// Makes OpenMP threads that wait for work sleep instead of spinning,
+/// unless the user chose a policy (`$OMP_WAIT_POLICY` or
+/// `$GOMP_SPINCOUNT` is set).
+///
+/// By default libgomp spins for about 3 ms at every barrier and between
+/// parallel regions: with other busy processes on the machine, a spinning
+/// thread holds the core the thread it waits for needs, and a kernel gets
+/// many times slower. Passive waiting costs 10-80 µs to wake a thread per
+/// parallel region instead, which is why small kernels run on one thread
+/// (see [`crate::print::SERIAL_WORK`]).
+///
+/// libgomp reads the policy once, when it is loaded, which is the first
+/// `dlopen` of a kernel; [`crate::CProgram`]s call this just before that.
+/// A program that starts threads calling C code that reads the
+/// environment (`getenv`) should call it first, from `main`, so that no
+/// such read runs while the variable is set. Calling it again does nothing.
+pub fn wait_passively() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let chosen = ["OMP_WAIT_POLICY", "GOMP_SPINCOUNT"].iter().any(|v| std::env::var_os(v).is_some());
+        if !chosen {
+            // SAFETY: `set_var` is unsound only against a concurrent read
+            // of the environment that bypasses std's lock, i.e. C code
+            // calling `getenv` in another thread. This runs once, before
+            // the first kernel library (the C code this crate runs) is
+            // loaded, under the loader's lock; the rest of Spindle reads
+            // the environment through std only. Programs that run other C
+            // code on other threads call this from `main` first (see above).
+            unsafe { std::env::set_var("OMP_WAIT_POLICY", "passive") };
+        }
+    });
+}
+
 /// The number of CPU threads available to this process (at least 1).
 pub fn cpu_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -391,6 +391,8 @@ const CHILD_MARK: &str = "SPINDLE_C_TEST_CHILD";
 fn run_child(test: &str, vars: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", test, "--nocapture", "--test-threads=1"]).env(CHILD_MARK, "1");
+    // This process has loaded kernels, so it has a wait policy by now.
+    cmd.env_remove("OMP_WAIT_POLICY").env_remove("GOMP_SPINCOUNT");
     for (k, v) in vars {
         cmd.env(k, v);
     }
@@ -417,6 +419,35 @@ fn environment_variables_are_read() {
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "a .c and a .so in $SPINDLE_CACHE_DIR");
+}
+
+#[test]
+fn openmp_waits_passively_unless_told_otherwise() {
+    if std::env::var_os(CHILD_MARK).is_some() {
+        return;
+    }
+    for (vars, want) in [
+        (&[][..], "passive"),
+        (&[("OMP_WAIT_POLICY", "active")][..], "active"),
+        (&[("GOMP_SPINCOUNT", "1000")][..], "unset"),
+    ] {
+        let mut vars = vars.to_vec();
+        vars.push(("SPINDLE_C_TEST_WANT", want));
+        let out = run_child("child_wait_policy", &vars);
+        assert!(out.status.success(), "{vars:?}: {}", String::from_utf8_lossy(&out.stdout));
+    }
+}
+
+#[test]
+fn child_wait_policy() {
+    if std::env::var_os(CHILD_MARK).is_none() {
+        return;
+    }
+    let k = CProgram::compile(THREADS, "team_size").unwrap();
+    let mut bufs = [Buffer::I64(vec![0])];
+    k.run(&mut bufs, 2).unwrap();
+    let policy = std::env::var("OMP_WAIT_POLICY").unwrap_or_else(|_| "unset".into());
+    assert_eq!(policy, std::env::var("SPINDLE_C_TEST_WANT").unwrap());
 }
 
 #[test]
