@@ -13,6 +13,12 @@ pub enum Error {
         /// The statement text the diagnostic's spans point into.
         text: String,
     },
+    /// The output has no data or shape, and the right-hand side does not
+    /// give it one (a front end says how to give it).
+    #[error(
+        "the shape of the output `{name}` cannot be worked out from the right-hand side: give it a shape"
+    )]
+    OutputShape { name: String },
     /// An argument, file or piece of data the pipeline cannot use.
     #[error("{0}")]
     Input(String),
@@ -30,6 +36,9 @@ pub enum Error {
     Emulate(#[from] spindle_cuda::emulate::EmulateError),
     #[error(transparent)]
     CudaPrint(#[from] spindle_cuda::print::PrintError),
+    /// Compiling CUDA C with NVRTC, without a GPU.
+    #[error(transparent)]
+    Nvrtc(#[from] spindle_cuda::nvrtc::CompileError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

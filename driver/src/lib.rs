@@ -94,6 +94,7 @@ mod compiled;
 pub mod error;
 pub mod input;
 mod problem;
+mod source;
 pub mod target;
 pub mod timing;
 
@@ -103,6 +104,7 @@ pub use compiled::{Compiled, Tuner};
 pub use error::{Error, Result};
 pub use input::Input;
 pub use problem::{Prepared, Problem};
+pub use source::{CudaReport, cuda_report, print};
 pub use spindle_ir::kernel::schedule::Schedule;
 pub use spindle_ir::lang::ElemType;
 pub use target::Target;

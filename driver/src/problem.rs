@@ -76,9 +76,34 @@ impl Problem {
         &self.statement
     }
 
+    /// The statement checked against the data's shapes and dtypes (the
+    /// output's shape worked out from the right-hand side when not given),
+    /// before any format rewrite: what `spindle check` describes.
+    pub fn check(&self) -> Result<Einsum> {
+        Ok(self.load()?.original)
+    }
+
     /// Loads the data, checks the statement, and rewrites it over the
     /// format arrays when formats were given.
     pub fn prepare(&self) -> Result<Prepared> {
+        let Checked { original, data, mut sparse, formats } = self.load()?;
+        let src = self.statement.as_str();
+        if formats.is_empty() {
+            return Ok(Prepared { einsum: original, data, text: src.to_string(), rewritten: false });
+        }
+        for name in formats.keys() {
+            if !sparse.contains_key(name) {
+                let Some(TensorValue::Values(dense)) = data.get(name) else {
+                    return Err(Error::input(format!("format of {name}: `{name}` needs value data")));
+                };
+                sparse.insert(name.clone(), Coo::from_ndarray(dense)?);
+            }
+        }
+        Prepared::rewrite(&original, src, data, &sparse, &formats)
+    }
+
+    /// Reads the data and checks the statement against it.
+    fn load(&self) -> Result<Checked> {
         let src = self.statement.as_str();
         let parsed = parse(src).map_err(|d| Error::statement(d, src))?;
         let mut formats = BTreeMap::new();
@@ -115,25 +140,20 @@ impl Problem {
             }
         }
         if !declare_output(&parsed, &mut declarations) {
-            let name = &parsed.lhs.tensor.name;
-            return Err(Error::input(format!(
-                "the shape of the output `{name}` cannot be worked out from the right-hand side: give it a shape"
-            )));
+            return Err(Error::OutputShape { name: parsed.lhs.tensor.name.clone() });
         }
         let original = check(&parsed, &declarations).map_err(|d| Error::statement(d, src))?;
-        if formats.is_empty() {
-            return Ok(Prepared { einsum: original, data, text: src.to_string(), rewritten: false });
-        }
-        for name in formats.keys() {
-            if !sparse.contains_key(name) {
-                let Some(TensorValue::Values(dense)) = data.get(name) else {
-                    return Err(Error::input(format!("format of {name}: `{name}` needs value data")));
-                };
-                sparse.insert(name.clone(), Coo::from_ndarray(dense)?);
-            }
-        }
-        Prepared::rewrite(&original, src, data, &sparse, &formats)
+        Ok(Checked { original, data, sparse, formats })
     }
+}
+
+/// A problem's data read and its statement checked, before the rewrite.
+struct Checked {
+    original: Einsum,
+    data: Tensors,
+    /// The entries of sparse tensors that get a format.
+    sparse: BTreeMap<String, Coo<f64, i64>>,
+    formats: BTreeMap<String, FormatSpec>,
 }
 
 /// A checked statement (rewritten over format arrays when formats were

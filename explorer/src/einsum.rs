@@ -9,10 +9,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::builder::TypedValueParser as _;
 use ndarray::ArrayD;
 use spindle::{Input, Prepared, Problem, Schedule, Target, TimingOptions, Tuner};
-use spindle_ir::lang::{
-    Declaration, Declarations, Diagnostic, Einsum, ElemType, ExtentSource, Role, Statement, check,
-    declare_output, parse,
-};
+use spindle_ir::lang::{Einsum, ElemType, ExtentSource, Role};
 
 /// A diagnostic already printed with its caret; the exit code is 1.
 #[derive(Debug)]
@@ -25,11 +22,6 @@ impl std::fmt::Display for Reported {
 }
 
 impl std::error::Error for Reported {}
-
-fn report(d: &Diagnostic, src: &str) -> anyhow::Error {
-    eprint!("{}", d.render(src, std::io::stderr().is_terminal()));
-    anyhow!(Reported)
-}
 
 /// `T=64x32` or `T=64x32:f16`; `T=scalar` for rank 0.
 fn parse_shape(arg: &str) -> Result<(String, Vec<usize>, ElemType)> {
@@ -51,14 +43,14 @@ fn parse_dims(dims: &str) -> Result<Vec<usize>> {
 }
 
 pub fn run_check(statement: &str, shapes: &[String]) -> Result<()> {
-    let mut declarations = Declarations::new();
-    for s in shapes {
-        let (name, shape, dtype) = parse_shape(s.as_str())?;
-        declarations.insert(name, Declaration { shape, dtype });
-    }
-    let parsed = parse(statement).map_err(|d| report(&d, statement))?;
-    require_output(&parsed, &mut declarations)?;
-    let einsum = check(&parsed, &declarations).map_err(|d| report(&d, statement))?;
+    let args = DataArgs {
+        statement: statement.to_string(),
+        tensors: Vec::new(),
+        rand: Vec::new(),
+        shapes: shapes.to_vec(),
+        formats: Vec::new(),
+    };
+    let einsum = problem(&args)?.check().map_err(reported)?;
     print!("{}", describe(&einsum));
     Ok(())
 }
@@ -87,17 +79,6 @@ pub fn describe(e: &Einsum) -> String {
         let _ = writeln!(out, "  {:<10} {:<8} {:<14} {}", i.name, i.extent, source, kind);
     }
     out
-}
-
-/// Declares the output from the right-hand side, or says how to give it.
-fn require_output(statement: &Statement, declarations: &mut Declarations) -> Result<()> {
-    if declare_output(statement, declarations) {
-        return Ok(());
-    }
-    let name = &statement.lhs.tensor.name;
-    bail!(
-        "the shape of the output `{name}` cannot be worked out from the right-hand side: give it with --shape {name}=DIMS"
-    )
 }
 
 /// The statement and data options `eval`, `compile` and `run` share.
@@ -169,7 +150,9 @@ pub fn reported(e: spindle::Error) -> anyhow::Error {
             eprint!("{}", e.render(std::io::stderr().is_terminal()));
             anyhow!(Reported)
         }
-        spindle::Error::Input(m) => anyhow!(m.replace("give it a shape", "give it with --shape NAME=DIMS")),
+        spindle::Error::OutputShape { name } => anyhow!(
+            "the shape of the output `{name}` cannot be worked out from the right-hand side: give it with --shape {name}=DIMS"
+        ),
         other => anyhow!(other),
     }
 }
@@ -255,36 +238,33 @@ pub struct CompileArgs<'a> {
 pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     let prepared = prepare(args)?;
     let kernel = prepared.lower(&schedule(c.schedule)?).map_err(reported)?;
-    let cuda = || spindle_cuda::print::print_kernel(&kernel, spindle::backend::SYMBOL, &Default::default());
     match (c.emit, c.target) {
         (Emit::Ir, _) => print!("{kernel}"),
-        (Emit::C, _) | (Emit::Source, Target::C) => {
-            print!("{}", spindle_c::print::print(&kernel, spindle::backend::SYMBOL)?)
-        }
-        (Emit::Cuda, _) | (Emit::Source, Target::Cuda | Target::Emulate) => print!("{}", cuda()?.source),
+        (Emit::C, _) => print!("{}", spindle::print(&kernel, Target::C).map_err(reported)?),
+        (Emit::Cuda, _) => print!("{}", spindle::print(&kernel, Target::Cuda).map_err(reported)?),
+        (Emit::Source, target) => print!("{}", spindle::print(&kernel, target).map_err(reported)?),
     }
     if c.resources {
         if c.target != Target::Cuda {
             bail!("--resources reports what NVRTC says of the CUDA kernel: use --target cuda");
         }
-        let printed = cuda()?;
         let arch = match c.arch {
             GpuArch::Sm80 => spindle_cuda::nvrtc::Arch::Sm80,
             GpuArch::Sm90 => spindle_cuda::nvrtc::Arch::Sm90,
         };
-        let compiled = spindle_cuda::nvrtc::compile(&printed.source, "spindle", arch, &Default::default())?;
-        let launch = &printed.launch;
+        let report = spindle::cuda_report(&kernel, arch).map_err(reported)?;
+        let launch = &report.launch;
         eprintln!(
             "launch: grid {} x block {} threads, {} bytes of static shared memory (bound)",
             launch.grid, launch.block, launch.shared_bytes
         );
-        for (name, r) in &compiled.resources {
+        for (name, r) in &report.resources {
             eprintln!(
                 "{name} on {arch}: {} registers, {} bytes shared, {} bytes stack, spills {} stores / {} loads",
                 r.registers, r.shared_mem_bytes, r.stack_bytes, r.spill_stores_bytes, r.spill_loads_bytes
             );
         }
-        for dot in &printed.dots {
+        for dot in &report.dots {
             eprintln!("dot %{}: {:?}", dot.dot.0, dot.path);
         }
     }

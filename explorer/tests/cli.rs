@@ -172,6 +172,11 @@ fn user_errors_are_messages_not_panics() {
     let out = spindle(&["stats", "gen:powerlaw:rows=10"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+
+    // An output whose shape the right-hand side does not give: say how.
+    let out = spindle(&["check", "C[m,n] = A[m]", "--shape", "A=4"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("give it with --shape C=DIMS"), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -1,0 +1,60 @@
+//! Kernels as text, without running them: the source a backend would
+//! compile, and what NVRTC says of a CUDA kernel on an architecture. Neither
+//! needs a GPU.
+
+use spindle_cuda::nvrtc::{Arch, Resources};
+use spindle_cuda::print::{DotReport, LaunchGeometry, print_kernel};
+use spindle_ir::kernel::Kernel;
+
+use crate::backend::SYMBOL;
+use crate::error::Result;
+use crate::target::Target;
+
+/// The source `target` compiles for `kernel`: C for the C backend, CUDA C
+/// for a GPU and its emulation.
+///
+/// ```
+/// use spindle::{ElemType, Input, Problem, Schedule, Target};
+/// use spindle_formats::DType;
+///
+/// let f32 = ElemType::Value(DType::F32);
+/// let kernel = Problem::new("y[i] = A[i,j] * x[j]")
+///     .tensor("A", Input::shape(&[8, 4], f32))
+///     .tensor("x", Input::shape(&[4], f32))
+///     .prepare()?
+///     .lower(&Schedule::default())?;
+/// assert!(spindle::print(&kernel, Target::C)?.contains("void spindle_kernel"));
+/// assert!(spindle::print(&kernel, Target::Cuda)?.contains("__global__"));
+/// # Ok::<(), spindle::Error>(())
+/// ```
+pub fn print(kernel: &Kernel, target: Target) -> Result<String> {
+    Ok(match target {
+        Target::C => spindle_c::print::print(kernel, SYMBOL).map_err(spindle_c::exec::BackendError::from)?,
+        Target::Cuda | Target::Emulate => print_kernel(kernel, SYMBOL, &Default::default())?.source,
+    })
+}
+
+/// What compiling a kernel's CUDA for one architecture reports.
+#[derive(Clone, Debug)]
+pub struct CudaReport {
+    pub arch: Arch,
+    /// Grid, block and the bound on static shared memory.
+    pub launch: LaunchGeometry,
+    /// What ptxas reported, per function.
+    pub resources: Vec<(String, Resources)>,
+    /// How each `dot` is computed (Tensor Cores or CUDA cores).
+    pub dots: Vec<DotReport>,
+}
+
+/// Prints `kernel` as CUDA and compiles it with NVRTC for `arch` (no GPU
+/// needed, only the toolchain `cargo xtask test` installs).
+pub fn cuda_report(kernel: &Kernel, arch: Arch) -> Result<CudaReport> {
+    let printed = print_kernel(kernel, SYMBOL, &Default::default())?;
+    let compiled = spindle_cuda::nvrtc::compile(&printed.source, "spindle", arch, &Default::default())?;
+    Ok(CudaReport {
+        arch,
+        launch: printed.launch,
+        resources: compiled.resources.into_iter().collect(),
+        dots: printed.dots,
+    })
+}
