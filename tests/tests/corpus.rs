@@ -222,8 +222,15 @@ fn c_backend(runs: &[(String, spindle_ir::lang::Einsum, Tensors, ArrayD<f64>)]) 
         for schedule in &schedules {
             let kernel = spindle_ir::kernel::lower::lower(einsum, &schedule.parse().unwrap(), "corpus")
                 .unwrap_or_else(|d| panic!("{name} [{schedule}]: {d}"));
-            let compiled = spindle_c::exec::CKernel::compile(&kernel)
-                .unwrap_or_else(|e| panic!("{name} [{schedule}]: {e}"));
+            // No work threshold: small corpus kernels would otherwise run
+            // on one thread whatever they are given, and the threaded
+            // paths (row ownership, per-thread buffers) would go untested.
+            let compiled = spindle_c::exec::CKernel::compile_with_options(
+                &kernel,
+                &spindle_c::Compiler::from_env(),
+                &spindle_c::print::Options { serial_work: 0 },
+            )
+            .unwrap_or_else(|e| panic!("{name} [{schedule}]: {e}"));
             for threads in [1, 2] {
                 let got = compiled.run(data, threads).unwrap_or_else(|e| panic!("{name} [{schedule}]: {e}"));
                 close_to(&got, want, 1e-4, &format!("{name} on C [{schedule}] with {threads} threads"));
