@@ -138,23 +138,47 @@ pub struct DeviceBuffers {
     out_shape: Vec<usize>,
 }
 
-/// The result of timing with events.
+/// The times of one measurement, in milliseconds: the one timing type of
+/// Spindle (the driver re-exports it for every backend and baseline).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Timing {
-    /// Median of the timed launches, in milliseconds.
     pub median_ms: f64,
     pub min_ms: f64,
     pub max_ms: f64,
     /// Timed launches (after the warm-up).
     pub runs: usize,
-    /// Input sets rotated through (1 when the inputs do not fit in L2).
+    /// Copies of the inputs rotated through (GPU timing, so repeats do not
+    /// hit in L2); 1 when they do not fit in L2, and on the CPU.
     pub input_sets: usize,
 }
 
+impl Timing {
+    /// The timing of these launch times (milliseconds, any order).
+    pub fn of(mut times_ms: Vec<f64>, input_sets: usize) -> Timing {
+        times_ms.sort_by(f64::total_cmp);
+        let runs = times_ms.len();
+        let median_ms = match runs {
+            0 => f64::NAN,
+            n if n % 2 == 1 => times_ms[n / 2],
+            n => (times_ms[n / 2 - 1] + times_ms[n / 2]) / 2.0,
+        };
+        let min_ms = times_ms.first().copied().unwrap_or(f64::NAN);
+        let max_ms = times_ms.last().copied().unwrap_or(f64::NAN);
+        Timing { median_ms, min_ms, max_ms, runs, input_sets }
+    }
+
+    /// (max − min) / median: how much the runs disagree.
+    pub fn spread(&self) -> f64 {
+        (self.max_ms - self.min_ms) / self.median_ms
+    }
+}
+
 /// How to time.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimingOptions {
+    /// Untimed launches first (caches, page faults, thread start-up).
     pub warmup: usize,
+    /// Timed launches (at least one).
     pub repeats: usize,
 }
 
@@ -562,7 +586,7 @@ impl Gpu {
             end.synchronize()?;
             times.push(f64::from(start.elapsed_ms(&end)?));
         }
-        Ok(timing_of(times, 1))
+        Ok(Timing::of(times, 1))
     }
 
     /// A scratch buffer twice the L2 size, zeroed before a timed call so the
@@ -631,26 +655,6 @@ pub fn input_sets(bytes: usize, l2_bytes: usize) -> usize {
     if bytes == 0 || bytes >= l2_bytes { 1 } else { (2 * l2_bytes).div_ceil(bytes).clamp(1, 8) }
 }
 
-/// Median and minimum of `times` (ms).
-pub fn timing_of(mut times: Vec<f64>, input_sets: usize) -> Timing {
-    times.sort_by(f64::total_cmp);
-    let runs = times.len();
-    let median = if runs == 0 {
-        f64::NAN
-    } else if runs % 2 == 1 {
-        times[runs / 2]
-    } else {
-        (times[runs / 2 - 1] + times[runs / 2]) / 2.0
-    };
-    Timing {
-        median_ms: median,
-        min_ms: times.first().copied().unwrap_or(f64::NAN),
-        max_ms: times.last().copied().unwrap_or(f64::NAN),
-        runs,
-        input_sets,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -686,8 +690,8 @@ mod tests {
 
     #[test]
     fn median_of_even_and_odd_counts() {
-        assert_eq!(timing_of(vec![3.0, 1.0, 2.0], 1).median_ms, 2.0);
-        let t = timing_of(vec![4.0, 1.0, 2.0, 3.0], 2);
+        assert_eq!(Timing::of(vec![3.0, 1.0, 2.0], 1).median_ms, 2.0);
+        let t = Timing::of(vec![4.0, 1.0, 2.0, 3.0], 2);
         assert_eq!((t.median_ms, t.min_ms, t.runs, t.input_sets), (2.5, 1.0, 4, 2));
     }
 

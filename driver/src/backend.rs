@@ -309,15 +309,8 @@ impl Uploaded for CudaUploaded<'_> {
     /// them are rotated so repeats do not hit in the cache.
     fn time(&mut self, opts: TimingOptions) -> Result<Timing> {
         let exe = self.exe;
-        let cuda = spindle_cuda::runtime::TimingOptions { warmup: opts.warmup, repeats: opts.repeats.max(1) };
-        let t = exe.gpu.time(&exe.kernel, &exe.loaded, self.data, cuda)?;
-        Ok(Timing {
-            median_ms: t.median_ms,
-            min_ms: t.min_ms,
-            max_ms: t.max_ms,
-            runs: t.runs,
-            input_sets: t.input_sets,
-        })
+        let opts = TimingOptions { repeats: opts.repeats.max(1), ..opts };
+        Ok(exe.gpu.time(&exe.kernel, &exe.loaded, self.data, opts)?)
     }
 }
 

@@ -4,58 +4,9 @@
 
 use std::time::Instant;
 
-use serde::Serialize;
+pub use spindle_cuda::runtime::{Timing, TimingOptions};
 
 use crate::error::Result;
-
-/// How to time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TimingOptions {
-    /// Untimed launches first (caches, page faults, thread start-up).
-    pub warmup: usize,
-    /// Timed launches (at least one).
-    pub repeats: usize,
-}
-
-impl Default for TimingOptions {
-    fn default() -> Self {
-        TimingOptions { warmup: 2, repeats: 10 }
-    }
-}
-
-/// The times of one measurement, in milliseconds.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Timing {
-    pub median_ms: f64,
-    pub min_ms: f64,
-    pub max_ms: f64,
-    /// Timed launches.
-    pub runs: usize,
-    /// Copies of the inputs rotated through (GPU timing, so repeats do not
-    /// hit in L2); 1 on the CPU.
-    pub input_sets: usize,
-}
-
-impl Timing {
-    /// The timing of these launch times (milliseconds, any order).
-    pub fn of(mut times_ms: Vec<f64>, input_sets: usize) -> Timing {
-        times_ms.sort_by(f64::total_cmp);
-        let runs = times_ms.len();
-        let median_ms = match runs {
-            0 => f64::NAN,
-            n if n % 2 == 1 => times_ms[n / 2],
-            n => (times_ms[n / 2 - 1] + times_ms[n / 2]) / 2.0,
-        };
-        let min_ms = times_ms.first().copied().unwrap_or(f64::NAN);
-        let max_ms = times_ms.last().copied().unwrap_or(f64::NAN);
-        Timing { median_ms, min_ms, max_ms, runs, input_sets }
-    }
-
-    /// (max − min) / median: how much the runs disagree.
-    pub fn spread(&self) -> f64 {
-        (self.max_ms - self.min_ms) / self.median_ms
-    }
-}
 
 /// Times `launch` by the wall clock: `reset` runs before every launch,
 /// outside the timed region.
