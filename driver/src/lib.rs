@@ -103,7 +103,7 @@ pub use check::Check;
 pub use compiled::{Compiled, Tuner};
 pub use error::{Error, Result};
 pub use input::Input;
-pub use problem::{Prepared, Problem};
+pub use problem::{MAX_DENSE_ELEMENTS, Prepared, Problem};
 pub use source::{CudaReport, cuda_report, print};
 pub use spindle_ir::kernel::schedule::Schedule;
 pub use spindle_ir::lang::ElemType;

@@ -8,7 +8,9 @@ use ndarray::ArrayD;
 use spindle_formats::{Coo, DType, FormatSpec};
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::Schedule;
-use spindle_ir::lang::{Declaration, Declarations, Einsum, ElemType, check, declare_output, parse};
+use spindle_ir::lang::{
+    Declaration, Declarations, Diagnostic, Einsum, ElemType, Statement, check, declare_output, parse,
+};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::error::{Error, Result};
@@ -133,6 +135,10 @@ impl Problem {
                     sparse.insert(name.clone(), coo);
                 }
                 Loaded::Sparse(coo) => {
+                    let elements = coo.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+                    if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
+                        return Err(dense_copy_refused(&parsed, src, name, &coo.shape));
+                    }
                     let dense = coo.to_ndarray().map_err(|e| Error::input(format!("tensor {name}: {e}")))?;
                     data.insert(name.clone(), TensorValue::Values(dense));
                 }
@@ -145,6 +151,28 @@ impl Problem {
         let original = check(&parsed, &declarations).map_err(|d| Error::statement(d, src))?;
         Ok(Checked { original, data, sparse, formats })
     }
+}
+
+/// A sparse tensor read without a format is copied to a dense array; beyond
+/// this many elements the copy is refused (a 10^5 x 10^5 matrix would take
+/// 80 GB) and the user is asked for a format instead.
+pub const MAX_DENSE_ELEMENTS: usize = 1 << 24;
+
+/// Why a sparse tensor without a format is not made dense, pointing at
+/// where the statement reads it.
+fn dense_copy_refused(parsed: &Statement, src: &str, name: &str, shape: &[usize]) -> Error {
+    let span = parsed.rhs.accesses().iter().find(|a| a.tensor.name == name).map_or(parsed.span, |a| a.span);
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    let diagnostic = Diagnostic::new(
+        format!(
+            "`{name}` is sparse ({}) and has no format; its dense copy would have more than {MAX_DENSE_ELEMENTS} elements",
+            dims.join("x")
+        ),
+        span,
+    )
+    .with_label("read without a format")
+    .with_note(format!("store it in a format so the kernel reads only its entries: {name} in csr, for one"));
+    Error::statement(diagnostic, src)
 }
 
 /// A problem's data read and its statement checked, before the rewrite.

@@ -165,6 +165,19 @@ fn mistakes_say_where_and_why() {
         .to_string();
     assert!(err.contains("the shape of the output `C`"), "{err}");
 
+    // A large sparse tensor read without a format is not made dense (that
+    // would take 8 GB here): the caret sits under where it is read.
+    let big = Coo::<f32, i32>::new(vec![32768, 32768], vec![vec![0, 1], vec![1, 0]], vec![1.0, 2.0]).unwrap();
+    let err = Problem::new("y[i] = A[i,j] * x[j]")
+        .tensor("A", big)
+        .tensor("x", Input::random(&[32768], DType::F32, 1))
+        .prepare()
+        .unwrap_err();
+    let rendered = err.render(false);
+    let (message, _) = statement(err);
+    assert!(message.contains("`A` is sparse (32768x32768) and has no format"), "{message}");
+    assert!(rendered.contains("in csr"), "{rendered}");
+
     // An index out of range is refused before any kernel runs.
     let prepared = Problem::new("y[i] = AV[p] * X[AK[p], i]")
         .tensor("AK", Input::random_indices(&[6], IType::I32, 1, 9))

@@ -53,7 +53,7 @@ pub const DEFAULT_REPEATS: usize = 5;
 
 /// A sparse tensor read without a format is made dense; beyond this many
 /// elements the cell is asked to give it a format instead.
-const MAX_DENSE_ELEMENTS: usize = 1 << 24;
+const MAX_DENSE_ELEMENTS: usize = spindle::MAX_DENSE_ELEMENTS;
 
 /// Unless the schedule names `tile.q`, a group of GroupCOO is one tile of
 /// `q` (so it is summed in registers before its one scatter), up to this.
