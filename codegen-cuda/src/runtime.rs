@@ -140,7 +140,7 @@ pub struct DeviceBuffers {
 
 /// The times of one measurement, in milliseconds: the one timing type of
 /// Spindle (the driver re-exports it for every backend and baseline).
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Timing {
     pub median_ms: f64,
     pub min_ms: f64,
