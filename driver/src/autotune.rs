@@ -180,8 +180,11 @@ pub fn tune(
 /// The schedules the driver searches when the user gives none, for a
 /// statement whose default lowering is `kernel`:
 /// - the rows (the parallel axis of largest extent, `p` after a format
-///   rewrite): tiles 1, 4 and 16 where they divide the extent (a ragged tile
-///   turns its gathers into masked ones);
+///   rewrite): on the CPU every power of two up to 64, on a GPU 1, 4 and
+///   16, where it divides the extent (a ragged tile turns its gathers into
+///   masked ones). The best CPU tile varies with the matrix (1 on the
+///   2003-row bcsstk13, 8 on ca-CondMat, 64 on a 1M-nonzero power-law
+///   matrix, `spindle bench spmm`), so none of them can be left out;
 /// - other parallel axes (the dense columns `n`): 16 and up to 64;
 /// - reduced axes up to 256 long (GroupCOO's group `q`): one tile;
 /// - on the CPU, each tile configuration on one thread and on every core.
@@ -193,7 +196,11 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
         let whole = axis.extent.max(1).next_power_of_two();
         let sizes: Vec<usize> = match axis.role {
             AxisRole::Parallel if rows.is_some_and(|r| r.0 as usize == i) => {
-                [1, 4, 16].into_iter().filter(|t| axis.extent % t == 0).collect()
+                let sizes: &[usize] = match target {
+                    Target::C => &[1, 2, 4, 8, 16, 32, 64],
+                    Target::Cuda | Target::Emulate => &[1, 4, 16],
+                };
+                sizes.iter().copied().filter(|t| axis.extent % t == 0).collect()
             }
             AxisRole::Parallel => {
                 let mut sizes = vec![whole.min(16), whole.min(64)];

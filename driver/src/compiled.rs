@@ -117,6 +117,7 @@ impl Prepared {
         let mut done = 0;
         let timing = tuner.timing;
         let progress = &mut tuner.progress;
+        let mut best_ms = f64::INFINITY;
         let result = tune(&mut tuner.cache, &key, &candidates, |candidate| {
             done += 1;
             if let Some(say) = progress {
@@ -124,7 +125,15 @@ impl Prepared {
             }
             let schedule: Schedule = candidate.parse().map_err(|e: ScheduleError| e.to_string())?;
             let compiled = self.compile(backend, &schedule).map_err(|e| e.to_string())?;
-            compiled.time(timing).map(|t| t.median_ms).map_err(|e| e.to_string())
+            // One run first: a candidate far behind the best so far needs
+            // no median, which keeps the search short on large problems.
+            let first = compiled.time(TimingOptions { warmup: 1, repeats: 1 }).map_err(|e| e.to_string())?;
+            if first.median_ms > ABANDON * best_ms {
+                return Ok(first.median_ms);
+            }
+            let ms = compiled.time(timing).map(|t| t.median_ms).map_err(|e| e.to_string())?;
+            best_ms = best_ms.min(ms);
+            Ok(ms)
         });
         let (tuned, _cached) = result.map_err(|e| Error::input(format!("autotuning: {e}")))?;
         if searched {
@@ -136,6 +145,10 @@ impl Prepared {
         Ok(compiled)
     }
 }
+
+/// A candidate whose first run takes this many times the best median so
+/// far is not timed further.
+const ABANDON: f64 = 1.5;
 
 /// A callback that shows a line of progress.
 type Progress = Box<dyn FnMut(&str)>;
