@@ -31,8 +31,8 @@ pub trait Backend {
     fn device(&self) -> String;
 
     /// Prints and compiles `kernel` (cached by its source where the backend
-    /// can). `schedule` carries launch settings the kernel IR does not
-    /// (CPU threads).
+    /// can). `schedule` carries the settings the kernel IR does not: CPU
+    /// threads, and the CUDA printer's Tensor Core, tf32 and block choices.
     fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>>;
 
     /// Compiles many kernels ahead of [`Backend::compile`] (in parallel where
@@ -216,18 +216,12 @@ impl Uploaded for CUploaded<'_> {
 #[derive(Debug, Clone)]
 pub struct CudaBackend {
     gpu: Arc<Gpu>,
-    options: PrintOptions,
 }
 
 impl CudaBackend {
     /// The first GPU, or an error saying why there is none.
     pub fn open() -> Result<CudaBackend> {
-        Ok(CudaBackend { gpu: Arc::new(Gpu::open()?), options: PrintOptions::default() })
-    }
-
-    pub fn with_options(mut self, options: PrintOptions) -> CudaBackend {
-        self.options = options;
-        self
+        Ok(CudaBackend { gpu: Arc::new(Gpu::open()?) })
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -244,8 +238,8 @@ impl Backend for CudaBackend {
         format!("{} ({})", self.gpu.info().name, self.gpu.arch())
     }
 
-    fn compile(&self, kernel: &Kernel, _schedule: &Schedule) -> Result<Box<dyn Executable>> {
-        let printed = print_kernel(kernel, SYMBOL, &self.options)?;
+    fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>> {
+        let printed = print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?;
         let loaded = self.gpu.load(&printed)?;
         let launch = &loaded.launch;
         let report = CompileReport {
@@ -321,13 +315,12 @@ impl Uploaded for CudaUploaded<'_> {
 #[derive(Debug, Clone, Default)]
 pub struct EmulateBackend {
     options: EmulateOptions,
-    print: PrintOptions,
 }
 
 impl EmulateBackend {
     /// The sanitizer `$SPINDLE_EMU_SANITIZER` names (address by default).
     pub fn from_env() -> EmulateBackend {
-        EmulateBackend { options: EmulateOptions::from_env(), print: PrintOptions::default() }
+        EmulateBackend { options: EmulateOptions::from_env() }
     }
 }
 
@@ -340,8 +333,8 @@ impl Backend for EmulateBackend {
         format!("emulated GPU on {}", cpu_name())
     }
 
-    fn compile(&self, kernel: &Kernel, _schedule: &Schedule) -> Result<Box<dyn Executable>> {
-        let printed = print_kernel(kernel, SYMBOL, &self.print)?;
+    fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>> {
+        let printed = print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?;
         let launch = &printed.launch;
         let report = CompileReport {
             launch: Some(format!("grid {} x block {} threads", launch.grid, launch.block)),

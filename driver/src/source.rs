@@ -3,34 +3,36 @@
 //! needs a GPU.
 
 use spindle_cuda::nvrtc::{Arch, Resources};
-use spindle_cuda::print::{DotReport, LaunchGeometry, print_kernel};
+use spindle_cuda::print::{DotReport, LaunchGeometry, PrintOptions, print_kernel};
 use spindle_ir::kernel::Kernel;
+use spindle_ir::kernel::schedule::Schedule;
 
 use crate::backend::SYMBOL;
 use crate::error::Result;
 use crate::target::Target;
 
-/// The source `target` compiles for `kernel`: C for the C backend, CUDA C
-/// for a GPU and its emulation.
+/// The source `target` compiles for `kernel` lowered under `schedule`: C
+/// for the C backend, CUDA C for a GPU and its emulation.
 ///
 /// ```
 /// use spindle::{ElemType, Input, Problem, Schedule, Target};
 /// use spindle_formats::DType;
 ///
 /// let f32 = ElemType::Value(DType::F32);
+/// let schedule = Schedule::default();
 /// let kernel = Problem::new("y[i] = A[i,j] * x[j]")
 ///     .tensor("A", Input::shape(&[8, 4], f32))
 ///     .tensor("x", Input::shape(&[4], f32))
 ///     .prepare()?
-///     .lower(&Schedule::default())?;
-/// assert!(spindle::print(&kernel, Target::C)?.contains("void spindle_kernel"));
-/// assert!(spindle::print(&kernel, Target::Cuda)?.contains("__global__"));
+///     .lower(&schedule)?;
+/// assert!(spindle::print(&kernel, &schedule, Target::C)?.contains("void spindle_kernel"));
+/// assert!(spindle::print(&kernel, &schedule, Target::Cuda)?.contains("__global__"));
 /// # Ok::<(), spindle::Error>(())
 /// ```
-pub fn print(kernel: &Kernel, target: Target) -> Result<String> {
+pub fn print(kernel: &Kernel, schedule: &Schedule, target: Target) -> Result<String> {
     Ok(match target {
         Target::C => spindle_c::print::print(kernel, SYMBOL).map_err(spindle_c::exec::BackendError::from)?,
-        Target::Cuda | Target::Emulate => print_kernel(kernel, SYMBOL, &Default::default())?.source,
+        Target::Cuda | Target::Emulate => print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?.source,
     })
 }
 
@@ -46,10 +48,11 @@ pub struct CudaReport {
     pub dots: Vec<DotReport>,
 }
 
-/// Prints `kernel` as CUDA and compiles it with NVRTC for `arch` (no GPU
-/// needed, only the toolchain `cargo xtask test` installs).
-pub fn cuda_report(kernel: &Kernel, arch: Arch) -> Result<CudaReport> {
-    let printed = print_kernel(kernel, SYMBOL, &Default::default())?;
+/// Prints `kernel` as CUDA (under `schedule`'s CUDA items) and compiles it
+/// with NVRTC for `arch` (no GPU needed, only the toolchain `cargo xtask
+/// test` installs).
+pub fn cuda_report(kernel: &Kernel, schedule: &Schedule, arch: Arch) -> Result<CudaReport> {
+    let printed = print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?;
     let compiled = spindle_cuda::nvrtc::compile(&printed.source, "spindle", arch, &Default::default())?;
     Ok(CudaReport {
         arch,

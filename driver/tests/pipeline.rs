@@ -197,3 +197,26 @@ fn mistakes_say_where_and_why() {
     assert_eq!(check.tolerance, 1e-2);
     assert!(check.passed());
 }
+
+/// The CUDA printer's choices are schedule items, so they can be swept:
+/// `tf32=on` puts an f32 product on Tensor Cores, `tensorcores=off` takes it
+/// off again, `block=N` sets the threads per block.
+#[test]
+fn cuda_choices_are_schedule_items() {
+    let f32 = spindle::ElemType::Value(DType::F32);
+    let prepared = Problem::new("C[y,x] += A[y,r] * B[r,x]")
+        .tensor("A", Input::shape(&[64, 64], f32))
+        .tensor("B", Input::shape(&[64, 64], f32))
+        .tensor("C", Input::shape(&[64, 64], f32))
+        .prepare()
+        .unwrap();
+    let cuda = |items: &str| {
+        let schedule: Schedule = format!("tile.y=32 tile.x=32 tile.r=16 {items}").parse().unwrap();
+        let kernel = prepared.lower(&schedule).unwrap();
+        spindle::print(&kernel, &schedule, spindle::Target::Cuda).unwrap()
+    };
+    assert!(!cuda("").contains("wmma::"), "f32 stays off Tensor Cores by default");
+    assert!(cuda("tf32=on").contains("wmma::precision::tf32"));
+    assert!(!cuda("tf32=on tensorcores=off").contains("wmma::"));
+    assert!(cuda("block=64").contains("__launch_bounds__(64)"), "{}", cuda("block=64"));
+}

@@ -237,12 +237,14 @@ pub struct CompileArgs<'a> {
 
 pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     let prepared = prepare(args)?;
-    let kernel = prepared.lower(&schedule(c.schedule)?).map_err(reported)?;
+    let schedule = schedule(c.schedule)?;
+    let kernel = prepared.lower(&schedule).map_err(reported)?;
+    let source = |target| spindle::print(&kernel, &schedule, target).map_err(reported);
     match (c.emit, c.target) {
         (Emit::Ir, _) => print!("{kernel}"),
-        (Emit::C, _) => print!("{}", spindle::print(&kernel, Target::C).map_err(reported)?),
-        (Emit::Cuda, _) => print!("{}", spindle::print(&kernel, Target::Cuda).map_err(reported)?),
-        (Emit::Source, target) => print!("{}", spindle::print(&kernel, target).map_err(reported)?),
+        (Emit::C, _) => print!("{}", source(Target::C)?),
+        (Emit::Cuda, _) => print!("{}", source(Target::Cuda)?),
+        (Emit::Source, target) => print!("{}", source(target)?),
     }
     if c.resources {
         if c.target != Target::Cuda {
@@ -252,7 +254,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
             GpuArch::Sm80 => spindle_cuda::nvrtc::Arch::Sm80,
             GpuArch::Sm90 => spindle_cuda::nvrtc::Arch::Sm90,
         };
-        let report = spindle::cuda_report(&kernel, arch).map_err(reported)?;
+        let report = spindle::cuda_report(&kernel, &schedule, arch).map_err(reported)?;
         let launch = &report.launch;
         eprintln!(
             "launch: grid {} x block {} threads, {} bytes of static shared memory (bound)",

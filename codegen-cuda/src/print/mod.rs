@@ -54,6 +54,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use spindle_ir::formats::{DType, IType};
+use spindle_ir::kernel::schedule::Schedule;
 use spindle_ir::kernel::*;
 use spindle_ir::lang::{ElemType, Func};
 
@@ -79,6 +80,13 @@ pub struct PrintOptions {
 impl Default for PrintOptions {
     fn default() -> Self {
         PrintOptions { tensor_cores: true, tf32: false, threads: None }
+    }
+}
+
+impl From<&Schedule> for PrintOptions {
+    /// The schedule's CUDA items (`tensorcores=`, `tf32=`, `block=`).
+    fn from(s: &Schedule) -> PrintOptions {
+        PrintOptions { tensor_cores: s.tensor_cores, tf32: s.tf32, threads: s.block }
     }
 }
 

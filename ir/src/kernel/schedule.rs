@@ -40,6 +40,14 @@ pub struct Schedule {
     /// the driver (the autotuner, or one thread for small work). Other
     /// backends take their parallelism from the tiles.
     pub threads: Option<usize>,
+    /// CUDA: run eligible `dot`s on Tensor Cores (`tensorcores=on|off`).
+    pub tensor_cores: bool,
+    /// CUDA: allow f32 products on Tensor Cores as tf32, with a 10-bit
+    /// mantissa (`tf32=on|off`).
+    pub tf32: bool,
+    /// CUDA: threads per block (`block=N`, a multiple of 32 up to 1024);
+    /// `None`: the largest tile's element count, 32 to 256.
+    pub block: Option<u32>,
 }
 
 impl Default for Schedule {
@@ -52,6 +60,9 @@ impl Default for Schedule {
             parallel: None,
             order: Vec::new(),
             threads: None,
+            tensor_cores: true,
+            tf32: false,
+            block: None,
         }
     }
 }
@@ -80,7 +91,8 @@ pub struct ScheduleError {
 }
 
 pub const SCHEDULE_SYNTAX: &str = "tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
-matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N";
+matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
+block=N (CUDA)";
 
 impl FromStr for Schedule {
     type Err = ScheduleError;
@@ -116,6 +128,14 @@ impl FromStr for Schedule {
                     Ok(n) if n > 0 => s.threads = Some(n),
                     _ => return Err(bad("threads is a positive integer")),
                 },
+                ("tensorcores", v) => {
+                    s.tensor_cores = on_off(v).ok_or_else(|| bad("tensorcores is on or off"))?
+                }
+                ("tf32", v) => s.tf32 = on_off(v).ok_or_else(|| bad("tf32 is on or off"))?,
+                ("block", v) => match v.parse::<u32>() {
+                    Ok(n) if n > 0 && n <= 1024 && n % 32 == 0 => s.block = Some(n),
+                    _ => return Err(bad("block is a multiple of 32 up to 1024 (threads per CUDA block)")),
+                },
                 ("reduce", _) => return Err(bad("reduce is atomic or accumulate")),
                 ("broadcast", _) => return Err(bad("broadcast is lazy or eager")),
                 ("matmul", _) => return Err(bad("matmul is on or off")),
@@ -150,7 +170,26 @@ impl fmt::Display for Schedule {
         if let Some(threads) = self.threads {
             write!(f, " threads={threads}")?;
         }
+        // The CUDA items only where they differ from the default, so
+        // schedules that never name them print as before.
+        if !self.tensor_cores {
+            write!(f, " tensorcores=off")?;
+        }
+        if self.tf32 {
+            write!(f, " tf32=on")?;
+        }
+        if let Some(block) = self.block {
+            write!(f, " block={block}")?;
+        }
         Ok(())
+    }
+}
+
+fn on_off(v: &str) -> Option<bool> {
+    match v {
+        "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
     }
 }
 
@@ -183,6 +222,14 @@ mod tests {
         assert_eq!(s.threads, Some(2));
         assert_eq!(s.to_string(), "tile.p=1 reduce=accumulate broadcast=lazy matmul=on threads=2");
         assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
+        let s: Schedule = "tf32=on block=128 tensorcores=off".parse().unwrap();
+        assert!(s.tf32 && !s.tensor_cores);
+        assert_eq!(s.block, Some(128));
+        assert_eq!(
+            s.to_string(),
+            "reduce=accumulate broadcast=lazy matmul=on tensorcores=off tf32=on block=128"
+        );
+        assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
         assert_eq!("".parse::<Schedule>().unwrap(), Schedule::default());
         assert_eq!(Schedule::default().tile("k", 5), 8);
         assert_eq!(Schedule::default().tile("k", 500), 16);
@@ -206,5 +253,8 @@ mod tests {
             "invalid schedule item `order=p+`: list index names joined by `+`, e.g. p+n"
         );
         assert_eq!(err("threads=0"), "invalid schedule item `threads=0`: threads is a positive integer");
+        assert!(err("block=48").contains("multiple of 32 up to 1024"));
+        assert!(err("block=2048").contains("multiple of 32 up to 1024"));
+        assert_eq!(err("tf32=yes"), "invalid schedule item `tf32=yes`: tf32 is on or off");
     }
 }

@@ -96,9 +96,9 @@ impl Run<'_> {
         for (tag, list) in kernels {
             for k in list.iter().flatten().take(wanted) {
                 self.step(format!("{tag}{}: NVRTC for sm_90", k.point))?;
-                let Some(kernel) = &k.kernel else { continue };
+                let Some((kernel, schedule)) = &k.kernel else { continue };
                 let arch = spindle_cuda::nvrtc::Arch::Sm90;
-                match spindle::cuda_report(kernel, arch) {
+                match spindle::cuda_report(kernel, schedule, arch) {
                     Ok(report) => {
                         // The kernel's own function (the printer may add helpers).
                         let r = report

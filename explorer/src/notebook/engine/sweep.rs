@@ -226,7 +226,7 @@ impl Run<'_> {
             return Ok(PointRun::failed(failure));
         };
         let kernel = &compiled.kernel;
-        let cuda = spindle::print(kernel, spindle::Target::Cuda);
+        let cuda = spindle::print(kernel, &compiled.schedule, spindle::Target::Cuda);
         let text = KernelText {
             ir: kernel.to_string(),
             c: compiled.source().to_string(),
@@ -234,7 +234,7 @@ impl Run<'_> {
                 Ok(source) => source.clone(),
                 Err(e) => format!("// this kernel cannot be printed as CUDA: {e}\n"),
             },
-            kernel: cuda.is_ok().then(|| kernel.clone()),
+            kernel: cuda.is_ok().then(|| (kernel.clone(), compiled.schedule.clone())),
             point: point.label.clone(),
         };
         self.step(format!("{label}: running on {threads} thread{}", if threads == 1 { "" } else { "s" }))?;
@@ -321,8 +321,9 @@ pub(super) struct KernelText {
     pub(super) ir: String,
     pub(super) c: String,
     pub(super) cuda: String,
-    /// The kernel, when it prints as CUDA (for the NVRTC report).
-    pub(super) kernel: Option<spindle_ir::kernel::Kernel>,
+    /// The kernel and its schedule, when it prints as CUDA (for the NVRTC
+    /// report).
+    pub(super) kernel: Option<(spindle_ir::kernel::Kernel, Schedule)>,
     pub(super) point: String,
 }
 
