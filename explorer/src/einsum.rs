@@ -285,7 +285,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
             );
         }
         for dot in &printed.dots {
-            eprintln!("dot %{}: {:?}", dot.dot.0, dot.path);
+            eprintln!("dot {}: {:?}", dot.dot, dot.path);
         }
     }
     Ok(())
