@@ -50,7 +50,7 @@ impl CKernel {
         options: &Options,
     ) -> Result<CKernel, BackendError> {
         let source = print_with(kernel, SYMBOL, options)?;
-        let kinds = kernel.tensors.iter().map(|t| BufferKind::for_elem(t.dtype)).collect();
+        let kinds = kernel.tensors.values().map(|t| BufferKind::for_elem(t.dtype)).collect();
         let program = compiler.compile(&source, SYMBOL)?.with_signature(kinds);
         Ok(CKernel { kernel: kernel.clone(), source, program })
     }
@@ -60,7 +60,7 @@ impl CKernel {
     pub fn buffers(&self, tensors: &Tensors) -> Result<Vec<Buffer>, BackendError> {
         self.kernel.check_indices(tensors).map_err(BackendError::Data)?;
         let mut buffers = Vec::with_capacity(self.kernel.tensors.len());
-        for t in &self.kernel.tensors {
+        for t in self.kernel.tensors.values() {
             let len: usize = t.shape.iter().product();
             let buffer = match (t.dtype, tensors.get(&t.name)) {
                 (ElemType::Value(d), _) if t.output => {
@@ -104,7 +104,7 @@ impl CKernel {
     /// for `max=` / `min=` without data, entries no program reached are 0.
     pub fn output(&self, buffers: &[Buffer], had_data: bool) -> Result<ArrayD<f64>, BackendError> {
         let (at, t) =
-            self.kernel.tensors.iter().enumerate().find(|(_, t)| t.output).expect("a kernel has an output");
+            self.kernel.tensors.values().enumerate().find(|(_, t)| t.output).expect("a kernel has an output");
         let ElemType::Value(dtype) = t.dtype else { unreachable!("outputs hold values") };
         let mut data = buffers[at].to_f64_as(dtype);
         if let (OutputInit::Identity(r), false) = (self.kernel.init, had_data) {
@@ -117,7 +117,7 @@ impl CKernel {
     pub fn run(&self, tensors: &Tensors, threads: usize) -> Result<ArrayD<f64>, BackendError> {
         let mut buffers = self.buffers(tensors)?;
         self.launch(&mut buffers, threads)?;
-        let out = self.kernel.tensors.iter().find(|t| t.output).map(|t| t.name.clone()).unwrap_or_default();
+        let out = self.kernel.tensors.values().find(|t| t.output).map(|t| t.name.clone()).unwrap_or_default();
         self.output(&buffers, tensors.contains_key(&out))
     }
 }

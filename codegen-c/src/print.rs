@@ -89,14 +89,14 @@ pub fn work(k: &Kernel) -> usize {
     let mut per_program = 0usize;
     for &id in &k.order {
         let v = k.value(id);
-        per_program = per_program.saturating_add(ops(&v.shape, phases[id.0 as usize]));
+        per_program = per_program.saturating_add(ops(&v.shape, phases[id]));
     }
     let s = &k.sink;
     let mut shape: Vec<AxisId> =
         s.index.iter().chain([&s.value]).chain(&s.mask).flat_map(|&i| k.value(i).shape.clone()).collect();
     shape.sort();
     shape.dedup();
-    per_program = per_program.saturating_add(ops(&shape, phases[s.value.0 as usize]));
+    per_program = per_program.saturating_add(ops(&shape, phases[s.value]));
     per_program.saturating_mul(programs)
 }
 
@@ -178,9 +178,9 @@ fn owner(k: &Kernel) -> Option<Owner> {
 
 struct Printer<'k> {
     k: &'k Kernel,
-    phases: Vec<Phase>,
+    phases: SecondaryMap<ValueId, Phase>,
     /// Values printed as expressions where they are used, not as arrays.
-    inline: Vec<bool>,
+    inline: SecondaryMap<ValueId, bool>,
     real: &'static str,
     out: String,
     /// Set while printing the threaded kernel of a sink with an [`Owner`]:
@@ -189,12 +189,12 @@ struct Printer<'k> {
 }
 
 fn v(id: ValueId) -> String {
-    format!("v{}", id.0)
+    format!("v{}", id.as_u32())
 }
 
 impl<'k> Printer<'k> {
     fn new(k: &'k Kernel) -> Self {
-        let double = k.tensors.iter().any(|t| t.dtype == ElemType::Value(DType::F64));
+        let double = k.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
         let phases = k.phases();
         let inline = inlined(k, &phases);
         Printer {
@@ -244,7 +244,7 @@ impl<'k> Printer<'k> {
     /// A value's element inside a loop nest over (at least) its axes:
     /// the inlined expression, or a read of its array.
     fn elem(&self, id: ValueId) -> String {
-        if self.inline[id.0 as usize] { self.expr(id) } else { self.array(id) }
+        if self.inline[id] { self.expr(id) } else { self.array(id) }
     }
 
     fn array(&self, id: ValueId) -> String {
@@ -353,7 +353,7 @@ impl<'k> Printer<'k> {
                 let (t, tile, i) = (self.tile_var(*a), self.k.axis(*a).tile, self.axis_var(*a));
                 format!("({t} * {tile} + {i})")
             }
-            Op::Const(c) => c_float(*c),
+            Op::Const(c) => c_float(c.0),
             Op::ConstInt(c) => format!("(int64_t){c}"),
             Op::Load { tensor, index, mask } => {
                 let t = self.k.tensor(*tensor);
@@ -393,7 +393,7 @@ impl<'k> Printer<'k> {
 
     /// Emits a value: its array and the loops that fill it.
     fn emit(&mut self, depth: usize, id: ValueId) {
-        if self.inline[id.0 as usize] {
+        if self.inline[id] {
             return;
         }
         let value = self.k.value(id).clone();
@@ -501,7 +501,7 @@ impl<'k> Printer<'k> {
         self.line(0, "");
         self.helpers();
         self.line(0, &format!("void {symbol}(void *const *args, int64_t nthreads) {{"));
-        for (i, t) in k.tensors.iter().enumerate() {
+        for (i, t) in k.tensors.values().enumerate() {
             let constness = if t.output { "" } else { "const " };
             let line = format!("{constness}{} *restrict a_{} = args[{i}];", c_type(t.dtype), t.name);
             self.line(1, &line);
@@ -746,13 +746,13 @@ impl<'k> Printer<'k> {
     fn program(&mut self, depth: usize) {
         let k = self.k;
         let in_phase = |p: &Printer, phase: Phase| -> Vec<ValueId> {
-            k.order.iter().copied().filter(|id| p.phases[id.0 as usize] == phase).collect()
+            k.order.iter().copied().filter(|&id| p.phases[id] == phase).collect()
         };
         for id in in_phase(self, Phase::Program) {
             self.emit(depth, id);
         }
         let reduced = k.reduced_axes();
-        let sink_phase = self.phases[k.sink.value.0 as usize];
+        let sink_phase = self.phases[k.sink.value];
         if let Some(acc) = &k.accumulate {
             let dims: String =
                 self.order(&acc.shape).iter().map(|&a| format!("[{}]", k.axis(a).tile)).collect();
@@ -887,12 +887,12 @@ fn call_neg_exp(x: &str, single: bool) -> String {
 /// always (they are expressions of loop variables); loads and arithmetic
 /// used exactly once by a value of the same phase, so a gather feeding a
 /// `dot` is read where the dot needs it instead of being copied first.
-fn inlined(k: &Kernel, phases: &[Phase]) -> Vec<bool> {
-    let mut uses = vec![0usize; k.values.len()];
-    let mut user_phase = vec![None; k.values.len()];
+fn inlined(k: &Kernel, phases: &SecondaryMap<ValueId, Phase>) -> SecondaryMap<ValueId, bool> {
+    let mut uses: SecondaryMap<ValueId, usize> = SecondaryMap::with_capacity(k.values.len());
+    let mut user_phase: SecondaryMap<ValueId, Option<Phase>> = SecondaryMap::with_capacity(k.values.len());
     // A value read by a consumer of a larger shape would be recomputed for
     // every element it is broadcast over: keep it in its array.
-    let mut broadcast = vec![false; k.values.len()];
+    let mut broadcast: SecondaryMap<ValueId, bool> = SecondaryMap::with_capacity(k.values.len());
     for &id in &k.order {
         let consumer = &k.value(id).shape;
         let loops = match &k.value(id).op {
@@ -907,10 +907,10 @@ fn inlined(k: &Kernel, phases: &[Phase]) -> Vec<bool> {
             _ => consumer.len(),
         };
         for o in k.operands(id) {
-            uses[o.0 as usize] += 1;
-            user_phase[o.0 as usize] = Some(phases[id.0 as usize]);
+            uses[o] += 1;
+            user_phase[o] = Some(phases[id]);
             if k.value(o).shape.len() < loops {
-                broadcast[o.0 as usize] = true;
+                broadcast[o] = true;
             }
         }
     }
@@ -918,23 +918,25 @@ fn inlined(k: &Kernel, phases: &[Phase]) -> Vec<bool> {
     // element, after it otherwise), printed twice when it may write
     // through row buffers.
     let sink = &k.sink;
-    let sink_phase = phases[sink.value.0 as usize].max(Phase::Program);
+    let sink_phase = phases[sink.value].max(Phase::Program);
     let sink_uses = 1;
-    for o in sink.index.iter().chain([&sink.value]).chain(sink.mask.iter()) {
-        uses[o.0 as usize] += sink_uses;
-        user_phase[o.0 as usize] = Some(sink_phase);
+    for o in sink.operands() {
+        uses[o] += sink_uses;
+        user_phase[o] = Some(sink_phase);
     }
     // The accumulator folds its partial directly (see `Printer::program`).
     if let Some(acc) = &k.accumulate {
-        uses[acc.partial.0 as usize] += 2;
+        uses[acc.partial] += 2;
     }
     k.values
         .iter()
-        .enumerate()
-        .map(|(i, v)| match v.op {
-            Op::Range(_) | Op::Const(_) | Op::ConstInt(_) | Op::Accumulator => true,
-            Op::Reduce { .. } | Op::Dot { .. } => false,
-            _ => uses[i] == 1 && user_phase[i] == Some(phases[i]) && !broadcast[i],
+        .map(|(id, v)| {
+            let inline = match v.op {
+                Op::Range(_) | Op::Const(_) | Op::ConstInt(_) | Op::Accumulator => true,
+                Op::Reduce { .. } | Op::Dot { .. } => false,
+                _ => uses[id] == 1 && user_phase[id] == Some(phases[id]) && !broadcast[id],
+            };
+            (id, inline)
         })
         .collect()
 }

@@ -329,7 +329,7 @@ impl Gpu {
         let mut output = None;
         let mut out_shape = Vec::new();
         let mut initial_output = None;
-        for (i, t) in kernel.tensors.iter().enumerate() {
+        for (i, t) in kernel.tensors.values().enumerate() {
             let len: usize = t.shape.iter().product();
             let data = tensors.get(&t.name);
             let host: HostData = if t.output {
@@ -499,7 +499,8 @@ impl Gpu {
         let mut buffers = self.upload(kernel, tensors)?;
         self.launch(&loaded, &mut buffers)?;
         self.stream.synchronize()?;
-        let out_name = kernel.tensors.iter().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
+        let out_name =
+            kernel.tensors.values().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
         self.download(kernel, &buffers, tensors.contains_key(out_name))
     }
 
@@ -516,7 +517,8 @@ impl Gpu {
         let mut first = self.upload(kernel, tensors)?;
         self.launch(loaded, &mut first)?;
         self.stream.synchronize()?;
-        let out_name = kernel.tensors.iter().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
+        let out_name =
+            kernel.tensors.values().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
         let output = self.download(kernel, &first, tensors.contains_key(out_name))?;
         let timing = self.time_uploaded(kernel, loaded, tensors, first, opts)?;
         Ok((output, timing))
@@ -646,7 +648,7 @@ enum HostData {
 
 /// Bytes of a kernel's tensors on the device.
 pub fn buffers_bytes(kernel: &Kernel) -> usize {
-    kernel.tensors.iter().map(|t| t.shape.iter().product::<usize>() * t.dtype.size_bytes()).sum()
+    kernel.tensors.values().map(|t| t.shape.iter().product::<usize>() * t.dtype.size_bytes()).sum()
 }
 
 /// How many copies of the inputs to rotate through: enough to overflow

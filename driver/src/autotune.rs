@@ -192,10 +192,10 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
     let parallel = kernel.parallel_axes();
     let rows = parallel.iter().copied().max_by_key(|&a| kernel.axis(a).extent);
     let mut axes: Vec<(String, Vec<usize>)> = Vec::new();
-    for (i, axis) in kernel.axes.iter().enumerate() {
+    for (id, axis) in kernel.axes.iter() {
         let whole = axis.extent.max(1).next_power_of_two();
         let sizes: Vec<usize> = match axis.role {
-            AxisRole::Parallel if rows.is_some_and(|r| r.0 as usize == i) => {
+            AxisRole::Parallel if rows == Some(id) => {
                 let sizes: &[usize] = match target {
                     Target::C => &[1, 2, 4, 8, 16, 32, 64],
                     Target::Cuda | Target::Emulate => &[1, 4, 16],

@@ -81,7 +81,7 @@ pub trait Uploaded {
 }
 
 fn output_has_data(kernel: &Kernel, data: &Tensors) -> bool {
-    kernel.tensors.iter().find(|t| t.output).is_some_and(|t| data.contains_key(&t.name))
+    kernel.tensors.values().find(|t| t.output).is_some_and(|t| data.contains_key(&t.name))
 }
 
 // ---------------------------------------------------------------- C

@@ -267,7 +267,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
             );
         }
         for dot in &report.dots {
-            eprintln!("dot %{}: {:?}", dot.dot.0, dot.path);
+            eprintln!("dot {}: {:?}", dot.dot, dot.path);
         }
     }
     Ok(())

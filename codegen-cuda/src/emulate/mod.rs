@@ -121,7 +121,7 @@ pub fn program(kernel: &Kernel, printed: &CudaKernel) -> String {
     src.push_str("\nint main(int argc, char **argv) {\n  if (argc < 2) return 2;\n  const std::string dir = argv[1];\n");
     let mut args = Vec::new();
     let mut output = None;
-    for (i, t) in kernel.tensors.iter().enumerate() {
+    for (i, t) in kernel.tensors.values().enumerate() {
         let n: usize = t.shape.iter().product();
         let file = if t.dtype.is_index() { "long long" } else { "double" };
         let _ = writeln!(
@@ -190,7 +190,7 @@ pub fn run(
     let cxx = compiler()?;
     let dir = scratch()?;
     let mut out_shape = Vec::new();
-    for (i, t) in kernel.tensors.iter().enumerate() {
+    for (i, t) in kernel.tensors.values().enumerate() {
         let len: usize = t.shape.iter().product();
         let path = dir.0.join(format!("{i}.bin"));
         let data = tensors.get(&t.name);
@@ -260,7 +260,7 @@ pub fn run(
     let bytes = std::fs::read(dir.0.join("out.bin"))?;
     let mut data: Vec<f64> =
         bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
-    let out_name = kernel.tensors.iter().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
+    let out_name = kernel.tensors.values().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
     if let (OutputInit::Identity(r), false) = (kernel.init, tensors.contains_key(out_name)) {
         data.iter_mut().filter(|x| **x == r.identity()).for_each(|x| *x = 0.0);
     }

@@ -184,12 +184,15 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
 }
 
 /// A shared array: a value's tile, or the accumulator's copy after the loop.
-type Arr = u32;
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Arr {
+    Value(ValueId),
+    Acc,
+}
 
 /// A step of the loop body: the arrays it reads and writes, and whether a
 /// barrier precedes it.
 type Step = (BTreeSet<Arr>, BTreeSet<Arr>, bool);
-const ACC_ARR: Arr = u32::MAX;
 
 struct Printer<'k> {
     k: &'k Kernel,
@@ -197,9 +200,9 @@ struct Printer<'k> {
     real: &'static str,
     /// 64-bit index arithmetic.
     wide: bool,
-    tensor_names: Vec<String>,
-    axis_names: Vec<String>,
-    value_names: Vec<String>,
+    tensor_names: SecondaryMap<TensorId, String>,
+    axis_names: SecondaryMap<AxisId, String>,
+    value_names: SecondaryMap<ValueId, String>,
     out: String,
     pending_reads: BTreeSet<Arr>,
     pending_writes: BTreeSet<Arr>,
@@ -211,17 +214,23 @@ struct Printer<'k> {
 impl<'k> Printer<'k> {
     fn new(k: &'k Kernel, opts: &PrintOptions) -> Self {
         let p = Plan::new(k, opts);
-        let double = k.tensors.iter().any(|t| t.dtype == ElemType::Value(DType::F64));
-        let wide = k.tensors.iter().any(|t| {
+        let double = k.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
+        let wide = k.tensors.values().any(|t| {
             t.dtype == ElemType::Index(IType::I64) || t.shape.iter().product::<usize>() > i32::MAX as usize
         });
         let mut namer = namer::Namer::default();
-        let tensor_names = k.tensors.iter().map(|t| namer.fresh("g_", &t.name)).collect();
-        let axis_names = k.axes.iter().map(|a| namer.fresh("", &a.name)).collect();
-        let value_names = (0..k.values.len())
-            .map(|i| match &k.values[i].op {
-                Op::Load { tensor, .. } => format!("v{i}_{}", namer::sanitize(&k.tensor(*tensor).name)),
-                _ => format!("v{i}"),
+        let tensor_names = k.tensors.iter().map(|(id, t)| (id, namer.fresh("g_", &t.name))).collect();
+        let axis_names = k.axes.iter().map(|(id, a)| (id, namer.fresh("", &a.name))).collect();
+        let value_names = k
+            .values
+            .iter()
+            .map(|(id, v)| {
+                let i = id.as_u32();
+                let name = match &v.op {
+                    Op::Load { tensor, .. } => format!("v{i}_{}", namer::sanitize(&k.tensor(*tensor).name)),
+                    _ => format!("v{i}"),
+                };
+                (id, name)
             })
             .collect();
         Printer {
@@ -250,11 +259,11 @@ impl<'k> Printer<'k> {
     }
 
     fn i_var(&self, a: AxisId) -> String {
-        format!("i_{}", self.axis_names[a.0 as usize])
+        format!("i_{}", self.axis_names[a])
     }
 
     fn t_var(&self, a: AxisId) -> String {
-        format!("t_{}", self.axis_names[a.0 as usize])
+        format!("t_{}", self.axis_names[a])
     }
 
     fn idx(&self) -> &'static str {
@@ -272,9 +281,8 @@ impl<'k> Printer<'k> {
     // ---- values as expressions -------------------------------------------
 
     fn has_array(&self, id: ValueId) -> bool {
-        let i = id.0 as usize;
-        !self.p.inline[i]
-            && !self.p.absorbed[i]
+        !self.p.inline[id]
+            && !self.p.absorbed[id]
             && !self.folds_into_acc(id)
             && !matches!(self.k.value(id).op, Op::Accumulator)
     }
@@ -286,7 +294,7 @@ impl<'k> Printer<'k> {
         if acc.partial != id {
             return false;
         }
-        if let Some(m) = self.p.root_of[id.0 as usize] {
+        if let Some(m) = self.p.root_of[id] {
             return self.p.matmuls[m].into_acc;
         }
         match self.k.value(id).op {
@@ -315,27 +323,27 @@ impl<'k> Printer<'k> {
                 self.at("acc_s", &self.p.acc_layout)
             };
         }
-        self.at(&self.value_names[id.0 as usize], &self.p.layout[id.0 as usize])
+        self.at(&self.value_names[id], &self.p.layout[id])
     }
 
     /// A value's element where the coordinates of (at least) its axes are
     /// bound: the inlined expression, or a read of its tile.
     fn elem(&self, id: ValueId) -> String {
-        if self.p.inline[id.0 as usize] { self.expr(id) } else { self.array(id) }
+        if self.p.inline[id] { self.expr(id) } else { self.array(id) }
     }
 
     /// The shared arrays reading `elem(id)` touches.
     fn reads(&self, id: ValueId, out: &mut BTreeSet<Arr>) {
-        if self.p.inline[id.0 as usize] {
+        if self.p.inline[id] {
             for o in self.k.operands(id) {
                 self.reads(o, out);
             }
         } else if matches!(self.k.value(id).op, Op::Accumulator) {
             if !self.p.sink_from_registers {
-                out.insert(ACC_ARR);
+                out.insert(Arr::Acc);
             }
         } else {
-            out.insert(id.0);
+            out.insert(Arr::Value(id));
         }
     }
 
@@ -410,7 +418,7 @@ impl<'k> Printer<'k> {
 
     /// A tensor element converted to the compute type.
     fn read_tensor(&self, tensor: TensorId, address: &str) -> String {
-        let t = &self.tensor_names[tensor.0 as usize];
+        let t = &self.tensor_names[tensor];
         match self.k.tensor(tensor).dtype {
             ElemType::Value(DType::F16) => format!("__half2float({t}[{address}])"),
             ElemType::Value(DType::Bf16) => format!("__bfloat162float({t}[{address}])"),
@@ -440,7 +448,7 @@ impl<'k> Printer<'k> {
                 let (t, tile, i) = (self.t_var(*a), self.tile(*a), self.i_var(*a));
                 if tile == 1 { t } else { format!("({t} * {tile} + {i})") }
             }
-            Op::Const(c) => self.float(*c),
+            Op::Const(c) => self.float(c.0),
             Op::ConstInt(c) => self.int(*c),
             Op::Load { tensor, index, mask } => {
                 let read = self.read_tensor(*tensor, &self.address(*tensor, index));
@@ -596,14 +604,13 @@ impl<'k> Printer<'k> {
                 return Some(id);
             }
             p.k.operands(id)
-                .into_iter()
-                .filter(|&o| p.p.inline[o.0 as usize] && p.k.value(o).scalar == Scalar::Float)
+                .filter(|&o| p.p.inline[o] && p.k.value(o).scalar == Scalar::Float)
                 .find_map(|o| driving_load(p, o))
         }
         let shape = &self.k.value(id).shape;
         match driving_load(self, id).map(|l| &self.k.value(l).op) {
             Some(Op::Load { index, .. }) => plan::contiguous_order(self.k, shape, index.last().copied()),
-            _ => self.p.layout[id.0 as usize].clone(),
+            _ => self.p.layout[id].clone(),
         }
     }
 
@@ -645,16 +652,16 @@ impl<'k> Printer<'k> {
         for d in &dots {
             let text = match &d.path {
                 DotPath::TensorCores { fragment, batch, m, n, k: kk, into_accumulator } => format!(
-                    "// dot %{}: Tensor Cores, {} {batch} x ({m}x{kk} * {kk}x{n}){}",
-                    d.dot.0,
+                    "// dot {}: Tensor Cores, {} {batch} x ({m}x{kk} * {kk}x{n}){}",
+                    d.dot,
                     fragment.name(),
                     if *into_accumulator { ", into the accumulator fragments" } else { "" }
                 ),
-                DotPath::Fma { reason } => format!("// dot %{}: FMA ({reason})", d.dot.0),
+                DotPath::Fma { reason } => format!("// dot {}: FMA ({reason})", d.dot),
             };
             self.line(0, &text);
         }
-        let halves = k.tensors.iter().any(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)));
+        let halves = k.tensors.values().any(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)));
         if halves || !self.p.matmuls.is_empty() {
             self.line(0, "#include <cuda_fp16.h>");
             self.line(0, "#include <cuda_bf16.h>");
@@ -669,11 +676,10 @@ impl<'k> Printer<'k> {
         let params: Vec<String> = k
             .tensors
             .iter()
-            .enumerate()
-            .map(|(i, t)| {
+            .map(|(id, t)| {
                 let ty = cuda_type(t.dtype);
                 let constness = if t.output { "" } else { "const " };
-                format!("{constness}{ty} *__restrict__ {}", self.tensor_names[i])
+                format!("{constness}{ty} *__restrict__ {}", self.tensor_names[id])
             })
             .collect();
         self.line(
@@ -752,10 +758,9 @@ impl<'k> Printer<'k> {
                 continue;
             }
             let v = k.value(id);
-            let i = id.0 as usize;
-            let (ty, size, align) = if let Some(stage) = &self.p.stage[i] {
+            let (ty, size, align) = if let Some(stage) = &self.p.stage[id] {
                 (stage.fragment.storage(), stage.fragment.bytes(), true)
-            } else if self.p.root_of[i].is_some() {
+            } else if self.p.root_of[id].is_some() {
                 ("float", 4, true)
             } else {
                 match v.scalar {
@@ -764,8 +769,8 @@ impl<'k> Printer<'k> {
                     Scalar::Bool => ("bool", 1, false),
                 }
             };
-            let name = self.value_names[i].clone();
-            out.push(self.declaration(&name, ty, size, align, &self.p.layout[i]));
+            let name = self.value_names[id].clone();
+            out.push(self.declaration(&name, ty, size, align, &self.p.layout[id]));
         }
         let acc_copy = match self.p.acc {
             AccPlan::Fragments(_) => true,
@@ -805,7 +810,7 @@ impl<'k> Printer<'k> {
     fn program(&mut self, depth: usize) {
         let k = self.k;
         let in_phase = |p: &Printer, phase: Phase| -> Vec<ValueId> {
-            k.order.iter().copied().filter(|id| p.p.phases[id.0 as usize] == phase).collect()
+            k.order.iter().copied().filter(|&id| p.p.phases[id] == phase).collect()
         };
         for id in in_phase(self, Phase::Program) {
             self.emit(depth, id);
@@ -902,7 +907,7 @@ impl<'k> Printer<'k> {
             AccPlan::Registers if !self.p.sink_from_registers => {
                 let acc = k.accumulate.as_ref().expect("an accumulator");
                 let n = self.elements(&acc.shape);
-                self.step(depth, BTreeSet::new(), BTreeSet::from([ACC_ARR]));
+                self.step(depth, BTreeSet::new(), BTreeSet::from([Arr::Acc]));
                 let inner = self.open_owned(depth, n);
                 let layout = self.p.acc_layout.clone();
                 self.decode(inner, &layout);
@@ -912,7 +917,7 @@ impl<'k> Printer<'k> {
             }
             AccPlan::Fragments(m) => {
                 let mm = self.p.matmuls[m].clone();
-                self.step(depth, BTreeSet::new(), BTreeSet::from([ACC_ARR]));
+                self.step(depth, BTreeSet::new(), BTreeSet::from([Arr::Acc]));
                 self.for_fragments(depth, &mm, |p, d, mm| {
                     let dst = p.root_pointer("acc_s", &p.p.acc_layout.clone(), mm);
                     let (_, _, n, _) = mm.dims(p.k);
@@ -934,17 +939,16 @@ impl<'k> Printer<'k> {
 
     /// Emits a value: its tile and what fills it.
     fn emit(&mut self, depth: usize, id: ValueId) {
-        let i = id.0 as usize;
-        if self.p.inline[i] || self.p.absorbed[i] || matches!(self.k.value(id).op, Op::Accumulator) {
+        if self.p.inline[id] || self.p.absorbed[id] || matches!(self.k.value(id).op, Op::Accumulator) {
             return;
         }
-        if let Some(m) = self.p.root_of[i] {
+        if let Some(m) = self.p.root_of[id] {
             let mm = self.p.matmuls[m].clone();
             self.matmul(depth, &mm);
             return;
         }
         let value = self.k.value(id).clone();
-        if let Some(chain) = self.p.chain[i].clone() {
+        if let Some(chain) = self.p.chain[id].clone() {
             let mut ids = chain.factors.clone();
             ids.extend(chain.axes.iter().filter_map(|(_, m)| *m));
             let reads = self.reads_of(&ids);
@@ -959,10 +963,10 @@ impl<'k> Printer<'k> {
                 self.reduce_loop(inner, &chain, "acc[k]");
                 self.close_owned(inner, depth);
             } else {
-                self.step(depth, reads, BTreeSet::from([id.0]));
+                self.step(depth, reads, BTreeSet::from([Arr::Value(id)]));
                 let n = self.elements(&value.shape);
                 let inner = self.open_elements(depth, n);
-                let layout = self.p.layout[i].clone();
+                let layout = self.p.layout[id].clone();
                 self.decode(inner, &layout);
                 let identity = self.float(chain.reduction.identity());
                 self.line(inner, &format!("{} s = {identity};", self.real));
@@ -973,16 +977,16 @@ impl<'k> Printer<'k> {
             }
             return;
         }
-        let mut reads = self.reads_of(&self.k.operands(id));
-        if let Some(stage) = &self.p.stage[i] {
+        let mut reads = self.reads_of(&self.k.operands(id).collect::<Vec<_>>());
+        if let Some(stage) = &self.p.stage[id] {
             reads.extend(self.reads_of(&stage.masks));
         }
-        self.step(depth, reads, BTreeSet::from([id.0]));
+        self.step(depth, reads, BTreeSet::from([Arr::Value(id)]));
         let n = self.elements(&value.shape);
         let inner = self.open_elements(depth, n);
         let order = self.fill_order(id);
         self.decode(inner, &order);
-        let text = match &self.p.stage[i] {
+        let text = match &self.p.stage[id] {
             Some(stage) => self.staged(id, stage),
             None => self.expr(id),
         };
@@ -1010,8 +1014,7 @@ impl<'k> Printer<'k> {
                         | (plan::Fragment::Tf32, ElemType::Value(DType::F32))
                 );
                 same.then(|| {
-                    let read =
-                        format!("{}[{}]", self.tensor_names[tensor.0 as usize], self.address(*tensor, index));
+                    let read = format!("{}[{}]", self.tensor_names[*tensor], self.address(*tensor, index));
                     match mask {
                         None => read,
                         Some(m) => format!("({} ? {read} : {zero})", self.elem(*m)),
@@ -1124,9 +1127,9 @@ impl<'k> Printer<'k> {
         let (batch, m, n, kk) = mm.dims(self.k);
         let f = mm.fragment;
         let ks = f.k_step();
-        let (an, bn) = (self.value_names[mm.a.0 as usize].clone(), self.value_names[mm.b.0 as usize].clone());
-        let a_base = self.base(&an, &self.p.layout[mm.a.0 as usize].clone());
-        let b_base = self.base(&bn, &self.p.layout[mm.b.0 as usize].clone());
+        let (an, bn) = (self.value_names[mm.a].clone(), self.value_names[mm.b].clone());
+        let a_base = self.base(&an, &self.p.layout[mm.a].clone());
+        let b_base = self.base(&bn, &self.p.layout[mm.b].clone());
         let (a_batch, b_batch) = if batch > 1 {
             (format!(" + bt * {}", m * kk), format!(" + bt * {}", kk * n))
         } else {
@@ -1165,13 +1168,13 @@ impl<'k> Printer<'k> {
     /// A product on Tensor Cores: into the accumulator fragments, or into
     /// the root's shared tile.
     fn matmul(&mut self, depth: usize, mm: &Matmul) {
-        let operands = BTreeSet::from([mm.a.0, mm.b.0]);
+        let operands = BTreeSet::from([Arr::Value(mm.a), Arr::Value(mm.b)]);
         if mm.into_acc {
             self.step(depth, operands, BTreeSet::new());
             self.for_fragments(depth, mm, |p, d, mm| p.mma_k(d, mm, "acc_f[j]"));
             return;
         }
-        self.step(depth, operands, BTreeSet::from([mm.root.0]));
+        self.step(depth, operands, BTreeSet::from([Arr::Value(mm.root)]));
         let warps = self.threads() / 32;
         let items = mm.items(self.k);
         let ks = mm.fragment.k_step();
@@ -1188,8 +1191,8 @@ impl<'k> Printer<'k> {
         self.line(d, &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, float> c;"));
         self.line(d, "wmma::fill_fragment(c, 0.0f);");
         self.mma_k(d, mm, "c");
-        let name = self.value_names[mm.root.0 as usize].clone();
-        let dst = self.root_pointer(&name, &self.p.layout[mm.root.0 as usize].clone(), mm);
+        let name = self.value_names[mm.root].clone();
+        let dst = self.root_pointer(&name, &self.p.layout[mm.root].clone(), mm);
         self.line(d, &format!("wmma::store_matrix_sync({dst}, c, {n}, wmma::mem_row_major);"));
         self.line(depth, "}");
     }
@@ -1219,7 +1222,7 @@ impl<'k> Printer<'k> {
             inner
         };
         let t = self.k.tensor(s.tensor);
-        let name = &self.tensor_names[s.tensor.0 as usize];
+        let name = &self.tensor_names[s.tensor];
         let address = self.address(s.tensor, &s.index);
         let target = format!("{name}[{address}]");
         let value = self.elem(s.value);
@@ -1271,7 +1274,7 @@ impl<'k> Printer<'k> {
         }
         let &axis = self.p.sink_order.last()?;
         let (last, rest) = s.index.split_last()?;
-        let plain = matches!(k.value(*last).op, Op::Range(a) if a == axis) && self.p.inline[last.0 as usize];
+        let plain = matches!(k.value(*last).op, Op::Range(a) if a == axis) && self.p.inline[*last];
         let tile = self.tile(axis);
         (plain
             && tile >= 2
@@ -1335,7 +1338,7 @@ impl<'k> Printer<'k> {
         self.line(inner, "}");
         self.line(inner, "{");
         self.line(inner + 1, &format!("const int {i} = pair;"));
-        let name = &self.tensor_names[s.tensor.0 as usize];
+        let name = &self.tensor_names[s.tensor];
         let ty = match k.tensor(s.tensor).dtype {
             ElemType::Value(DType::Bf16) => "__nv_bfloat16",
             _ => "__half",

@@ -128,20 +128,20 @@ pub(crate) enum AccPlan {
 
 #[derive(Debug)]
 pub(crate) struct Plan {
-    pub phases: Vec<Phase>,
-    pub users: Vec<Vec<User>>,
-    pub inline: Vec<bool>,
+    pub phases: SecondaryMap<ValueId, Phase>,
+    pub users: SecondaryMap<ValueId, Vec<User>>,
+    pub inline: SecondaryMap<ValueId, bool>,
     /// The axis order of each value's tile (row-major, last fastest).
-    pub layout: Vec<Vec<AxisId>>,
+    pub layout: SecondaryMap<ValueId, Vec<AxisId>>,
     pub matmuls: Vec<Matmul>,
     /// Dots printed as FMA loops, with the reason.
     pub fallbacks: Vec<(ValueId, String)>,
     /// The matmul a value is the root of.
-    pub root_of: Vec<Option<usize>>,
-    pub absorbed: Vec<bool>,
+    pub root_of: SecondaryMap<ValueId, Option<usize>>,
+    pub absorbed: SecondaryMap<ValueId, bool>,
     /// The FMA loop nest of each reduction printed on its own.
-    pub chain: Vec<Option<Chain>>,
-    pub stage: Vec<Option<Stage>>,
+    pub chain: SecondaryMap<ValueId, Option<Chain>>,
+    pub stage: SecondaryMap<ValueId, Option<Stage>>,
     pub acc: AccPlan,
     pub acc_layout: Vec<AxisId>,
     /// The sink reads `acc[k]` from registers (no shared copy).
@@ -170,40 +170,39 @@ impl Plan {
         let n = k.values.len();
         let mut phases = k.phases();
         let sink = &k.sink;
-        let sink_ids: Vec<ValueId> =
-            sink.index.iter().copied().chain([sink.value]).chain(sink.mask).collect();
-        let sink_phase = sink_ids.iter().map(|&v| phases[v.0 as usize]).max().unwrap_or(Phase::Program);
+        let sink_ids: Vec<ValueId> = sink.operands().collect();
+        let sink_phase = sink_ids.iter().map(|&v| phases[v]).max().unwrap_or(Phase::Program);
         let sink_shape = union(sink_ids.iter().flat_map(|&v| k.value(v).shape.clone()));
         let acc_value = k.order.iter().copied().find(|&id| matches!(k.value(id).op, Op::Accumulator));
         if let Some(acc) = acc_value {
-            phases[acc.0 as usize] = Phase::Epilogue;
+            phases[acc] = Phase::Epilogue;
         }
 
-        let mut users = vec![Vec::new(); n];
+        let mut users: SecondaryMap<ValueId, Vec<User>> = SecondaryMap::with_capacity(n);
         for &id in &k.order {
             for o in k.operands(id) {
-                users[o.0 as usize].push(User::Value(id));
+                users[o].push(User::Value(id));
             }
         }
         for &v in &sink_ids {
-            users[v.0 as usize].push(User::Sink);
+            users[v].push(User::Sink);
         }
         if let Some(acc) = &k.accumulate {
-            users[acc.partial.0 as usize].push(User::Fold);
+            users[acc.partial].push(User::Fold);
         }
 
-        let layout: Vec<Vec<AxisId>> = k.values.iter().map(|v| default_order(k, &v.shape)).collect();
+        let layout = k.values.iter().map(|(id, v)| (id, default_order(k, &v.shape))).collect();
         let mut plan = Plan {
             phases,
             users,
-            inline: vec![false; n],
+            inline: SecondaryMap::with_capacity(n),
             layout,
             matmuls: Vec::new(),
             fallbacks: Vec::new(),
-            root_of: vec![None; n],
-            absorbed: vec![false; n],
-            chain: vec![None; n],
-            stage: vec![None; n],
+            root_of: SecondaryMap::with_capacity(n),
+            absorbed: SecondaryMap::with_capacity(n),
+            chain: SecondaryMap::with_capacity(n),
+            stage: SecondaryMap::with_capacity(n),
             acc: AccPlan::None,
             acc_layout: Vec::new(),
             sink_from_registers: false,
@@ -215,7 +214,7 @@ impl Plan {
         plan.sink_order = contiguous_order(k, &plan.sink_shape, sink.index.last().copied());
 
         // Tensor Core products.
-        let mut fixed = vec![false; n];
+        let mut fixed: SecondaryMap<ValueId, bool> = SecondaryMap::with_capacity(n);
         for &id in &k.order {
             if !matches!(k.value(id).op, Op::Dot { .. }) {
                 continue;
@@ -230,16 +229,16 @@ impl Plan {
                         k.value(v).shape.iter().copied().filter(|&a| k.axis(a).tile == 1).collect()
                     };
                     let cat = |parts: &[&[AxisId]]| -> Vec<AxisId> { parts.concat() };
-                    plan.layout[mm.a.0 as usize] = cat(&[&units(mm.a), &mm.batch, &mm.m, &mm.k]);
-                    plan.layout[mm.b.0 as usize] = cat(&[&units(mm.b), &mm.batch, &mm.k, &mm.n]);
-                    plan.layout[mm.root.0 as usize] = cat(&[&units(mm.root), &mm.batch, &mm.m, &mm.n]);
+                    plan.layout[mm.a] = cat(&[&units(mm.a), &mm.batch, &mm.m, &mm.k]);
+                    plan.layout[mm.b] = cat(&[&units(mm.b), &mm.batch, &mm.k, &mm.n]);
+                    plan.layout[mm.root] = cat(&[&units(mm.root), &mm.batch, &mm.m, &mm.n]);
                     for v in [mm.a, mm.b, mm.root] {
-                        fixed[v.0 as usize] = true;
+                        fixed[v] = true;
                     }
                     let index = plan.matmuls.len();
-                    plan.root_of[mm.root.0 as usize] = Some(index);
+                    plan.root_of[mm.root] = Some(index);
                     for &x in &mm.absorbed {
-                        plan.absorbed[x.0 as usize] = true;
+                        plan.absorbed[x] = true;
                     }
                     plan.matmuls.push(mm);
                 }
@@ -249,8 +248,7 @@ impl Plan {
 
         // FMA reductions: a sum of a sum is one loop nest.
         for &id in &k.order {
-            let i = id.0 as usize;
-            if plan.absorbed[i] || plan.root_of[i].is_some() || plan.chain[i].is_some() {
+            if plan.absorbed[id] || plan.root_of[id].is_some() || plan.chain[id].is_some() {
                 continue;
             }
             let (reduction, factors, axis, mask) = match k.value(id).op {
@@ -260,18 +258,18 @@ impl Plan {
             };
             let mut top = id;
             let mut axes = vec![(axis, mask)];
-            while let [User::Value(user)] = plan.users[top.0 as usize][..]
+            while let [User::Value(user)] = plan.users[top][..]
                 && let Op::Reduce { reduction: r, value, axis: q, mask } = k.value(user).op
                 && r == reduction
                 && value == top
-                && plan.phases[user.0 as usize] == plan.phases[top.0 as usize]
-                && plan.root_of[user.0 as usize].is_none()
+                && plan.phases[user] == plan.phases[top]
+                && plan.root_of[user].is_none()
             {
-                plan.absorbed[top.0 as usize] = true;
+                plan.absorbed[top] = true;
                 top = user;
                 axes.insert(0, (q, mask));
             }
-            plan.chain[top.0 as usize] = Some(Chain { reduction, factors, axes });
+            plan.chain[top] = Some(Chain { reduction, factors, axes });
         }
 
         // Inlining. Index and mask arithmetic is recomputed where it is
@@ -279,33 +277,31 @@ impl Plan {
         // reads: a tile and a barrier cost more. Loads never are: a
         // gathered index like `E[r]` is read from memory once per tile.
         const RECOMPUTE: usize = 8;
-        let mut cost = vec![usize::MAX; n];
+        let mut cost: SecondaryMap<ValueId, usize> = SecondaryMap::with_default(usize::MAX);
         for &id in &k.order {
             let v = k.value(id);
-            let i = id.0 as usize;
-            let forced = plan.stage[i].is_some() || plan.root_of[i].is_some() || plan.absorbed[i];
-            cost[i] = match &v.op {
+            let forced = plan.stage[id].is_some() || plan.root_of[id].is_some() || plan.absorbed[id];
+            cost[id] = match &v.op {
                 Op::Range(_) | Op::Const(_) | Op::ConstInt(_) => 0,
                 Op::Unary(..) | Op::Binary(..) | Op::Broadcast { .. }
                     if v.scalar != Scalar::Float && !forced =>
                 {
                     let operands: usize = k
                         .operands(id)
-                        .iter()
-                        .map(|o| if plan.inline[o.0 as usize] { cost[o.0 as usize] } else { 1 })
+                        .map(|o| if plan.inline[o] { cost[o] } else { 1 })
                         .fold(0, usize::saturating_add);
                     operands.saturating_add(1)
                 }
                 _ => usize::MAX,
             };
-            plan.inline[i] = !forced
+            plan.inline[id] = !forced
                 && match &v.op {
                     Op::Accumulator | Op::Reduce { .. } | Op::Dot { .. } => false,
-                    _ if cost[i] <= RECOMPUTE => true,
+                    _ if cost[id] <= RECOMPUTE => true,
                     Op::Broadcast { .. } => true,
-                    _ => match plan.users[i][..] {
+                    _ => match plan.users[id][..] {
                         [user] => {
-                            plan.user_phase(user) == plan.phases[i]
+                            plan.user_phase(user) == plan.phases[id]
                                 && plan.iteration_shape(k, user) == sorted(&v.shape)
                         }
                         _ => false,
@@ -317,7 +313,7 @@ impl Plan {
         if let Some(acc) = &k.accumulate {
             if let Some(i) = plan.matmuls.iter().position(|m| m.into_acc) {
                 plan.acc = AccPlan::Fragments(i);
-                plan.acc_layout = plan.layout[plan.matmuls[i].root.0 as usize].clone();
+                plan.acc_layout = plan.layout[plan.matmuls[i].root].clone();
             } else {
                 plan.acc = AccPlan::Registers;
                 // The sink reads `acc[k]` when it visits the accumulator's
@@ -327,13 +323,11 @@ impl Plan {
                     && acc_value.is_some_and(|av| {
                         let mut cur = av;
                         loop {
-                            match plan.users[cur.0 as usize][..] {
+                            match plan.users[cur][..] {
                                 [User::Sink] => {
                                     break !sink.index.contains(&cur) && sink.mask != Some(cur);
                                 }
-                                [User::Value(u)]
-                                    if plan.inline[u.0 as usize] && sorted(&k.value(u).shape) == shape =>
-                                {
+                                [User::Value(u)] if plan.inline[u] && sorted(&k.value(u).shape) == shape => {
                                     cur = u
                                 }
                                 _ => break false,
@@ -344,7 +338,7 @@ impl Plan {
                 plan.acc_layout = if direct { plan.sink_order.clone() } else { default_order(k, &acc.shape) };
             }
             if let Some(av) = acc_value {
-                plan.layout[av.0 as usize] = plan.acc_layout.clone();
+                plan.layout[av] = plan.acc_layout.clone();
             }
         }
 
@@ -356,8 +350,7 @@ impl Plan {
             largest = largest.max(k.tile_elements(&acc.shape));
         }
         for &id in &k.order {
-            let i = id.0 as usize;
-            if !plan.inline[i] && !plan.absorbed[i] && plan.root_of[i].is_none() {
+            if !plan.inline[id] && !plan.absorbed[id] && plan.root_of[id].is_none() {
                 largest = largest.max(k.tile_elements(&k.value(id).shape));
             }
         }
@@ -377,7 +370,7 @@ impl Plan {
 
     pub fn user_phase(&self, user: User) -> Phase {
         match user {
-            User::Value(u) => self.phases[u.0 as usize],
+            User::Value(u) => self.phases[u],
             User::Sink => self.sink_phase,
             User::Fold => Phase::Loop,
         }
@@ -393,7 +386,7 @@ impl Plan {
                         v.shape
                             .iter()
                             .copied()
-                            .chain(k.operands(u).iter().flat_map(|&o| k.value(o).shape.clone()))
+                            .chain(k.operands(u).flat_map(|o| k.value(o).shape.clone()))
                             .chain([*axis]),
                     ),
                     _ => sorted(&v.shape),
@@ -410,7 +403,7 @@ impl Plan {
         k: &Kernel,
         dot: ValueId,
         opts: &PrintOptions,
-        fixed: &[bool],
+        fixed: &SecondaryMap<ValueId, bool>,
     ) -> Result<Matmul, String> {
         let Op::Dot { a, b, axis, mask } = k.value(dot).op else { unreachable!("a dot") };
         if a == b {
@@ -420,8 +413,8 @@ impl Plan {
             if matches!(k.value(v).op, Op::Accumulator) {
                 return Err("an operand is the accumulator".to_string());
             }
-            if self.stage[v.0 as usize].is_some() {
-                return Err(format!("operand %{} is staged for another product", v.0));
+            if self.stage[v].is_some() {
+                return Err(format!("operand {v} is staged for another product"));
             }
         }
         let (sa, sb) = (&k.value(a).shape, &k.value(b).shape);
@@ -430,7 +423,7 @@ impl Plan {
         let mut ks = vec![axis];
         let mut masks: Vec<ValueId> = mask.into_iter().collect();
         let mut absorbed = Vec::new();
-        while let [User::Value(user)] = self.users[root.0 as usize][..]
+        while let [User::Value(user)] = self.users[root][..]
             && let Op::Reduce { reduction: Reduction::Sum, value, axis: q, mask } = k.value(user).op
             && value == root
             && sa.contains(&q)
@@ -463,8 +456,8 @@ impl Plan {
             return Err(format!("K is {kx}, not a multiple of {}", fragment.k_step()));
         }
         for v in [a, b, root] {
-            if fixed[v.0 as usize] {
-                return Err(format!("the layout of %{} is already fixed by another product", v.0));
+            if fixed[v] {
+                return Err(format!("the layout of {v} is already fixed by another product"));
             }
         }
         // Masked-off terms are zero operands: each mask goes into every
@@ -476,22 +469,19 @@ impl Plan {
             let mut placed = false;
             for (v, stage) in [(a, &mut stage_a), (b, &mut stage_b)] {
                 if ms.iter().all(|x| k.value(v).shape.contains(x)) {
-                    if self.users[v.0 as usize].len() != 1 {
-                        return Err(format!(
-                            "operand %{} is masked for the product but used elsewhere too",
-                            v.0
-                        ));
+                    if self.users[v].len() != 1 {
+                        return Err(format!("operand {v} is masked for the product but used elsewhere too"));
                     }
                     stage.masks.push(msk);
                     placed = true;
                 }
             }
             if !placed {
-                return Err(format!("mask %{} varies over axes neither operand has", msk.0));
+                return Err(format!("mask {msk} varies over axes neither operand has"));
             }
         }
-        self.stage[a.0 as usize] = Some(stage_a);
-        self.stage[b.0 as usize] = Some(stage_b);
+        self.stage[a] = Some(stage_a);
+        self.stage[b] = Some(stage_b);
         let into_acc =
             k.accumulate.as_ref().is_some_and(|acc| acc.partial == root && acc.reduction == Reduction::Sum);
         Ok(Matmul { root, dot, absorbed, a, b, batch, m, n, k: kk, fragment, into_acc })
@@ -545,7 +535,7 @@ fn float_sources(k: &Kernel, id: ValueId, out: &mut BTreeSet<&'static str>) {
             out.insert(name);
         }
         Op::Reduce { .. } | Op::Dot { .. } | Op::Accumulator => {
-            out.insert(if k.tensors.iter().any(|t| t.dtype == ElemType::Value(DType::F64)) {
+            out.insert(if k.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64)) {
                 "f64"
             } else {
                 "f32"

@@ -250,7 +250,7 @@ fn build(einsum: &Einsum, a: &Coo<f64, i64>, b: &[f64], format: &str, schedule: 
         .with_context(|| what.clone())?;
     let a_bytes = kernel
         .tensors
-        .iter()
+        .values()
         .filter(|t| t.name.starts_with("A_"))
         .map(|t| t.shape.iter().product::<usize>() * t.dtype.size_bytes())
         .sum();

@@ -460,11 +460,11 @@ impl Problem<'_> {
         tensors.insert("B".into(), TensorValue::Values(self.b.mapv(f64::from).into_dyn()));
         let buffers = ck.buffers(&tensors).with_context(|| what.clone())?;
         drop(tensors);
-        let out = ck.kernel.tensors.iter().position(|t| t.output).context("a kernel has an output")?;
+        let out = ck.kernel.tensors.values().position(|t| t.output).context("a kernel has an output")?;
         let a_bytes = ck
             .kernel
             .tensors
-            .iter()
+            .values()
             .zip(&buffers)
             .filter(|(t, _)| t.name.starts_with("A_"))
             .map(|(_, b)| buffer_bytes(b))
@@ -818,7 +818,7 @@ fn sweep(problem: &Problem<'_>, config: &Config, analysis: &GroupAnalysis, want:
         for (vname, format, base, g) in &plans {
             let schedule = format!("{base} tile.p={p}");
             let mut v = problem.variant(vname, format, &schedule, *g)?;
-            let extent = v.ck.kernel.axes.iter().find(|a| a.name == "p").map_or(0, |a| a.extent);
+            let extent = v.ck.kernel.axes.values().find(|a| a.name == "p").map_or(0, |a| a.extent);
             let err = rel_error(&v.result(config.threads)?, want);
             ensure!(err <= TOLERANCE, "sweep {vname} [{schedule}]: max relative error {err:.3e}");
             let t1 = v.time(1, config.repeats)?;

@@ -5,22 +5,35 @@
 
 use std::collections::BTreeMap;
 
+use super::passes::{self, PassManager};
 use super::schedule::{Broadcasting, Schedule};
 use super::*;
 use crate::lang::{Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, Expr, Role, Subscript};
 
 /// Lowers `einsum` under `schedule` into a kernel named `name`, then runs
-/// the passes the schedule asks for (lazy broadcasting, native matmul).
+/// the passes the schedule asks for (lazy broadcasting, native matmul)
+/// through [`pipeline`].
 pub fn lower(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Kernel, Diagnostic> {
     let mut kernel = lower_only(einsum, schedule, name)?;
-    if schedule.broadcasting == Broadcasting::Lazy {
-        super::passes::lazy_broadcast::run(&mut kernel);
-    }
-    if schedule.native_matmul {
-        super::passes::native_matmul::run(&mut kernel);
-    }
+    pipeline(schedule).run(&mut kernel).map_err(|e| {
+        Diagnostic::new(format!("internal compiler error: {e}"), einsum.statement.span)
+            .with_note("this is a bug in Spindle; please report it with the statement and schedule")
+    })?;
     check_tiles(&kernel, &einsum.statement.span)?;
     Ok(kernel)
+}
+
+/// The passes `schedule` asks for, in order. The IR is verified before and
+/// after each; `SPINDLE_DUMP_IR=1` prints it after each.
+pub fn pipeline(schedule: &Schedule) -> PassManager {
+    let mut passes = Vec::new();
+    if schedule.broadcasting == Broadcasting::Lazy {
+        passes.push(passes::LAZY_BROADCAST);
+    }
+    if schedule.native_matmul {
+        passes.push(passes::NATIVE_MATMUL);
+    }
+    PassManager::new(passes)
 }
 
 /// The largest tile one value may occupy, in elements.
@@ -49,7 +62,7 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
     // Parallel axes first, then reduced; within each, the schedule's
     // `order` first, then the statement's order.
     let rank = |name: &str| schedule.order.iter().position(|o| o == name).unwrap_or(usize::MAX);
-    let mut axes: Vec<Axis> = Vec::new();
+    let mut axes: PrimaryMap<AxisId, Axis> = PrimaryMap::new();
     for reduced in [false, true] {
         let mut group: Vec<_> = einsum.indices.iter().filter(|i| i.reduced == reduced).collect();
         group.sort_by_key(|i| rank(&i.name));
@@ -66,7 +79,7 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
     }
     let named = schedule.tiles.keys().chain(schedule.parallel.iter().flatten()).chain(&schedule.order);
     for index in named {
-        if !axes.iter().any(|a| &a.name == index) {
+        if !axes.values().any(|a| &a.name == index) {
             return Err(Diagnostic::new(
                 format!("the schedule names `{index}`, which the statement does not use"),
                 st.span,
@@ -81,7 +94,7 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
             st.span,
         ));
     }
-    let tensors: Vec<TensorParam> = einsum
+    let tensors: PrimaryMap<TensorId, TensorParam> = einsum
         .tensors
         .values()
         .map(|t| TensorParam {
@@ -104,7 +117,7 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
     let mut b = Builder {
         axes,
         tensors,
-        values: Vec::new(),
+        values: PrimaryMap::new(),
         order: Vec::new(),
         ranges: BTreeMap::new(),
         numbered: Default::default(),
@@ -167,12 +180,13 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
 }
 
 struct Builder {
-    axes: Vec<Axis>,
-    tensors: Vec<TensorParam>,
-    values: Vec<Value>,
+    axes: PrimaryMap<AxisId, Axis>,
+    tensors: PrimaryMap<TensorId, TensorParam>,
+    values: PrimaryMap<ValueId, Value>,
     order: Vec<ValueId>,
     ranges: BTreeMap<AxisId, ValueId>,
-    numbered: std::collections::HashMap<String, ValueId>,
+    /// Value numbering, keyed on the node as first built.
+    numbered: std::collections::HashMap<Value, ValueId>,
     eager: bool,
 }
 
@@ -180,37 +194,35 @@ impl Builder {
     /// Adds a value, or returns the equal one already built (value
     /// numbering: the same mask or constant is computed once).
     fn push(&mut self, op: Op, shape: Shape, scalar: Scalar) -> ValueId {
-        let key = format!("{op:?} {shape:?} {scalar:?}");
-        if let (false, Some(&id)) = (matches!(op, Op::Accumulator), self.numbered.get(&key)) {
+        let value = Value { op, shape, scalar };
+        let numbered = !matches!(value.op, Op::Accumulator);
+        if let (true, Some(&id)) = (numbered, self.numbered.get(&value)) {
             return id;
         }
-        let id = ValueId(self.values.len() as u32);
-        self.values.push(Value { op, shape, scalar });
+        let id = self.values.push(value.clone());
         self.order.push(id);
-        self.numbered.insert(key, id);
+        self.numbered.insert(value, id);
         id
     }
 
     fn shape_of(&self, id: ValueId) -> Shape {
-        self.values[id.0 as usize].shape.clone()
+        self.values[id].shape.clone()
     }
 
     fn scalar_of(&self, id: ValueId) -> Scalar {
-        self.values[id.0 as usize].scalar
+        self.values[id].scalar
     }
 
     fn axis_ids(&self, role: AxisRole) -> Vec<AxisId> {
-        (0..self.axes.len() as u32).map(AxisId).filter(|&a| self.axes[a.0 as usize].role == role).collect()
+        self.axes.iter().filter(|(_, a)| a.role == role).map(|(id, _)| id).collect()
     }
 
     fn axis_id(&self, name: &str) -> AxisId {
-        AxisId(self.axes.iter().position(|a| a.name == name).expect("the checker knows every index") as u32)
+        self.axes.iter().find(|(_, a)| a.name == name).expect("the checker knows every index").0
     }
 
     fn tensor_id(&self, name: &str) -> TensorId {
-        TensorId(
-            self.tensors.iter().position(|t| t.name == name).expect("the checker knows every tensor") as u32
-        )
+        self.tensors.iter().find(|(_, t)| t.name == name).expect("the checker knows every tensor").0
     }
 
     /// The union of shapes, in axis order.
@@ -231,10 +243,12 @@ impl Builder {
         }
         let mut id = self.push(Op::Range(axis), vec![axis], Scalar::Int);
         if self.eager {
-            let role = self.axes[axis.0 as usize].role;
-            let all: Shape = (0..self.axes.len() as u32)
-                .map(AxisId)
-                .filter(|a| role == AxisRole::Reduced || self.axes[a.0 as usize].role == AxisRole::Parallel)
+            let role = self.axes[axis].role;
+            let all: Shape = self
+                .axes
+                .iter()
+                .filter(|(_, a)| role == AxisRole::Reduced || a.role == AxisRole::Parallel)
+                .map(|(id, _)| id)
                 .collect();
             id = self.push(Op::Broadcast { value: id }, all, Scalar::Int);
         }
@@ -276,7 +290,7 @@ impl Builder {
 
     /// `range < extent` for an axis whose last tile is ragged.
     fn axis_mask(&mut self, axis: AxisId) -> Option<ValueId> {
-        let a = &self.axes[axis.0 as usize];
+        let a = &self.axes[axis];
         if !a.ragged() {
             return None;
         }
@@ -288,7 +302,7 @@ impl Builder {
 
     /// `range < extent` over the axis alone, even under eager broadcasting.
     fn raw_axis_mask(&mut self, axis: AxisId) -> Option<ValueId> {
-        let a = &self.axes[axis.0 as usize];
+        let a = &self.axes[axis];
         if !a.ragged() {
             return None;
         }
@@ -344,7 +358,7 @@ impl Builder {
     /// the parallel axes that are a subscript on their own.
     fn position(&mut self, access: &Access) -> (Vec<ValueId>, Option<ValueId>, Vec<AxisId>) {
         let tensor = self.tensor_id(&access.tensor.name);
-        let dims = self.tensors[tensor.0 as usize].shape.clone();
+        let dims = self.tensors[tensor].shape.clone();
         let mut index = Vec::new();
         let mut bounds = None;
         let mut plain = Vec::new();
@@ -357,8 +371,8 @@ impl Builder {
             let lone_indirect = matches!(&s.terms[..], [t] if t.coeff == 1 && matches!(t.atom, Atom::Indirect(_)))
                 && s.offset == 0;
             match lone_index {
-                Some(axis) if self.axes[axis.0 as usize].extent == dim => {
-                    if self.axes[axis.0 as usize].role == AxisRole::Parallel && !plain.contains(&axis) {
+                Some(axis) if self.axes[axis].extent == dim => {
+                    if self.axes[axis].role == AxisRole::Parallel && !plain.contains(&axis) {
                         plain.push(axis);
                     }
                     continue;
@@ -382,8 +396,7 @@ impl Builder {
     fn load(&mut self, access: &Access) -> ValueId {
         let (index, mask, _) = self.position(access);
         let tensor = self.tensor_id(&access.tensor.name);
-        let scalar =
-            if self.tensors[tensor.0 as usize].dtype.is_index() { Scalar::Int } else { Scalar::Float };
+        let scalar = if self.tensors[tensor].dtype.is_index() { Scalar::Int } else { Scalar::Float };
         let mut operands = index.clone();
         operands.extend(mask);
         let shape = self.union(&operands);
@@ -392,7 +405,7 @@ impl Builder {
 
     fn expr(&mut self, e: &Expr) -> ValueId {
         match e {
-            Expr::Literal { value, .. } => self.push(Op::Const(*value), Vec::new(), Scalar::Float),
+            Expr::Literal { value, .. } => self.push(Op::Const(F64Bits(*value)), Vec::new(), Scalar::Float),
             Expr::Access(a) => self.load(a),
             Expr::Neg { expr, .. } => {
                 let v = self.expr(expr);
@@ -410,7 +423,7 @@ impl Builder {
                 let v = self.binary(op, a, b);
                 // Arithmetic on values is in floating point even when both
                 // sides read integer tensors.
-                self.values[v.0 as usize].scalar = Scalar::Float;
+                self.values[v].scalar = Scalar::Float;
                 v
             }
             Expr::Call { func, args, .. } => match args[..] {
@@ -424,7 +437,7 @@ impl Builder {
                     let (a, b) = (self.expr(x), self.expr(y));
                     let op = if *func == crate::lang::Func::Max { BinaryOp::Max } else { BinaryOp::Min };
                     let v = self.binary(op, a, b);
-                    self.values[v.0 as usize].scalar = Scalar::Float;
+                    self.values[v].scalar = Scalar::Float;
                     v
                 }
                 _ => unreachable!("the parser checks arity"),

@@ -11,29 +11,47 @@
 //! Values live in an arena ([`ValueId`] handles) and are *tiles*: each has a
 //! [`Shape`], the ordered list of axes it varies over. A value that depends
 //! only on `p` has shape `[p]` and is loaded once per program; the lazy
-//! broadcasting pass keeps every shape minimal. Analyses live in side
-//! tables (see [`Kernel::phases`]) rather than on the nodes.
+//! broadcasting pass keeps every shape minimal. Axes, tensors and values
+//! are typed entities in [`PrimaryMap`]s; analyses live in
+//! [`SecondaryMap`] side tables (see [`Kernel::phases`]) rather than on the
+//! nodes.
+//!
+//! The invariants every kernel keeps are listed on [`Kernel::verify`],
+//! which the pass manager ([`passes::PassManager`]) checks after every
+//! pass. The textual form (`Display`, and [`Kernel::parse`] back) is what
+//! snapshots show and what pass tests are written in
+//! (`ir/tests/passes/<pass>/*.ir`).
 
 pub mod lower;
+mod parse;
 pub mod passes;
 mod print;
 pub mod schedule;
+mod verify;
 
+use cranelift_entity::entity_impl;
+pub use cranelift_entity::{EntityRef, PrimaryMap, SecondaryMap};
 use ndarray::Dimension;
+
+pub use parse::ParseError;
+pub use verify::VerifyError;
 
 use crate::lang::{ElemType, Func};
 
 /// An axis of the iteration space: one index variable, tiled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct AxisId(pub u32);
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AxisId(u32);
+entity_impl!(AxisId, "axis");
 
 /// A value in the kernel's arena.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ValueId(pub u32);
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ValueId(u32);
+entity_impl!(ValueId, "%");
 
 /// A tensor argument of the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TensorId(pub u32);
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TensorId(u32);
+entity_impl!(TensorId, "tensor");
 
 /// The axes a tile varies over, in the kernel's axis order.
 pub type Shape = Vec<AxisId>;
@@ -77,6 +95,18 @@ pub enum Scalar {
     Bool,
 }
 
+impl Scalar {
+    pub const ALL: [Scalar; 3] = [Scalar::Float, Scalar::Int, Scalar::Bool];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scalar::Float => "float",
+            Scalar::Int => "int",
+            Scalar::Bool => "bool",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reduction {
     Sum,
@@ -85,6 +115,8 @@ pub enum Reduction {
 }
 
 impl Reduction {
+    pub const ALL: [Reduction; 3] = [Reduction::Sum, Reduction::Max, Reduction::Min];
+
     pub fn name(self) -> &'static str {
         match self {
             Reduction::Sum => "sum",
@@ -119,6 +151,18 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    pub const ALL: [BinaryOp; 9] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::Lt,
+        BinaryOp::Ge,
+        BinaryOp::And,
+    ];
+
     /// The operation in the syntax of C and CUDA C, which both backends
     /// print: `real` is the compute type (`float` or `double`, which picks
     /// `fmaxf` or `fmax`), `div_type` the type a division is carried out in.
@@ -158,14 +202,33 @@ pub enum UnaryOp {
     Func(Func),
 }
 
-#[derive(Clone, Debug, PartialEq)]
+/// A float literal compared and hashed by its bits, so ops can be keys of
+/// value numbering (`0.0` and `-0.0` stay apart, a NaN equals itself).
+#[derive(Clone, Copy, Debug)]
+pub struct F64Bits(pub f64);
+
+impl PartialEq for F64Bits {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for F64Bits {}
+
+impl std::hash::Hash for F64Bits {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.to_bits().hash(state);
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// The positions of the current tile of an axis: `start + 0..tile`,
     /// where `start` comes from the program id (parallel) or the loop
     /// (reduced).
     Range(AxisId),
     /// A literal.
-    Const(f64),
+    Const(F64Bits),
     /// An integer literal.
     ConstInt(i64),
     /// A gather: `tensor[index...]`, one index tile per dimension (they
@@ -201,7 +264,37 @@ pub enum Op {
     Accumulator,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+impl Op {
+    /// The values this op reads, in a fixed order (index tiles, then
+    /// operands, then the mask). Every walk over uses goes through here or
+    /// [`Op::operands_mut`], so a new op lists its operands once.
+    pub fn operands(&self) -> impl Iterator<Item = ValueId> + '_ {
+        let (list, single): (&[ValueId], [Option<&ValueId>; 3]) = match self {
+            Op::Range(_) | Op::Const(_) | Op::ConstInt(_) | Op::Accumulator => (&[], [None; 3]),
+            Op::Load { index, mask, .. } => (index, [mask.as_ref(), None, None]),
+            Op::Unary(_, a) | Op::Broadcast { value: a } => (&[], [Some(a), None, None]),
+            Op::Binary(_, a, b) => (&[], [Some(a), Some(b), None]),
+            Op::Reduce { value, mask, .. } => (&[], [Some(value), mask.as_ref(), None]),
+            Op::Dot { a, b, mask, .. } => (&[], [Some(a), Some(b), mask.as_ref()]),
+        };
+        list.iter().chain(single.into_iter().flatten()).copied()
+    }
+
+    /// The operands, for rewiring them; same order as [`Op::operands`].
+    pub fn operands_mut(&mut self) -> impl Iterator<Item = &mut ValueId> + '_ {
+        let (list, single): (&mut [ValueId], [Option<&mut ValueId>; 3]) = match self {
+            Op::Range(_) | Op::Const(_) | Op::ConstInt(_) | Op::Accumulator => (&mut [], [None, None, None]),
+            Op::Load { index, mask, .. } => (index, [mask.as_mut(), None, None]),
+            Op::Unary(_, a) | Op::Broadcast { value: a } => (&mut [], [Some(a), None, None]),
+            Op::Binary(_, a, b) => (&mut [], [Some(a), Some(b), None]),
+            Op::Reduce { value, mask, .. } => (&mut [], [Some(value), mask.as_mut(), None]),
+            Op::Dot { a, b, mask, .. } => (&mut [], [Some(a), Some(b), mask.as_mut()]),
+        };
+        list.iter_mut().chain(single.into_iter().flatten())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Value {
     pub op: Op,
     pub shape: Shape,
@@ -242,6 +335,17 @@ pub struct Sink {
     pub exclusive: bool,
 }
 
+impl Sink {
+    /// The values the sink reads: index tiles, the value, the mask.
+    pub fn operands(&self) -> impl Iterator<Item = ValueId> + '_ {
+        self.index.iter().copied().chain([self.value]).chain(self.mask)
+    }
+
+    pub fn operands_mut(&mut self) -> impl Iterator<Item = &mut ValueId> + '_ {
+        self.index.iter_mut().chain([&mut self.value]).chain(self.mask.as_mut())
+    }
+}
+
 /// The reduction strategy for reduced axes (Sgap's menu; more come later).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Strategy {
@@ -263,10 +367,16 @@ pub struct Accumulate {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kernel {
     pub name: String,
-    pub tensors: Vec<TensorParam>,
-    pub axes: Vec<Axis>,
-    pub values: Vec<Value>,
-    /// The order values are computed in (a topological order).
+    pub tensors: PrimaryMap<TensorId, TensorParam>,
+    pub axes: PrimaryMap<AxisId, Axis>,
+    /// Every value ever built, live or not: passes append, and
+    /// [`Kernel::compact`] only drops ids from `order`, so ids (and the
+    /// names printed from them) never change.
+    pub values: PrimaryMap<ValueId, Value>,
+    /// The program body: the live values in the order they are computed (a
+    /// topological order; not arena order, since passes insert new values
+    /// next to the ones they replace). Walks over the program go through
+    /// it, so loops can later become entries of this body.
     pub order: Vec<ValueId>,
     pub accumulate: Option<Accumulate>,
     pub sink: Sink,
@@ -274,9 +384,10 @@ pub struct Kernel {
 }
 
 /// When a value is computed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
     /// Once per program, before the loop.
+    #[default]
     Program,
     /// Every loop iteration.
     Loop,
@@ -286,63 +397,61 @@ pub enum Phase {
 
 impl Kernel {
     pub fn value(&self, id: ValueId) -> &Value {
-        &self.values[id.0 as usize]
+        &self.values[id]
     }
 
     pub fn axis(&self, id: AxisId) -> &Axis {
-        &self.axes[id.0 as usize]
+        &self.axes[id]
     }
 
     pub fn tensor(&self, id: TensorId) -> &TensorParam {
-        &self.tensors[id.0 as usize]
+        &self.tensors[id]
     }
 
     pub fn parallel_axes(&self) -> Vec<AxisId> {
-        self.axis_ids().filter(|&a| self.axis(a).role == AxisRole::Parallel).collect()
+        self.axes.keys().filter(|&a| self.axis(a).role == AxisRole::Parallel).collect()
     }
 
     pub fn reduced_axes(&self) -> Vec<AxisId> {
-        self.axis_ids().filter(|&a| self.axis(a).role == AxisRole::Reduced).collect()
-    }
-
-    fn axis_ids(&self) -> impl Iterator<Item = AxisId> + '_ {
-        (0..self.axes.len() as u32).map(AxisId)
+        self.axes.keys().filter(|&a| self.axis(a).role == AxisRole::Reduced).collect()
     }
 
     /// The operands of a value.
-    pub fn operands(&self, id: ValueId) -> Vec<ValueId> {
-        match &self.value(id).op {
-            Op::Range(_) | Op::Const(_) | Op::ConstInt(_) | Op::Accumulator => Vec::new(),
-            Op::Load { index, mask, .. } => index.iter().copied().chain(*mask).collect(),
-            Op::Unary(_, a) | Op::Broadcast { value: a } => vec![*a],
-            Op::Binary(_, a, b) => vec![*a, *b],
-            Op::Reduce { value, mask, .. } => std::iter::once(*value).chain(*mask).collect(),
-            Op::Dot { a, b, mask, .. } => [*a, *b].into_iter().chain(*mask).collect(),
-        }
+    pub fn operands(&self, id: ValueId) -> impl Iterator<Item = ValueId> + '_ {
+        self.value(id).op.operands()
+    }
+
+    /// Uses of values from outside the body: the sink's operands and the
+    /// partial the accumulator folds. They are the roots of liveness and
+    /// are rewired with the body's uses.
+    pub fn root_uses(&self) -> impl Iterator<Item = ValueId> + '_ {
+        self.sink.operands().chain(self.accumulate.as_ref().map(|a| a.partial))
+    }
+
+    pub fn root_uses_mut(&mut self) -> impl Iterator<Item = &mut ValueId> + '_ {
+        self.sink.operands_mut().chain(self.accumulate.as_mut().map(|a| &mut a.partial))
     }
 
     /// When each value is computed: after the loop if it reads the
     /// accumulator, in the loop if it varies over a reduced axis or reads a
     /// loop value (and does not reduce it away), else once per program.
-    /// Indexed by `ValueId`.
-    pub fn phases(&self) -> Vec<Phase> {
+    pub fn phases(&self) -> SecondaryMap<ValueId, Phase> {
         let reduced = self.reduced_axes();
-        let mut phase = vec![Phase::Program; self.values.len()];
+        let mut phase: SecondaryMap<ValueId, Phase> = SecondaryMap::with_capacity(self.values.len());
         for &id in &self.order {
             let v = self.value(id);
-            let from_operands =
-                self.operands(id).iter().map(|o| phase[o.0 as usize]).max().unwrap_or(Phase::Program);
+            let from_operands = self.operands(id).map(|o| phase[o]).max().unwrap_or(Phase::Program);
             let own = match v.op {
                 Op::Accumulator => Phase::Epilogue,
                 _ if v.shape.iter().any(|a| reduced.contains(a)) => Phase::Loop,
                 _ => Phase::Program,
             };
-            phase[id.0 as usize] = own.max(from_operands);
+            phase[id] = own.max(from_operands);
         }
         // The partial folded into the accumulator is a loop value even when
         // every reduced axis was reduced away inside it.
         if let Some(acc) = &self.accumulate {
-            phase[acc.partial.0 as usize] = phase[acc.partial.0 as usize].max(Phase::Loop);
+            phase[acc.partial] = phase[acc.partial].max(Phase::Loop);
         }
         phase
     }
@@ -352,17 +461,13 @@ impl Kernel {
         shape.iter().map(|&a| self.axis(a).tile).product()
     }
 
-    /// Values in use: reachable from the sink (dead values are dropped by
+    /// Values in use: reachable from the roots (dead values are dropped by
     /// [`Kernel::compact`]).
-    fn live(&self) -> Vec<bool> {
-        let mut live = vec![false; self.values.len()];
-        let mut stack: Vec<ValueId> =
-            self.sink.index.iter().copied().chain([self.sink.value]).chain(self.sink.mask).collect();
-        if let Some(acc) = &self.accumulate {
-            stack.push(acc.partial);
-        }
+    fn live(&self) -> SecondaryMap<ValueId, bool> {
+        let mut live = SecondaryMap::with_capacity(self.values.len());
+        let mut stack: Vec<ValueId> = self.root_uses().collect();
         while let Some(id) = stack.pop() {
-            if !std::mem::replace(&mut live[id.0 as usize], true) {
+            if !std::mem::replace(&mut live[id], true) {
                 stack.extend(self.operands(id));
             }
         }
@@ -372,7 +477,7 @@ impl Kernel {
     /// Drops values nothing uses any more (after a pass rewired them).
     pub fn compact(&mut self) {
         let live = self.live();
-        self.order.retain(|id| live[id.0 as usize]);
+        self.order.retain(|&id| live[id]);
     }
 }
 
@@ -421,5 +526,36 @@ impl Kernel {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::lang::{check, declarations, parse};
+
+    #[test]
+    fn literals_are_equal_by_their_bits() {
+        let c = |x: f64| Op::Const(F64Bits(x));
+        assert_ne!(c(0.0), c(-0.0));
+        assert_eq!(c(f64::NAN), c(f64::NAN));
+        let set: HashSet<Op> = [c(1.0), c(1.0), c(-0.0), c(0.0)].into_iter().collect();
+        assert_eq!(set.len(), 3);
+    }
+
+    /// Lowering numbers values by their structure: equal nodes are built
+    /// once, so both products below are one load of `x` and one `mul`.
+    #[test]
+    fn value_numbering_builds_equal_nodes_once() {
+        let d = declarations(&[("y", &[8], "f32"), ("x", &[8], "f32")]);
+        let e = check(&parse("y[i] = 2 * x[i] + 2 * x[i]").unwrap(), &d).unwrap();
+        let k = lower::lower_only(&e, &"".parse().unwrap(), "k").unwrap();
+        let count = |pred: fn(&Op) -> bool| k.order.iter().filter(|&&id| pred(&k.value(id).op)).count();
+        assert_eq!(count(|op| matches!(op, Op::Load { .. })), 1, "{k}");
+        assert_eq!(count(|op| matches!(op, Op::Const(_))), 1, "{k}");
+        assert_eq!(count(|op| matches!(op, Op::Binary(BinaryOp::Mul, ..))), 1, "{k}");
+        assert_eq!(count(|op| matches!(op, Op::Binary(BinaryOp::Add, a, b) if a == b)), 1, "{k}");
     }
 }

@@ -8,7 +8,7 @@ impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let params: Vec<String> = self
             .tensors
-            .iter()
+            .values()
             .map(|t| {
                 let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
                 format!(
@@ -23,7 +23,7 @@ impl fmt::Display for Kernel {
         writeln!(f, "kernel {}({})", self.name, params.join(", "))?;
         let axes: Vec<String> = self
             .axes
-            .iter()
+            .values()
             .map(|a| {
                 let role = match a.role {
                     AxisRole::Parallel => "parallel",
@@ -40,15 +40,14 @@ impl fmt::Display for Kernel {
         };
         writeln!(f, "  init {init}")?;
         let phases = self.phases();
-        let sink_phase = phases[self.sink.value.0 as usize].max(Phase::Program);
+        let sink_phase = phases[self.sink.value].max(Phase::Program);
         let reduced: Vec<String> = self.reduced_axes().iter().map(|&a| self.axis(a).name.clone()).collect();
         for (phase, title) in [
             (Phase::Program, "program:".to_string()),
             (Phase::Loop, format!("loop {}:", reduced.join(", "))),
             (Phase::Epilogue, "epilogue:".to_string()),
         ] {
-            let ids: Vec<ValueId> =
-                self.order.iter().copied().filter(|id| phases[id.0 as usize] == phase).collect();
+            let ids: Vec<ValueId> = self.order.iter().copied().filter(|&id| phases[id] == phase).collect();
             let has_acc = phase == Phase::Loop && self.accumulate.is_some();
             if ids.is_empty() && sink_phase != phase && !has_acc {
                 continue;
@@ -75,7 +74,7 @@ impl fmt::Display for Kernel {
 }
 
 fn name(id: ValueId) -> String {
-    format!("%{}", id.0)
+    id.to_string()
 }
 
 fn names(ids: &[ValueId]) -> String {
@@ -83,7 +82,7 @@ fn names(ids: &[ValueId]) -> String {
 }
 
 impl Kernel {
-    fn shape_text(&self, shape: &Shape) -> String {
+    pub(super) fn shape_text(&self, shape: &Shape) -> String {
         let axes: Vec<&str> = shape.iter().map(|&a| self.axis(a).name.as_str()).collect();
         format!("[{}]", axes.join(","))
     }
@@ -94,7 +93,7 @@ impl Kernel {
         let mask = |m: &Option<ValueId>| m.map(|m| format!(" mask {}", name(m))).unwrap_or_default();
         let _ = match &v.op {
             Op::Range(a) => write!(s, "range {}", self.axis(*a).name),
-            Op::Const(c) => write!(s, "const {c}"),
+            Op::Const(c) => write!(s, "const {}", c.0),
             Op::ConstInt(c) => write!(s, "const {c}"),
             Op::Load { tensor, index, mask: m } => {
                 write!(s, "load {}[{}]{}", self.tensor(*tensor).name, names(index), mask(m))
@@ -118,12 +117,7 @@ impl Kernel {
             Op::Broadcast { value } => write!(s, "broadcast {}", name(*value)),
             Op::Accumulator => write!(s, "acc"),
         };
-        let scalar = match v.scalar {
-            Scalar::Float => "float",
-            Scalar::Int => "int",
-            Scalar::Bool => "bool",
-        };
-        let _ = write!(s, " : {} {scalar}", self.shape_text(&v.shape));
+        let _ = write!(s, " : {} {}", self.shape_text(&v.shape), v.scalar.name());
         s
     }
 
