@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 
@@ -24,7 +24,7 @@ impl Default for TimingOptions {
 }
 
 /// The times of one measurement, in milliseconds.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
     pub median_ms: f64,
     pub min_ms: f64,
