@@ -1,13 +1,15 @@
-//! `spindle bench`: our code and its baselines timed in one process, so
-//! ratios hold even where absolute times move.
+//! `spindle bench`: the command line of the suites in `spindle-bench`
+//! (arguments, tables, JSON, recording). The suites themselves, their
+//! typed reports and baselines live in that crate.
 
 mod formats;
 pub(crate) mod gpu;
 pub(crate) mod spmm;
 
-use std::time::Instant;
-
 use anyhow::Result;
+
+/// Where and when a benchmark ran (the notebook's exports record it too).
+pub use spindle_bench::machine;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Suite {
@@ -26,61 +28,56 @@ pub enum Suite {
         #[arg(long)]
         record: Option<std::path::PathBuf>,
     },
-    /// SpMM C = A·B (N = 64, f32): our C kernels (COO, CSR, GroupCOO over
-    /// g) against sprs and faer, on one thread and all cores, with F(g)
-    /// and achieved bandwidth against a measured copy.
+    /// SpMM C += A·B (N = 64, f32): our C kernels (COO, CSR, GroupCOO over
+    /// g) and Spindle as a user gets it (CSR, autotuned) against sprs,
+    /// faer, SciPy, Intel MKL and SuiteSparse:GraphBLAS, on one thread and
+    /// all cores, with F(g), achieved bandwidth against a measured copy,
+    /// and geometric means of the ratios.
     Spmm(spmm::SpmmArgs),
     /// Block-sparse SpMM on the GPU: A 4096x4096 with 32x32 blocks at
     /// sparsity 50-99% in BlockGroupCOO (Tensor Cores, f16) against
     /// cuSPARSE BSR and cuBLAS dense GEMM.
     Bsr(gpu::BsrArgs),
+    /// Install the Python baselines of `bench spmm` (SciPy, MKL,
+    /// GraphBLAS, pinned) into target/python-baselines
+    /// ($SPINDLE_PYTHON_BASELINES), as `bench spmm` does on first use.
+    SetupPython,
 }
 
 pub fn run(suite: Suite) -> Result<()> {
     match suite {
-        Suite::Formats { repeats, json, record } => formats::run(repeats.max(1), json, record.as_deref()),
+        Suite::Formats { repeats, json, record } => formats::run(repeats, json, record.as_deref()),
         Suite::Spmm(args) => spmm::run(args),
         Suite::Bsr(args) => gpu::bsr(&args),
+        Suite::SetupPython => {
+            let env =
+                spindle_bench::python::ensure(|line| eprintln!("{line}")).map_err(anyhow::Error::msg)?;
+            println!(
+                "Python baselines: {} ({})",
+                env.dir.display(),
+                spindle_bench::python::REQUIREMENTS.join(" ")
+            );
+            Ok(())
+        }
     }
 }
 
-/// Median wall time of `repeats` runs of `f` after one warm-up run. The
-/// result of each run is dropped outside the timed region.
-pub fn median_seconds<T>(repeats: usize, mut f: impl FnMut() -> T) -> f64 {
-    drop(f());
-    let mut times: Vec<f64> = (0..repeats)
-        .map(|_| {
-            let start = Instant::now();
-            let out = f();
-            let t = start.elapsed().as_secs_f64();
-            drop(out);
-            t
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
-}
-
-/// Where and when a benchmark ran.
-pub fn machine() -> serde_json::Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    serde_json::json!({
-        "cpu": cpu,
-        "threads": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "commit": commit,
-        "date": jiff::Timestamp::now().to_string(),
-    })
+/// Prints the report as JSON or a table, and records it in `record`.
+pub(crate) fn finish<T: serde::Serialize>(
+    report: &T,
+    json: bool,
+    record: Option<&std::path::Path>,
+    stem: &str,
+    table: impl FnOnce(&T),
+) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        table(report);
+    }
+    if let Some(dir) = record {
+        let path = spindle_bench::record(report, dir, stem)?;
+        eprintln!("recorded {}", path.display());
+    }
+    Ok(())
 }
