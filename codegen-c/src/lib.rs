@@ -17,6 +17,9 @@
 //!   as f32), [`CProgram::run`], [`time_median`] and [`cpu_threads`];
 //!   [`wait_passively`] makes OpenMP threads sleep rather than spin while
 //!   they wait (set before the first kernel is loaded).
+//! - [`dialect`]: the printer the C and CUDA backends share (values,
+//!   addresses, functions, folds, literals) and the [`Dialect`](dialect::Dialect)
+//!   each spells them in; [`namer`] makes user names legal identifiers.
 //! - [`print`](mod@print): the kernel IR as C; how programs are shared among threads
 //!   (row ownership of sorted scatter targets, one thread for small work)
 //!   is described there.
@@ -47,7 +50,9 @@
 pub use spindle_ir as ir;
 
 pub mod compile;
+pub mod dialect;
 pub mod exec;
+pub mod namer;
 pub mod print;
 pub mod runtime;
 

@@ -40,7 +40,10 @@ use std::fmt::Write as _;
 
 use spindle_ir::formats::{DType, IType};
 use spindle_ir::kernel::*;
-use spindle_ir::lang::{ElemType, Func};
+use spindle_ir::lang::ElemType;
+
+use crate::dialect::{C, Dialect, Scope, real_of, select_helpers};
+use crate::namer::Names;
 
 /// Tiles of one program may not exceed this many bytes in total: they live
 /// on the thread's stack.
@@ -178,33 +181,46 @@ fn owner(k: &Kernel) -> Option<Owner> {
 
 struct Printer<'k> {
     k: &'k Kernel,
+    d: C,
+    names: Names,
+    /// The output pointer a program writes through: the output itself, a
+    /// thread's private copy.
+    out_ptr: String,
     phases: SecondaryMap<ValueId, Phase>,
     /// Values printed as expressions where they are used, not as arrays.
     inline: SecondaryMap<ValueId, bool>,
-    real: &'static str,
     out: String,
     /// Set while printing the threaded kernel of a sink with an [`Owner`]:
     /// programs test whether they touch a thread's first or last row.
     owner: Option<Owner>,
 }
 
-fn v(id: ValueId) -> String {
-    format!("v{}", id.as_u32())
-}
-
 impl<'k> Printer<'k> {
     fn new(k: &'k Kernel) -> Self {
-        let double = k.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
-        let phases = k.phases();
-        let inline = inlined(k, &phases);
+        let uses = Uses::of(k);
+        // A tile is a register array here, as cheap to read as an index is
+        // to recompute: only free values are recomputed where they are read.
+        let inline = uses.inline(k, 0, |_| false);
+        let mut names = Names::new(k, "a_");
+        let out_ptr = names.namer.fresh("o_", &k.tensor(k.sink.tensor).name);
         Printer {
             k,
-            phases,
+            d: C { real: real_of(k) },
+            names,
+            out_ptr,
+            phases: uses.phases,
             inline,
-            real: if double { "double" } else { "float" },
             out: String::new(),
             owner: None,
         }
+    }
+
+    fn real(&self) -> &'static str {
+        self.d.real
+    }
+
+    fn tensor_name(&self, t: TensorId) -> &str {
+        &self.names.tensors[t]
     }
 
     fn line(&mut self, depth: usize, text: &str) {
@@ -224,14 +240,6 @@ impl<'k> Printer<'k> {
         }
     }
 
-    fn axis_var(&self, a: AxisId) -> String {
-        format!("i_{}", self.k.axis(a).name)
-    }
-
-    fn tile_var(&self, a: AxisId) -> String {
-        format!("t_{}", self.k.axis(a).name)
-    }
-
     /// `name[i_a][i_b]` for a value of shape [a, b]; `name` for a scalar.
     fn at(&self, name: &str, shape: &[AxisId]) -> String {
         let mut s = name.to_string();
@@ -241,30 +249,12 @@ impl<'k> Printer<'k> {
         s
     }
 
-    /// A value's element inside a loop nest over (at least) its axes:
-    /// the inlined expression, or a read of its array.
-    fn elem(&self, id: ValueId) -> String {
-        if self.inline[id] { self.expr(id) } else { self.array(id) }
-    }
-
-    fn array(&self, id: ValueId) -> String {
-        self.at(&v(id), &self.k.value(id).shape)
-    }
-
-    fn ctype(&self, scalar: Scalar) -> &'static str {
-        match scalar {
-            Scalar::Float => self.real,
-            Scalar::Int => "int64_t",
-            Scalar::Bool => "unsigned char",
-        }
-    }
-
     /// Declares the array of a value.
     fn declare(&mut self, depth: usize, id: ValueId) {
         let value = self.k.value(id);
         let dims: String =
             self.order(&value.shape).iter().map(|&a| format!("[{}]", self.k.axis(a).tile)).collect();
-        let text = format!("{} {}{dims};", self.ctype(value.scalar), v(id));
+        let text = format!("{} {}{dims};", self.d.scalar_type(value.scalar), self.names.values[id]);
         self.line(depth, &text);
     }
 
@@ -303,85 +293,6 @@ impl<'k> Printer<'k> {
         }
     }
 
-    fn func(&self, f: Func, x: &str) -> String {
-        let single = self.real == "float";
-        let call = |name: &str| format!("{name}{}({x})", if single { "f" } else { "" });
-        match f {
-            Func::Exp => call("exp"),
-            Func::Sqrt => call("sqrt"),
-            Func::Abs => call("fabs"),
-            Func::Relu => format!("({x} > 0 ? {x} : 0)"),
-            Func::Sigmoid => format!("(1 / (1 + {}))", call_neg_exp(x, single)),
-            Func::Max | Func::Min => unreachable!("binary functions are binary ops"),
-        }
-    }
-
-    /// The flat offset of a tensor element from index tiles.
-    fn address(&self, tensor: TensorId, index: &[ValueId]) -> String {
-        self.address_without(tensor, index, None)
-    }
-
-    /// The flat offset in the tensor with dimension `skip` removed (the
-    /// place of an element in a per-thread buffer of one row).
-    fn address_without(&self, tensor: TensorId, index: &[ValueId], skip: Option<usize>) -> String {
-        let dims = &self.k.tensor(tensor).shape;
-        let mut terms = Vec::new();
-        for (d, &ix) in index.iter().enumerate() {
-            if Some(d) == skip {
-                continue;
-            }
-            let stride: usize = dims
-                .iter()
-                .enumerate()
-                .skip(d + 1)
-                .filter(|&(e, _)| Some(e) != skip)
-                .map(|(_, n)| n)
-                .product();
-            let e = self.elem(ix);
-            terms.push(if stride == 1 { e } else { format!("{e} * {stride}") });
-        }
-        if terms.is_empty() { "0".to_string() } else { terms.join(" + ") }
-    }
-
-    /// The statement that computes one element of a value.
-    /// The C expression of one element of a value, in terms of the loop
-    /// variables of its axes.
-    fn expr(&self, id: ValueId) -> String {
-        let value = self.k.value(id);
-        match &value.op {
-            Op::Range(a) => {
-                let (t, tile, i) = (self.tile_var(*a), self.k.axis(*a).tile, self.axis_var(*a));
-                format!("({t} * {tile} + {i})")
-            }
-            Op::Const(c) => c_float(c.0),
-            Op::ConstInt(c) => format!("(int64_t){c}"),
-            Op::Load { tensor, index, mask } => {
-                let t = self.k.tensor(*tensor);
-                let address = self.address(*tensor, index);
-                match mask {
-                    None => format!("a_{}[{address}]", t.name),
-                    // A masked load reads a safe element unconditionally and
-                    // selects 0 where the mask is off: a contiguous load and a
-                    // blend, which vectorize, instead of a masked gather.
-                    Some(m) if t.shape.iter().product::<usize>() > 0 => {
-                        let m = self.elem(*m);
-                        let kind = if value.scalar == Scalar::Int { "int64_t" } else { self.real };
-                        format!("select_{}({m}, a_{}[{m} ? {address} : 0])", kind.replace(' ', "_"), t.name)
-                    }
-                    Some(m) => format!("({} ? a_{}[{address}] : 0)", self.elem(*m), t.name),
-                }
-            }
-            Op::Unary(UnaryOp::Neg, a) => format!("(-{})", self.elem(*a)),
-            Op::Unary(UnaryOp::Func(f), a) => self.func(*f, &self.elem(*a)),
-            Op::Binary(op, a, b) => {
-                op.c_expr(&self.elem(*a), &self.elem(*b), self.real, self.ctype(value.scalar))
-            }
-            Op::Broadcast { value: a } => self.elem(*a),
-            Op::Accumulator => format!("acc{}", self.order_index(&value.shape)),
-            Op::Reduce { .. } | Op::Dot { .. } => unreachable!("reductions are always materialized"),
-        }
-    }
-
     fn compute(&mut self, depth: usize, id: ValueId) {
         let text = format!("{} = {};", self.array(id), self.expr(id));
         self.line(depth, &text);
@@ -393,7 +304,7 @@ impl<'k> Printer<'k> {
 
     /// Emits a value: its array and the loops that fill it.
     fn emit(&mut self, depth: usize, id: ValueId) {
-        if self.inline[id] {
+        if self.inline[id] || self.k.value(id).op == Op::Accumulator {
             return;
         }
         let value = self.k.value(id).clone();
@@ -454,7 +365,7 @@ impl<'k> Printer<'k> {
         let shape = self.k.value(id).shape.clone();
         if !into_acc {
             let inner = self.open(depth, &shape);
-            let init = format!("{} = {};", self.array(id), c_float(r.identity()));
+            let init = format!("{} = {};", self.array(id), self.d.float(r.identity()));
             self.line(inner, &init);
             self.close(inner, depth);
         }
@@ -470,7 +381,7 @@ impl<'k> Printer<'k> {
         let term: Vec<String> = factors.iter().map(|&f| self.elem(f)).collect();
         let term = term.join(" * ");
         let target = if into_acc { format!("acc{}", self.order_index(&shape)) } else { self.array(id) };
-        let update = fold(r, &target, &term, self.real);
+        let update = self.d.fold(r, &target, &term);
         let text = match mask {
             Some(m) => format!("if ({}) {update}", self.elem(m)),
             None => update,
@@ -499,15 +410,18 @@ impl<'k> Printer<'k> {
         self.line(0, "#include <omp.h>");
         self.line(0, "#include <stdlib.h>");
         self.line(0, "");
-        self.helpers();
+        let helpers = select_helpers();
+        self.out.push_str(&helpers);
+        self.line(0, "");
         self.line(0, &format!("void {symbol}(void *const *args, int64_t nthreads) {{"));
-        for (i, t) in k.tensors.values().enumerate() {
+        for (i, (id, t)) in k.tensors.iter().enumerate() {
             let constness = if t.output { "" } else { "const " };
-            let line = format!("{constness}{} *restrict a_{} = args[{i}];", c_type(t.dtype), t.name);
+            let line =
+                format!("{constness}{} *restrict {} = args[{i}];", c_type(t.dtype), self.names.tensors[id]);
             self.line(1, &line);
         }
         let out = k.tensor(k.sink.tensor);
-        let (name, real) = (&out.name, c_type(out.dtype));
+        let (name, real) = (self.tensor_name(k.sink.tensor).to_string(), c_type(out.dtype));
         let size: usize = out.shape.iter().product();
         let parallel = k.parallel_axes();
         let owner = owner(k);
@@ -537,7 +451,7 @@ impl<'k> Printer<'k> {
             Some(why) => {
                 self.line(1, &format!("// One thread: {why}."));
                 self.line(1, "(void)nthreads;");
-                self.line(1, &format!("{real} *restrict o_{name} = a_{name};"));
+                self.line(1, &format!("{real} *restrict {} = {name};", self.out_ptr));
                 if parallel.is_empty() {
                     self.program(1);
                 } else {
@@ -555,9 +469,9 @@ impl<'k> Printer<'k> {
     fn threaded(&mut self, order: &[AxisId], programs: usize, owner: Option<Owner>, private: bool) {
         let k = self.k;
         let out = k.tensor(k.sink.tensor);
-        let (name, real) = (&out.name, c_type(out.dtype));
+        let (name, real) = (self.tensor_name(k.sink.tensor).to_string(), c_type(out.dtype));
         let size: usize = out.shape.iter().product();
-        let identity = c_float(k.sink.reduction.identity());
+        let identity = self.d.float(k.sink.reduction.identity());
         let colliding = !k.sink.exclusive;
         // No more threads than there are ranges to give them.
         let cap = match owner {
@@ -584,7 +498,7 @@ impl<'k> Printer<'k> {
         self.line(1, "{");
         self.line(2, "const int64_t tid = omp_get_thread_num(), team = omp_get_num_threads();");
         self.line(2, "if (tid == 0) team_used = team;");
-        self.line(2, &format!("{real} *restrict o_{name} = a_{name};"));
+        self.line(2, &format!("{real} *restrict {} = {name};", self.out_ptr));
         self.line(
             2,
             &format!("int64_t first = {programs} * tid / team, last = {programs} * (tid + 1) / team;"),
@@ -606,8 +520,9 @@ impl<'k> Printer<'k> {
                 self.line(4, "privatized = priv != NULL;");
                 self.line(3, "}");
                 self.line(3, "if (privatized) {");
-                self.line(4, &format!("o_{name} = priv + out_size * tid;"));
-                self.line(4, &format!("for (int64_t i = 0; i < out_size; i++) o_{name}[i] = {identity};"));
+                let o = self.out_ptr.clone();
+                self.line(4, &format!("{o} = priv + out_size * tid;"));
+                self.line(4, &format!("for (int64_t i = 0; i < out_size; i++) {o}[i] = {identity};"));
                 self.line(3, "}");
             }
             let serial = format!("first = 0, last = tid == 0 ? {programs} : 0;");
@@ -626,7 +541,7 @@ impl<'k> Printer<'k> {
             self.line(3, "#pragma omp for schedule(static)");
             self.line(3, "for (int64_t i = 0; i < out_size; i++) {");
             self.line(4, "for (int64_t t = 0; t < team; t++) {");
-            let update = fold(k.sink.reduction, &format!("a_{name}[i]"), "priv[out_size * t + i]", self.real);
+            let update = self.d.fold(k.sink.reduction, &format!("{name}[i]"), "priv[out_size * t + i]");
             self.line(5, &update);
             self.line(4, "}");
             self.line(3, "}");
@@ -649,8 +564,8 @@ impl<'k> Printer<'k> {
         let out = k.tensor(k.sink.tensor);
         let real = c_type(out.dtype);
         let slice = out.shape.iter().product::<usize>() / out.shape[o.dim].max(1);
-        let identity = c_float(k.sink.reduction.identity());
-        let rows = format!("a_{}", k.tensor(o.rows).name);
+        let identity = self.d.float(k.sink.reduction.identity());
+        let rows = self.tensor_name(o.rows).to_string();
         let axis = k.axis(o.axis);
         let (tile, extent, tiles) = (axis.tile, axis.extent, axis.tiles());
         self.line(2, "int owned = team > 1;");
@@ -684,7 +599,7 @@ impl<'k> Printer<'k> {
     fn edges_back(&mut self, o: Owner) {
         let k = self.k;
         let out = k.tensor(k.sink.tensor);
-        let (name, real) = (&out.name, c_type(out.dtype));
+        let (name, real) = (self.tensor_name(k.sink.tensor).to_string(), c_type(out.dtype));
         let extent = out.shape[o.dim];
         let inner: usize = out.shape[o.dim + 1..].iter().product();
         let slice = out.shape.iter().product::<usize>() / extent.max(1);
@@ -699,7 +614,7 @@ impl<'k> Printer<'k> {
         self.line(4, "const int64_t row = edge_rows[2 * t + e];");
         self.line(4, "if (e == 1 && row == edge_rows[2 * t]) break;");
         self.line(4, &format!("const {real} *src = edges + (2 * t + e) * {slice};"));
-        let update = fold(k.sink.reduction, &format!("a_{name}[{at}]"), "src[j]", self.real);
+        let update = self.d.fold(k.sink.reduction, &format!("{name}[{at}]"), "src[j]");
         self.line(4, &format!("for (int64_t j = 0; j < {slice}; j++) {update}"));
         self.line(3, "}");
         self.line(2, "}");
@@ -727,7 +642,7 @@ impl<'k> Printer<'k> {
         if let Some(o) = self.owner {
             // A program whose rows are all inside the thread's first and last
             // row writes them directly.
-            let (axis, rows) = (k.axis(o.axis), format!("a_{}", k.tensor(o.rows).name));
+            let (axis, rows) = (k.axis(o.axis), self.tensor_name(o.rows).to_string());
             let (t, tile, extent) = (self.tile_var(o.axis), axis.tile, axis.extent);
             self.line(depth + 1, "int edge = 0;");
             self.line(depth + 1, "if (owned) {");
@@ -756,10 +671,10 @@ impl<'k> Printer<'k> {
         if let Some(acc) = &k.accumulate {
             let dims: String =
                 self.order(&acc.shape).iter().map(|&a| format!("[{}]", k.axis(a).tile)).collect();
-            self.line(depth, &format!("{} acc{dims};", self.real));
+            self.line(depth, &format!("{} acc{dims};", self.real()));
             let inner = self.open(depth, &acc.shape);
             let init =
-                format!("acc{} = {};", self.order_index(&acc.shape), c_float(acc.reduction.identity()));
+                format!("acc{} = {};", self.order_index(&acc.shape), self.d.float(acc.reduction.identity()));
             self.line(inner, &init);
             self.close(inner, depth);
         }
@@ -776,7 +691,7 @@ impl<'k> Printer<'k> {
             if let Some(acc) = k.accumulate.as_ref().filter(|a| !self.folds_into_acc(a.partial)) {
                 let inner = self.open(d, &acc.shape);
                 let target = format!("acc{}", self.order_index(&acc.shape));
-                let update = fold(acc.reduction, &target, &self.elem(acc.partial), self.real);
+                let update = self.d.fold(acc.reduction, &target, &self.elem(acc.partial));
                 self.line(inner, &update);
                 self.close(inner, d);
             }
@@ -842,16 +757,16 @@ impl<'k> Printer<'k> {
         };
         let inner = self.open_ordered(masked, &order[split..], simd);
         let out = k.tensor(s.tensor);
-        let target = format!("o_{}[{}]", out.name, self.address(s.tensor, &s.index));
+        let target = format!("{}[{}]", self.out_ptr, self.address(s.tensor, &s.index));
         let value = self.elem(s.value);
         let update = match edge {
-            None => fold(s.reduction, &target, &value, self.real),
+            None => self.d.fold(s.reduction, &target, &value),
             Some(o) => {
                 let real = c_type(out.dtype);
                 let row = self.elem(s.index[o.dim]);
                 let rest = self.address_without(s.tensor, &s.index, Some(o.dim));
-                let to_edge = fold(s.reduction, &format!("sink_edge[{rest}]"), "sink_value", self.real);
-                let direct = fold(s.reduction, &target, "sink_value", self.real);
+                let to_edge = self.d.fold(s.reduction, &format!("sink_edge[{rest}]"), "sink_value");
+                let direct = self.d.fold(s.reduction, &target, "sink_value");
                 format!(
                     "const int64_t sink_row = {row};\nconst {real} sink_value = {value};\n\
                      {real} *sink_edge = sink_row == row_first ? edge_first : sink_row == row_last ? edge_last : NULL;\n\
@@ -864,100 +779,32 @@ impl<'k> Printer<'k> {
         }
         self.close(inner, depth);
     }
+}
 
-    /// Masked loads read through these (see [`Printer::expr`]).
-    fn helpers(&mut self) {
-        for kind in ["float", "double", "int64_t"] {
-            self.line(
-                0,
-                &format!(
-                    "static inline {kind} select_{kind}(unsigned char m, {kind} x) {{ return m ? x : 0; }}"
-                ),
-            );
+impl Scope for Printer<'_> {
+    type Dialect = C;
+
+    fn kernel(&self) -> &Kernel {
+        self.k
+    }
+
+    fn dialect(&self) -> &C {
+        &self.d
+    }
+
+    fn names(&self) -> &Names {
+        &self.names
+    }
+
+    fn inlined(&self, id: ValueId) -> bool {
+        self.inline[id]
+    }
+
+    fn array(&self, id: ValueId) -> String {
+        let value = self.k.value(id);
+        match value.op {
+            Op::Accumulator => self.at("acc", &value.shape),
+            _ => self.at(&self.names.values[id], &value.shape),
         }
-        self.line(0, "");
-    }
-}
-
-fn call_neg_exp(x: &str, single: bool) -> String {
-    format!("exp{}(-{x})", if single { "f" } else { "" })
-}
-
-/// Which values are printed inline: ranges, constants and the accumulator
-/// always (they are expressions of loop variables); loads and arithmetic
-/// used exactly once by a value of the same phase, so a gather feeding a
-/// `dot` is read where the dot needs it instead of being copied first.
-fn inlined(k: &Kernel, phases: &SecondaryMap<ValueId, Phase>) -> SecondaryMap<ValueId, bool> {
-    let mut uses: SecondaryMap<ValueId, usize> = SecondaryMap::with_capacity(k.values.len());
-    let mut user_phase: SecondaryMap<ValueId, Option<Phase>> = SecondaryMap::with_capacity(k.values.len());
-    // A value read by a consumer of a larger shape would be recomputed for
-    // every element it is broadcast over: keep it in its array.
-    let mut broadcast: SecondaryMap<ValueId, bool> = SecondaryMap::with_capacity(k.values.len());
-    for &id in &k.order {
-        let consumer = &k.value(id).shape;
-        let loops = match &k.value(id).op {
-            // A reduction's loops run over its operands' axes too.
-            Op::Reduce { value, .. } => k.value(*value).shape.len(),
-            Op::Dot { a, b, .. } => {
-                let mut s: Vec<_> = k.value(*a).shape.iter().chain(&k.value(*b).shape).collect();
-                s.sort();
-                s.dedup();
-                s.len()
-            }
-            _ => consumer.len(),
-        };
-        for o in k.operands(id) {
-            uses[o] += 1;
-            user_phase[o] = Some(phases[id]);
-            if k.value(o).shape.len() < loops {
-                broadcast[o] = true;
-            }
-        }
-    }
-    // The sink runs in its value's phase (in the loop for atomic per
-    // element, after it otherwise), printed twice when it may write
-    // through row buffers.
-    let sink = &k.sink;
-    let sink_phase = phases[sink.value].max(Phase::Program);
-    let sink_uses = 1;
-    for o in sink.operands() {
-        uses[o] += sink_uses;
-        user_phase[o] = Some(sink_phase);
-    }
-    // The accumulator folds its partial directly (see `Printer::program`).
-    if let Some(acc) = &k.accumulate {
-        uses[acc.partial] += 2;
-    }
-    k.values
-        .iter()
-        .map(|(id, v)| {
-            let inline = match v.op {
-                Op::Range(_) | Op::Const(_) | Op::ConstInt(_) | Op::Accumulator => true,
-                Op::Reduce { .. } | Op::Dot { .. } => false,
-                _ => uses[id] == 1 && user_phase[id] == Some(phases[id]) && !broadcast[id],
-            };
-            (id, inline)
-        })
-        .collect()
-}
-
-/// `target op= value` for a reduction, as a C statement.
-fn fold(r: Reduction, target: &str, value: &str, real: &str) -> String {
-    let f = if real == "float" { "f" } else { "" };
-    match r {
-        Reduction::Sum => format!("{target} += {value};"),
-        Reduction::Max => format!("{target} = fmax{f}({target}, {value});"),
-        Reduction::Min => format!("{target} = fmin{f}({target}, {value});"),
-    }
-}
-
-/// A C literal for a float, infinities included.
-fn c_float(x: f64) -> String {
-    if x == f64::INFINITY {
-        "INFINITY".to_string()
-    } else if x == f64::NEG_INFINITY {
-        "-INFINITY".to_string()
-    } else {
-        format!("{x:?}")
     }
 }

@@ -47,7 +47,8 @@
 //! The output is prepared by the caller before the launch, as for the C
 //! backend ([`OutputInit`]).
 
-pub mod namer;
+mod dialect;
+pub use spindle_c::namer;
 mod plan;
 
 use std::collections::BTreeSet;
@@ -56,10 +57,13 @@ use std::fmt::Write as _;
 use spindle_ir::formats::{DType, IType};
 use spindle_ir::kernel::schedule::Schedule;
 use spindle_ir::kernel::*;
-use spindle_ir::lang::{ElemType, Func};
+use spindle_ir::lang::ElemType;
 
+use dialect::Cuda;
 pub use plan::Fragment;
 use plan::{AccPlan, Matmul, Plan};
+use spindle_c::dialect::{Dialect, Scope, real_of};
+use spindle_c::namer::Names;
 
 /// The static shared memory a block may declare (CUDA's limit without
 /// opting into dynamic shared memory).
@@ -197,12 +201,8 @@ type Step = (BTreeSet<Arr>, BTreeSet<Arr>, bool);
 struct Printer<'k> {
     k: &'k Kernel,
     p: Plan,
-    real: &'static str,
-    /// 64-bit index arithmetic.
-    wide: bool,
-    tensor_names: SecondaryMap<TensorId, String>,
-    axis_names: SecondaryMap<AxisId, String>,
-    value_names: SecondaryMap<ValueId, String>,
+    d: Cuda,
+    names: Names,
     out: String,
     pending_reads: BTreeSet<Arr>,
     pending_writes: BTreeSet<Arr>,
@@ -214,33 +214,14 @@ struct Printer<'k> {
 impl<'k> Printer<'k> {
     fn new(k: &'k Kernel, opts: &PrintOptions) -> Self {
         let p = Plan::new(k, opts);
-        let double = k.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
         let wide = k.tensors.values().any(|t| {
             t.dtype == ElemType::Index(IType::I64) || t.shape.iter().product::<usize>() > i32::MAX as usize
         });
-        let mut namer = namer::Namer::default();
-        let tensor_names = k.tensors.iter().map(|(id, t)| (id, namer.fresh("g_", &t.name))).collect();
-        let axis_names = k.axes.iter().map(|(id, a)| (id, namer.fresh("", &a.name))).collect();
-        let value_names = k
-            .values
-            .iter()
-            .map(|(id, v)| {
-                let i = id.as_u32();
-                let name = match &v.op {
-                    Op::Load { tensor, .. } => format!("v{i}_{}", namer::sanitize(&k.tensor(*tensor).name)),
-                    _ => format!("v{i}"),
-                };
-                (id, name)
-            })
-            .collect();
         Printer {
             k,
             p,
-            real: if double { "double" } else { "float" },
-            wide,
-            tensor_names,
-            axis_names,
-            value_names,
+            d: Cuda { real: real_of(k), wide },
+            names: Names::new(k, "g_"),
             out: String::new(),
             pending_reads: BTreeSet::new(),
             pending_writes: BTreeSet::new(),
@@ -256,18 +237,6 @@ impl<'k> Printer<'k> {
 
     fn threads(&self) -> usize {
         self.p.threads as usize
-    }
-
-    fn i_var(&self, a: AxisId) -> String {
-        format!("i_{}", self.axis_names[a])
-    }
-
-    fn t_var(&self, a: AxisId) -> String {
-        format!("t_{}", self.axis_names[a])
-    }
-
-    fn idx(&self) -> &'static str {
-        if self.wide { "long long" } else { "int" }
     }
 
     fn tile(&self, a: AxisId) -> usize {
@@ -307,29 +276,12 @@ impl<'k> Printer<'k> {
     fn at(&self, name: &str, layout: &[AxisId]) -> String {
         let mut s = name.to_string();
         for &a in layout {
-            let _ = write!(s, "[{}]", self.i_var(a));
+            let _ = write!(s, "[{}]", self.axis_var(a));
         }
         if layout.is_empty() {
             s.push_str("[0]");
         }
         s
-    }
-
-    fn array(&self, id: ValueId) -> String {
-        if matches!(self.k.value(id).op, Op::Accumulator) {
-            return if self.p.sink_from_registers {
-                "acc[k]".to_string()
-            } else {
-                self.at("acc_s", &self.p.acc_layout)
-            };
-        }
-        self.at(&self.value_names[id], &self.p.layout[id])
-    }
-
-    /// A value's element where the coordinates of (at least) its axes are
-    /// bound: the inlined expression, or a read of its tile.
-    fn elem(&self, id: ValueId) -> String {
-        if self.p.inline[id] { self.expr(id) } else { self.array(id) }
     }
 
     /// The shared arrays reading `elem(id)` touches.
@@ -353,137 +305,6 @@ impl<'k> Printer<'k> {
             self.reads(id, &mut out);
         }
         out
-    }
-
-    fn float(&self, x: f64) -> String {
-        let single = self.real == "float";
-        if x == f64::INFINITY {
-            if single {
-                "__int_as_float(0x7f800000)".into()
-            } else {
-                "__longlong_as_double(0x7ff0000000000000LL)".into()
-            }
-        } else if x == f64::NEG_INFINITY {
-            if single {
-                "__int_as_float((int)0xff800000u)".into()
-            } else {
-                "__longlong_as_double((long long)0xfff0000000000000ULL)".into()
-            }
-        } else if single {
-            format!("{x:?}f")
-        } else {
-            format!("{x:?}")
-        }
-    }
-
-    fn int(&self, c: i64) -> String {
-        if i32::try_from(c).is_ok() { c.to_string() } else { format!("{c}LL") }
-    }
-
-    fn zero(&self, scalar: Scalar) -> String {
-        match scalar {
-            Scalar::Float => self.float(0.0),
-            Scalar::Int => "0".into(),
-            Scalar::Bool => "false".into(),
-        }
-    }
-
-    fn func(&self, f: Func, x: &str) -> String {
-        let s = if self.real == "float" { "f" } else { "" };
-        match f {
-            Func::Exp => format!("exp{s}({x})"),
-            Func::Sqrt => format!("sqrt{s}({x})"),
-            Func::Abs => format!("fabs{s}({x})"),
-            Func::Relu => format!("fmax{s}({x}, {})", self.float(0.0)),
-            Func::Sigmoid => format!("({} / ({} + exp{s}(-{x})))", self.float(1.0), self.float(1.0)),
-            Func::Max | Func::Min => unreachable!("binary functions are binary ops"),
-        }
-    }
-
-    /// The flat offset of a tensor element.
-    fn address(&self, tensor: TensorId, index: &[ValueId]) -> String {
-        let dims = &self.k.tensor(tensor).shape;
-        let mut terms = Vec::new();
-        for (d, &ix) in index.iter().enumerate() {
-            let stride: usize = dims[d + 1..].iter().product();
-            let e = self.elem(ix);
-            terms.push(match (stride, self.wide) {
-                (1, _) => e,
-                (_, true) => format!("(long long){e} * {stride}"),
-                (_, false) => format!("{e} * {stride}"),
-            });
-        }
-        if terms.is_empty() { "0".to_string() } else { terms.join(" + ") }
-    }
-
-    /// A tensor element converted to the compute type.
-    fn read_tensor(&self, tensor: TensorId, address: &str) -> String {
-        let t = &self.tensor_names[tensor];
-        match self.k.tensor(tensor).dtype {
-            ElemType::Value(DType::F16) => format!("__half2float({t}[{address}])"),
-            ElemType::Value(DType::Bf16) => format!("__bfloat162float({t}[{address}])"),
-            ElemType::Value(DType::F32) if self.real == "double" => format!("(double){t}[{address}]"),
-            _ => format!("{t}[{address}]"),
-        }
-    }
-
-    /// A compute-type value converted to a tensor's element type.
-    fn to_tensor(&self, dtype: ElemType, v: &str) -> String {
-        let double = self.real == "double";
-        match dtype {
-            ElemType::Value(DType::F16) if double => format!("__double2half({v})"),
-            ElemType::Value(DType::F16) => format!("__float2half({v})"),
-            ElemType::Value(DType::Bf16) if double => format!("__double2bfloat16({v})"),
-            ElemType::Value(DType::Bf16) => format!("__float2bfloat16({v})"),
-            ElemType::Value(DType::F32) if double => format!("(float)({v})"),
-            _ => v.to_string(),
-        }
-    }
-
-    /// One element of a value, in terms of the coordinates of its axes.
-    fn expr(&self, id: ValueId) -> String {
-        let value = self.k.value(id);
-        match &value.op {
-            Op::Range(a) => {
-                let (t, tile, i) = (self.t_var(*a), self.tile(*a), self.i_var(*a));
-                if tile == 1 { t } else { format!("({t} * {tile} + {i})") }
-            }
-            Op::Const(c) => self.float(c.0),
-            Op::ConstInt(c) => self.int(*c),
-            Op::Load { tensor, index, mask } => {
-                let read = self.read_tensor(*tensor, &self.address(*tensor, index));
-                match mask {
-                    None => read,
-                    Some(m) => format!("({} ? {read} : {})", self.elem(*m), self.zero(value.scalar)),
-                }
-            }
-            Op::Unary(UnaryOp::Neg, a) => format!("(-{})", self.elem(*a)),
-            Op::Unary(UnaryOp::Func(f), a) => self.func(*f, &self.elem(*a)),
-            Op::Binary(op, a, b) => {
-                op.c_expr(&self.elem(*a), &self.elem(*b), self.real, self.scalar_type(value.scalar))
-            }
-            Op::Broadcast { value: a } => self.elem(*a),
-            Op::Accumulator => self.array(id),
-            Op::Reduce { .. } | Op::Dot { .. } => unreachable!("reductions are always materialized"),
-        }
-    }
-
-    fn scalar_type(&self, scalar: Scalar) -> &'static str {
-        match scalar {
-            Scalar::Float => self.real,
-            Scalar::Int => self.idx(),
-            Scalar::Bool => "bool",
-        }
-    }
-
-    /// `target op= value` for a reduction.
-    fn fold(&self, r: Reduction, target: &str, value: &str) -> String {
-        let s = if self.real == "float" { "f" } else { "" };
-        match r {
-            Reduction::Sum => format!("{target} += {value};"),
-            Reduction::Max => format!("{target} = fmax{s}({target}, {value});"),
-            Reduction::Min => format!("{target} = fmin{s}({target}, {value});"),
-        }
     }
 
     // ---- barriers --------------------------------------------------------
@@ -576,7 +397,7 @@ impl<'k> Printer<'k> {
         let mut lines = Vec::new();
         for (pos, &a) in order.iter().enumerate().rev() {
             let tile = self.tile(a);
-            let i = self.i_var(a);
+            let i = self.axis_var(a);
             let text = if tile == 1 {
                 format!("const int {i} = 0;")
             } else {
@@ -679,7 +500,7 @@ impl<'k> Printer<'k> {
             .map(|(id, t)| {
                 let ty = cuda_type(t.dtype);
                 let constness = if t.output { "" } else { "const " };
-                format!("{constness}{ty} *__restrict__ {}", self.tensor_names[id])
+                format!("{constness}{ty} *__restrict__ {}", self.names.tensors[id])
             })
             .collect();
         self.line(
@@ -706,7 +527,7 @@ impl<'k> Printer<'k> {
         if !parallel.is_empty() {
             self.line(1, "unsigned pid = blockIdx.x;");
             for (pos, &a) in parallel.iter().enumerate().rev() {
-                let t = self.t_var(a);
+                let t = self.tile_var(a);
                 if pos == 0 {
                     self.line(1, &format!("const int {t} = pid;"));
                 } else if k.axis(a).tiles() == 1 {
@@ -764,12 +585,12 @@ impl<'k> Printer<'k> {
                 ("float", 4, true)
             } else {
                 match v.scalar {
-                    Scalar::Float => (self.real, if self.real == "double" { 8 } else { 4 }, false),
-                    Scalar::Int => (self.idx(), if self.wide { 8 } else { 4 }, false),
+                    Scalar::Float => (self.d.real, if self.d.real == "double" { 8 } else { 4 }, false),
+                    Scalar::Int => (self.d.int_type(), if self.d.wide { 8 } else { 4 }, false),
                     Scalar::Bool => ("bool", 1, false),
                 }
             };
-            let name = self.value_names[id].clone();
+            let name = self.names.values[id].clone();
             out.push(self.declaration(&name, ty, size, align, &self.p.layout[id]));
         }
         let acc_copy = match self.p.acc {
@@ -779,7 +600,7 @@ impl<'k> Printer<'k> {
         };
         if acc_copy {
             let fragments = matches!(self.p.acc, AccPlan::Fragments(_));
-            let (ty, size) = if fragments || self.real == "float" { ("float", 4) } else { ("double", 8) };
+            let (ty, size) = if fragments || self.d.real == "float" { ("float", 4) } else { ("double", 8) };
             out.push(self.declaration("acc_s", ty, size, fragments, &self.p.acc_layout));
         }
         out
@@ -810,7 +631,7 @@ impl<'k> Printer<'k> {
     fn program(&mut self, depth: usize) {
         let k = self.k;
         let in_phase = |p: &Printer, phase: Phase| -> Vec<ValueId> {
-            k.order.iter().copied().filter(|&id| p.p.phases[id] == phase).collect()
+            k.order.iter().copied().filter(|&id| p.p.uses.phases[id] == phase).collect()
         };
         for id in in_phase(self, Phase::Program) {
             self.emit(depth, id);
@@ -823,8 +644,8 @@ impl<'k> Printer<'k> {
                 let acc = k.accumulate.as_ref().expect("an accumulator");
                 let n = self.elements(&acc.shape);
                 let per = n.div_ceil(self.threads());
-                let identity = self.float(acc.reduction.identity());
-                self.line(depth, &format!("{} acc[{per}];", self.real));
+                let identity = self.d.float(acc.reduction.identity());
+                self.line(depth, &format!("{} acc[{per}];", self.d.real));
                 self.line(depth, "#pragma unroll");
                 self.line(depth, &format!("for (int k = 0; k < {per}; k++) acc[k] = {identity};"));
             }
@@ -848,7 +669,7 @@ impl<'k> Printer<'k> {
             self.body = Some(Vec::new());
             let mut d = depth;
             for &r in &reduced {
-                let (t, tiles) = (self.t_var(r), k.axis(r).tiles());
+                let (t, tiles) = (self.tile_var(r), k.axis(r).tiles());
                 self.line(d, &format!("for (int {t} = 0; {t} < {tiles}; {t}++) {{"));
                 d += 1;
             }
@@ -863,11 +684,11 @@ impl<'k> Printer<'k> {
                 let inner = self.open_owned(d, n);
                 let layout = self.p.acc_layout.clone();
                 self.decode(inner, &layout);
-                let update = self.fold(reduction, "acc[k]", &self.elem(partial));
+                let update = self.d.fold(reduction, "acc[k]", &self.elem(partial));
                 self.line(inner, &update);
                 self.close_owned(inner, d);
             }
-            if self.p.sink_phase == Phase::Loop {
+            if self.p.uses.sink_phase == Phase::Loop {
                 self.sink(d);
             }
             // The next iteration starts from this one's pending accesses: a
@@ -932,7 +753,7 @@ impl<'k> Printer<'k> {
         for id in in_phase(self, Phase::Epilogue) {
             self.emit(depth, id);
         }
-        if self.p.sink_phase != Phase::Loop {
+        if self.p.uses.sink_phase != Phase::Loop {
             self.sink(depth);
         }
     }
@@ -968,8 +789,8 @@ impl<'k> Printer<'k> {
                 let inner = self.open_elements(depth, n);
                 let layout = self.p.layout[id].clone();
                 self.decode(inner, &layout);
-                let identity = self.float(chain.reduction.identity());
-                self.line(inner, &format!("{} s = {identity};", self.real));
+                let identity = self.d.float(chain.reduction.identity());
+                self.line(inner, &format!("{} s = {identity};", self.d.real));
                 self.reduce_loop(inner, &chain, "s");
                 let target = self.array(id);
                 self.line(inner, &format!("{target} = s;"));
@@ -1014,7 +835,7 @@ impl<'k> Printer<'k> {
                         | (plan::Fragment::Tf32, ElemType::Value(DType::F32))
                 );
                 same.then(|| {
-                    let read = format!("{}[{}]", self.tensor_names[*tensor], self.address(*tensor, index));
+                    let read = format!("{}[{}]", self.names.tensors[*tensor], self.address(*tensor, index));
                     match mask {
                         None => read,
                         Some(m) => format!("({} ? {read} : {zero})", self.elem(*m)),
@@ -1043,7 +864,7 @@ impl<'k> Printer<'k> {
     fn reduce_loop(&mut self, depth: usize, chain: &plan::Chain, target: &str) {
         let mut d = depth;
         for &(axis, _) in &chain.axes {
-            let i = self.i_var(axis);
+            let i = self.axis_var(axis);
             let tile = self.tile(axis);
             if tile == 1 {
                 self.line(d, "{");
@@ -1057,7 +878,7 @@ impl<'k> Printer<'k> {
             d += 1;
         }
         let term: Vec<String> = chain.factors.iter().map(|&f| self.elem(f)).collect();
-        let update = self.fold(chain.reduction, target, &term.join(" * "));
+        let update = self.d.fold(chain.reduction, target, &term.join(" * "));
         let masks: Vec<String> = chain.axes.iter().filter_map(|(_, m)| m.map(|m| self.elem(m))).collect();
         let text = if masks.is_empty() { update } else { format!("if ({}) {update}", masks.join(" && ")) };
         self.line(d, &text);
@@ -1127,7 +948,7 @@ impl<'k> Printer<'k> {
         let (batch, m, n, kk) = mm.dims(self.k);
         let f = mm.fragment;
         let ks = f.k_step();
-        let (an, bn) = (self.value_names[mm.a].clone(), self.value_names[mm.b].clone());
+        let (an, bn) = (self.names.values[mm.a].clone(), self.names.values[mm.b].clone());
         let a_base = self.base(&an, &self.p.layout[mm.a].clone());
         let b_base = self.base(&bn, &self.p.layout[mm.b].clone());
         let (a_batch, b_batch) = if batch > 1 {
@@ -1191,7 +1012,7 @@ impl<'k> Printer<'k> {
         self.line(d, &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, float> c;"));
         self.line(d, "wmma::fill_fragment(c, 0.0f);");
         self.mma_k(d, mm, "c");
-        let name = self.value_names[mm.root].clone();
+        let name = self.names.values[mm.root].clone();
         let dst = self.root_pointer(&name, &self.p.layout[mm.root].clone(), mm);
         self.line(d, &format!("wmma::store_matrix_sync({dst}, c, {n}, wmma::mem_row_major);"));
         self.line(depth, "}");
@@ -1209,34 +1030,34 @@ impl<'k> Printer<'k> {
             return;
         }
         let inner = if self.p.sink_from_registers {
-            let n = self.elements(&self.p.sink_shape);
+            let n = self.elements(&self.p.uses.sink_shape);
             let inner = self.open_owned(depth, n);
             let order = self.p.acc_layout.clone();
             self.decode(inner, &order);
             inner
         } else {
-            let n = self.elements(&self.p.sink_shape);
+            let n = self.elements(&self.p.uses.sink_shape);
             let inner = self.open_elements(depth, n);
             let order = self.p.sink_order.clone();
             self.decode(inner, &order);
             inner
         };
         let t = self.k.tensor(s.tensor);
-        let name = &self.tensor_names[s.tensor];
+        let name = &self.names.tensors[s.tensor];
         let address = self.address(s.tensor, &s.index);
         let target = format!("{name}[{address}]");
         let value = self.elem(s.value);
         let update = if s.exclusive {
-            let current = self.read_tensor(s.tensor, &address);
-            let sfx = if self.real == "float" { "f" } else { "" };
+            let current = self.d.load(t.dtype, name, &address);
+            let sfx = self.d.math_suffix();
             let combined = match s.reduction {
                 Reduction::Sum => format!("{current} + {value}"),
                 Reduction::Max => format!("fmax{sfx}({current}, {value})"),
                 Reduction::Min => format!("fmin{sfx}({current}, {value})"),
             };
-            format!("{target} = {};", self.to_tensor(t.dtype, &combined))
+            format!("{target} = {};", self.d.store_as(t.dtype, &combined))
         } else {
-            let v = self.to_tensor(t.dtype, &value);
+            let v = self.d.store_as(t.dtype, &value);
             match s.reduction {
                 Reduction::Sum => format!("atomicAdd(&{target}, {v});"),
                 Reduction::Max => format!("spindle_atomic_max(&{target}, {v});"),
@@ -1289,7 +1110,7 @@ impl<'k> Printer<'k> {
     fn sink_pairs(&mut self, depth: usize, axis: AxisId) {
         let k = self.k;
         let s = &k.sink;
-        let n = self.elements(&self.p.sink_shape) / 2;
+        let n = self.elements(&self.p.uses.sink_shape) / 2;
         let inner = self.open_elements(depth, n);
         // Decode the pair: the paired axis counts in twos.
         let order = self.p.sink_order.clone();
@@ -1309,7 +1130,7 @@ impl<'k> Printer<'k> {
             lines.push(if a == axis {
                 format!("const int pair = {coordinate} * 2;")
             } else {
-                format!("const int {} = {coordinate};", self.i_var(a))
+                format!("const int {} = {coordinate};", self.axis_var(a))
             });
             stride *= tile;
         }
@@ -1321,7 +1142,7 @@ impl<'k> Printer<'k> {
             ElemType::Value(DType::Bf16) => ("__nv_bfloat162", "__floats2bfloat162_rn", "__float2bfloat16"),
             _ => ("__half2", "__floats2half2_rn", "__float2half"),
         };
-        let i = self.i_var(axis);
+        let i = self.axis_var(axis);
         self.line(inner, "float sv[2];");
         if s.mask.is_some() {
             self.line(inner, "bool sm[2];");
@@ -1338,7 +1159,7 @@ impl<'k> Printer<'k> {
         self.line(inner, "}");
         self.line(inner, "{");
         self.line(inner + 1, &format!("const int {i} = pair;"));
-        let name = &self.tensor_names[s.tensor];
+        let name = &self.names.tensors[s.tensor];
         let ty = match k.tensor(s.tensor).dtype {
             ElemType::Value(DType::Bf16) => "__nv_bfloat16",
             _ => "__half",
@@ -1411,5 +1232,36 @@ pub fn cuda_type(dtype: ElemType) -> &'static str {
         ElemType::Value(DType::Bf16) => "__nv_bfloat16",
         ElemType::Index(IType::I32) => "int",
         ElemType::Index(IType::I64) => "long long",
+    }
+}
+
+impl Scope for Printer<'_> {
+    type Dialect = Cuda;
+
+    fn kernel(&self) -> &Kernel {
+        self.k
+    }
+
+    fn dialect(&self) -> &Cuda {
+        &self.d
+    }
+
+    fn names(&self) -> &Names {
+        &self.names
+    }
+
+    fn inlined(&self, id: ValueId) -> bool {
+        self.p.inline[id]
+    }
+
+    fn array(&self, id: ValueId) -> String {
+        if matches!(self.k.value(id).op, Op::Accumulator) {
+            return if self.p.sink_from_registers {
+                "acc[k]".to_string()
+            } else {
+                self.at("acc_s", &self.p.acc_layout)
+            };
+        }
+        self.at(&self.names.values[id], &self.p.layout[id])
     }
 }

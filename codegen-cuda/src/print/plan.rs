@@ -11,15 +11,6 @@ use spindle_ir::lang::ElemType;
 
 use super::PrintOptions;
 
-/// Who reads a value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum User {
-    Value(ValueId),
-    Sink,
-    /// The fold of the accumulator's partial.
-    Fold,
-}
-
 /// The element type of a Tensor Core product's operands (accumulation is
 /// always in f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -128,8 +119,8 @@ pub(crate) enum AccPlan {
 
 #[derive(Debug)]
 pub(crate) struct Plan {
-    pub phases: SecondaryMap<ValueId, Phase>,
-    pub users: SecondaryMap<ValueId, Vec<User>>,
+    /// Who reads each value, and when (the kernel IR's analysis).
+    pub uses: Uses,
     pub inline: SecondaryMap<ValueId, bool>,
     /// The axis order of each value's tile (row-major, last fastest).
     pub layout: SecondaryMap<ValueId, Vec<AxisId>>,
@@ -146,55 +137,26 @@ pub(crate) struct Plan {
     pub acc_layout: Vec<AxisId>,
     /// The sink reads `acc[k]` from registers (no shared copy).
     pub sink_from_registers: bool,
-    pub sink_phase: Phase,
-    pub sink_shape: Vec<AxisId>,
     /// The order the sink visits its elements: the output's contiguous axis
     /// fastest, so consecutive threads write consecutive addresses.
     pub sink_order: Vec<AxisId>,
     pub threads: u32,
 }
 
-fn union(shapes: impl IntoIterator<Item = AxisId>) -> Vec<AxisId> {
-    let mut s: Vec<AxisId> = shapes.into_iter().collect();
-    s.sort();
-    s.dedup();
-    s
-}
-
 fn sorted(shape: &[AxisId]) -> Vec<AxisId> {
-    union(shape.iter().copied())
+    axis_set(shape.iter().copied())
 }
 
 impl Plan {
     pub fn new(k: &Kernel, opts: &PrintOptions) -> Plan {
         let n = k.values.len();
-        let mut phases = k.phases();
+        let uses = Uses::of(k);
         let sink = &k.sink;
-        let sink_ids: Vec<ValueId> = sink.operands().collect();
-        let sink_phase = sink_ids.iter().map(|&v| phases[v]).max().unwrap_or(Phase::Program);
-        let sink_shape = union(sink_ids.iter().flat_map(|&v| k.value(v).shape.clone()));
         let acc_value = k.order.iter().copied().find(|&id| matches!(k.value(id).op, Op::Accumulator));
-        if let Some(acc) = acc_value {
-            phases[acc] = Phase::Epilogue;
-        }
-
-        let mut users: SecondaryMap<ValueId, Vec<User>> = SecondaryMap::with_capacity(n);
-        for &id in &k.order {
-            for o in k.operands(id) {
-                users[o].push(User::Value(id));
-            }
-        }
-        for &v in &sink_ids {
-            users[v].push(User::Sink);
-        }
-        if let Some(acc) = &k.accumulate {
-            users[acc.partial].push(User::Fold);
-        }
 
         let layout = k.values.iter().map(|(id, v)| (id, default_order(k, &v.shape))).collect();
         let mut plan = Plan {
-            phases,
-            users,
+            uses,
             inline: SecondaryMap::with_capacity(n),
             layout,
             matmuls: Vec::new(),
@@ -206,12 +168,10 @@ impl Plan {
             acc: AccPlan::None,
             acc_layout: Vec::new(),
             sink_from_registers: false,
-            sink_phase,
             sink_order: Vec::new(),
-            sink_shape,
             threads: 32,
         };
-        plan.sink_order = contiguous_order(k, &plan.sink_shape, sink.index.last().copied());
+        plan.sink_order = contiguous_order(k, &plan.uses.sink_shape, sink.index.last().copied());
 
         // Tensor Core products.
         let mut fixed: SecondaryMap<ValueId, bool> = SecondaryMap::with_capacity(n);
@@ -258,11 +218,11 @@ impl Plan {
             };
             let mut top = id;
             let mut axes = vec![(axis, mask)];
-            while let [User::Value(user)] = plan.users[top][..]
+            while let [User::Value(user)] = plan.uses.users[top][..]
                 && let Op::Reduce { reduction: r, value, axis: q, mask } = k.value(user).op
                 && r == reduction
                 && value == top
-                && plan.phases[user] == plan.phases[top]
+                && plan.uses.phases[user] == plan.uses.phases[top]
                 && plan.root_of[user].is_none()
             {
                 plan.absorbed[top] = true;
@@ -277,37 +237,9 @@ impl Plan {
         // reads: a tile and a barrier cost more. Loads never are: a
         // gathered index like `E[r]` is read from memory once per tile.
         const RECOMPUTE: usize = 8;
-        let mut cost: SecondaryMap<ValueId, usize> = SecondaryMap::with_default(usize::MAX);
-        for &id in &k.order {
-            let v = k.value(id);
-            let forced = plan.stage[id].is_some() || plan.root_of[id].is_some() || plan.absorbed[id];
-            cost[id] = match &v.op {
-                Op::Range(_) | Op::Const(_) | Op::ConstInt(_) => 0,
-                Op::Unary(..) | Op::Binary(..) | Op::Broadcast { .. }
-                    if v.scalar != Scalar::Float && !forced =>
-                {
-                    let operands: usize = k
-                        .operands(id)
-                        .map(|o| if plan.inline[o] { cost[o] } else { 1 })
-                        .fold(0, usize::saturating_add);
-                    operands.saturating_add(1)
-                }
-                _ => usize::MAX,
-            };
-            plan.inline[id] = !forced
-                && match &v.op {
-                    Op::Accumulator | Op::Reduce { .. } | Op::Dot { .. } => false,
-                    _ if cost[id] <= RECOMPUTE => true,
-                    Op::Broadcast { .. } => true,
-                    _ => match plan.users[id][..] {
-                        [user] => {
-                            plan.user_phase(user) == plan.phases[id]
-                                && plan.iteration_shape(k, user) == sorted(&v.shape)
-                        }
-                        _ => false,
-                    },
-                };
-        }
+        plan.inline = plan.uses.inline(k, RECOMPUTE, |id| {
+            plan.stage[id].is_some() || plan.root_of[id].is_some() || plan.absorbed[id]
+        });
 
         // The accumulator.
         if let Some(acc) = &k.accumulate {
@@ -319,11 +251,11 @@ impl Plan {
                 // The sink reads `acc[k]` when it visits the accumulator's
                 // elements and reads each once, through inlined values.
                 let shape = sorted(&acc.shape);
-                let direct = plan.sink_shape == shape
+                let direct = plan.uses.sink_shape == shape
                     && acc_value.is_some_and(|av| {
                         let mut cur = av;
                         loop {
-                            match plan.users[cur][..] {
+                            match plan.uses.users[cur][..] {
                                 [User::Sink] => {
                                     break !sink.index.contains(&cur) && sink.mask != Some(cur);
                                 }
@@ -345,7 +277,7 @@ impl Plan {
         // Threads: one per element of the largest tile the block fills
         // (inlined values are computed by their consumer's threads), 32 to
         // 256.
-        let mut largest = k.tile_elements(&plan.sink_shape);
+        let mut largest = k.tile_elements(&plan.uses.sink_shape);
         if let Some(acc) = &k.accumulate {
             largest = largest.max(k.tile_elements(&acc.shape));
         }
@@ -366,35 +298,6 @@ impl Plan {
         }
         plan.threads = opts.threads.unwrap_or(threads as u32);
         plan
-    }
-
-    pub fn user_phase(&self, user: User) -> Phase {
-        match user {
-            User::Value(u) => self.phases[u],
-            User::Sink => self.sink_phase,
-            User::Fold => Phase::Loop,
-        }
-    }
-
-    /// The axes a consumer loops over when it reads its operands.
-    pub fn iteration_shape(&self, k: &Kernel, user: User) -> Vec<AxisId> {
-        match user {
-            User::Value(u) => {
-                let v = k.value(u);
-                match &v.op {
-                    Op::Reduce { axis, .. } | Op::Dot { axis, .. } => union(
-                        v.shape
-                            .iter()
-                            .copied()
-                            .chain(k.operands(u).flat_map(|o| k.value(o).shape.clone()))
-                            .chain([*axis]),
-                    ),
-                    _ => sorted(&v.shape),
-                }
-            }
-            User::Sink => self.sink_shape.clone(),
-            User::Fold => k.accumulate.as_ref().map(|a| sorted(&a.shape)).unwrap_or_default(),
-        }
     }
 
     /// A Tensor Core product for `dot`, or why there is none.
@@ -423,7 +326,7 @@ impl Plan {
         let mut ks = vec![axis];
         let mut masks: Vec<ValueId> = mask.into_iter().collect();
         let mut absorbed = Vec::new();
-        while let [User::Value(user)] = self.users[root][..]
+        while let [User::Value(user)] = self.uses.users[root][..]
             && let Op::Reduce { reduction: Reduction::Sum, value, axis: q, mask } = k.value(user).op
             && value == root
             && sa.contains(&q)
@@ -445,7 +348,7 @@ impl Plan {
         let n: Vec<AxisId> = nb.iter().copied().filter(|x| !na.contains(x)).collect();
         let extent = |axes: &[AxisId]| -> usize { axes.iter().map(|&x| k.axis(x).tile).product() };
         let root_shape: Vec<AxisId> = k.value(root).shape.iter().copied().filter(|x| !unit(x)).collect();
-        if sorted(&root_shape) != union(batch.iter().chain(&m).chain(&n).copied()) {
+        if sorted(&root_shape) != axis_set(batch.iter().chain(&m).chain(&n).copied()) {
             return Err("the result has axes neither operand has".to_string());
         }
         let (mm, nn, kx) = (extent(&m), extent(&n), extent(&kk));
@@ -469,7 +372,7 @@ impl Plan {
             let mut placed = false;
             for (v, stage) in [(a, &mut stage_a), (b, &mut stage_b)] {
                 if ms.iter().all(|x| k.value(v).shape.contains(x)) {
-                    if self.users[v].len() != 1 {
+                    if self.uses.users[v].len() != 1 {
                         return Err(format!("operand {v} is masked for the product but used elsewhere too"));
                     }
                     stage.masks.push(msk);

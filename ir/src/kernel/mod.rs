@@ -22,6 +22,7 @@
 //! snapshots show and what pass tests are written in
 //! (`ir/tests/passes/<pass>/*.ir`).
 
+mod inline;
 pub mod lower;
 mod parse;
 pub mod passes;
@@ -33,6 +34,7 @@ use cranelift_entity::entity_impl;
 pub use cranelift_entity::{EntityRef, PrimaryMap, SecondaryMap};
 use ndarray::Dimension;
 
+pub use inline::{User, Uses, axis_set};
 pub use parse::ParseError;
 pub use verify::VerifyError;
 
@@ -162,24 +164,6 @@ impl BinaryOp {
         BinaryOp::Ge,
         BinaryOp::And,
     ];
-
-    /// The operation in the syntax of C and CUDA C, which both backends
-    /// print: `real` is the compute type (`float` or `double`, which picks
-    /// `fmaxf` or `fmax`), `div_type` the type a division is carried out in.
-    pub fn c_expr(self, x: &str, y: &str, real: &str, div_type: &str) -> String {
-        let f = if real == "float" { "f" } else { "" };
-        match self {
-            BinaryOp::Add => format!("({x} + {y})"),
-            BinaryOp::Sub => format!("({x} - {y})"),
-            BinaryOp::Mul => format!("({x} * {y})"),
-            BinaryOp::Div => format!("(({div_type}){x} / {y})"),
-            BinaryOp::Max => format!("fmax{f}({x}, {y})"),
-            BinaryOp::Min => format!("fmin{f}({x}, {y})"),
-            BinaryOp::Lt => format!("({x} < {y})"),
-            BinaryOp::Ge => format!("({x} >= {y})"),
-            BinaryOp::And => format!("({x} && {y})"),
-        }
-    }
 
     pub fn name(self) -> &'static str {
         match self {

@@ -1,4 +1,5 @@
-//! Legal, unique CUDA C++ identifiers for user names.
+//! Legal, unique C and CUDA C++ identifiers for user names, shared by both
+//! printers ([`Names`]).
 //!
 //! Tensor and index names come from the user: `int`, `float`, `_X`, `x__y`
 //! or `threadIdx` are all possible Einsum names. Every identifier made from
@@ -11,6 +12,41 @@
 //! `_3`, ... suffixes.
 
 use std::collections::HashSet;
+
+use spindle_ir::kernel::{AxisId, Kernel, Op, SecondaryMap, TensorId, ValueId};
+
+/// The identifiers of a kernel's tensors (`prefix` and the sanitized
+/// name), axes (the sanitized name; loop variables add `i_` and `t_`) and
+/// values (`v3`, or `v3_B` for a load of B), and the namer that handed them
+/// out, for a printer's further names.
+#[derive(Debug)]
+pub struct Names {
+    pub tensors: SecondaryMap<TensorId, String>,
+    pub axes: SecondaryMap<AxisId, String>,
+    pub values: SecondaryMap<ValueId, String>,
+    pub namer: Namer,
+}
+
+impl Names {
+    pub fn new(k: &Kernel, tensor_prefix: &str) -> Names {
+        let mut namer = Namer::default();
+        let tensors = k.tensors.iter().map(|(id, t)| (id, namer.fresh(tensor_prefix, &t.name))).collect();
+        let axes = k.axes.iter().map(|(id, a)| (id, namer.fresh("", &a.name))).collect();
+        let values = k
+            .values
+            .iter()
+            .map(|(id, v)| {
+                let i = id.as_u32();
+                let name = match &v.op {
+                    Op::Load { tensor, .. } => format!("v{i}_{}", sanitize(&k.tensor(*tensor).name)),
+                    _ => format!("v{i}"),
+                };
+                (id, name)
+            })
+            .collect();
+        Names { tensors, axes, values, namer }
+    }
+}
 
 /// Hands out identifiers, each once.
 #[derive(Debug, Default)]
