@@ -1,0 +1,461 @@
+//! The kernel function: its signature and shared arrays, one program's
+//! values, the loop over reduced tiles and the fold into the accumulator.
+
+use std::collections::BTreeSet;
+
+use spindle_c::dialect::{Dialect, Scope};
+use spindle_ir::formats::DType;
+use spindle_ir::kernel::*;
+use spindle_ir::lang::ElemType;
+
+use super::*;
+
+impl Printer<'_> {
+    pub(super) fn print(mut self, symbol: &str) -> Result<CudaKernel, PrintError> {
+        let k = self.k;
+        let programs: u64 = k.parallel_axes().iter().map(|&a| k.axis(a).tiles() as u64).product();
+        if programs > i32::MAX as u64 {
+            return Err(PrintError::Grid { kernel: k.name.clone(), programs });
+        }
+        let arrays = self.shared_arrays();
+        let bytes: usize = arrays.iter().map(|(_, _, b)| b).sum();
+        if bytes > MAX_STATIC_SHARED_BYTES {
+            let mut list: Vec<(String, usize)> = arrays.iter().map(|(n, _, b)| (n.clone(), *b)).collect();
+            list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            return Err(PrintError::SharedMemory {
+                kernel: k.name.clone(),
+                bytes,
+                limit: MAX_STATIC_SHARED_BYTES,
+                arrays: list,
+            });
+        }
+        let launch =
+            LaunchGeometry { grid: programs.max(1) as u32, block: self.p.threads, shared_bytes: bytes };
+        let dots = self.dot_reports();
+
+        self.line(0, &format!("// Spindle kernel `{}`, generated: do not edit.", k.name));
+        for line in format!("{k}").lines() {
+            self.line(0, &format!("// {line}"));
+        }
+        self.line(
+            0,
+            &format!(
+                "// launch: grid {}, block {}, static shared memory {} bytes",
+                launch.grid, launch.block, launch.shared_bytes
+            ),
+        );
+        for d in &dots {
+            let text = match &d.path {
+                DotPath::TensorCores { fragment, batch, m, n, k: kk, into_accumulator } => format!(
+                    "// dot {}: Tensor Cores, {} {batch} x ({m}x{kk} * {kk}x{n}){}",
+                    d.dot,
+                    fragment.name(),
+                    if *into_accumulator { ", into the accumulator fragments" } else { "" }
+                ),
+                DotPath::Fma { reason } => format!("// dot {}: FMA ({reason})", d.dot),
+            };
+            self.line(0, &text);
+        }
+        let halves = k.tensors.values().any(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)));
+        if halves || !self.p.matmuls.is_empty() {
+            self.line(0, "#include <cuda_fp16.h>");
+            self.line(0, "#include <cuda_bf16.h>");
+        }
+        if !self.p.matmuls.is_empty() {
+            self.line(0, "#include <mma.h>");
+            self.line(0, "namespace wmma = nvcuda::wmma;");
+        }
+        self.line(0, "");
+        self.atomic_helpers();
+
+        let params: Vec<String> = k
+            .tensors
+            .iter()
+            .map(|(id, t)| {
+                let ty = cuda_type(t.dtype);
+                let constness = if t.output { "" } else { "const " };
+                format!("{constness}{ty} *__restrict__ {}", self.names.tensors[id])
+            })
+            .collect();
+        self.line(
+            0,
+            &format!("extern \"C\" __global__ void __launch_bounds__({}) {symbol}(", self.p.threads),
+        );
+        let n = params.len();
+        for (i, p) in params.into_iter().enumerate() {
+            let end = if i + 1 == n { ") {" } else { "," };
+            self.line(2, &format!("{p}{end}"));
+        }
+        if n == 0 {
+            self.line(2, ") {");
+        }
+        for (name, decl, _) in &arrays {
+            let _ = name;
+            self.line(1, decl);
+        }
+        if !self.p.matmuls.is_empty() {
+            self.line(1, "const int warp = threadIdx.x / 32;");
+        }
+        // The program's tile of each parallel axis, last fastest.
+        let parallel = k.parallel_axes();
+        if !parallel.is_empty() {
+            self.line(1, "unsigned pid = blockIdx.x;");
+            for (pos, &a) in parallel.iter().enumerate().rev() {
+                let t = self.tile_var(a);
+                if pos == 0 {
+                    self.line(1, &format!("const int {t} = pid;"));
+                } else if k.axis(a).tiles() == 1 {
+                    self.line(1, &format!("const int {t} = 0;"));
+                } else {
+                    let tiles = k.axis(a).tiles();
+                    self.line(1, &format!("const int {t} = pid % {tiles};"));
+                    self.line(1, &format!("pid /= {tiles};"));
+                }
+            }
+        }
+        self.program(1);
+        self.line(0, "}");
+        Ok(CudaKernel { symbol: symbol.to_string(), source: self.out, launch, dots })
+    }
+
+    pub(super) fn dot_reports(&self) -> Vec<DotReport> {
+        let k = self.k;
+        let mut out = Vec::new();
+        for &id in &k.order {
+            if !matches!(k.value(id).op, Op::Dot { .. }) {
+                continue;
+            }
+            let path = if let Some(mm) = self.p.matmuls.iter().find(|m| m.dot == id) {
+                let (batch, m, n, kk) = mm.dims(k);
+                DotPath::TensorCores {
+                    fragment: mm.fragment,
+                    batch,
+                    m,
+                    n,
+                    k: kk,
+                    into_accumulator: mm.into_acc,
+                }
+            } else {
+                let reason = self.p.fallbacks.iter().find(|(d, _)| *d == id).map(|(_, r)| r.clone());
+                DotPath::Fma { reason: reason.unwrap_or_default() }
+            };
+            out.push(DotReport { dot: id, path });
+        }
+        out
+    }
+
+    /// Every `__shared__` array: (name, declaration, bytes).
+    pub(super) fn shared_arrays(&self) -> Vec<(String, String, usize)> {
+        let k = self.k;
+        let mut out = Vec::new();
+        for &id in &k.order {
+            if !self.has_array(id) {
+                continue;
+            }
+            let v = k.value(id);
+            let (ty, size, align) = if let Some(stage) = &self.p.stage[id] {
+                (stage.fragment.storage(), stage.fragment.bytes(), true)
+            } else if self.p.root_of[id].is_some() {
+                ("float", 4, true)
+            } else {
+                match v.scalar {
+                    Scalar::Float => (self.d.real, if self.d.real == "double" { 8 } else { 4 }, false),
+                    Scalar::Int => (self.d.int_type(), if self.d.wide { 8 } else { 4 }, false),
+                    Scalar::Bool => ("bool", 1, false),
+                }
+            };
+            let name = self.names.values[id].clone();
+            out.push(self.declaration(&name, ty, size, align, &self.p.layout[id]));
+        }
+        let acc_copy = match self.p.acc {
+            AccPlan::Fragments(_) => true,
+            AccPlan::Registers => !self.p.sink_from_registers,
+            AccPlan::None => false,
+        };
+        if acc_copy {
+            let fragments = matches!(self.p.acc, AccPlan::Fragments(_));
+            let (ty, size) = if fragments || self.d.real == "float" { ("float", 4) } else { ("double", 8) };
+            out.push(self.declaration("acc_s", ty, size, fragments, &self.p.acc_layout));
+        }
+        out
+    }
+
+    pub(super) fn declaration(
+        &self,
+        name: &str,
+        ty: &str,
+        size: usize,
+        align: bool,
+        layout: &[AxisId],
+    ) -> (String, String, usize) {
+        let dims: String = if layout.is_empty() {
+            "[1]".to_string()
+        } else {
+            layout.iter().map(|&a| format!("[{}]", self.tile(a))).collect()
+        };
+        let n = self.elements(layout).max(1);
+        // An upper bound whatever order ptxas places the arrays in: each
+        // may need padding up to its alignment (32 bytes for WMMA tiles).
+        let bytes = n * size + if align { 31 } else { size - 1 };
+        let align = if align { "__align__(32) " } else { "" };
+        (name.to_string(), format!("__shared__ {align}{ty} {name}{dims};"), bytes)
+    }
+
+    /// One program: its values, the loop over reduced tiles, the sink.
+    pub(super) fn program(&mut self, depth: usize) {
+        let k = self.k;
+        let in_phase = |p: &Printer, phase: Phase| -> Vec<ValueId> {
+            k.order.iter().copied().filter(|&id| p.p.uses.phases[id] == phase).collect()
+        };
+        for id in in_phase(self, Phase::Program) {
+            self.emit(depth, id);
+        }
+        let reduced = k.reduced_axes();
+        // The accumulator.
+        match self.p.acc {
+            AccPlan::None => {}
+            AccPlan::Registers => {
+                let acc = k.accumulate.as_ref().expect("an accumulator");
+                let n = self.elements(&acc.shape);
+                let per = n.div_ceil(self.threads());
+                let identity = self.d.float(acc.reduction.identity());
+                self.line(depth, &format!("{} acc[{per}];", self.d.real));
+                self.line(depth, "#pragma unroll");
+                self.line(depth, &format!("for (int k = 0; k < {per}; k++) acc[k] = {identity};"));
+            }
+            AccPlan::Fragments(m) => {
+                let mm = self.p.matmuls[m].clone();
+                let per = self.fragments_per_warp(&mm);
+                let ks = mm.fragment.k_step();
+                self.line(
+                    depth,
+                    &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, float> acc_f[{per}];"),
+                );
+                self.line(depth, "#pragma unroll");
+                self.line(
+                    depth,
+                    &format!("for (int j = 0; j < {per}; j++) wmma::fill_fragment(acc_f[j], 0.0f);"),
+                );
+            }
+        }
+        if !reduced.is_empty() {
+            let before = (self.pending_reads.clone(), self.pending_writes.clone());
+            self.body = Some(Vec::new());
+            let mut d = depth;
+            for &r in &reduced {
+                let (t, tiles) = (self.tile_var(r), k.axis(r).tiles());
+                self.line(d, &format!("for (int {t} = 0; {t} < {tiles}; {t}++) {{"));
+                d += 1;
+            }
+            for id in in_phase(self, Phase::Loop) {
+                self.emit(d, id);
+            }
+            if let Some(acc) = k.accumulate.as_ref().filter(|a| !self.folds_into_acc(a.partial)) {
+                let (partial, reduction, shape) = (acc.partial, acc.reduction, acc.shape.clone());
+                let reads = self.reads_of(&[partial]);
+                self.step(d, reads, BTreeSet::new());
+                let n = self.elements(&shape);
+                let inner = self.open_owned(d, n);
+                let layout = self.p.acc_layout.clone();
+                self.decode(inner, &layout);
+                let update = self.d.fold(reduction, "acc[k]", &self.elem(partial));
+                self.line(inner, &update);
+                self.close_owned(inner, d);
+            }
+            if self.p.uses.sink_phase == Phase::Loop {
+                self.sink(d);
+            }
+            // The next iteration starts from this one's pending accesses: a
+            // barrier at the end of the body when one of its steps before
+            // its first barrier would conflict with them.
+            let body = self.body.take().unwrap_or_default();
+            let trips: usize = reduced.iter().map(|&r| k.axis(r).tiles()).product();
+            let (mut reads, mut writes) = (self.pending_reads.clone(), self.pending_writes.clone());
+            let mut hazard = false;
+            for (r, w, barrier_before) in body {
+                if barrier_before {
+                    break;
+                }
+                if r.iter().any(|a| writes.contains(a))
+                    || w.iter().any(|a| writes.contains(a) || reads.contains(a))
+                {
+                    hazard = true;
+                    break;
+                }
+                reads.extend(r);
+                writes.extend(w);
+            }
+            if hazard && trips > 1 {
+                self.barrier(d);
+            }
+            for &r in reduced.iter().rev() {
+                d -= 1;
+                self.line(d, &format!("}} // loop {}", k.axis(r).name));
+            }
+            if trips == 0 {
+                self.pending_reads.extend(before.0);
+                self.pending_writes.extend(before.1);
+            }
+        }
+        // The accumulator's copy for the epilogue.
+        match self.p.acc {
+            AccPlan::Registers if !self.p.sink_from_registers => {
+                let acc = k.accumulate.as_ref().expect("an accumulator");
+                let n = self.elements(&acc.shape);
+                self.step(depth, BTreeSet::new(), BTreeSet::from([Arr::Acc]));
+                let inner = self.open_owned(depth, n);
+                let layout = self.p.acc_layout.clone();
+                self.decode(inner, &layout);
+                let target = self.at("acc_s", &layout);
+                self.line(inner, &format!("{target} = acc[k];"));
+                self.close_owned(inner, depth);
+            }
+            AccPlan::Fragments(m) => {
+                let mm = self.p.matmuls[m].clone();
+                self.step(depth, BTreeSet::new(), BTreeSet::from([Arr::Acc]));
+                self.for_fragments(depth, &mm, |p, d, mm| {
+                    let dst = p.root_pointer("acc_s", &p.p.acc_layout.clone(), mm);
+                    let (_, _, n, _) = mm.dims(p.k);
+                    p.line(
+                        d,
+                        &format!("wmma::store_matrix_sync({dst}, acc_f[j], {n}, wmma::mem_row_major);"),
+                    );
+                });
+            }
+            _ => {}
+        }
+        for id in in_phase(self, Phase::Epilogue) {
+            self.emit(depth, id);
+        }
+        if self.p.uses.sink_phase != Phase::Loop {
+            self.sink(depth);
+        }
+    }
+
+    /// Emits a value: its tile and what fills it.
+    pub(super) fn emit(&mut self, depth: usize, id: ValueId) {
+        if self.p.inline[id] || self.p.absorbed[id] || matches!(self.k.value(id).op, Op::Accumulator) {
+            return;
+        }
+        if let Some(m) = self.p.root_of[id] {
+            let mm = self.p.matmuls[m].clone();
+            self.matmul(depth, &mm);
+            return;
+        }
+        let value = self.k.value(id).clone();
+        if let Some(chain) = self.p.chain[id].clone() {
+            let mut ids = chain.factors.clone();
+            ids.extend(chain.axes.iter().filter_map(|(_, m)| *m));
+            let reads = self.reads_of(&ids);
+            if self.folds_into_acc(id) {
+                let acc = self.k.accumulate.as_ref().expect("an accumulator");
+                let shape = acc.shape.clone();
+                self.step(depth, reads, BTreeSet::new());
+                let n = self.elements(&shape);
+                let inner = self.open_owned(depth, n);
+                let layout = self.p.acc_layout.clone();
+                self.decode(inner, &layout);
+                self.reduce_loop(inner, &chain, "acc[k]");
+                self.close_owned(inner, depth);
+            } else {
+                self.step(depth, reads, BTreeSet::from([Arr::Value(id)]));
+                let n = self.elements(&value.shape);
+                let inner = self.open_elements(depth, n);
+                let layout = self.p.layout[id].clone();
+                self.decode(inner, &layout);
+                let identity = self.d.float(chain.reduction.identity());
+                self.line(inner, &format!("{} s = {identity};", self.d.real));
+                self.reduce_loop(inner, &chain, "s");
+                let target = self.array(id);
+                self.line(inner, &format!("{target} = s;"));
+                self.close(inner, depth);
+            }
+            return;
+        }
+        let mut reads = self.reads_of(&self.k.operands(id).collect::<Vec<_>>());
+        if let Some(stage) = &self.p.stage[id] {
+            reads.extend(self.reads_of(&stage.masks));
+        }
+        self.step(depth, reads, BTreeSet::from([Arr::Value(id)]));
+        let n = self.elements(&value.shape);
+        let inner = self.open_elements(depth, n);
+        let order = self.fill_order(id);
+        self.decode(inner, &order);
+        let text = match &self.p.stage[id] {
+            Some(stage) => self.staged(id, stage),
+            None => self.expr(id),
+        };
+        let target = self.array(id);
+        self.line(inner, &format!("{target} = {text};"));
+        self.close(inner, depth);
+    }
+
+    /// An operand element of a Tensor Core product in its fragment type,
+    /// masked by the product's masks.
+    pub(super) fn staged(&self, id: ValueId, stage: &plan::Stage) -> String {
+        let f = stage.fragment;
+        let zero = match f {
+            plan::Fragment::Half => "__float2half(0.0f)",
+            plan::Fragment::Bf16 => "__float2bfloat16(0.0f)",
+            plan::Fragment::Tf32 => "0.0f",
+        };
+        let v = self.k.value(id);
+        let raw = match &v.op {
+            Op::Load { tensor, index, mask } => {
+                let same = matches!(
+                    (f, self.k.tensor(*tensor).dtype),
+                    (plan::Fragment::Half, ElemType::Value(DType::F16))
+                        | (plan::Fragment::Bf16, ElemType::Value(DType::Bf16))
+                        | (plan::Fragment::Tf32, ElemType::Value(DType::F32))
+                );
+                same.then(|| {
+                    let read = format!("{}[{}]", self.names.tensors[*tensor], self.address(*tensor, index));
+                    match mask {
+                        None => read,
+                        Some(m) => format!("({} ? {read} : {zero})", self.elem(*m)),
+                    }
+                })
+            }
+            _ => None,
+        };
+        let inner = raw.unwrap_or_else(|| {
+            let x = self.expr(id);
+            match f {
+                plan::Fragment::Half => format!("__float2half({x})"),
+                plan::Fragment::Bf16 => format!("__float2bfloat16({x})"),
+                plan::Fragment::Tf32 => format!("(float)({x})"),
+            }
+        });
+        if stage.masks.is_empty() {
+            return inner;
+        }
+        let masks: Vec<String> = stage.masks.iter().map(|&m| self.elem(m)).collect();
+        format!("({} ? {inner} : {zero})", masks.join(" && "))
+    }
+
+    /// `target = fold over the chain's axes of (product of its factors)`,
+    /// where its masks hold.
+    pub(super) fn reduce_loop(&mut self, depth: usize, chain: &plan::Chain, target: &str) {
+        let mut d = depth;
+        for &(axis, _) in &chain.axes {
+            let i = self.axis_var(axis);
+            let tile = self.tile(axis);
+            if tile == 1 {
+                self.line(d, "{");
+                self.line(d + 1, &format!("const int {i} = 0;"));
+            } else {
+                if tile <= 32 {
+                    self.line(d, "#pragma unroll");
+                }
+                self.line(d, &format!("for (int {i} = 0; {i} < {tile}; {i}++) {{"));
+            }
+            d += 1;
+        }
+        let term: Vec<String> = chain.factors.iter().map(|&f| self.elem(f)).collect();
+        let update = self.d.fold(chain.reduction, target, &term.join(" * "));
+        let masks: Vec<String> = chain.axes.iter().filter_map(|(_, m)| m.map(|m| self.elem(m))).collect();
+        let text = if masks.is_empty() { update } else { format!("if ({}) {update}", masks.join(" && ")) };
+        self.line(d, &text);
+        self.close(d, depth);
+    }
+}
