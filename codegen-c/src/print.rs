@@ -15,7 +15,8 @@
 //! one contiguous range per OpenMP thread. The rule is that a kernel on
 //! `nthreads` threads is never slower than on one, so:
 //!
-//! - Kernels with little work ([`Options::serial_work`]) and kernels whose
+//! - Kernels with little work ([`Options::serial_work`]; the driver sets it
+//!   to 0 when the schedule gives a thread count) and kernels whose
 //!   programs collide with no cheap way to combine them run on one thread,
 //!   with no parallel region at all: waking a team costs tens of µs when
 //!   OpenMP waits passively (see [`crate::runtime::wait_passively`]).

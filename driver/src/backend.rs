@@ -38,7 +38,7 @@ pub trait Backend {
     /// Compiles many kernels ahead of [`Backend::compile`] (in parallel where
     /// the backend can), so a search does not wait on each compile in turn.
     /// Failures are left for `compile` to report.
-    fn precompile(&self, kernels: &[Kernel]) {
+    fn precompile(&self, kernels: &[(Kernel, Schedule)]) {
         let _ = kernels;
     }
 }
@@ -57,6 +57,18 @@ pub struct CompileReport {
     /// What ptxas reported (CUDA).
     #[serde(skip)]
     pub resources: Option<Resources>,
+}
+
+/// The C printer's options for a schedule. Without a thread count, a
+/// kernel with little work runs on one thread whatever `nthreads` says
+/// (waking a second costs more than it saves). An explicit `threads=N`
+/// above one is honoured at any size: the user asked for it, or the
+/// autotuner times it against `threads=1` and keeps the faster.
+fn c_options(schedule: &Schedule) -> spindle_c::print::Options {
+    match schedule.threads {
+        Some(n) if n > 1 => spindle_c::print::Options { serial_work: 0 },
+        _ => spindle_c::print::Options::default(),
+    }
 }
 
 /// A compiled kernel.
@@ -138,7 +150,7 @@ impl Backend for CBackend {
     }
 
     fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>> {
-        let compiled = CKernel::compile_with(kernel, &self.compiler)?;
+        let compiled = CKernel::compile_with_options(kernel, &self.compiler, &c_options(schedule))?;
         let threads = schedule.threads.unwrap_or_else(CBackend::max_threads);
         let report = CompileReport {
             cached: compiled.program.cache_hit(),
@@ -149,10 +161,18 @@ impl Backend for CBackend {
         Ok(Box::new(CExecutable { compiled, threads, report }))
     }
 
-    fn precompile(&self, kernels: &[Kernel]) {
+    fn precompile(&self, kernels: &[(Kernel, Schedule)]) {
+        // One compile per distinct source (an explicit thread count prints
+        // the same source as the default once the work is large).
+        let mut sources = std::collections::BTreeMap::new();
+        for (kernel, schedule) in kernels {
+            if let Ok(source) = spindle_c::print::print_with(kernel, SYMBOL, &c_options(schedule)) {
+                sources.entry(source).or_insert((kernel, schedule));
+            }
+        }
         std::thread::scope(|s| {
-            for kernel in kernels {
-                s.spawn(|| CKernel::compile_with(kernel, &self.compiler));
+            for (kernel, schedule) in sources.into_values() {
+                s.spawn(|| CKernel::compile_with_options(kernel, &self.compiler, &c_options(schedule)));
             }
         });
     }

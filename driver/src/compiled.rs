@@ -102,11 +102,11 @@ impl Prepared {
             }
         }
         let key = TuneKey { kernel: self.text.clone(), shapes: self.shapes(), device: backend.device() };
-        // Compile every tile configuration at once; threads need no compile.
-        let kernels: Vec<Kernel> = candidates
+        // Compile every candidate at once.
+        let kernels: Vec<(Kernel, Schedule)> = candidates
             .iter()
-            .filter(|c| !c.contains("threads=") || c.ends_with("threads=1"))
-            .filter_map(|c| c.parse().ok().and_then(|s| self.lower(&s).ok()))
+            .filter_map(|c| c.parse::<Schedule>().ok())
+            .filter_map(|s| self.lower(&s).ok().map(|k| (k, s)))
             .collect();
         let searched = tuner.cache.get(&key, &candidates).is_none();
         if searched && kernels.len() > 1 {
