@@ -26,4 +26,6 @@ pub mod nvrtc;
 pub mod print;
 pub mod runtime;
 
-pub use print::{CudaKernel, DotPath, LaunchGeometry, PrintError, PrintOptions, print, print_kernel};
+pub use print::{
+    CudaKernel, DotPath, LaunchGeometry, PrintError, PrintOptions, plan_text, print, print_kernel,
+};

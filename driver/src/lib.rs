@@ -104,7 +104,7 @@ pub use compiled::{Compiled, Tuner};
 pub use error::{Error, Result};
 pub use input::Input;
 pub use problem::{MAX_DENSE_ELEMENTS, Prepared, Problem};
-pub use source::{CudaReport, cuda_report, print};
+pub use source::{CudaReport, cuda_plan, cuda_report, print};
 pub use spindle_ir::kernel::schedule::Schedule;
 pub use spindle_ir::lang::ElemType;
 pub use target::Target;

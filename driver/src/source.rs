@@ -3,7 +3,7 @@
 //! needs a GPU.
 
 use spindle_cuda::nvrtc::{Arch, Resources};
-use spindle_cuda::print::{DotReport, LaunchGeometry, PrintOptions, print_kernel};
+use spindle_cuda::print::{DotReport, LaunchGeometry, PrintOptions, plan_text, print_kernel};
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::Schedule;
 
@@ -34,6 +34,30 @@ pub fn print(kernel: &Kernel, schedule: &Schedule, target: Target) -> Result<Str
         Target::C => spindle_c::print::print(kernel, SYMBOL).map_err(spindle_c::exec::BackendError::from)?,
         Target::Cuda | Target::Emulate => print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?.source,
     })
+}
+
+/// What the CUDA printer decides for `kernel` under `schedule`'s CUDA
+/// items before it writes a line: the block size, which values are inlined
+/// and which get a shared tile in which layout, which products run on
+/// Tensor Cores (and why the others do not), where the accumulator lives.
+///
+/// ```
+/// use spindle::{ElemType, Input, Problem, Schedule};
+/// use spindle_formats::DType;
+///
+/// let f16 = ElemType::Value(DType::F16);
+/// let schedule: Schedule = "tile.i=16 tile.j=16 tile.k=16".parse()?;
+/// let kernel = Problem::new("C[i,j] += A[i,k] * B[k,j]")
+///     .tensor("A", Input::shape(&[64, 64], f16))
+///     .tensor("B", Input::shape(&[64, 64], f16))
+///     .prepare()?
+///     .lower(&schedule)?;
+/// let plan = spindle::cuda_plan(&kernel, &schedule);
+/// assert!(plan.contains("on Tensor Cores (f16)"), "{plan}");
+/// # Ok::<(), spindle::Error>(())
+/// ```
+pub fn cuda_plan(kernel: &Kernel, schedule: &Schedule) -> String {
+    plan_text(kernel, &PrintOptions::from(schedule))
 }
 
 /// What compiling a kernel's CUDA for one architecture reports.

@@ -208,6 +208,9 @@ pub enum Emit {
     C,
     /// The CUDA source (whatever the target).
     Cuda,
+    /// The CUDA printer's plan: block size, inlined values and shared
+    /// tiles, Tensor Core products, where the accumulator lives.
+    Plan,
 }
 
 /// A GPU architecture to compile CUDA for.
@@ -245,6 +248,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         (Emit::C, _) => print!("{}", source(Target::C)?),
         (Emit::Cuda, _) => print!("{}", source(Target::Cuda)?),
         (Emit::Source, target) => print!("{}", source(target)?),
+        (Emit::Plan, _) => print!("{}", spindle::cuda_plan(&kernel, &schedule)),
     }
     if c.resources {
         if c.target != Target::Cuda {

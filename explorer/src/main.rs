@@ -144,7 +144,8 @@ enum Command {
     /// Compile a statement to a kernel and print its IR or source.
     ///
     /// Example: spindle compile "C[m,n] += A[m,k] * B[k,n]" --tensor A=a.mtx --rand B=2708x64:f32:1
-    /// --format A=groupcoo:g=4 --schedule "tile.p=8 tile.n=64" --target c --emit c
+    /// --format A=groupcoo:g=4 --schedule "tile.p=8 tile.n=64" --target c --emit c (or --emit plan:
+    /// what the CUDA printer decided, tile by tile)
     Compile {
         #[command(flatten)]
         data: einsum::DataArgs,

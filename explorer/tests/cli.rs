@@ -348,6 +348,9 @@ fn compile_prints_ir_c_and_cuda() {
     let text = stdout(&cuda);
     assert_eq!(text.matches("__global__").count(), 1, "{text}");
     assert!(text.contains("wmma::mma_sync") && text.contains("atomicAdd"), "{text}");
+    let plan = run(&["--target", "cuda", "--emit", "plan"]);
+    assert!(plan.status.success(), "{}", stderr(&plan));
+    assert!(stdout(&plan).contains("on Tensor Cores (f16)"), "{}", stdout(&plan));
     if spindle_cuda::nvrtc::Toolchain::locate().is_ok() {
         let r = run(&["--target", "cuda", "--emit", "source", "--resources", "--arch", "sm_80"]);
         assert!(r.status.success(), "{}", stderr(&r));

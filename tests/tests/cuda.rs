@@ -7,6 +7,9 @@
 //! - one insta snapshot of the CUDA source per entry
 //!   (`snapshots_cuda/cuda__NAME.snap`; regenerate with `INSTA_UPDATE=always
 //!   cargo test -p spindle-tests --test cuda` and review the diff);
+//! - one snapshot of the printer's plan per entry, in f32 and f16
+//!   (`snapshots_plan/cuda__NAME.snap`): block size, inlined values and
+//!   tiles, Tensor Core products and the reasons a dot stays on CUDA cores;
 //! - what the kernels compute, run on the CPU under the CUDA emulation
 //!   (`spindle_cuda::emulate`, AddressSanitizer on; ThreadSanitizer with
 //!   `SPINDLE_EMU_SANITIZER=thread`) in f32 and f16 and under several
@@ -22,7 +25,8 @@ use spindle_cuda::emulate::{self, EmulateError, EmulateOptions};
 use std::io::Write;
 
 use spindle_cuda::nvrtc::{self, Arch, CompileOptions, Resources};
-use spindle_cuda::print::{CudaKernel, DotPath, PrintOptions, print_kernel};
+use spindle_cuda::print::{CudaKernel, DotPath, PrintOptions, plan_text, print_kernel};
+use spindle_formats::DType;
 use spindle_ir::kernel::lower::lower;
 use spindle_ir::kernel::schedule::Schedule;
 use spindle_tests::corpus::{CheckRun, Entry, build, check_runs, entries, typed};
@@ -91,15 +95,36 @@ fn every_corpus_entry_has_a_cuda_snapshot() {
     }
 }
 
-/// No snapshot outlives its entry: every file in the folder names one.
+#[test]
+fn every_corpus_entry_has_a_plan_snapshot() {
+    for (name, entry) in &entries() {
+        let built = build(name, entry);
+        let mut text = String::new();
+        for dtype in [DType::F32, DType::F16] {
+            let (einsum, _) = typed(&built.einsum, &built.data, dtype);
+            let kernel =
+                lower(&einsum, &Schedule::default(), SYMBOL).unwrap_or_else(|d| panic!("{name}: {d}"));
+            text += &format!("{}:\n{}\n", dtype.name(), plan_text(&kernel, &PrintOptions::default()));
+        }
+        let mut settings = insta::Settings::clone_current();
+        settings.set_snapshot_path("snapshots_plan");
+        settings.set_description(entry.statement.clone());
+        settings.set_omit_expression(true);
+        settings.bind(|| insta::assert_snapshot!(name.as_str(), text));
+    }
+}
+
+/// No snapshot outlives its entry: every file in the folders names one.
 #[test]
 fn every_cuda_snapshot_file_belongs_to_an_entry() {
     let names: Vec<String> = entries().into_iter().map(|(n, _)| format!("cuda__{n}.snap")).collect();
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots_cuda");
-    let Ok(files) = std::fs::read_dir(&dir) else { return };
-    for file in files {
-        let file = file.unwrap().file_name().to_string_lossy().into_owned();
-        assert!(names.contains(&file), "{file} belongs to no corpus entry: delete it");
+    for folder in ["tests/snapshots_cuda", "tests/snapshots_plan"] {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
+        let Ok(files) = std::fs::read_dir(&dir) else { continue };
+        for file in files {
+            let file = file.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(names.contains(&file), "{folder}/{file} belongs to no corpus entry: delete it");
+        }
     }
 }
 

@@ -199,6 +199,13 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
     Printer::new(kernel, opts).print(symbol)
 }
 
+/// The printer's plan for `kernel` under `opts`, as text (see
+/// `Plan::describe`): what it decided before writing a line. The plan
+/// needs no symbol and nothing here compiles.
+pub fn plan_text(kernel: &Kernel, opts: &PrintOptions) -> String {
+    Plan::new(kernel, opts).describe(kernel)
+}
+
 /// A shared array: a value's tile, or the accumulator's copy after the loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Arr {

@@ -482,3 +482,98 @@ pub(crate) fn contiguous_order(k: &Kernel, shape: &[AxisId], last_index: Option<
     }
     order
 }
+
+impl Plan {
+    /// The plan as text, one decision per line: the block size, then every
+    /// value (its IR line, then whether it is inlined or gets a tile in
+    /// which layout and phase, who reads it, how a product's operand is
+    /// staged, which FMA loop nest a reduction is), the Tensor Core
+    /// products and the dots left on CUDA cores with the reason, where the
+    /// accumulator lives and the order the sink visits its elements.
+    pub fn describe(&self, k: &Kernel) -> String {
+        let axes = |s: &[AxisId]| -> String {
+            let names: Vec<&str> = s.iter().map(|&a| k.axis(a).name.as_str()).collect();
+            format!("[{}]", names.join(","))
+        };
+        let user = |u: &User| match u {
+            User::Value(v) => v.to_string(),
+            User::Sink => "sink".to_string(),
+            User::Fold => "fold".to_string(),
+        };
+        let mut out = format!("threads {}\n", self.threads);
+        for &id in &k.order {
+            let mut notes = Vec::new();
+            if let Some(i) = self.root_of[id] {
+                notes.push(format!("matmul {i}"));
+            } else if self.absorbed[id] {
+                notes.push("absorbed".to_string());
+            } else if self.inline[id] {
+                notes.push("inline".to_string());
+            } else {
+                notes.push(format!("tile {}", axes(&self.layout[id])));
+            }
+            notes.push(format!("{:?}", self.uses.phases[id]).to_lowercase());
+            let readers: Vec<String> = self.uses.users[id].iter().map(user).collect();
+            if !readers.is_empty() {
+                notes.push(format!("read by {}", readers.join(" ")));
+            }
+            if let Some(stage) = &self.stage[id] {
+                let masks: Vec<String> = stage.masks.iter().map(|m| m.to_string()).collect();
+                let masked =
+                    if masks.is_empty() { String::new() } else { format!(" masked by {}", masks.join(" ")) };
+                notes.push(format!("staged as {}{masked}", stage.fragment.name()));
+            }
+            if let Some(chain) = &self.chain[id] {
+                let over: Vec<AxisId> = chain.axes.iter().map(|&(a, _)| a).collect();
+                let factors: Vec<String> = chain.factors.iter().map(|f| f.to_string()).collect();
+                notes.push(format!(
+                    "FMA loop: {} over {} of {}",
+                    chain.reduction.name(),
+                    axes(&over),
+                    factors.join(" * ")
+                ));
+            }
+            out += &format!("{}  ; {}\n", k.value_line(id), notes.join(", "));
+        }
+        for (i, mm) in self.matmuls.iter().enumerate() {
+            let (batch, m, n, kk) = mm.dims(k);
+            out += &format!(
+                "matmul {i}: {} = {} x {} on Tensor Cores ({}), batch {} m {} n {} k {}: {batch} x {m}x{n}x{kk}{}\n",
+                mm.root,
+                mm.a,
+                mm.b,
+                mm.fragment.name(),
+                axes(&mm.batch),
+                axes(&mm.m),
+                axes(&mm.n),
+                axes(&mm.k),
+                if mm.into_acc { ", into the accumulator" } else { "" }
+            );
+        }
+        for (dot, reason) in &self.fallbacks {
+            out += &format!("dot {dot} on CUDA cores: {reason}\n");
+        }
+        out += &match self.acc {
+            AccPlan::None => "accumulator: none\n".to_string(),
+            AccPlan::Registers => format!(
+                "accumulator: registers, layout {}{}\n",
+                axes(&self.acc_layout),
+                if self.sink_from_registers {
+                    ", read by the sink from registers"
+                } else {
+                    ", copied to shared"
+                }
+            ),
+            AccPlan::Fragments(i) => {
+                format!("accumulator: fragments of matmul {i}, layout {}\n", axes(&self.acc_layout))
+            }
+        };
+        out += &format!(
+            "sink: {} phase, visits {} in order {}\n",
+            format!("{:?}", self.uses.sink_phase).to_lowercase(),
+            axes(&self.uses.sink_shape),
+            axes(&self.sink_order)
+        );
+        out
+    }
+}

@@ -54,7 +54,7 @@ impl fmt::Display for Kernel {
             }
             writeln!(f, "  {title}")?;
             for id in ids {
-                writeln!(f, "    {}", self.line(id))?;
+                writeln!(f, "    {}", self.value_line(id))?;
             }
             if let (true, Some(acc)) = (has_acc, &self.accumulate) {
                 writeln!(
@@ -87,7 +87,8 @@ impl Kernel {
         format!("[{}]", axes.join(","))
     }
 
-    fn line(&self, id: ValueId) -> String {
+    /// One value's line of the textual form: `%3 = load A[%1, %2]`.
+    pub fn value_line(&self, id: ValueId) -> String {
         let v = self.value(id);
         let mut s = format!("{} = ", name(id));
         let mask = |m: &Option<ValueId>| m.map(|m| format!(" mask {}", name(m))).unwrap_or_default();
