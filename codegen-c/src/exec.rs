@@ -2,7 +2,7 @@
 //! buffers, launch, and read the output back.
 
 use ndarray::ArrayD;
-use spindle_ir::kernel::{Kernel, OutputInit};
+use spindle_ir::kernel::{Kernel, OutputInit, TensorParam};
 use spindle_ir::lang::ElemType;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
@@ -59,40 +59,7 @@ impl CKernel {
     /// kernel's [`OutputInit`] says. Index tensors are checked first.
     pub fn buffers(&self, tensors: &Tensors) -> Result<Vec<Buffer>, BackendError> {
         self.kernel.check_indices(tensors).map_err(BackendError::Data)?;
-        let mut buffers = Vec::with_capacity(self.kernel.tensors.len());
-        for t in self.kernel.tensors.values() {
-            let len: usize = t.shape.iter().product();
-            let buffer = match (t.dtype, tensors.get(&t.name)) {
-                (ElemType::Value(d), _) if t.output => {
-                    let start = match (self.kernel.init, tensors.get(&t.name)) {
-                        (OutputInit::Zero, _) | (OutputInit::Keep, None) => vec![0.0; len],
-                        (OutputInit::Identity(r), None) => vec![r.identity(); len],
-                        (_, Some(data)) => values(data),
-                    };
-                    Buffer::from_f64(&start, d)
-                }
-                (ElemType::Value(d), Some(data)) => Buffer::from_f64(&values(data), d),
-                (ElemType::Index(i), Some(TensorValue::Indices(data))) => {
-                    Buffer::from_i64(&data.iter().copied().collect::<Vec<_>>(), i)?
-                }
-                (ElemType::Index(_), Some(TensorValue::Values(_))) => {
-                    return Err(BackendError::Data(format!(
-                        "{} is an index tensor but its data are values",
-                        t.name
-                    )));
-                }
-                (_, None) => return Err(BackendError::Data(format!("no data given for tensor {}", t.name))),
-            };
-            if buffer.len() != len {
-                return Err(BackendError::Data(format!(
-                    "data for {} has {} elements, not {len}",
-                    t.name,
-                    buffer.len()
-                )));
-            }
-            buffers.push(buffer);
-        }
-        Ok(buffers)
+        buffers(self.kernel.tensors.values(), self.kernel.init, tensors)
     }
 
     /// Launches on prepared buffers (for timing: no checks, no copies).
@@ -103,14 +70,7 @@ impl CKernel {
     /// The output read back from the buffers, in f64, rounded to its dtype;
     /// for `max=` / `min=` without data, entries no program reached are 0.
     pub fn output(&self, buffers: &[Buffer], had_data: bool) -> Result<ArrayD<f64>, BackendError> {
-        let (at, t) =
-            self.kernel.tensors.values().enumerate().find(|(_, t)| t.output).expect("a kernel has an output");
-        let ElemType::Value(dtype) = t.dtype else { unreachable!("outputs hold values") };
-        let mut data = buffers[at].to_f64_as(dtype);
-        if let (OutputInit::Identity(r), false) = (self.kernel.init, had_data) {
-            data.iter_mut().filter(|x| **x == r.identity()).for_each(|x| *x = 0.0);
-        }
-        ArrayD::from_shape_vec(t.shape.clone(), data).map_err(|e| BackendError::Data(e.to_string()))
+        output(self.kernel.tensors.values(), self.kernel.init, buffers, had_data)
     }
 
     /// Runs once on `tensors` and returns the output.
@@ -120,6 +80,66 @@ impl CKernel {
         let out = self.kernel.tensors.values().find(|t| t.output).map(|t| t.name.clone()).unwrap_or_default();
         self.output(&buffers, tensors.contains_key(&out))
     }
+}
+
+/// The buffers of a run of a kernel with these arguments, in order, the
+/// output prepared as `init` says.
+pub fn buffers<'a>(
+    params: impl Iterator<Item = &'a TensorParam>,
+    init: OutputInit,
+    tensors: &Tensors,
+) -> Result<Vec<Buffer>, BackendError> {
+    let mut buffers = Vec::new();
+    for t in params {
+        let len: usize = t.shape.iter().product();
+        let buffer = match (t.dtype, tensors.get(&t.name)) {
+            (ElemType::Value(d), _) if t.output => {
+                let start = match (init, tensors.get(&t.name)) {
+                    (OutputInit::Zero, _) | (OutputInit::Keep, None) => vec![0.0; len],
+                    (OutputInit::Identity(r), None) => vec![r.identity(); len],
+                    (_, Some(data)) => values(data),
+                };
+                Buffer::from_f64(&start, d)
+            }
+            (ElemType::Value(d), Some(data)) => Buffer::from_f64(&values(data), d),
+            (ElemType::Index(i), Some(TensorValue::Indices(data))) => {
+                Buffer::from_i64(&data.iter().copied().collect::<Vec<_>>(), i)?
+            }
+            (ElemType::Index(_), Some(TensorValue::Values(_))) => {
+                return Err(BackendError::Data(format!(
+                    "{} is an index tensor but its data are values",
+                    t.name
+                )));
+            }
+            (_, None) => return Err(BackendError::Data(format!("no data given for tensor {}", t.name))),
+        };
+        if buffer.len() != len {
+            return Err(BackendError::Data(format!(
+                "data for {} has {} elements, not {len}",
+                t.name,
+                buffer.len()
+            )));
+        }
+        buffers.push(buffer);
+    }
+    Ok(buffers)
+}
+
+/// The output of a run read back from `buffers`, in f64, rounded to its
+/// dtype; for `max=` / `min=` without data, entries nothing reached are 0.
+pub fn output<'a>(
+    params: impl Iterator<Item = &'a TensorParam>,
+    init: OutputInit,
+    buffers: &[Buffer],
+    had_data: bool,
+) -> Result<ArrayD<f64>, BackendError> {
+    let (at, t) = params.enumerate().find(|(_, t)| t.output).expect("a kernel has an output");
+    let ElemType::Value(dtype) = t.dtype else { unreachable!("outputs hold values") };
+    let mut data = buffers[at].to_f64_as(dtype);
+    if let (OutputInit::Identity(r), false) = (init, had_data) {
+        data.iter_mut().filter(|x| **x == r.identity()).for_each(|x| *x = 0.0);
+    }
+    ArrayD::from_shape_vec(t.shape.clone(), data).map_err(|e| BackendError::Data(e.to_string()))
 }
 
 /// Tensor data as f64 values (integer data read as values).

@@ -52,6 +52,7 @@ pub use spindle_ir as ir;
 pub mod compile;
 pub mod dialect;
 pub mod exec;
+pub mod level;
 pub mod namer;
 pub mod print;
 pub mod runtime;

@@ -126,6 +126,16 @@ pub struct PrintError {
     pub reason: String,
 }
 
+/// The head of a printed C file: what it is, its IR as a comment, the
+/// headers every kernel includes.
+pub(crate) fn preamble(what: &str, ir: &str) -> String {
+    let mut out = format!("// Spindle {what}, generated: do not edit.\n");
+    for line in ir.lines() {
+        out += &format!("// {line}\n");
+    }
+    out + "#include <stdint.h>\n#include <math.h>\n#include <omp.h>\n#include <stdlib.h>\n\n"
+}
+
 /// The C type of a tensor argument's elements.
 pub fn c_type(dtype: ElemType) -> &'static str {
     match dtype {
@@ -402,15 +412,7 @@ impl<'k> Printer<'k> {
                 ),
             });
         }
-        self.line(0, &format!("// Spindle kernel `{}`, generated: do not edit.", k.name));
-        for line in format!("{k}").lines() {
-            self.line(0, &format!("// {line}"));
-        }
-        self.line(0, "#include <stdint.h>");
-        self.line(0, "#include <math.h>");
-        self.line(0, "#include <omp.h>");
-        self.line(0, "#include <stdlib.h>");
-        self.line(0, "");
+        self.out.push_str(&preamble(&format!("kernel `{}`", k.name), &k.to_string()));
         let helpers = select_helpers();
         self.out.push_str(&helpers);
         self.line(0, "");

@@ -46,7 +46,7 @@ pub use dense::Dense;
 pub use ell::Ell;
 pub use error::{FormatError, MAX_ARRAY_BYTES, Result, check_array};
 pub use group::GroupCoo;
-pub use level::{Level, LevelFormat};
+pub use level::{Children, DimPart, Level, LevelArrays, LevelCapabilities, LevelFormat};
 pub use scalar::{DType, IType, Index, Value, narrow};
 pub use spec::{FormatSpec, GroupSize};
 pub use stats::Stats;

@@ -8,7 +8,7 @@ use crate::csf::Csf;
 use crate::dense::Dense;
 use crate::ell::Ell;
 use crate::group::GroupCoo;
-use crate::level::{DimPart, Level, LevelFormat};
+use crate::level::{DimPart, Level, LevelArrays, LevelFormat};
 use crate::scalar::{Index, Value};
 use crate::spec::FormatSpec;
 use crate::stats::{ArrayInfo, GroupAnalysis, Occupancy, Stats};
@@ -185,6 +185,47 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
                     block(1, DimPart::BlockInner(b.bk), Dense),
                 ]
             }
+        }
+    }
+
+    /// The arrays each level of [`SparseTensor::levels`] keeps, by their
+    /// names in [`SparseTensor::arrays`].
+    ///
+    /// ```
+    /// use spindle_formats::{Coo, FormatSpec, SparseTensor};
+    ///
+    /// let a = Coo::<f32, i32>::from_triplets(3, 3, &[(0, 1, 1.0), (2, 0, 2.0)])?;
+    /// let dcsr = SparseTensor::from_coo(&a, &FormatSpec::Dcsr)?;
+    /// let levels = dcsr.level_arrays();
+    /// assert_eq!((levels[0].pos.as_deref(), levels[0].crd.as_deref()), (None, Some("crd0")));
+    /// assert_eq!((levels[1].pos.as_deref(), levels[1].crd.as_deref()), (Some("pos"), Some("crd1")));
+    /// # Ok::<(), spindle_formats::FormatError>(())
+    /// ```
+    pub fn level_arrays(&self) -> Vec<LevelArrays> {
+        let none = LevelArrays::default;
+        let crd = |c: String| LevelArrays { pos: None, crd: Some(c) };
+        let both = |p: String, c: String| LevelArrays { pos: Some(p), crd: Some(c) };
+        match self {
+            SparseTensor::Dense(d) => (0..d.val.ndim()).map(|_| none()).collect(),
+            SparseTensor::Coo(c) => (0..c.order()).map(|d| crd(format!("crd{d}"))).collect(),
+            SparseTensor::Compressed(_) => vec![none(), both("pos".into(), "crd".into())],
+            SparseTensor::DoublyCompressed(_) => vec![crd("crd0".into()), both("pos".into(), "crd1".into())],
+            SparseTensor::Csf(c) => {
+                (0..c.order()).map(|l| both(format!("pos{l}"), format!("crd{l}"))).collect()
+            }
+            SparseTensor::Ell(_) => vec![none(), crd("crd".into())],
+            SparseTensor::Bcsr(_) => vec![none(), both("pos".into(), "crd".into()), none(), none()],
+            SparseTensor::GroupCoo(g) => {
+                let mut levels = vec![crd("grp".into())];
+                let others: Vec<usize> = (0..g.shape.len()).filter(|&d| d != g.dim).collect();
+                if g.crd.len() == 1 {
+                    levels.push(crd("crd".into()));
+                } else {
+                    levels.extend(others.iter().map(|d| crd(format!("crd{d}"))));
+                }
+                levels
+            }
+            SparseTensor::BlockGroupCoo(_) => vec![crd("grp".into()), crd("crd".into()), none(), none()],
         }
     }
 

@@ -14,6 +14,7 @@ pub mod eval;
 pub mod hash;
 pub mod kernel;
 pub mod lang;
+pub mod level;
 pub mod rewrite;
 pub mod tensor;
 

@@ -4,22 +4,24 @@ use std::fmt::{self, Write as _};
 
 use super::*;
 
+/// `A: f32[64,32]`, with ` out` for the output.
+impl fmt::Display for TensorParam {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        write!(
+            f,
+            "{}: {}[{}]{}",
+            self.name,
+            self.dtype.name(),
+            dims.join(","),
+            if self.output { " out" } else { "" }
+        )
+    }
+}
+
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let params: Vec<String> = self
-            .tensors
-            .values()
-            .map(|t| {
-                let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
-                format!(
-                    "{}: {}[{}]{}",
-                    t.name,
-                    t.dtype.name(),
-                    dims.join(","),
-                    if t.output { " out" } else { "" }
-                )
-            })
-            .collect();
+        let params: Vec<String> = self.tensors.values().map(|t| t.to_string()).collect();
         writeln!(f, "kernel {}({})", self.name, params.join(", "))?;
         let axes: Vec<String> = self
             .axes

@@ -1,0 +1,583 @@
+//! Lowering a checked Einsum over stored (sparse) operands into a loop
+//! tree: choose a loop order concordant with every stored operand's level
+//! order, then build each loop from what the levels holding its variable
+//! can do (locate a dense level; walk or co-iterate the others), with one
+//! branch per lattice point of the expression.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cranelift_entity::PrimaryMap;
+use spindle_formats::{Children, Coo, DimPart, FormatSpec, LevelCapabilities, SparseTensor};
+
+use super::{Expr, LevelKernel, LevelRef, Node, Point, Position, Reach, Var, VarId};
+use crate::kernel::schedule::Schedule;
+use crate::kernel::{OutputInit, Reduction, TensorId, TensorParam};
+use crate::lang::Einsum;
+use crate::lang::{Access, AssignOp, Atom, BinOp, Diagnostic, ElemType, Expr as Ast, Func, Role, Span};
+use crate::tensor::{TensorValue, Tensors};
+use spindle_formats::IType;
+
+/// A kernel of the level path and the data of its arguments (the stored
+/// operands' arrays; dense tensors keep their names and data).
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    pub kernel: LevelKernel,
+    /// The format arrays, named `{tensor}_{array}` (values f64, indices
+    /// i64), to add to the dense tensors' data.
+    pub arrays: Tensors,
+    /// The stored tensors the kernel reads through their arrays.
+    pub replaced: Vec<String>,
+}
+
+/// One level of a stored operand: the variable it holds and how it is
+/// reached.
+#[derive(Clone, Debug)]
+struct StoredLevel {
+    var: VarId,
+    reach: Reach,
+    ordered: bool,
+    unique: bool,
+    extent: usize,
+}
+
+#[derive(Clone, Debug)]
+struct Stored {
+    levels: Vec<StoredLevel>,
+    val: TensorId,
+    /// The access in the statement, for diagnostics.
+    access: Access,
+}
+
+/// The right-hand side over stored operands, before lowering.
+#[derive(Clone, Debug, PartialEq)]
+enum Sym {
+    Const(f64),
+    Stored(String),
+    Dense { tensor: TensorId, at: Vec<VarId> },
+    Neg(Box<Sym>),
+    Binary { op: BinOp, lhs: Box<Sym>, rhs: Box<Sym> },
+    Call { func: Func, args: Vec<Sym> },
+}
+
+/// Lowers `einsum` with the operands in `formats` stored in them (their
+/// entries in `sparse`) into a loop tree over their levels.
+pub fn lower(
+    einsum: &Einsum,
+    formats: &BTreeMap<String, FormatSpec>,
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+    schedule: &Schedule,
+    name: &str,
+) -> Result<Lowered, Diagnostic> {
+    let st = &einsum.statement;
+    let (reduction, init) = match st.op {
+        AssignOp::Assign => (Reduction::Sum, OutputInit::Zero),
+        AssignOp::AddAssign => (Reduction::Sum, OutputInit::Keep),
+        AssignOp::MaxAssign | AssignOp::MinAssign => {
+            return Err(refuse(
+                format!(
+                    "`{}` over stored operands: iteration skips zeros, but the reduction sees them",
+                    st.op.as_str()
+                ),
+                st.op_span,
+                "a max/min reduction",
+            ));
+        }
+    };
+    let out_name = &st.lhs.tensor.name;
+    if formats.contains_key(out_name) {
+        return Err(refuse(
+            format!("`{out_name}` has a format, but sparse outputs are not assembled yet: the output must be dense"),
+            st.lhs.span,
+            "a sparse output",
+        )
+        .with_note(format!("drop the format of `{out_name}`")));
+    }
+
+    let mut tensors: PrimaryMap<TensorId, TensorParam> = PrimaryMap::new();
+    let mut vars: PrimaryMap<VarId, Var> = PrimaryMap::new();
+    let mut var_of: BTreeMap<String, VarId> = BTreeMap::new();
+    for ix in &einsum.indices {
+        var_of.insert(ix.name.clone(), vars.push(Var { name: ix.name.clone(), extent: ix.extent }));
+    }
+    let plain = |access: &Access| -> Result<Vec<VarId>, Diagnostic> {
+        let mut seen = BTreeSet::new();
+        access
+            .subscripts
+            .iter()
+            .map(|s| match &s.terms[..] {
+                [t] if t.coeff == 1 && s.offset == 0 => match &t.atom {
+                    Atom::Index(id) if seen.insert(id.name.clone()) => Ok(var_of[&id.name]),
+                    Atom::Index(id) => Err(refuse(
+                        format!("`{}` indexes two dimensions of `{}`", id.name, access.tensor.name),
+                        s.span,
+                        "a repeated index",
+                    )),
+                    Atom::Indirect(_) => Err(refuse(
+                        "the level path reads plain indices; indirect subscripts run on the tile path".to_string(),
+                        s.span,
+                        "not a plain index",
+                    )),
+                },
+                _ => Err(refuse(
+                    "the level path reads plain indices; affine subscripts on stored operands need subsection \
+                     iteration, which is not built yet"
+                        .to_string(),
+                    s.span,
+                    "not a plain index",
+                )),
+            })
+            .collect()
+    };
+
+    // The stored operands: their arrays become arguments.
+    let mut stored: BTreeMap<String, Stored> = BTreeMap::new();
+    let mut arrays = Tensors::new();
+    let mut replaced = Vec::new();
+    for access in st.rhs.accesses() {
+        let tname = &access.tensor.name;
+        let Some(spec) = formats.get(tname) else { continue };
+        if let Some(first) = stored.get(tname) {
+            // The same read again is the same entry at every point.
+            if first
+                .access
+                .subscripts
+                .iter()
+                .map(|s| s.to_string())
+                .eq(access.subscripts.iter().map(|s| s.to_string()))
+            {
+                continue;
+            }
+            return Err(refuse(
+                format!("`{tname}` is read at two subscripts; the level path walks each stored operand once"),
+                access.span,
+                "a second read",
+            ));
+        }
+        let coo = sparse.get(tname).ok_or_else(|| {
+            refuse(format!("`{tname}` has a format but no entries"), access.span, "no data")
+        })?;
+        let at = plain(access)?;
+        let info = &einsum.tensors[tname];
+        let ElemType::Value(dtype) = info.dtype else {
+            return Err(refuse(format!("`{tname}` holds indices"), access.span, "not a value tensor"));
+        };
+        let tensor = SparseTensor::from_coo(coo, spec)
+            .map_err(|e| refuse(format!("`{tname}` in {}: {e}", spec.name()), access.span, "cannot store"))?;
+        let level_arrays = tensor.level_arrays();
+        let mut ids: BTreeMap<String, TensorId> = BTreeMap::new();
+        let mut val = None;
+        for (array, data) in tensor.arrays() {
+            let full = format!("{tname}_{array}");
+            let id = match data {
+                spindle_formats::tensor::ArrayData::Value(v) => {
+                    let id = tensors.push(TensorParam {
+                        name: full.clone(),
+                        dtype: ElemType::Value(dtype),
+                        shape: vec![v.len()],
+                        output: false,
+                    });
+                    arrays.insert(
+                        full,
+                        TensorValue::Values(
+                            ndarray::ArrayD::from_shape_vec(vec![v.len()], v.to_vec()).expect("1-D"),
+                        ),
+                    );
+                    if array == "val" {
+                        val = Some(id);
+                    }
+                    id
+                }
+                spindle_formats::tensor::ArrayData::Index(ix) => {
+                    let wide = ix.iter().any(|&x| x > i32::MAX as i64);
+                    let id = tensors.push(TensorParam {
+                        name: full.clone(),
+                        dtype: ElemType::Index(if wide { IType::I64 } else { IType::I32 }),
+                        shape: vec![ix.len()],
+                        output: false,
+                    });
+                    arrays.insert(
+                        full,
+                        TensorValue::Indices(
+                            ndarray::ArrayD::from_shape_vec(vec![ix.len()], ix.to_vec()).expect("1-D"),
+                        ),
+                    );
+                    id
+                }
+            };
+            ids.insert(array, id);
+        }
+        let val = val.expect("every format has a value array");
+        let mut levels = Vec::new();
+        for (level, names) in tensor.levels().iter().zip(&level_arrays) {
+            if level.part != DimPart::Whole {
+                return Err(refuse(
+                    format!(
+                        "`{tname}` in {} has blocked levels; blocked formats run on the tile path",
+                        spec.name()
+                    ),
+                    access.span,
+                    "blocked levels",
+                ));
+            }
+            let id = |n: &Option<String>| n.as_deref().map(|n| ids[n]);
+            let extent = info.shape[level.dim];
+            let f = level.format;
+            let reach = if f.locate() {
+                Reach::Dense
+            } else {
+                let crd = id(&names.crd).expect("a stored level has coordinates");
+                match f.children() {
+                    Children::Range => {
+                        let len = tensors[crd].shape[0];
+                        Reach::Compressed { pos: id(&names.pos), crd, len }
+                    }
+                    Children::One => Reach::Singleton { crd },
+                    Children::Fixed(g) => Reach::Padded { g, crd },
+                    Children::All => Reach::Dense,
+                }
+            };
+            levels.push(StoredLevel {
+                var: at[level.dim],
+                reach,
+                ordered: f.ordered(),
+                unique: f.unique(),
+                extent,
+            });
+        }
+        replaced.push(tname.clone());
+        stored.insert(tname.clone(), Stored { levels, val, access: access.clone() });
+    }
+
+    // Dense operands and the output keep their names.
+    let mut dense: BTreeMap<String, TensorId> = BTreeMap::new();
+    for (tname, info) in &einsum.tensors {
+        if stored.contains_key(tname) {
+            continue;
+        }
+        if info.role == Role::Index {
+            let span = st.rhs.accesses().iter().find(|a| &a.tensor.name == tname).map_or(st.span, |a| a.span);
+            return Err(refuse(
+                format!("`{tname}` is an index tensor; indirect subscripts run on the tile path"),
+                span,
+                "an indirect read",
+            ));
+        }
+        let id = tensors.push(TensorParam {
+            name: tname.clone(),
+            dtype: info.dtype,
+            shape: info.shape.clone(),
+            output: info.role == Role::Output,
+        });
+        dense.insert(tname.clone(), id);
+    }
+    let output = dense[out_name];
+    let out_at = plain(&st.lhs)?;
+
+    let rhs = symbolic(&st.rhs, &stored, &dense, &plain)?;
+    let order = loop_order(einsum, &vars, &var_of, &stored, &out_at, schedule)?;
+    concordant(&order, &stored, &vars)?;
+
+    let mut kernel = LevelKernel {
+        name: name.to_string(),
+        tensors,
+        vars,
+        output,
+        reduction,
+        init,
+        parallel: false,
+        body: Vec::new(),
+    };
+    let lowerer = Lowerer { stored: &stored, order: &order, out_at: &out_at };
+    kernel.body = lowerer.at(0, &rhs)?;
+    kernel.parallel = match kernel.body.first() {
+        Some(Node::Dense { var, .. }) => out_at.contains(var),
+        Some(Node::Merge { var, levels, full: false, .. }) => {
+            // One position loop over a unique level: every iteration its
+            // own coordinate, so its own output elements.
+            let unique = levels.len() == 1 && {
+                let l = &levels[0];
+                stored[&l.tensor].levels[l.level].unique
+            };
+            unique && out_at.contains(var)
+        }
+        _ => false,
+    } && kernel.body.len() == 1;
+    Ok(Lowered { kernel, arrays, replaced })
+}
+
+/// Why a statement cannot take the level path, at `span`.
+fn refuse(message: String, span: Span, label: &str) -> Diagnostic {
+    Diagnostic::new(message, span).with_label(label)
+}
+
+/// The statement's right-hand side over stored and dense operands.
+fn symbolic(
+    e: &Ast,
+    stored: &BTreeMap<String, Stored>,
+    dense: &BTreeMap<String, TensorId>,
+    plain: &dyn Fn(&Access) -> Result<Vec<VarId>, Diagnostic>,
+) -> Result<Sym, Diagnostic> {
+    let go = |e: &Ast| symbolic(e, stored, dense, plain);
+    Ok(match e {
+        Ast::Literal { value, .. } => Sym::Const(*value),
+        Ast::Access(a) if stored.contains_key(&a.tensor.name) => Sym::Stored(a.tensor.name.clone()),
+        Ast::Access(a) => Sym::Dense { tensor: dense[&a.tensor.name], at: plain(a)? },
+        Ast::Neg { expr, .. } => Sym::Neg(Box::new(go(expr)?)),
+        Ast::Binary { op, lhs, rhs, span } => {
+            if *op == BinOp::Div && mentions_stored(rhs, stored) {
+                return Err(refuse(
+                    "dividing by a stored operand divides by its zeros, which iteration skips".to_string(),
+                    rhs.span().to(*span),
+                    "a stored divisor",
+                ));
+            }
+            Sym::Binary { op: *op, lhs: Box::new(go(lhs)?), rhs: Box::new(go(rhs)?) }
+        }
+        Ast::Call { func, args, .. } => {
+            Sym::Call { func: *func, args: args.iter().map(go).collect::<Result<_, _>>()? }
+        }
+    })
+}
+
+fn mentions_stored(e: &Ast, stored: &BTreeMap<String, Stored>) -> bool {
+    e.accesses().iter().any(|a| stored.contains_key(&a.tensor.name))
+}
+
+/// Whether `f(0, 0, ...) = 0`, so a call of absent operands is absent.
+fn keeps_zero(f: Func) -> bool {
+    !matches!(f, Func::Exp | Func::Sigmoid)
+}
+
+/// `e` where the stored operands `absent` have no entry (read as 0);
+/// `None` where it is 0 for every value of the others.
+fn restrict(e: &Sym, absent: &dyn Fn(&str) -> bool) -> Option<Sym> {
+    match e {
+        Sym::Const(c) if *c == 0.0 => None,
+        Sym::Stored(t) if absent(t) => None,
+        Sym::Const(_) | Sym::Stored(_) | Sym::Dense { .. } => Some(e.clone()),
+        Sym::Neg(x) => restrict(x, absent).map(|x| Sym::Neg(Box::new(x))),
+        Sym::Binary { op, lhs, rhs } => {
+            let (l, r) = (restrict(lhs, absent), restrict(rhs, absent));
+            match (op, l, r) {
+                (BinOp::Mul | BinOp::Div, Some(l), Some(r)) => {
+                    Some(Sym::Binary { op: *op, lhs: Box::new(l), rhs: Box::new(r) })
+                }
+                (BinOp::Mul | BinOp::Div, _, _) => None,
+                (_, None, None) => None,
+                (_, Some(l), None) => Some(l),
+                (BinOp::Sub, None, Some(r)) => Some(Sym::Neg(Box::new(r))),
+                (_, None, Some(r)) => Some(r),
+                (_, Some(l), Some(r)) => Some(Sym::Binary { op: *op, lhs: Box::new(l), rhs: Box::new(r) }),
+            }
+        }
+        Sym::Call { func, args } => {
+            let restricted: Vec<Option<Sym>> = args.iter().map(|a| restrict(a, absent)).collect();
+            if keeps_zero(*func) && restricted.iter().all(Option::is_none) {
+                return None;
+            }
+            Some(Sym::Call {
+                func: *func,
+                args: restricted.into_iter().map(|a| a.unwrap_or(Sym::Const(0.0))).collect(),
+            })
+        }
+    }
+}
+
+/// The stored operands an expression reads.
+fn stored_in(e: &Sym, out: &mut BTreeSet<String>) {
+    match e {
+        Sym::Stored(t) => {
+            out.insert(t.clone());
+        }
+        Sym::Const(_) | Sym::Dense { .. } => {}
+        Sym::Neg(x) => stored_in(x, out),
+        Sym::Binary { lhs, rhs, .. } => {
+            stored_in(lhs, out);
+            stored_in(rhs, out);
+        }
+        Sym::Call { args, .. } => args.iter().for_each(|a| stored_in(a, out)),
+    }
+}
+
+/// The loop order: the schedule's `order=` first, then, one at a time, a
+/// variable whose stored levels above are all bound, preferring the next
+/// level of a stored operand, then output variables, then the statement's
+/// order.
+fn loop_order(
+    einsum: &Einsum,
+    vars: &PrimaryMap<VarId, Var>,
+    var_of: &BTreeMap<String, VarId>,
+    stored: &BTreeMap<String, Stored>,
+    out_at: &[VarId],
+    schedule: &Schedule,
+) -> Result<Vec<VarId>, Diagnostic> {
+    let mut order: Vec<VarId> = Vec::new();
+    for name in &schedule.order {
+        let Some(&v) = var_of.get(name) else {
+            return Err(refuse(
+                format!(
+                    "`order={}` names `{name}`, which is not an index of the statement",
+                    schedule.order.join("+")
+                ),
+                einsum.statement.span,
+                "the statement",
+            ));
+        };
+        if !order.contains(&v) {
+            order.push(v);
+        }
+    }
+    while order.len() < vars.len() {
+        let ready = |v: VarId| {
+            !order.contains(&v)
+                && stored.values().all(|s| match s.levels.iter().position(|l| l.var == v) {
+                    Some(l) => s.levels[..l].iter().all(|above| order.contains(&above.var)),
+                    None => true,
+                })
+        };
+        let next_level = |v: VarId| {
+            stored
+                .values()
+                .any(|s| s.levels.iter().find(|l| !order.contains(&l.var)).is_some_and(|l| l.var == v))
+        };
+        let candidates: Vec<VarId> = vars.keys().filter(|&v| ready(v)).collect();
+        let pick = candidates
+            .iter()
+            .copied()
+            .max_by_key(|&v| (next_level(v), out_at.contains(&v), std::cmp::Reverse(v)))
+            .unwrap_or_else(|| vars.keys().find(|v| !order.contains(v)).expect("a variable is left"));
+        order.push(pick);
+    }
+    Ok(order)
+}
+
+/// Every stored operand's levels are bound in storage order: a level is
+/// reached from its parent's position, so its parent's variable must be
+/// bound first.
+fn concordant(
+    order: &[VarId],
+    stored: &BTreeMap<String, Stored>,
+    vars: &PrimaryMap<VarId, Var>,
+) -> Result<(), Diagnostic> {
+    let rank = |v: VarId| order.iter().position(|&o| o == v).expect("every variable is ordered");
+    for (tname, s) in stored {
+        for pair in s.levels.windows(2) {
+            let (above, below) = (&pair[0], &pair[1]);
+            if rank(below.var) < rank(above.var) {
+                let (a, b) = (&vars[above.var].name, &vars[below.var].name);
+                let span = s
+                    .access
+                    .subscripts
+                    .iter()
+                    .find(|sub| matches!(&sub.terms[..], [t] if matches!(&t.atom, Atom::Index(id) if id.name == *b)))
+                    .map_or(s.access.span, |sub| sub.span);
+                return Err(refuse(
+                    format!(
+                        "the loop order visits `{b}` before `{a}`, but `{tname}` stores `{a}` above `{b}`"
+                    ),
+                    span,
+                    "discordant index",
+                )
+                .with_note(format!(
+                    "put `{a}` before `{b}` (schedule `order={a}+{b}`), or store `{tname}` with `{b}` first"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+struct Lowerer<'a> {
+    stored: &'a BTreeMap<String, Stored>,
+    order: &'a [VarId],
+    out_at: &'a [VarId],
+}
+
+impl Lowerer<'_> {
+    fn level_ref(&self, tensor: &str, level: usize) -> LevelRef {
+        let l = &self.stored[tensor].levels[level];
+        LevelRef { tensor: tensor.to_string(), level, extent: l.extent, kind: l.reach.clone() }
+    }
+
+    /// The loops from variable `d` of the order inward, for `e`.
+    fn at(&self, d: usize, e: &Sym) -> Result<Vec<Node>, Diagnostic> {
+        let Some(&var) = self.order.get(d) else {
+            return Ok(vec![Node::Update { at: self.out_at.to_vec(), value: self.expr(e) }]);
+        };
+        let mut present = BTreeSet::new();
+        stored_in(e, &mut present);
+        let mut locates = Vec::new();
+        let mut walks = Vec::new();
+        for t in &present {
+            if let Some(l) = self.stored[t].levels.iter().position(|l| l.var == var) {
+                match self.stored[t].levels[l].reach {
+                    Reach::Dense => locates.push((t.clone(), l)),
+                    _ => walks.push((t.clone(), l)),
+                }
+            }
+        }
+        let located = |e: &Sym, inner: Vec<Node>| -> Vec<Node> {
+            let mut still = BTreeSet::new();
+            stored_in(e, &mut still);
+            let mut body: Vec<Node> = locates
+                .iter()
+                .filter(|(t, _)| still.contains(t))
+                .map(|(t, l)| Node::Locate { level: self.level_ref(t, *l), var })
+                .collect();
+            body.extend(inner);
+            body
+        };
+        if walks.is_empty() {
+            return Ok(vec![Node::Dense { var, body: located(e, self.at(d + 1, e)?) }]);
+        }
+        let full = restrict(e, &|t| walks.iter().any(|(w, _)| w == t)).is_some();
+        if walks.len() > 1 || full {
+            for (t, l) in &walks {
+                let level = &self.stored[t].levels[*l];
+                if !(level.ordered && level.unique) {
+                    return Err(refuse(
+                        format!(
+                            "co-iterating `{t}` needs its level {l} ordered and unique; this format's is not"
+                        ),
+                        self.stored[t].access.span,
+                        "cannot co-iterate",
+                    )
+                    .with_note(format!("store `{t}` in a format with unique levels (csr, dcsr, csf)")));
+                }
+            }
+        }
+        let n = walks.len();
+        let mut subsets: Vec<u32> = (if full { 0 } else { 1 }..(1u32 << n)).collect();
+        subsets.sort_by_key(|s| std::cmp::Reverse(s.count_ones()));
+        let mut points = Vec::new();
+        for s in subsets {
+            let present: Vec<bool> = (0..n).map(|i| s & (1 << i) != 0).collect();
+            let absent = |t: &str| walks.iter().enumerate().any(|(i, (w, _))| w == t && !present[i]);
+            let Some(restricted) = restrict(e, &absent) else { continue };
+            points.push(Point { present, body: located(&restricted, self.at(d + 1, &restricted)?) });
+        }
+        let levels = walks.iter().map(|(t, l)| self.level_ref(t, *l)).collect();
+        Ok(vec![Node::Merge { var, levels, full, points }])
+    }
+
+    fn expr(&self, e: &Sym) -> Expr {
+        match e {
+            Sym::Const(c) => Expr::Const(*c),
+            Sym::Stored(t) => {
+                let s = &self.stored[t];
+                Expr::Stored {
+                    val: s.val,
+                    at: Position::Level { tensor: t.clone(), level: s.levels.len() - 1 },
+                }
+            }
+            Sym::Dense { tensor, at } => Expr::Dense { tensor: *tensor, at: at.clone() },
+            Sym::Neg(x) => Expr::Neg(Box::new(self.expr(x))),
+            Sym::Binary { op, lhs, rhs } => {
+                Expr::Binary { op: *op, lhs: Box::new(self.expr(lhs)), rhs: Box::new(self.expr(rhs)) }
+            }
+            Sym::Call { func, args } => {
+                Expr::Call { func: *func, args: args.iter().map(|a| self.expr(a)).collect() }
+            }
+        }
+    }
+}

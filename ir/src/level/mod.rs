@@ -1,0 +1,155 @@
+//! The level path (DESIGN.md §2, §5): kernels that iterate over the levels
+//! of sparse formats, TACO- and MLIR-style, instead of rewriting them into
+//! arrays for dense tiles.
+//!
+//! A [`LevelKernel`] is a loop tree. Each loop binds one index variable:
+//!
+//! - a **dense loop** visits every coordinate `0..extent`;
+//! - a **merge** walks the stored positions of one or more levels that hold
+//!   the variable. With one level it is a position loop (`for p in
+//!   pos[parent]..pos[parent+1]: i = crd[p]`); with several it co-iterates
+//!   them, and each *lattice point* (the set of levels whose current
+//!   coordinate is the smallest) is a branch with its own subtree, as in
+//!   TACO and the sparse-workspace paper's Algorithm 1: an intersection
+//!   (`A * B`) has one point, a union (`A + B`) three. A merge whose
+//!   expression is non-zero where no level has an entry (a union with a
+//!   dense term) sweeps every coordinate instead.
+//!
+//! Inside a loop, levels of the tensors that hold the variable are reached:
+//! dense levels are *located* (`p = parent * n + i`), compressed levels are
+//! the merge's own positions. The leaves are *effects*: an update of the
+//! dense output at the loop variables' coordinates.
+//!
+//! The level capabilities of the formats (`spindle_formats::LevelCapabilities`)
+//! decide everything here: no format name appears in this module.
+
+mod lower;
+mod print;
+
+pub use lower::{Lowered, lower};
+
+use cranelift_entity::PrimaryMap;
+
+use crate::kernel::{OutputInit, Reduction, TensorId, TensorParam};
+use crate::lang::{BinOp, Func};
+
+/// An index variable of the statement: one loop of the tree.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VarId(u32);
+cranelift_entity::entity_impl!(VarId, "var");
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Var {
+    pub name: String,
+    pub extent: usize,
+}
+
+/// A level of a stored tensor, as the kernel reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LevelRef {
+    /// The stored tensor's name (`A`), which position variables are named
+    /// after.
+    pub tensor: String,
+    /// The level's index in storage order.
+    pub level: usize,
+    /// The extent of the dimension the level stores.
+    pub extent: usize,
+    pub kind: Reach,
+}
+
+/// How the positions of a level are reached from its parent's position.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reach {
+    /// Every coordinate is stored: `p = parent * extent + i` (locate).
+    Dense,
+    /// Children `pos[parent] .. pos[parent + 1]` with coordinates `crd[p]`;
+    /// without `pos` (a root level), `0 .. len(crd)`.
+    Compressed { pos: Option<TensorId>, crd: TensorId, len: usize },
+    /// Exactly one child per parent at `p = parent`, coordinate `crd[p]`.
+    Singleton { crd: TensorId },
+    /// Exactly `g` children per parent, `parent * g .. parent * g + g`.
+    Padded { g: usize, crd: TensorId },
+}
+
+/// The position of a stored tensor at one of its levels, or the root
+/// position 0 above its first level.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Position {
+    Root,
+    Level { tensor: String, level: usize },
+}
+
+/// A scalar expression at a point of the loop tree.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    Const(f64),
+    /// `val[p]` of a stored tensor at its last level's position.
+    Stored {
+        val: TensorId,
+        at: Position,
+    },
+    /// A dense tensor at the loop variables' coordinates (row-major).
+    Dense {
+        tensor: TensorId,
+        at: Vec<VarId>,
+    },
+    Neg(Box<Expr>),
+    Binary {
+        op: BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+    Call {
+        func: Func,
+        args: Vec<Expr>,
+    },
+}
+
+/// A node of the loop tree.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    /// `for var in 0..extent`.
+    Dense { var: VarId, body: Vec<Node> },
+    /// Walks the positions of `levels` (all holding `var`), binding `var`
+    /// to the smallest current coordinate; `full` sweeps every coordinate.
+    Merge { var: VarId, levels: Vec<LevelRef>, full: bool, points: Vec<Point> },
+    /// `p = parent * extent + var` for a dense level of a stored tensor.
+    Locate { level: LevelRef, var: VarId },
+    /// `out[at] op= value`.
+    Update { at: Vec<VarId>, value: Expr },
+}
+
+/// One branch of a merge: taken when exactly the levels `present` (by
+/// index into the merge's levels) have an entry at the coordinate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    pub present: Vec<bool>,
+    pub body: Vec<Node>,
+}
+
+/// A kernel of the level path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LevelKernel {
+    pub name: String,
+    /// The arguments, in order: format arrays, dense tensors, the output.
+    pub tensors: PrimaryMap<TensorId, TensorParam>,
+    pub vars: PrimaryMap<VarId, Var>,
+    /// The dense output.
+    pub output: TensorId,
+    pub reduction: Reduction,
+    pub init: OutputInit,
+    /// The outermost loop runs on CPU threads: its iterations write
+    /// disjoint output elements.
+    pub parallel: bool,
+    pub body: Vec<Node>,
+}
+
+impl LevelKernel {
+    pub fn var(&self, v: VarId) -> &Var {
+        &self.vars[v]
+    }
+
+    pub fn tensor(&self, t: TensorId) -> &TensorParam {
+        &self.tensors[t]
+    }
+}

@@ -1,0 +1,129 @@
+//! The textual form of a loop tree, for tests, snapshots and `--emit ir`.
+
+use std::fmt::{self, Write as _};
+
+use super::*;
+
+impl Position {
+    /// The position variable's name: `pA1` for level 1 of `A`.
+    pub fn name(&self) -> String {
+        match self {
+            Position::Root => "0".to_string(),
+            Position::Level { tensor, level } => format!("p{tensor}{level}"),
+        }
+    }
+}
+
+impl LevelRef {
+    pub fn position(&self) -> Position {
+        Position::Level { tensor: self.tensor.clone(), level: self.level }
+    }
+
+    /// The position of this level's parent.
+    pub fn parent(&self) -> Position {
+        match self.level {
+            0 => Position::Root,
+            l => Position::Level { tensor: self.tensor.clone(), level: l - 1 },
+        }
+    }
+}
+
+impl LevelKernel {
+    pub fn expr_text(&self, e: &Expr) -> String {
+        match e {
+            Expr::Const(c) => format!("{c}"),
+            Expr::Stored { val, at } => format!("{}[{}]", self.tensor(*val).name, at.name()),
+            Expr::Dense { tensor, at } => {
+                let vars: Vec<&str> = at.iter().map(|&v| self.var(v).name.as_str()).collect();
+                format!("{}[{}]", self.tensor(*tensor).name, vars.join(","))
+            }
+            Expr::Neg(x) => format!("-({})", self.expr_text(x)),
+            Expr::Binary { op, lhs, rhs } => {
+                format!("({} {} {})", self.expr_text(lhs), op.symbol(), self.expr_text(rhs))
+            }
+            Expr::Call { func, args } => {
+                let args: Vec<String> = args.iter().map(|a| self.expr_text(a)).collect();
+                format!("{}({})", func.name(), args.join(", "))
+            }
+        }
+    }
+
+    fn level_text(&self, l: &LevelRef) -> String {
+        let kind = match &l.kind {
+            Reach::Dense => "dense".to_string(),
+            Reach::Compressed { pos: Some(pos), crd, .. } => {
+                format!("compressed {} {}", self.tensor(*pos).name, self.tensor(*crd).name)
+            }
+            Reach::Compressed { pos: None, crd, .. } => format!("compressed {}", self.tensor(*crd).name),
+            Reach::Singleton { crd } => format!("singleton {}", self.tensor(*crd).name),
+            Reach::Padded { g, crd } => format!("padded({g}) {}", self.tensor(*crd).name),
+        };
+        format!("{} = {} from {} ({kind})", l.position().name(), l.tensor, l.parent().name())
+    }
+
+    fn node_text(&self, n: &Node, depth: usize, out: &mut String) {
+        let pad = "  ".repeat(depth);
+        match n {
+            Node::Dense { var, body } => {
+                let v = self.var(*var);
+                let _ = writeln!(out, "{pad}for {} in 0..{}", v.name, v.extent);
+                body.iter().for_each(|b| self.node_text(b, depth + 1, out));
+            }
+            Node::Merge { var, levels, full, points } => {
+                let walks: Vec<String> = levels.iter().map(|l| self.level_text(l)).collect();
+                let how = if *full { "sweep" } else { "merge" };
+                let _ = writeln!(out, "{pad}{how} {} over {}", self.var(*var).name, walks.join("; "));
+                for p in points {
+                    let names: Vec<&str> = levels
+                        .iter()
+                        .zip(&p.present)
+                        .filter(|(_, on)| **on)
+                        .map(|(l, _)| l.tensor.as_str())
+                        .collect();
+                    let _ = writeln!(out, "{pad}  case {{{}}}", names.join(", "));
+                    p.body.iter().for_each(|b| self.node_text(b, depth + 2, out));
+                }
+            }
+            Node::Locate { level, var } => {
+                let _ = writeln!(
+                    out,
+                    "{pad}{} = {} * {} + {}",
+                    level.position().name(),
+                    level.parent().name(),
+                    level.extent,
+                    self.var(*var).name
+                );
+            }
+            Node::Update { at, value } => {
+                let vars: Vec<&str> = at.iter().map(|&v| self.var(v).name.as_str()).collect();
+                let _ = writeln!(
+                    out,
+                    "{pad}{}[{}] {}= {}",
+                    self.tensor(self.output).name,
+                    vars.join(","),
+                    match self.reduction {
+                        Reduction::Sum => "+",
+                        Reduction::Max => "max",
+                        Reduction::Min => "min",
+                    },
+                    self.expr_text(value)
+                );
+            }
+        }
+    }
+}
+
+impl fmt::Display for LevelKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let params: Vec<String> = self.tensors.values().map(|t| t.to_string()).collect();
+        writeln!(f, "level kernel {}({})", self.name, params.join(", "))?;
+        if self.parallel {
+            writeln!(f, "  parallel outermost loop")?;
+        }
+        let mut body = String::new();
+        for n in &self.body {
+            self.node_text(n, 1, &mut body);
+        }
+        f.write_str(&body)
+    }
+}
