@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cranelift_entity::PrimaryMap;
+use spindle_formats::tensor::ArrayData;
 use spindle_formats::{Children, Coo, DimPart, FormatSpec, LevelCapabilities, SparseTensor};
 
 use super::{Expr, LevelKernel, LevelRef, Node, Point, Position, Reach, Var, VarId};
@@ -99,35 +100,7 @@ pub fn lower(
     for ix in &einsum.indices {
         var_of.insert(ix.name.clone(), vars.push(Var { name: ix.name.clone(), extent: ix.extent }));
     }
-    let plain = |access: &Access| -> Result<Vec<VarId>, Diagnostic> {
-        let mut seen = BTreeSet::new();
-        access
-            .subscripts
-            .iter()
-            .map(|s| match &s.terms[..] {
-                [t] if t.coeff == 1 && s.offset == 0 => match &t.atom {
-                    Atom::Index(id) if seen.insert(id.name.clone()) => Ok(var_of[&id.name]),
-                    Atom::Index(id) => Err(refuse(
-                        format!("`{}` indexes two dimensions of `{}`", id.name, access.tensor.name),
-                        s.span,
-                        "a repeated index",
-                    )),
-                    Atom::Indirect(_) => Err(refuse(
-                        "the level path reads plain indices; indirect subscripts run on the tile path".to_string(),
-                        s.span,
-                        "not a plain index",
-                    )),
-                },
-                _ => Err(refuse(
-                    "the level path reads plain indices; affine subscripts on stored operands need subsection \
-                     iteration, which is not built yet"
-                        .to_string(),
-                    s.span,
-                    "not a plain index",
-                )),
-            })
-            .collect()
-    };
+    let plain = |access: &Access| plain_indices(access, &var_of);
 
     // The stored operands: their arrays become arguments.
     let mut stored: BTreeMap<String, Stored> = BTreeMap::new();
@@ -161,89 +134,8 @@ pub fn lower(
         let ElemType::Value(dtype) = info.dtype else {
             return Err(refuse(format!("`{tname}` holds indices"), access.span, "not a value tensor"));
         };
-        let tensor = SparseTensor::from_coo(coo, spec)
-            .map_err(|e| refuse(format!("`{tname}` in {}: {e}", spec.name()), access.span, "cannot store"))?;
-        let level_arrays = tensor.level_arrays();
-        let mut ids: BTreeMap<String, TensorId> = BTreeMap::new();
-        let mut val = None;
-        for (array, data) in tensor.arrays() {
-            let full = format!("{tname}_{array}");
-            let id = match data {
-                spindle_formats::tensor::ArrayData::Value(v) => {
-                    let id = tensors.push(TensorParam {
-                        name: full.clone(),
-                        dtype: ElemType::Value(dtype),
-                        shape: vec![v.len()],
-                        output: false,
-                    });
-                    arrays.insert(
-                        full,
-                        TensorValue::Values(
-                            ndarray::ArrayD::from_shape_vec(vec![v.len()], v.to_vec()).expect("1-D"),
-                        ),
-                    );
-                    if array == "val" {
-                        val = Some(id);
-                    }
-                    id
-                }
-                spindle_formats::tensor::ArrayData::Index(ix) => {
-                    let wide = ix.iter().any(|&x| x > i32::MAX as i64);
-                    let id = tensors.push(TensorParam {
-                        name: full.clone(),
-                        dtype: ElemType::Index(if wide { IType::I64 } else { IType::I32 }),
-                        shape: vec![ix.len()],
-                        output: false,
-                    });
-                    arrays.insert(
-                        full,
-                        TensorValue::Indices(
-                            ndarray::ArrayD::from_shape_vec(vec![ix.len()], ix.to_vec()).expect("1-D"),
-                        ),
-                    );
-                    id
-                }
-            };
-            ids.insert(array, id);
-        }
-        let val = val.expect("every format has a value array");
-        let mut levels = Vec::new();
-        for (level, names) in tensor.levels().iter().zip(&level_arrays) {
-            if level.part != DimPart::Whole {
-                return Err(refuse(
-                    format!(
-                        "`{tname}` in {} has blocked levels; blocked formats run on the tile path",
-                        spec.name()
-                    ),
-                    access.span,
-                    "blocked levels",
-                ));
-            }
-            let id = |n: &Option<String>| n.as_deref().map(|n| ids[n]);
-            let extent = info.shape[level.dim];
-            let f = level.format;
-            let reach = if f.locate() {
-                Reach::Dense
-            } else {
-                let crd = id(&names.crd).expect("a stored level has coordinates");
-                match f.children() {
-                    Children::Range => {
-                        let len = tensors[crd].shape[0];
-                        Reach::Compressed { pos: id(&names.pos), crd, len }
-                    }
-                    Children::One => Reach::Singleton { crd },
-                    Children::Fixed(g) => Reach::Padded { g, crd },
-                    Children::All => Reach::Dense,
-                }
-            };
-            levels.push(StoredLevel {
-                var: at[level.dim],
-                reach,
-                ordered: f.ordered(),
-                unique: f.unique(),
-                extent,
-            });
-        }
+        let (levels, val) =
+            store(tname, spec, coo, dtype, &info.shape, &at, access, &mut tensors, &mut arrays)?;
         replaced.push(tname.clone());
         stored.insert(tname.clone(), Stored { levels, val, access: access.clone() });
     }
@@ -289,20 +181,133 @@ pub fn lower(
     };
     let lowerer = Lowerer { stored: &stored, order: &order, out_at: &out_at };
     kernel.body = lowerer.at(0, &rhs)?;
-    kernel.parallel = match kernel.body.first() {
-        Some(Node::Dense { var, .. }) => out_at.contains(var),
-        Some(Node::Merge { var, levels, full: false, .. }) => {
-            // One position loop over a unique level: every iteration its
-            // own coordinate, so its own output elements.
-            let unique = levels.len() == 1 && {
-                let l = &levels[0];
-                stored[&l.tensor].levels[l.level].unique
-            };
-            unique && out_at.contains(var)
+    kernel.parallel = owns_its_outputs(&kernel.body, &stored, &out_at);
+    Ok(Lowered { kernel, arrays, replaced })
+}
+
+/// The variables of an access whose subscripts are distinct plain
+/// indices; anything else is refused at its subscript.
+fn plain_indices(access: &Access, var_of: &BTreeMap<String, VarId>) -> Result<Vec<VarId>, Diagnostic> {
+    let mut seen = BTreeSet::new();
+    access
+        .subscripts
+        .iter()
+        .map(|s| match &s.terms[..] {
+            [t] if t.coeff == 1 && s.offset == 0 => match &t.atom {
+                Atom::Index(id) if seen.insert(id.name.clone()) => Ok(var_of[&id.name]),
+                Atom::Index(id) => Err(refuse(
+                    format!("`{}` indexes two dimensions of `{}`", id.name, access.tensor.name),
+                    s.span,
+                    "a repeated index",
+                )),
+                Atom::Indirect(_) => Err(refuse(
+                    "the level path reads plain indices; indirect subscripts run on the tile path"
+                        .to_string(),
+                    s.span,
+                    "not a plain index",
+                )),
+            },
+            _ => Err(refuse(
+                "the level path reads plain indices; affine subscripts on stored operands need subsection \
+                 iteration, which is not built yet"
+                    .to_string(),
+                s.span,
+                "not a plain index",
+            )),
+        })
+        .collect()
+}
+
+/// Stores `coo` in `spec` as `tname`: its arrays become kernel arguments
+/// (`{tname}_{array}`) with their data in `arrays`; returns its levels, as
+/// the statement's variables `at` index them, and its value array.
+#[allow(clippy::too_many_arguments)]
+fn store(
+    tname: &str,
+    spec: &FormatSpec,
+    coo: &Coo<f64, i64>,
+    dtype: spindle_formats::DType,
+    shape: &[usize],
+    at: &[VarId],
+    access: &Access,
+    tensors: &mut PrimaryMap<TensorId, TensorParam>,
+    arrays: &mut Tensors,
+) -> Result<(Vec<StoredLevel>, TensorId), Diagnostic> {
+    let tensor = SparseTensor::from_coo(coo, spec)
+        .map_err(|e| refuse(format!("`{tname}` in {}: {e}", spec.name()), access.span, "cannot store"))?;
+    let mut ids: BTreeMap<String, TensorId> = BTreeMap::new();
+    for (array, data) in tensor.arrays() {
+        let name = format!("{tname}_{array}");
+        let (dtype, value) = match data {
+            ArrayData::Value(v) => {
+                (ElemType::Value(dtype), TensorValue::Values(ndarray::Array1::from(v.to_vec()).into_dyn()))
+            }
+            ArrayData::Index(ix) => {
+                let wide = ix.iter().any(|&x| x > i32::MAX as i64);
+                let itype = if wide { IType::I64 } else { IType::I32 };
+                (ElemType::Index(itype), TensorValue::Indices(ndarray::Array1::from(ix.to_vec()).into_dyn()))
+            }
+        };
+        let len = value_len(&value);
+        ids.insert(
+            array,
+            tensors.push(TensorParam { name: name.clone(), dtype, shape: vec![len], output: false }),
+        );
+        arrays.insert(name, value);
+    }
+    let val = ids["val"];
+    let mut levels = Vec::new();
+    for (level, names) in tensor.levels().iter().zip(&tensor.level_arrays()) {
+        if level.part != DimPart::Whole {
+            return Err(refuse(
+                format!(
+                    "`{tname}` in {} has blocked levels; blocked formats run on the tile path",
+                    spec.name()
+                ),
+                access.span,
+                "blocked levels",
+            ));
+        }
+        let id = |n: &Option<String>| n.as_deref().map(|n| ids[n]);
+        let f = level.format;
+        let reach = match (f.locate(), f.children(), id(&names.crd)) {
+            (true, ..) | (_, Children::All, _) => Reach::Dense,
+            (_, Children::Range, Some(crd)) => {
+                Reach::Compressed { pos: id(&names.pos), crd, len: tensors[crd].shape[0] }
+            }
+            (_, Children::One, Some(crd)) => Reach::Singleton { crd },
+            (_, Children::Fixed(g), Some(crd)) => Reach::Padded { g, crd },
+            (_, _, None) => unreachable!("a stored level has coordinates"),
+        };
+        levels.push(StoredLevel {
+            var: at[level.dim],
+            reach,
+            ordered: f.ordered(),
+            unique: f.unique(),
+            extent: shape[level.dim],
+        });
+    }
+    Ok((levels, val))
+}
+
+fn value_len(v: &TensorValue) -> usize {
+    match v {
+        TensorValue::Values(a) => a.len(),
+        TensorValue::Indices(a) => a.len(),
+    }
+}
+
+/// Whether every iteration of the outermost loop writes its own output
+/// elements: a single dense loop, or a position loop over a unique level,
+/// bound to an output index.
+fn owns_its_outputs(body: &[Node], stored: &BTreeMap<String, Stored>, out_at: &[VarId]) -> bool {
+    match body {
+        [Node::Dense { var, .. }] => out_at.contains(var),
+        [Node::Merge { var, levels, full: false, .. }] => {
+            matches!(&levels[..], [l] if stored[&l.tensor].levels[l.level].unique) && out_at.contains(var)
         }
         _ => false,
-    } && kernel.body.len() == 1;
-    Ok(Lowered { kernel, arrays, replaced })
+    }
 }
 
 /// Why a statement cannot take the level path, at `span`.
