@@ -767,7 +767,11 @@ fn build(
         if threads == Threads::One {
             compile_s = start.elapsed().as_secs_f64();
             cache_hit = compiled.report().cached;
-            p_extent = compiled.kernel.axes.values().find(|a| a.name == "p").map_or(0, |a| a.extent);
+            p_extent = compiled
+                .kernel
+                .tiles()
+                .and_then(|k| k.axes.values().find(|a| a.name == "p"))
+                .map_or(0, |a| a.extent);
             if let Some(dir) = ctx.opts.emit_c.as_deref().filter(|_| emit) {
                 std::fs::create_dir_all(dir)?;
                 let file = dir.join(format!("{matrix}-{}.c", plan.name.replace([' ', '='], "")));

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use ndarray::ArrayD;
 use spindle_c::exec::CKernel;
+use spindle_c::level::CLevelKernel;
 use spindle_c::runtime::Buffer;
 use spindle_cuda::emulate::EmulateOptions;
 use spindle_cuda::nvrtc::Resources;
@@ -14,6 +15,7 @@ use spindle_cuda::print::{CudaKernel, PrintOptions, print_kernel};
 use spindle_cuda::runtime::{DeviceBuffers, Gpu, LoadedKernel};
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::Schedule;
+use spindle_ir::level::Lowered;
 use spindle_ir::tensor::Tensors;
 
 use crate::error::{Error, Result};
@@ -34,6 +36,16 @@ pub trait Backend {
     /// can). `schedule` carries the settings the kernel IR does not: CPU
     /// threads, and the CUDA printer's Tensor Core, tf32 and block choices.
     fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>>;
+
+    /// Prints and compiles a level-path kernel (`path=levels`), which
+    /// brings its format arrays along.
+    fn compile_levels(&self, lowered: &Lowered, schedule: &Schedule) -> Result<Box<dyn Executable>> {
+        let _ = (lowered, schedule);
+        Err(Error::input(format!(
+            "the level path (path=levels) runs on the C backend only so far, not on {}",
+            self.target().name()
+        )))
+    }
 
     /// Compiles many kernels ahead of [`Backend::compile`] (in parallel where
     /// the backend can), so a search does not wait on each compile in turn.
@@ -161,6 +173,18 @@ impl Backend for CBackend {
         Ok(Box::new(CExecutable { compiled, threads, report }))
     }
 
+    fn compile_levels(&self, lowered: &Lowered, schedule: &Schedule) -> Result<Box<dyn Executable>> {
+        let compiled = CLevelKernel::compile(&lowered.kernel, &self.compiler)?;
+        let threads = schedule.threads.unwrap_or_else(CBackend::max_threads);
+        let report = CompileReport {
+            cached: compiled.program.cache_hit(),
+            source_path: Some(compiled.program.source_path().to_path_buf()),
+            threads: Some(threads),
+            ..CompileReport::default()
+        };
+        Ok(Box::new(CLevelExecutable { compiled, arrays: lowered.arrays.clone(), threads, report }))
+    }
+
     fn precompile(&self, kernels: &[(Kernel, Schedule)]) {
         // One compile per distinct source (an explicit thread count prints
         // the same source as the default once the work is large).
@@ -208,6 +232,64 @@ struct CUploaded<'a> {
 }
 
 impl Uploaded for CUploaded<'_> {
+    fn launch(&mut self) -> Result<()> {
+        Ok(self.exe.compiled.launch(&mut self.buffers, self.exe.threads)?)
+    }
+
+    fn output(&mut self) -> Result<ArrayD<f64>> {
+        Ok(self.exe.compiled.output(&self.buffers, self.had_data)?)
+    }
+
+    fn time(&mut self, opts: TimingOptions) -> Result<Timing> {
+        let (exe, fresh) = (self.exe, &self.fresh);
+        let buffers = std::cell::RefCell::new(&mut self.buffers);
+        wall_clock(
+            opts,
+            || {
+                buffers.borrow_mut().clone_from_slice(fresh);
+                Ok(())
+            },
+            || Ok(exe.compiled.launch(&mut buffers.borrow_mut(), exe.threads)?),
+        )
+    }
+}
+
+/// A level kernel on the C backend: it reads the format arrays it was
+/// lowered with beside the problem's dense tensors.
+struct CLevelExecutable {
+    compiled: CLevelKernel,
+    arrays: Tensors,
+    threads: usize,
+    report: CompileReport,
+}
+
+impl Executable for CLevelExecutable {
+    fn source(&self) -> &str {
+        &self.compiled.source
+    }
+
+    fn report(&self) -> &CompileReport {
+        &self.report
+    }
+
+    fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>> {
+        let mut all = data.clone();
+        all.extend(self.arrays.iter().map(|(n, v)| (n.clone(), v.clone())));
+        let fresh = self.compiled.buffers(&all)?;
+        let out = &self.compiled.kernel.tensor(self.compiled.kernel.output).name;
+        let had_data = data.contains_key(out);
+        Ok(Box::new(CLevelUploaded { exe: self, buffers: fresh.clone(), fresh, had_data }))
+    }
+}
+
+struct CLevelUploaded<'a> {
+    exe: &'a CLevelExecutable,
+    fresh: Vec<Buffer>,
+    buffers: Vec<Buffer>,
+    had_data: bool,
+}
+
+impl Uploaded for CLevelUploaded<'_> {
     fn launch(&mut self) -> Result<()> {
         Ok(self.exe.compiled.launch(&mut self.buffers, self.exe.threads)?)
     }

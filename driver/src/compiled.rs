@@ -2,7 +2,8 @@
 
 use ndarray::ArrayD;
 use spindle_ir::kernel::Kernel;
-use spindle_ir::kernel::schedule::{Schedule, ScheduleError};
+use spindle_ir::kernel::schedule::{Path, Schedule, ScheduleError};
+use spindle_ir::level::LevelKernel;
 
 use crate::autotune::{TuneCache, TuneKey, Tuned, space, tune};
 use crate::backend::{Backend, CompileReport, Executable};
@@ -12,13 +13,40 @@ use crate::problem::Prepared;
 use crate::target::Target;
 use crate::timing::{Timing, TimingOptions};
 
+/// The kernel IR a statement was lowered to: a tile program, or a loop
+/// tree over stored operands' levels (`path=levels`).
+#[derive(Clone, Debug)]
+pub enum Lowering {
+    Tiles(Kernel),
+    Levels(LevelKernel),
+}
+
+impl Lowering {
+    /// The tile program, when the statement took the tile path.
+    pub fn tiles(&self) -> Option<&Kernel> {
+        match self {
+            Lowering::Tiles(k) => Some(k),
+            Lowering::Levels(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Lowering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lowering::Tiles(k) => k.fmt(f),
+            Lowering::Levels(k) => k.fmt(f),
+        }
+    }
+}
+
 /// A kernel compiled for one backend, with the statement and data it runs on.
 pub struct Compiled<'p> {
     pub prepared: &'p Prepared,
     /// The schedule the kernel was lowered under (the tuned one when
     /// autotuned).
     pub schedule: Schedule,
-    pub kernel: Kernel,
+    pub kernel: Lowering,
     /// The search that chose the schedule, when it was autotuned.
     pub tuned: Option<Tuned>,
     executable: Box<dyn Executable>,
@@ -81,10 +109,22 @@ impl<'p> Compiled<'p> {
 }
 
 impl Prepared {
-    /// Lowers under `schedule` and compiles on `backend`.
+    /// Lowers under `schedule` (on the path it names) and compiles on
+    /// `backend`.
     pub fn compile(&self, backend: &dyn Backend, schedule: &Schedule) -> Result<Compiled<'_>> {
-        let kernel = self.lower(schedule)?;
-        let executable = backend.compile(&kernel, schedule)?;
+        let levels = schedule.path == Path::Levels || self.tile_refusal.is_some();
+        let (kernel, executable) = match levels {
+            false => {
+                let kernel = self.lower(schedule)?;
+                let executable = backend.compile(&kernel, schedule)?;
+                (Lowering::Tiles(kernel), executable)
+            }
+            true => {
+                let lowered = self.lower_levels(schedule)?;
+                let executable = backend.compile_levels(&lowered, schedule)?;
+                (Lowering::Levels(lowered.kernel), executable)
+            }
+        };
         Ok(Compiled { prepared: self, schedule: schedule.clone(), kernel, tuned: None, executable })
     }
 
@@ -93,6 +133,12 @@ impl Prepared {
     /// threads on the C backend. The winner is cached per (statement,
     /// shapes, device), so the search runs once per problem and machine.
     pub fn autotune(&self, backend: &dyn Backend, tuner: &mut Tuner) -> Result<Compiled<'_>> {
+        if self.tile_refusal.is_some() {
+            // Only the level path applies; its loop order is chosen from
+            // the levels, so there are no tiles to search.
+            let threads = tuner.threads;
+            return self.compile(backend, &Schedule { path: Path::Levels, threads, ..Schedule::default() });
+        }
         let default = self.lower(&Schedule::default())?;
         let mut candidates = space(&default, backend.target(), crate::backend::CBackend::max_threads());
         if let Some(threads) = tuner.threads.filter(|_| backend.target() == Target::C) {

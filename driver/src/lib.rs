@@ -100,11 +100,11 @@ pub mod timing;
 
 pub use backend::{Backend, CBackend, CompileReport, CudaBackend, EmulateBackend, Executable, Uploaded};
 pub use check::Check;
-pub use compiled::{Compiled, Tuner};
+pub use compiled::{Compiled, Lowering, Tuner};
 pub use error::{Error, Result};
 pub use input::Input;
-pub use problem::{MAX_DENSE_ELEMENTS, Prepared, Problem};
-pub use source::{CudaReport, cuda_plan, cuda_report, print};
+pub use problem::{MAX_DENSE_ELEMENTS, Prepared, Problem, Stored};
+pub use source::{CudaReport, cuda_plan, cuda_report, print, print_levels};
 pub use spindle_ir::kernel::schedule::Schedule;
 pub use spindle_ir::lang::ElemType;
 pub use target::Target;

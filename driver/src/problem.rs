@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use ndarray::ArrayD;
 use spindle_formats::{Coo, DType, FormatSpec};
 use spindle_ir::kernel::Kernel;
-use spindle_ir::kernel::schedule::Schedule;
+use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::lang::{
     Declaration, Declarations, Diagnostic, Einsum, ElemType, Statement, check, declare_output, parse,
 };
@@ -91,7 +91,14 @@ impl Problem {
         let Checked { original, data, mut sparse, formats } = self.load()?;
         let src = self.statement.as_str();
         if formats.is_empty() {
-            return Ok(Prepared { einsum: original, data, text: src.to_string(), rewritten: false });
+            return Ok(Prepared {
+                einsum: original,
+                stored: None,
+                tile_refusal: None,
+                data,
+                text: src.to_string(),
+                rewritten: false,
+            });
         }
         for name in formats.keys() {
             if !sparse.contains_key(name) {
@@ -184,12 +191,30 @@ struct Checked {
     formats: BTreeMap<String, FormatSpec>,
 }
 
+/// The statement as written and its operands in their formats, for the
+/// level path.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    pub original: Einsum,
+    /// The text `original`'s spans point into.
+    pub text: String,
+    pub entries: BTreeMap<String, Coo<f64, i64>>,
+    pub formats: BTreeMap<String, FormatSpec>,
+}
+
 /// A checked statement (rewritten over format arrays when formats were
 /// given) with its data: the input of lowering and of the reference
 /// evaluator.
 #[derive(Clone, Debug)]
 pub struct Prepared {
     pub einsum: Einsum,
+    /// The operands stored in formats, as given: what the level path
+    /// (`path=levels`) iterates over. `None` without formats.
+    pub stored: Option<Stored>,
+    /// Why the tile path cannot take the statement (the rewrite refused its
+    /// formats), when only the level path can: `einsum` is then the
+    /// statement as written and `data` lacks the stored operands.
+    pub tile_refusal: Option<String>,
     pub data: Tensors,
     /// The statement that runs, as text: diagnostics point into it.
     pub text: String,
@@ -210,10 +235,40 @@ impl Prepared {
         formats: &BTreeMap<String, FormatSpec>,
     ) -> Result<Prepared> {
         if formats.is_empty() {
-            return Ok(Prepared { einsum: original.clone(), data, text: text.to_string(), rewritten: false });
+            return Ok(Prepared {
+                einsum: original.clone(),
+                stored: None,
+                tile_refusal: None,
+                data,
+                text: text.to_string(),
+                rewritten: false,
+            });
         }
-        let rewritten =
-            spindle_ir::rewrite::rewrite(original, formats, sparse).map_err(|d| Error::statement(d, text))?;
+        let stored = Stored {
+            original: original.clone(),
+            text: text.to_string(),
+            entries: sparse.clone(),
+            formats: formats.clone(),
+        };
+        let rewritten = match spindle_ir::rewrite::rewrite(original, formats, sparse) {
+            Ok(rewritten) => rewritten,
+            Err(refusal) => {
+                // What the rewrite cannot express (co-iteration, CSC,
+                // DCSR, CSF) the level path may still take.
+                let levels = Schedule { path: Path::Levels, ..Schedule::default() };
+                if spindle_ir::level::lower(original, formats, sparse, &levels, "spindle").is_err() {
+                    return Err(Error::statement(refusal, text));
+                }
+                return Ok(Prepared {
+                    einsum: original.clone(),
+                    stored: Some(stored),
+                    tile_refusal: Some(refusal.message),
+                    data,
+                    text: text.to_string(),
+                    rewritten: false,
+                });
+            }
+        };
         // Diagnostics from here on point into the rewritten statement.
         let text = rewritten.statement.to_string();
         let reparsed = parse(&text).map_err(|d| Error::statement(d, &text))?;
@@ -223,19 +278,53 @@ impl Prepared {
             data.remove(name);
         }
         data.extend(rewritten.tensors);
-        Ok(Prepared { einsum, data, text, rewritten: true })
+        Ok(Prepared { einsum, stored: Some(stored), tile_refusal: None, data, text, rewritten: true })
     }
 
     /// The output by the reference evaluator (f64, no cleverness): the
     /// oracle every kernel is checked against.
     pub fn reference(&self) -> Result<ArrayD<f64>> {
-        spindle_ir::eval::evaluate(&self.einsum, &self.data).map_err(|d| Error::statement(d, &self.text))
+        let (Some(stored), Some(_)) = (&self.stored, &self.tile_refusal) else {
+            return spindle_ir::eval::evaluate(&self.einsum, &self.data)
+                .map_err(|d| Error::statement(d, &self.text));
+        };
+        // No rewrite to evaluate over arrays: the stored operands are
+        // evaluated dense, where that fits.
+        let mut data = self.data.clone();
+        for (name, coo) in &stored.entries {
+            let elements = coo.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
+                return Err(Error::input(format!(
+                    "the reference evaluator would need `{name}` dense (more than {MAX_DENSE_ELEMENTS} elements); \
+                     check on a smaller problem"
+                )));
+            }
+            data.insert(name.clone(), TensorValue::Values(coo.to_ndarray()?));
+        }
+        spindle_ir::eval::evaluate(&self.einsum, &data).map_err(|d| Error::statement(d, &self.text))
     }
 
     /// The kernel IR of the statement under `schedule`.
     pub fn lower(&self, schedule: &Schedule) -> Result<Kernel> {
+        if let Some(refusal) = &self.tile_refusal {
+            return Err(Error::input(format!(
+                "the tile path cannot take this statement ({refusal}); use path=levels"
+            )));
+        }
         spindle_ir::kernel::lower::lower(&self.einsum, schedule, "spindle")
             .map_err(|d| Error::statement(d, &self.text))
+    }
+
+    /// The level path's loop tree of the statement as written, over its
+    /// stored operands' levels (`path=levels`), with their arrays.
+    pub fn lower_levels(&self, schedule: &Schedule) -> Result<spindle_ir::level::Lowered> {
+        let Some(stored) = &self.stored else {
+            return Err(Error::input(
+                "path=levels iterates over stored operands: give an operand a format (--format A=csr)",
+            ));
+        };
+        spindle_ir::level::lower(&stored.original, &stored.formats, &stored.entries, schedule, "spindle")
+            .map_err(|d| Error::statement(d, &stored.text))
     }
 
     /// Whether the output has data that `+=` accumulates into.

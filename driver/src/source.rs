@@ -60,6 +60,11 @@ pub fn cuda_plan(kernel: &Kernel, schedule: &Schedule) -> String {
     plan_text(kernel, &PrintOptions::from(schedule))
 }
 
+/// The C source of a level-path kernel (`path=levels`).
+pub fn print_levels(kernel: &spindle_ir::level::LevelKernel) -> Result<String> {
+    Ok(spindle_c::level::print_level(kernel, SYMBOL).map_err(spindle_c::exec::BackendError::from)?)
+}
+
 /// What compiling a kernel's CUDA for one architecture reports.
 #[derive(Clone, Debug)]
 pub struct CudaReport {

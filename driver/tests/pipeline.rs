@@ -3,7 +3,7 @@
 
 use ndarray::{Array2, ArrayD};
 use spindle::autotune::TuneCache;
-use spindle::{CBackend, ElemType, Error, Input, Problem, Schedule, TimingOptions, Tuner};
+use spindle::{CBackend, ElemType, Error, Input, Lowering, Problem, Schedule, TimingOptions, Tuner};
 use spindle_formats::{Coo, DType, IType};
 
 fn spmm(format: &str) -> Problem {
@@ -219,4 +219,27 @@ fn cuda_choices_are_schedule_items() {
     assert!(cuda("tf32=on").contains("wmma::precision::tf32"));
     assert!(!cuda("tf32=on tensorcores=off").contains("wmma::"));
     assert!(cuda("block=64").contains("__launch_bounds__(64)"), "{}", cuda("block=64"));
+}
+
+#[test]
+fn the_level_path_is_a_schedule_item() {
+    let backend = CBackend::new();
+    for format in ["csr", "csc", "dcsr", "coo", "csf", "groupcoo:dim=0,g=2"] {
+        let prepared = spmm(format).prepare().unwrap();
+        for schedule in ["path=levels", "path=levels threads=1", "path=levels threads=2"] {
+            let compiled = prepared.compile(&backend, &schedule.parse().unwrap()).unwrap();
+            assert!(matches!(compiled.kernel, Lowering::Levels(_)), "{format} [{schedule}]");
+            let (out, check) = compiled.check().unwrap();
+            assert!(check.passed(), "{format} [{schedule}]: {check:?}\n{}", compiled.source());
+            assert!(out.iter().any(|x| *x != 0.0));
+        }
+    }
+    // Without a stored operand there is nothing to iterate over.
+    let dense = Problem::new("y[i] = A[i,j] * x[j]")
+        .tensor("A", Input::random(&[4, 3], DType::F32, 1))
+        .tensor("x", Input::random(&[3], DType::F32, 2))
+        .prepare()
+        .unwrap();
+    let err = dense.compile(&backend, &"path=levels".parse().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("give an operand a format"), "{err}");
 }

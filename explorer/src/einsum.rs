@@ -241,6 +241,15 @@ pub struct CompileArgs<'a> {
 pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     let prepared = prepare(args)?;
     let schedule = schedule(c.schedule)?;
+    if schedule.path == spindle_ir::kernel::schedule::Path::Levels || prepared.tile_refusal.is_some() {
+        let lowered = prepared.lower_levels(&schedule).map_err(reported)?;
+        match (c.emit, c.target) {
+            (Emit::Ir, _) => print!("{}", lowered.kernel),
+            (Emit::C, _) | (Emit::Source, Target::C) => print!("{}", spindle::print_levels(&lowered.kernel)?),
+            _ => bail!("the level path prints its IR and C so far: use --emit ir or --emit c"),
+        }
+        return Ok(());
+    }
     let kernel = prepared.lower(&schedule).map_err(reported)?;
     let source = |target| spindle::print(&kernel, &schedule, target).map_err(reported);
     match (c.emit, c.target) {
@@ -344,6 +353,9 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
     let how = match &compiled.tuned {
         Some(t) => {
             format!("autotuned over {} candidates, cached per statement, shapes and device", t.tried.len())
+        }
+        None if compiled.prepared.tile_refusal.is_some() && run.schedule.trim().is_empty() => {
+            "the level path: the tile path cannot take these formats".to_string()
         }
         None => "as given".to_string(),
     };

@@ -414,3 +414,50 @@ fn run_checks_against_the_reference() {
     assert!(stdout(&out).contains("check: max relative error"), "{}", stdout(&out));
     assert!(stderr(&out).contains("ran C on C"), "{}", stderr(&out));
 }
+
+#[test]
+fn the_level_path_runs_co_iteration_and_csc_from_the_command_line() {
+    // Two stored operands: the tile rewrite cannot co-iterate them, so the
+    // plain command takes the level path and says so.
+    let union = spindle(&[
+        "run",
+        "C[i,j] = A[i,j] + B[i,j]",
+        "--rand",
+        "A=30x40:f32:1",
+        "--rand",
+        "B=30x40:f32:2",
+        "--format",
+        "A=csr",
+        "--format",
+        "B=dcsr",
+        "--check",
+    ]);
+    assert!(union.status.success(), "{}", stderr(&union));
+    let out = format!("{}{}", stdout(&union), stderr(&union));
+    assert!(out.contains("the level path") && out.contains("check: max relative error"), "{out}");
+    // `path=levels` on a format both paths take; `compile` prints the tree.
+    let csr = ["C[m,n] += A[m,k] * B[k,n]", "--rand", "A=20x30:f32:1", "--rand", "B=30x8:f32:2", "--format"];
+    let mut args = vec!["run"];
+    args.extend_from_slice(&csr);
+    args.extend_from_slice(&["A=csr", "--schedule", "path=levels", "--check"]);
+    let run = spindle(&args);
+    assert!(run.status.success() && format!("{}{}", stdout(&run), stderr(&run)).contains("path=levels"));
+    let mut args = vec!["compile"];
+    args.extend_from_slice(&csr);
+    args.extend_from_slice(&["A=csc", "--emit", "ir"]);
+    let tree = spindle(&args);
+    assert!(tree.status.success(), "{}", stderr(&tree));
+    let text = stdout(&tree);
+    assert!(text.find("for k").unwrap() < text.find("merge m").unwrap(), "{text}");
+    // A discordant order is refused with a caret and the fix.
+    let mut args = vec!["run"];
+    args.extend_from_slice(&csr);
+    args.extend_from_slice(&["A=csr", "--schedule", "path=levels order=k+m"]);
+    let bad = spindle(&args);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        stderr(&bad).contains("visits `k` before `m`") && stderr(&bad).contains("order=m+k"),
+        "{}",
+        stderr(&bad)
+    );
+}

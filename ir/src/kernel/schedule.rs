@@ -21,8 +21,20 @@ pub enum Broadcasting {
     Eager,
 }
 
+/// Which lowering a statement with stored (sparse) operands takes
+/// (DESIGN.md §2): the tile path rewrites the formats into arrays for dense
+/// tiles; the level path iterates over the formats' levels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Path {
+    #[default]
+    Tiles,
+    Levels,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
+    /// `path=tiles|levels`.
+    pub path: Path,
     /// Tile size per index name; others get [`Schedule::DEFAULT_TILE`]
     /// (or the extent's next power of two when smaller).
     pub tiles: BTreeMap<String, usize>,
@@ -53,6 +65,7 @@ pub struct Schedule {
 impl Default for Schedule {
     fn default() -> Self {
         Schedule {
+            path: Path::Tiles,
             tiles: BTreeMap::new(),
             strategy: Strategy::AccumulateThenAtomic,
             broadcasting: Broadcasting::Lazy,
@@ -90,7 +103,7 @@ pub struct ScheduleError {
     pub reason: String,
 }
 
-pub const SCHEDULE_SYNTAX: &str = "tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
+pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
 block=N (CUDA)";
 
@@ -116,6 +129,9 @@ impl FromStr for Schedule {
                     }
                     s.tiles.insert(index.to_string(), n);
                 }
+                ("path", "tiles") => s.path = Path::Tiles,
+                ("path", "levels") => s.path = Path::Levels,
+                ("path", _) => return Err(bad("path is tiles or levels")),
                 ("reduce", "atomic") => s.strategy = Strategy::AtomicPerElement,
                 ("reduce", "accumulate") => s.strategy = Strategy::AccumulateThenAtomic,
                 ("broadcast", "lazy") => s.broadcasting = Broadcasting::Lazy,
@@ -181,6 +197,9 @@ impl fmt::Display for Schedule {
         if let Some(block) = self.block {
             write!(f, " block={block}")?;
         }
+        if self.path == Path::Levels {
+            write!(f, " path=levels")?;
+        }
         Ok(())
     }
 }
@@ -230,6 +249,10 @@ mod tests {
             "reduce=accumulate broadcast=lazy matmul=on tensorcores=off tf32=on block=128"
         );
         assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
+        let s: Schedule = "path=levels order=k+m".parse().unwrap();
+        assert_eq!(s.path, Path::Levels);
+        assert_eq!(s.to_string(), "reduce=accumulate broadcast=lazy matmul=on order=k+m path=levels");
+        assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
         assert_eq!("".parse::<Schedule>().unwrap(), Schedule::default());
         assert_eq!(Schedule::default().tile("k", 5), 8);
         assert_eq!(Schedule::default().tile("k", 500), 16);
@@ -255,6 +278,7 @@ mod tests {
         assert_eq!(err("threads=0"), "invalid schedule item `threads=0`: threads is a positive integer");
         assert!(err("block=48").contains("multiple of 32 up to 1024"));
         assert!(err("block=2048").contains("multiple of 32 up to 1024"));
+        assert_eq!(err("path=both"), "invalid schedule item `path=both`: path is tiles or levels");
         assert_eq!(err("tf32=yes"), "invalid schedule item `tf32=yes`: tf32 is on or off");
     }
 }

@@ -33,6 +33,8 @@ fn run(
 ) -> Result<ArrayD<f64>, String> {
     let prepared = Prepared {
         einsum: einsum.clone(),
+        stored: None,
+        tile_refusal: None,
         data: data.clone(),
         text: einsum.statement.to_string(),
         rewritten: false,

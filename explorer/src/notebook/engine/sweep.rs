@@ -225,16 +225,24 @@ impl Run<'_> {
             self.done += 1;
             return Ok(PointRun::failed(failure));
         };
-        let kernel = &compiled.kernel;
-        let cuda = spindle::print(kernel, &compiled.schedule, spindle::Target::Cuda);
+        let cuda = match compiled.kernel.tiles() {
+            Some(kernel) => {
+                spindle::print(kernel, &compiled.schedule, spindle::Target::Cuda).map_err(|e| e.to_string())
+            }
+            None => Err("the level path has no CUDA printer yet".to_string()),
+        };
         let text = KernelText {
-            ir: kernel.to_string(),
+            ir: compiled.kernel.to_string(),
             c: compiled.source().to_string(),
             cuda: match &cuda {
                 Ok(source) => source.clone(),
                 Err(e) => format!("// this kernel cannot be printed as CUDA: {e}\n"),
             },
-            kernel: cuda.is_ok().then(|| (kernel.clone(), compiled.schedule.clone())),
+            kernel: compiled
+                .kernel
+                .tiles()
+                .filter(|_| cuda.is_ok())
+                .map(|k| (k.clone(), compiled.schedule.clone())),
             point: point.label.clone(),
         };
         self.step(format!("{label}: running on {threads} thread{}", if threads == 1 { "" } else { "s" }))?;
@@ -300,7 +308,12 @@ pub(super) fn run_on_gpu(
 ) -> GpuRun {
     let failed = |e: spindle::Error| GpuRun { time: None, err: None, error: Some(format!("CUDA: {e}")) };
     let run = || {
-        let executable = gpu.compile(&compiled.kernel, &compiled.schedule)?;
+        let executable = match &compiled.kernel {
+            spindle::Lowering::Tiles(kernel) => gpu.compile(kernel, &compiled.schedule)?,
+            spindle::Lowering::Levels(_) => {
+                return Err(spindle::Error::Input("the level path runs on the C backend only so far".into()));
+            }
+        };
         let mut uploaded = executable.upload(&compiled.prepared.data)?;
         uploaded.launch()?;
         let result = uploaded.output()?;
