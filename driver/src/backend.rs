@@ -182,7 +182,8 @@ impl Backend for CBackend {
             threads: Some(threads),
             ..CompileReport::default()
         };
-        Ok(Box::new(CLevelExecutable { compiled, arrays: lowered.arrays.clone(), threads, report }))
+        let compiled = LevelWithArrays { compiled, arrays: lowered.arrays.clone() };
+        Ok(Box::new(CExecutable { compiled, threads, report }))
     }
 
     fn precompile(&self, kernels: &[(Kernel, Schedule)]) {
@@ -202,15 +203,71 @@ impl Backend for CBackend {
     }
 }
 
-struct CExecutable {
-    compiled: CKernel,
+/// What the C executable needs of a compiled kernel: tile and level
+/// kernels differ only in where their buffers come from.
+trait CCompiled {
+    fn source(&self) -> &str;
+    /// The buffers of a run on `data`, and whether the output had data.
+    fn buffers(&self, data: &Tensors) -> Result<(Vec<Buffer>, bool)>;
+    fn launch(&self, buffers: &mut [Buffer], threads: usize) -> Result<()>;
+    fn output(&self, buffers: &[Buffer], had_data: bool) -> Result<ArrayD<f64>>;
+}
+
+impl CCompiled for CKernel {
+    fn source(&self) -> &str {
+        &self.source
+    }
+
+    fn buffers(&self, data: &Tensors) -> Result<(Vec<Buffer>, bool)> {
+        Ok((CKernel::buffers(self, data)?, output_has_data(&self.kernel, data)))
+    }
+
+    fn launch(&self, buffers: &mut [Buffer], threads: usize) -> Result<()> {
+        Ok(CKernel::launch(self, buffers, threads)?)
+    }
+
+    fn output(&self, buffers: &[Buffer], had_data: bool) -> Result<ArrayD<f64>> {
+        Ok(CKernel::output(self, buffers, had_data)?)
+    }
+}
+
+/// A level kernel with the format arrays it was lowered with: it reads
+/// them beside the problem's dense tensors.
+struct LevelWithArrays {
+    compiled: CLevelKernel,
+    arrays: Tensors,
+}
+
+impl CCompiled for LevelWithArrays {
+    fn source(&self) -> &str {
+        &self.compiled.source
+    }
+
+    fn buffers(&self, data: &Tensors) -> Result<(Vec<Buffer>, bool)> {
+        let mut all = data.clone();
+        all.extend(self.arrays.iter().map(|(n, v)| (n.clone(), v.clone())));
+        let out = &self.compiled.kernel.tensor(self.compiled.kernel.output).name;
+        Ok((self.compiled.buffers(&all)?, data.contains_key(out)))
+    }
+
+    fn launch(&self, buffers: &mut [Buffer], threads: usize) -> Result<()> {
+        Ok(self.compiled.launch(buffers, threads)?)
+    }
+
+    fn output(&self, buffers: &[Buffer], had_data: bool) -> Result<ArrayD<f64>> {
+        Ok(self.compiled.output(buffers, had_data)?)
+    }
+}
+
+struct CExecutable<K> {
+    compiled: K,
     threads: usize,
     report: CompileReport,
 }
 
-impl Executable for CExecutable {
+impl<K: CCompiled> Executable for CExecutable<K> {
     fn source(&self) -> &str {
-        &self.compiled.source
+        self.compiled.source()
     }
 
     fn report(&self) -> &CompileReport {
@@ -218,26 +275,25 @@ impl Executable for CExecutable {
     }
 
     fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>> {
-        let fresh = self.compiled.buffers(data)?;
-        let had_data = output_has_data(&self.compiled.kernel, data);
+        let (fresh, had_data) = self.compiled.buffers(data)?;
         Ok(Box::new(CUploaded { exe: self, buffers: fresh.clone(), fresh, had_data }))
     }
 }
 
-struct CUploaded<'a> {
-    exe: &'a CExecutable,
+struct CUploaded<'a, K> {
+    exe: &'a CExecutable<K>,
     fresh: Vec<Buffer>,
     buffers: Vec<Buffer>,
     had_data: bool,
 }
 
-impl Uploaded for CUploaded<'_> {
+impl<K: CCompiled> Uploaded for CUploaded<'_, K> {
     fn launch(&mut self) -> Result<()> {
-        Ok(self.exe.compiled.launch(&mut self.buffers, self.exe.threads)?)
+        self.exe.compiled.launch(&mut self.buffers, self.exe.threads)
     }
 
     fn output(&mut self) -> Result<ArrayD<f64>> {
-        Ok(self.exe.compiled.output(&self.buffers, self.had_data)?)
+        self.exe.compiled.output(&self.buffers, self.had_data)
     }
 
     fn time(&mut self, opts: TimingOptions) -> Result<Timing> {
@@ -249,65 +305,7 @@ impl Uploaded for CUploaded<'_> {
                 buffers.borrow_mut().clone_from_slice(fresh);
                 Ok(())
             },
-            || Ok(exe.compiled.launch(&mut buffers.borrow_mut(), exe.threads)?),
-        )
-    }
-}
-
-/// A level kernel on the C backend: it reads the format arrays it was
-/// lowered with beside the problem's dense tensors.
-struct CLevelExecutable {
-    compiled: CLevelKernel,
-    arrays: Tensors,
-    threads: usize,
-    report: CompileReport,
-}
-
-impl Executable for CLevelExecutable {
-    fn source(&self) -> &str {
-        &self.compiled.source
-    }
-
-    fn report(&self) -> &CompileReport {
-        &self.report
-    }
-
-    fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>> {
-        let mut all = data.clone();
-        all.extend(self.arrays.iter().map(|(n, v)| (n.clone(), v.clone())));
-        let fresh = self.compiled.buffers(&all)?;
-        let out = &self.compiled.kernel.tensor(self.compiled.kernel.output).name;
-        let had_data = data.contains_key(out);
-        Ok(Box::new(CLevelUploaded { exe: self, buffers: fresh.clone(), fresh, had_data }))
-    }
-}
-
-struct CLevelUploaded<'a> {
-    exe: &'a CLevelExecutable,
-    fresh: Vec<Buffer>,
-    buffers: Vec<Buffer>,
-    had_data: bool,
-}
-
-impl Uploaded for CLevelUploaded<'_> {
-    fn launch(&mut self) -> Result<()> {
-        Ok(self.exe.compiled.launch(&mut self.buffers, self.exe.threads)?)
-    }
-
-    fn output(&mut self) -> Result<ArrayD<f64>> {
-        Ok(self.exe.compiled.output(&self.buffers, self.had_data)?)
-    }
-
-    fn time(&mut self, opts: TimingOptions) -> Result<Timing> {
-        let (exe, fresh) = (self.exe, &self.fresh);
-        let buffers = std::cell::RefCell::new(&mut self.buffers);
-        wall_clock(
-            opts,
-            || {
-                buffers.borrow_mut().clone_from_slice(fresh);
-                Ok(())
-            },
-            || Ok(exe.compiled.launch(&mut buffers.borrow_mut(), exe.threads)?),
+            || exe.compiled.launch(&mut buffers.borrow_mut(), exe.threads),
         )
     }
 }
