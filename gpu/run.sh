@@ -37,7 +37,7 @@ export SPINDLE_CUDA_CACHE_DIR="$work/cuda-cache"
 say() { printf '== %s\n' "$*" >&2; }
 
 # NVRTC and the CUDA headers for the kernels Spindle compiles at run time: a
-# folder with lib/libnvrtc.so.13 (+ builtins) and include/{cuda_fp16.h,mma.h}.
+# folder with lib/libnvrtc.so.13 (+ builtins) and include/{cuda_fp16.h,mma.h,crt/mma.h}.
 # Candidates: $SPINDLE_CUDA_ROOT, the nvidia/cu13 wheels beside PyTorch, the
 # toolkit nvcc belongs to. A shim folder of links gives each the lib/ include/
 # layout Spindle expects.
@@ -57,7 +57,9 @@ find_cuda_root() {
       [ -e "$lib/libnvrtc.so.13" ] || continue
       ls "$lib"/libnvrtc-builtins.so.13* >/dev/null 2>&1 || continue
       for inc in "$c/include" "$c/targets/x86_64-linux/include"; do
-        if [ -e "$inc/cuda_fp16.h" ] && [ -e "$inc/mma.h" ]; then
+        # mma.h includes crt/mma.h: PyTorch's cu13 wheels ship the first
+        # without the second (seen on an H100 machine, 2026-11-25).
+        if [ -e "$inc/cuda_fp16.h" ] && [ -e "$inc/mma.h" ] && [ -e "$inc/crt/mma.h" ]; then
           # lib/ holds links to NVRTC only, plus libnvrtc.so: cudarc tries
           # that name first, and with this folder first on LD_LIBRARY_PATH it
           # resolves to the copy Spindle loaded, not another toolkit's.
@@ -161,8 +163,11 @@ for stage in "${stages[@]}"; do
   case "$stage" in
     corpus) run_stage corpus "$corpus" --target cuda --json "$out/corpus.json" ;;
     sanitizer) run_stage sanitizer sanitizer ;;
-    spmm) run_stage spmm "$spindle" bench spmm --target cuda --record "$out" ;;
-    bsr) run_stage bsr "$spindle" bench bsr --target cuda --record "$out" ;;
+    # SPINDLE_SPMM_ARGS / SPINDLE_BSR_ARGS: extra arguments of the suites
+    # (`--precision f32`, `--matrix NAME`, `--repeats N`), to split a suite
+    # over several short calls.
+    spmm) run_stage spmm "$spindle" bench spmm --target cuda ${SPINDLE_SPMM_ARGS:-} --record "$out" ;;
+    bsr) run_stage bsr "$spindle" bench bsr --target cuda ${SPINDLE_BSR_ARGS:-} --record "$out" ;;
     torch)
       if has_torch; then
         run_stage torch python3 "$here/torch_bench.py" --spindle "$spindle" --data "$SPINDLE_DATA" \
