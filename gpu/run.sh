@@ -7,6 +7,8 @@
 # Stages (all when none is named), each logged to OUT_DIR/<stage>.log:
 #   corpus     every corpus entry on the GPU against the reference evaluator
 #   sanitizer  compute-sanitizer memcheck on three kernels
+#   smoke      the plain command on one SpMM, f32 and f16, checked and timed
+#              (not in the default list: the suites cover it)
 #   spmm       spindle bench spmm --target cuda (GroupCOO over g vs cuSPARSE CSR)
 #   bsr        spindle bench bsr --target cuda (BlockGroupCOO vs cuSPARSE BSR, cuBLAS)
 #   torch      the same computations through PyTorch (when python3 imports torch)
@@ -157,12 +159,31 @@ sanitizer() {
   return $ok_all
 }
 
+# The plain command on a 100k-non-zero power-law SpMM (N = 128), f32 and f16:
+# GroupCOO at the suite's tuned tiles and CSR as a user runs it (autotuned),
+# each checked against the reference and timed; the quick look after a change
+# to the CUDA printer or runtime. (At 1M non-zeros the reference evaluator's
+# check alone ran past two minutes on the H100 machine.)
+smoke() {
+  local a="$work/powerlaw-100k.mtx" ok=0 t
+  "$spindle" convert gen:powerlaw:rows=10000,cols=10000,nnz=100000,seed=1 --to coo --out "$a" >/dev/null || return 1
+  for t in f32 f16; do
+    "$spindle" run "C[m,n] += A[m,k] * B[k,n]" --tensor "A=$a" --shape "A=10000x10000:$t" \
+      --rand "B=10000x128:$t:1" --shape "C=10000x128:$t" --format A=groupcoo:dim=0,g=4 \
+      --schedule "tile.q=4 tile.p=16 tile.n=128" --target cuda --check || ok=1
+    "$spindle" run "C[m,n] += A[m,k] * B[k,n]" --tensor "A=$a" --shape "A=10000x10000:$t" \
+      --rand "B=10000x128:$t:1" --shape "C=10000x128:$t" --format A=csr --target cuda --check || ok=1
+  done
+  return $ok
+}
+
 has_torch() { python3 -c 'import torch, numpy; assert torch.cuda.is_available()' >/dev/null 2>&1; }
 
 for stage in "${stages[@]}"; do
   case "$stage" in
     corpus) run_stage corpus "$corpus" --target cuda --json "$out/corpus.json" ;;
     sanitizer) run_stage sanitizer sanitizer ;;
+    smoke) run_stage smoke smoke ;;
     # SPINDLE_SPMM_ARGS / SPINDLE_BSR_ARGS: extra arguments of the suites
     # (`--precision f32`, `--matrix NAME`, `--repeats N`), to split a suite
     # over several short calls.

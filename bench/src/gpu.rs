@@ -17,8 +17,10 @@
 //! Our kernels compile, run and are timed through the driver's
 //! `CudaBackend`: CUDA events, warm-up launches, then the median of
 //! `repeats`; outputs are reset before each launch outside the timed region,
-//! and inputs that fit in L2 are rotated. cuSPARSE and cuBLAS are timed the
-//! same way by `spindle_cuda::baseline`. Our GroupCOO schedule is autotuned
+//! then L2 is flushed (until 2026-11-25 it was not, so the output the reset
+//! had just written sat in L2 for our launches only), and inputs that fit in
+//! L2 are rotated. cuSPARSE and cuBLAS are timed the same way by
+//! `spindle_cuda::baseline`, with the same flush. Our GroupCOO schedule is autotuned
 //! over a small tile space at g = auto (cached per kernel, shape and device
 //! in `autotune.json` of the CUDA cache folder) and reused for the other g.
 //!
@@ -692,7 +694,7 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
         machine: machine(),
         copy_gbs,
         repeats: timing.repeats,
-        timing: "CUDA events, median after 3 warm-ups; inputs rotated when they fit in L2".into(),
+        timing: "CUDA events, median after 3 warm-ups; L2 flushed before each launch (ours after the output reset, as for the baselines); inputs rotated when they fit in L2".into(),
         bandwidth_model:
             "A's format arrays + B once + C read and written once, over the device copy bandwidth".into(),
         results,

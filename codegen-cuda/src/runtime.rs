@@ -32,7 +32,9 @@ use spindle_ir::lang::ElemType;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::nvrtc::{self, Arch, CompileError, CompileOptions, Resources};
-use crate::print::{CudaKernel, LaunchGeometry, PrintError};
+use crate::print::{
+    CudaKernel, LaunchGeometry, PrintError, ROUND_BLOCK, RoundKernel, device_kernel, widened_output,
+};
 
 /// Why a kernel could not run on the GPU.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +116,9 @@ pub struct LoadedKernel {
     pub resources: Option<Resources>,
     /// Whether the CUBIN came from the cache (memory or disk).
     pub cache_hit: bool,
+    /// The kernel that rounds a widened output (see
+    /// [`crate::print::RoundKernel`]), launched after this one.
+    round: Option<(CudaFunction, RoundKernel)>,
 }
 
 /// One tensor on the device, in its dtype.
@@ -136,6 +141,9 @@ pub struct DeviceBuffers {
     /// The output's initial contents, to reset it between timed launches.
     initial_output: DeviceTensor,
     out_shape: Vec<usize>,
+    /// Where the output is summed in f32 (`tensors[output]`), the output in
+    /// its own 16-bit type, which the rounding kernel writes.
+    rounded: Option<DeviceTensor>,
 }
 
 /// The times of one measurement, in milliseconds: the one timing type of
@@ -248,18 +256,39 @@ impl Gpu {
 
     /// Compiles (or finds in the cache) and loads a printed kernel.
     pub fn load(&self, printed: &CudaKernel) -> Result<LoadedKernel> {
-        self.load_source(&printed.source, &printed.symbol, printed.launch)
+        let mut loaded = self.load_source(&printed.source, &printed.symbol, printed.launch)?;
+        if let Some(round) = &printed.round {
+            let module = self.module_of(&printed.source, &printed.symbol)?;
+            loaded.round = Some((module.load_function(&round.symbol)?, round.clone()));
+        }
+        Ok(loaded)
+    }
+
+    /// The loaded module of a source [`Gpu::load_source`] loaded.
+    fn module_of(&self, source: &str, symbol: &str) -> Result<Arc<CudaModule>> {
+        let key = self.module_key(source, symbol);
+        self.modules
+            .lock()
+            .map_err(|_| RuntimeError::Data("module cache poisoned".into()))?
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| RuntimeError::Data(format!("the module of `{symbol}` is not loaded")))
+    }
+
+    /// The cache key of a source: arch, symbol and text.
+    fn module_key(&self, source: &str, symbol: &str) -> String {
+        hash_fields([
+            CACHE_VERSION.as_bytes(),
+            self.arch.as_str().as_bytes(),
+            symbol.as_bytes(),
+            source.as_bytes(),
+        ])
     }
 
     /// Compiles (or finds in the cache) and loads CUDA source holding the
     /// `extern "C"` kernel `symbol`.
     pub fn load_source(&self, source: &str, symbol: &str, launch: LaunchGeometry) -> Result<LoadedKernel> {
-        let key = hash_fields([
-            CACHE_VERSION.as_bytes(),
-            self.arch.as_str().as_bytes(),
-            symbol.as_bytes(),
-            source.as_bytes(),
-        ]);
+        let key = self.module_key(source, symbol);
         let dir = cache_dir();
         let cubin_path = dir.join(format!("{key}.cubin"));
         let log_path = dir.join(format!("{key}.log"));
@@ -317,14 +346,23 @@ impl Gpu {
         };
         let function = module.load_function(symbol)?;
         let resources = nvrtc::parse_ptxas_log(&log).get(symbol).copied();
-        Ok(LoadedKernel { function, symbol: symbol.to_string(), launch, resources, cache_hit })
+        Ok(LoadedKernel { function, symbol: symbol.to_string(), launch, resources, cache_hit, round: None })
     }
 
     /// Uploads the kernel's tensors. Values are converted from f64 to each
     /// tensor's dtype; the output starts as the kernel's [`OutputInit`]
-    /// says.
+    /// says. A 16-bit output summed by atomics gets an f32 buffer to sum in
+    /// and one of its own type for the rounding kernel ([`device_kernel`]).
     pub fn upload(&self, kernel: &Kernel, tensors: &Tensors) -> Result<DeviceBuffers> {
         kernel.check_indices(tensors).map_err(RuntimeError::Data)?;
+        let rounded = match widened_output(kernel) {
+            Some(dtype) => {
+                let len: usize = kernel.tensor(kernel.sink.tensor).shape.iter().product();
+                Some(self.put(dtype, &HostData::Values(vec![0.0; len]))?)
+            }
+            None => None,
+        };
+        let kernel = device_kernel(kernel);
         let mut out = Vec::with_capacity(kernel.tensors.len());
         let mut output = None;
         let mut out_shape = Vec::new();
@@ -361,7 +399,7 @@ impl Gpu {
         }
         let output = output.ok_or_else(|| RuntimeError::Data("the kernel has no output".into()))?;
         let initial_output = initial_output.expect("set with the output");
-        Ok(DeviceBuffers { tensors: out, output, initial_output, out_shape })
+        Ok(DeviceBuffers { tensors: out, output, initial_output, out_shape, rounded })
     }
 
     /// One tensor on the device in `dtype`. Empty tensors get one element,
@@ -441,14 +479,42 @@ impl Gpu {
             // The printed kernels use static shared memory only.
             shared_mem_bytes: 0,
         };
-        if kernel.launch.grid == 0 {
-            return Ok(());
+        if kernel.launch.grid > 0 {
+            // SAFETY: the arguments are the kernel's tensors in its
+            // parameter order with the printed pointer types
+            // ([`crate::print::cuda_type`] of each dtype, the output's
+            // widened by [`device_kernel`] as the upload widened it), each as
+            // long as its declared shape; the printed kernel masks every
+            // access to those shapes.
+            unsafe { args.launch(config) }?;
         }
-        // SAFETY: the arguments are the kernel's tensors in its parameter
-        // order with the printed pointer types ([`crate::print::cuda_type`]
-        // of each dtype), each as long as its declared shape; the printed
-        // kernel masks every access to those shapes.
-        unsafe { args.launch(config) }?;
+        if let Some((function, round)) = &kernel.round {
+            let (DeviceTensor::F32(acc), Some(out)) =
+                (&buffers.tensors[buffers.output], &mut buffers.rounded)
+            else {
+                return Err(RuntimeError::Data(format!(
+                    "`{}` rounds a widened output, but the buffers were not uploaded for it",
+                    kernel.symbol
+                )));
+            };
+            let len = round.len as i64;
+            let mut args = self.stream.launch_builder(function);
+            args.arg(acc);
+            match out {
+                DeviceTensor::F16(o) => args.arg(o),
+                DeviceTensor::Bf16(o) => args.arg(o),
+                _ => return Err(RuntimeError::Data("a widened output is f16 or bf16".into())),
+            };
+            args.arg(&len);
+            let config = LaunchConfig {
+                grid_dim: (round.grid(), 1, 1),
+                block_dim: (ROUND_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: `acc` (f32) and `out` (the output's 16-bit type) both
+            // hold `len` elements, the printed rounding kernel's arguments.
+            unsafe { args.launch(config) }?;
+        }
         Ok(())
     }
 
@@ -470,7 +536,7 @@ impl Gpu {
     /// The output in f64. For `max=` / `min=` without data, entries no
     /// program reached are 0 (as on the C backend).
     pub fn download(&self, kernel: &Kernel, buffers: &DeviceBuffers, had_data: bool) -> Result<ArrayD<f64>> {
-        let mut data = self.to_host(&buffers.tensors[buffers.output])?;
+        let mut data = self.to_host(buffers.rounded.as_ref().unwrap_or(&buffers.tensors[buffers.output]))?;
         let len: usize = buffers.out_shape.iter().product();
         data.truncate(len);
         if let (OutputInit::Identity(r), false) = (kernel.init, had_data) {
@@ -526,8 +592,10 @@ impl Gpu {
 
     /// Times `loaded` on `tensors` with events: `opts.warmup` launches, then
     /// the median of `opts.repeats`. Each launch starts from the initial
-    /// output (reset outside the timed region). When the inputs fit in L2,
-    /// up to eight copies are rotated so launches do not hit in the cache.
+    /// output (reset outside the timed region) and, as the library
+    /// baselines do ([`crate::baseline`]), with L2 flushed after that reset,
+    /// so the output the reset just wrote is not in the cache either. When
+    /// the inputs fit in L2, up to eight copies are rotated as well.
     pub fn time(
         &self,
         kernel: &Kernel,
@@ -555,9 +623,13 @@ impl Gpu {
         }
         // Both closures need the buffers; they never run at the same time.
         let all = std::cell::RefCell::new(all);
+        let mut flusher = self.l2_flusher()?;
         self.time_with_events(
             opts,
-            |i, gpu| gpu.reset_output(&mut all.borrow_mut()[i % sets]),
+            |i, gpu| {
+                gpu.reset_output(&mut all.borrow_mut()[i % sets])?;
+                flusher.flush(gpu)
+            },
             |i, gpu| gpu.launch(loaded, &mut all.borrow_mut()[i % sets]),
         )
         .map(|t| Timing { input_sets: sets, ..t })

@@ -180,12 +180,18 @@ pub fn tune(
 /// The schedules the driver searches when the user gives none, for a
 /// statement whose default lowering is `kernel`:
 /// - the rows (the parallel axis of largest extent, `p` after a format
-///   rewrite): on the CPU every power of two up to 64, on a GPU 1, 4 and
-///   16, where it divides the extent (a ragged tile turns its gathers into
-///   masked ones). The best CPU tile varies with the matrix (1 on the
-///   2003-row bcsstk13, 8 on ca-CondMat, 64 on a 1M-nonzero power-law
-///   matrix, `spindle bench spmm`), so none of them can be left out;
-/// - other parallel axes (the dense columns `n`): 16 and up to 64;
+///   rewrite): on the CPU every power of two up to 64 that divides the
+///   extent (a ragged tile turns its gathers into masked ones, which cost
+///   the C loops their vectorization). The best CPU tile varies with the
+///   matrix (1 on the 2003-row bcsstk13, 8 on ca-CondMat, 64 on a
+///   1M-nonzero power-law matrix, `spindle bench spmm`), so none of them
+///   can be left out. On a GPU 1, 4 and 16 whether they divide or not: a
+///   mask is one compare per thread there, and requiring division left
+///   bcsstk13 (83883 non-zeros) with tile.p=1 alone, one block per
+///   non-zero, 0.11 ms against 0.06 ms at tile.p=4 (H100, 2026-11-25);
+/// - other parallel axes (the dense columns `n`): on the CPU 16 and up to
+///   64, on a GPU 32 and up to 128 (tile.n=128 won 17 of the 22 GroupCOO
+///   tunings of `spindle bench spmm --target cuda` on the H100);
 /// - reduced axes up to 256 long (GroupCOO's group `q`): one tile;
 /// - on the CPU, each tile configuration on one thread and on every core.
 pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String> {
@@ -195,15 +201,20 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
     for (id, axis) in kernel.axes.iter() {
         let whole = axis.extent.max(1).next_power_of_two();
         let sizes: Vec<usize> = match axis.role {
-            AxisRole::Parallel if rows == Some(id) => {
-                let sizes: &[usize] = match target {
-                    Target::C => &[1, 2, 4, 8, 16, 32, 64],
-                    Target::Cuda | Target::Emulate => &[1, 4, 16],
-                };
-                sizes.iter().copied().filter(|t| axis.extent % t == 0).collect()
-            }
+            AxisRole::Parallel if rows == Some(id) => match target {
+                Target::C => [1, 2, 4, 8, 16, 32, 64].into_iter().filter(|t| axis.extent % t == 0).collect(),
+                Target::Cuda | Target::Emulate => {
+                    let mut sizes: Vec<usize> = [1, 4, 16].into_iter().map(|t| t.min(whole)).collect();
+                    sizes.dedup();
+                    sizes
+                }
+            },
             AxisRole::Parallel => {
-                let mut sizes = vec![whole.min(16), whole.min(64)];
+                let (small, large) = match target {
+                    Target::C => (16, 64),
+                    Target::Cuda | Target::Emulate => (32, 128),
+                };
+                let mut sizes = vec![whole.min(small), whole.min(large)];
                 sizes.dedup();
                 sizes
             }
@@ -231,6 +242,49 @@ mod tests {
 
     fn key(device: &str) -> TuneKey {
         TuneKey { kernel: "C[m,n] += A[m,k] * B[k,n]".into(), shapes: "A=8x8".into(), device: device.into() }
+    }
+
+    /// COO SpMM with `nnz` non-zeros and 128 dense columns, lowered with no
+    /// schedule.
+    fn spmm(nnz: usize) -> Kernel {
+        use spindle_ir::lang::einsum::declarations;
+        let decls = declarations(&[
+            ("R", &[nnz], "i32"),
+            ("K", &[nnz], "i32"),
+            ("V", &[nnz], "f32"),
+            ("B", &[100, 128], "f32"),
+            ("C", &[100, 128], "f32"),
+        ]);
+        let parsed = spindle_ir::lang::parse("C[R[p],n] += V[p] * B[K[p],n]").unwrap();
+        let einsum = spindle_ir::lang::check(&parsed, &decls).unwrap();
+        spindle_ir::kernel::lower::lower(&einsum, &"".parse().unwrap(), "k").unwrap()
+    }
+
+    #[test]
+    fn gpu_row_tiles_may_be_ragged_cpu_ones_divide() {
+        // 83883 non-zeros (bcsstk13) is odd: the CPU keeps tile.p=1 alone.
+        let odd = spmm(83883);
+        assert_eq!(
+            space(&odd, Target::Cuda, 2),
+            [
+                "tile.p=1 tile.n=32",
+                "tile.p=1 tile.n=128",
+                "tile.p=4 tile.n=32",
+                "tile.p=4 tile.n=128",
+                "tile.p=16 tile.n=32",
+                "tile.p=16 tile.n=128"
+            ]
+        );
+        assert_eq!(
+            space(&odd, Target::C, 1),
+            ["tile.p=1 tile.n=16 threads=1", "tile.p=1 tile.n=64 threads=1"]
+        );
+        // With 3 non-zeros the columns (128) are the rows of the search, and
+        // no tile exceeds its axis' extent rounded up to a power of two.
+        assert_eq!(
+            space(&spmm(3), Target::Cuda, 2),
+            ["tile.p=4 tile.n=1", "tile.p=4 tile.n=4", "tile.p=4 tile.n=16"]
+        );
     }
 
     #[test]

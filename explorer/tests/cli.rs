@@ -346,8 +346,10 @@ fn compile_prints_ir_c_and_cuda() {
     );
     let cuda = run(&["--target", "cuda", "--emit", "source"]);
     let text = stdout(&cuda);
-    assert_eq!(text.matches("__global__").count(), 1, "{text}");
+    // The fused kernel, and the rounding of C's f32 accumulator into f16.
+    assert_eq!(text.matches("__global__").count(), 2, "{text}");
     assert!(text.contains("wmma::mma_sync") && text.contains("atomicAdd"), "{text}");
+    assert!(text.contains("spindle_kernel_round(const float *__restrict__ acc, __half *"), "{text}");
     let plan = run(&["--target", "cuda", "--emit", "plan"]);
     assert!(plan.status.success(), "{}", stderr(&plan));
     assert!(stdout(&plan).contains("on Tensor Cores (f16)"), "{}", stdout(&plan));

@@ -26,7 +26,7 @@ use spindle_ir::kernel::{Kernel, OutputInit};
 use spindle_ir::lang::ElemType;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
-use crate::print::{CudaKernel, PrintError, cuda_type};
+use crate::print::{CudaKernel, PrintError, ROUND_BLOCK, cuda_type, device_kernel};
 
 /// The emulation of the CUDA built-ins the printer uses.
 pub const EMULATION_HEADER: &str = include_str!("cuda_emu.h");
@@ -104,9 +104,11 @@ pub fn compiler() -> Result<String, EmulateError> {
 }
 
 /// The C++ program: the emulation, the kernel, and a `main` that reads the
-/// tensors from `<dir>/<i>.bin` (f64 values, i64 indices), launches, and
+/// tensors from `<dir>/<i>.bin` (f64 values, i64 indices), launches (then
+/// the rounding kernel of a widened output, as the runtime does), and
 /// writes the output to `<dir>/out.bin` (f64).
 pub fn program(kernel: &Kernel, printed: &CudaKernel) -> String {
+    let kernel = device_kernel(kernel);
     let mut src = String::new();
     src.push_str(EMULATION_HEADER);
     src.push_str("#include <string>\n");
@@ -142,7 +144,17 @@ pub fn program(kernel: &Kernel, printed: &CudaKernel) -> String {
         printed.symbol,
         args.join(", ")
     );
-    if let Some((i, n)) = output {
+    if let (Some((i, _)), Some(round)) = (output, &printed.round) {
+        let n = round.len;
+        let _ = writeln!(src, "  auto *rounded = new {}[{}]();", cuda_type(round.dtype), n.max(1));
+        let _ = writeln!(
+            src,
+            "  emu::launch({}, {ROUND_BLOCK}, [&] {{ {}(a{i}, rounded, {n}); }});",
+            round.grid(),
+            round.symbol
+        );
+        let _ = writeln!(src, "  emu::write((dir + \"/out.bin\").c_str(), rounded, {n});");
+    } else if let Some((i, n)) = output {
         let _ = writeln!(src, "  emu::write((dir + \"/out.bin\").c_str(), a{i}, {n});");
     }
     src.push_str("  return 0;\n}\n");

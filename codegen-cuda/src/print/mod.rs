@@ -35,8 +35,9 @@
 //! - **Sink.** After the loop (for the accumulate strategy: one write per
 //!   output element of the program), visiting the output's contiguous axis
 //!   fastest. A plain read-modify-write when the sink is exclusive, else
-//!   `atomicAdd` (float, double, `__half`, `__nv_bfloat16`) or a
-//!   compare-and-swap loop for max and min.
+//!   `atomicAdd` (float, double) or a compare-and-swap loop for max and
+//!   min. A 16-bit output summed by atomics is summed in an f32 buffer and
+//!   rounded once by a second kernel of the same source (`wide.rs`).
 //!
 //! Values are computed in `float` (`double` when a tensor is f64); f16 and
 //! bf16 tensors are converted on load and store. Identifiers made from
@@ -62,6 +63,8 @@ pub use spindle_c::namer;
 mod plan;
 mod program;
 mod sink;
+mod wide;
+pub use wide::{ROUND_BLOCK, RoundKernel, device_kernel, widened_output};
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -149,6 +152,10 @@ pub struct CudaKernel {
     pub launch: LaunchGeometry,
     /// Every `dot` of the kernel and how it is computed.
     pub dots: Vec<DotReport>,
+    /// Where a 16-bit output is summed by atomics: the main kernel sums
+    /// into an f32 buffer (its output parameter is `float *`) and this
+    /// kernel, in the same source, rounds it into the output ([`wide`]).
+    pub round: Option<RoundKernel>,
 }
 
 /// A kernel the printer cannot express.
@@ -196,14 +203,29 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
     {
         return Err(PrintError::Threads { threads: t });
     }
-    Printer::new(kernel, opts).print(symbol)
+    let device = device_kernel(kernel);
+    let mut printed = Printer::new(&device, opts).print(symbol)?;
+    if let Some((round, source)) = wide::round_kernel(kernel, symbol) {
+        printed.source.push_str(&source);
+        printed.round = Some(round);
+    }
+    Ok(printed)
 }
 
 /// The printer's plan for `kernel` under `opts`, as text (see
 /// `Plan::describe`): what it decided before writing a line. The plan
 /// needs no symbol and nothing here compiles.
 pub fn plan_text(kernel: &Kernel, opts: &PrintOptions) -> String {
-    Plan::new(kernel, opts).describe(kernel)
+    let device = device_kernel(kernel);
+    let mut text = Plan::new(&device, opts).describe(&device);
+    if let Some(dtype) = widened_output(kernel) {
+        let _ = writeln!(
+            text,
+            "output: summed in f32 by atomics, then rounded to {} by a second kernel",
+            dtype.name()
+        );
+    }
+    text
 }
 
 /// A shared array: a value's tile, or the accumulator's copy after the loop.

@@ -115,7 +115,7 @@ impl Printer<'_> {
         }
         self.program(1);
         self.line(0, "}");
-        Ok(CudaKernel { symbol: symbol.to_string(), source: self.out, launch, dots })
+        Ok(CudaKernel { symbol: symbol.to_string(), source: self.out, launch, dots, round: None })
     }
 
     pub(super) fn dot_reports(&self) -> Vec<DotReport> {

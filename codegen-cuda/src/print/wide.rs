@@ -1,0 +1,89 @@
+//! The f32 accumulator of a 16-bit output summed by atomics.
+//!
+//! When programs collide on an f16 or bf16 output, every `atomicAdd` rounds
+//! the running sum to 11 (8) significant bits, so a row with thousands of
+//! contributions drifts by 1e-2 and more (seen on an H100: power-law SpMM
+//! rows, 2026-11-25), and the result depends on the order the atomics land
+//! in. Instead the kernel sums into an f32 copy of the output, and a second
+//! kernel of the same source rounds that copy into the output once: the
+//! error of one f16 rounding, whatever the row length. Exclusive sinks (one
+//! write per element, already summed in f32 registers) and `max=` / `min=`
+//! (exact in any type) keep the output's own type.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use spindle_ir::formats::DType;
+use spindle_ir::kernel::{Kernel, Reduction};
+use spindle_ir::lang::ElemType;
+
+use super::cuda_type;
+
+/// Threads per block of the rounding kernel.
+pub const ROUND_BLOCK: u32 = 256;
+
+/// The second kernel of a source whose output is accumulated in f32: it
+/// rounds the f32 accumulator (`len` elements) into the output's `dtype`.
+/// Its arguments are `(const float *acc, T *out, long long len)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoundKernel {
+    pub symbol: String,
+    pub dtype: ElemType,
+    pub len: usize,
+}
+
+impl RoundKernel {
+    /// Blocks of [`ROUND_BLOCK`] threads, one thread per element.
+    pub fn grid(&self) -> u32 {
+        self.len.div_ceil(ROUND_BLOCK as usize).max(1) as u32
+    }
+}
+
+/// Whether `kernel`'s output is a 16-bit tensor that programs sum into
+/// with atomics: its type, if so.
+pub fn widened_output(kernel: &Kernel) -> Option<ElemType> {
+    let sink = &kernel.sink;
+    let t = kernel.tensor(sink.tensor);
+    let sixteen = matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16));
+    (sixteen && !sink.exclusive && sink.reduction == Reduction::Sum).then_some(t.dtype)
+}
+
+/// The kernel as the device runs it: with an f32 output where
+/// [`widened_output`] says so, else unchanged. The printer, the runtime's
+/// buffers and the emulation all go through this one function.
+pub fn device_kernel(kernel: &Kernel) -> Cow<'_, Kernel> {
+    if widened_output(kernel).is_none() {
+        return Cow::Borrowed(kernel);
+    }
+    let mut wide = kernel.clone();
+    let out = wide.sink.tensor;
+    wide.tensors[out].dtype = ElemType::Value(DType::F32);
+    Cow::Owned(wide)
+}
+
+/// The rounding kernel for `kernel`'s output, if it is widened, and its
+/// source (appended to the main kernel's).
+pub(super) fn round_kernel(kernel: &Kernel, symbol: &str) -> Option<(RoundKernel, String)> {
+    let dtype = widened_output(kernel)?;
+    let len = kernel.tensor(kernel.sink.tensor).shape.iter().product();
+    let round = RoundKernel { symbol: format!("{symbol}_round"), dtype, len };
+    let ty = cuda_type(dtype);
+    // Both round to nearest, ties to even.
+    let convert = match dtype {
+        ElemType::Value(DType::Bf16) => "__float2bfloat16",
+        _ => "__float2half",
+    };
+    let mut src = String::new();
+    let _ = writeln!(src, "\n// The output was summed in f32 (`acc`); one rounding into its own type.");
+    src.push_str("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n");
+    let _ = writeln!(
+        src,
+        "extern \"C\" __global__ void __launch_bounds__({ROUND_BLOCK}) {}(const float *__restrict__ acc, \
+         {ty} *__restrict__ out, long long len) {{",
+        round.symbol
+    );
+    src.push_str("  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
+    let _ = writeln!(src, "  if (i < len) out[i] = {convert}(acc[i]);");
+    src.push_str("}\n");
+    Some((round, src))
+}
