@@ -6,7 +6,7 @@
 #
 # Stages (all when none is named), each logged to OUT_DIR/<stage>.log:
 #   corpus     every corpus entry on the GPU against the reference evaluator
-#   sanitizer  compute-sanitizer memcheck on three kernels
+#   sanitizer  compute-sanitizer memcheck on three kernels, racecheck on two
 #   smoke      the plain command on one SpMM, f32 and f16, checked and timed
 #              (not in the default list: the suites cover it)
 #   spmm       spindle bench spmm --target cuda (GroupCOO over g vs cuSPARSE CSR)
@@ -120,9 +120,11 @@ run_stage() {
   fi
 }
 
-# compute-sanitizer memcheck on three kernels: GroupCOO SpMM (f32, scatter by
-# atomics), BlockGroupCOO SpMM (f16 on Tensor Cores) and the gather-dot-scatter
-# Einsum of Insum §5.2. Writes sanitizer.json.
+# compute-sanitizer on three kernels: memcheck on GroupCOO SpMM (f32, scatter
+# by atomics), BlockGroupCOO SpMM (f16 on Tensor Cores) and the
+# gather-dot-scatter Einsum of Insum §5.2, and racecheck (shared-memory hazards
+# between threads of a block) on the two that stage tiles in shared memory.
+# Writes sanitizer.json, one entry per (tool, kernel).
 sanitizer() {
   local cs
   cs="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
@@ -132,20 +134,21 @@ sanitizer() {
     return 1
   fi
   "$spindle" convert gen:blocks:rows=256,cols=256,bm=32,bk=32,density=0.3,seed=5 --to coo --out "$work/blocks.mtx" >/dev/null || return 1
-  local names=(groupcoo-spmm blockgroupcoo-spmm gather-dot-scatter)
-  local cmds=(
-    "run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f32:1 --format A=groupcoo:dim=0,g=auto --target cuda --check --repeats 1"
-    "run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$work/blocks.mtx --shape A=256x256:f16 --rand B=256x64:f16:1 --shape C=256x64:f16 --format A=blockgroupcoo:bm=32,bk=32,dim=0,g=auto --schedule \"tile.p=1 tile.q=1 tile.bi=32 tile.bj=32 tile.n=64\" --target cuda --check --repeats 1"
-    "run \"C[D[y],x] += A[y,E[r]] * B[r,x]\" --rand A=64x512:f16:1 --rand B=256x64:f16:2 --rand D=64:i32:3:128 --rand E=256:i32:4:512 --shape C=128x64:f16 --target cuda --check --repeats 1"
-  )
+  local names=(groupcoo-spmm blockgroupcoo-spmm gather-dot-scatter blockgroupcoo-spmm gather-dot-scatter)
+  local tools=(memcheck memcheck memcheck racecheck racecheck)
+  local groupcoo="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f32:1 --format A=groupcoo:dim=0,g=auto --target cuda --check --repeats 1"
+  local blocks="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$work/blocks.mtx --shape A=256x256:f16 --rand B=256x64:f16:1 --shape C=256x64:f16 --format A=blockgroupcoo:bm=32,bk=32,dim=0,g=auto --schedule \"tile.p=1 tile.q=1 tile.bi=32 tile.bj=32 tile.n=64\" --target cuda --check --repeats 1"
+  local gds="run \"C[D[y],x] += A[y,E[r]] * B[r,x]\" --rand A=64x512:f16:1 --rand B=256x64:f16:2 --rand D=64:i32:3:128 --rand E=256:i32:4:512 --shape C=128x64:f16 --target cuda --check --repeats 1"
+  local cmds=("$groupcoo" "$blocks" "$gds" "$blocks" "$gds")
   local ok_all=0 i json="["
-  for i in 0 1 2; do
-    local log="$work/sanitizer-${names[$i]}.log"
-    if eval "\"$cs\" --tool memcheck --error-exitcode 3 \"$spindle\" ${cmds[$i]}" >"$log" 2>&1; then
-      echo "memcheck ${names[$i]}: ok"
+  for i in "${!names[@]}"; do
+    local label="${tools[$i]} ${names[$i]}"
+    local log="$work/sanitizer-${tools[$i]}-${names[$i]}.log"
+    if eval "\"$cs\" --tool ${tools[$i]} --error-exitcode 3 \"$spindle\" ${cmds[$i]}" >"$log" 2>&1; then
+      echo "$label: ok"
       ok=true
     else
-      echo "memcheck ${names[$i]}: FAILED"
+      echo "$label: FAILED"
       ok=false
       ok_all=1
     fi
@@ -153,7 +156,7 @@ sanitizer() {
     local tail_text
     tail_text="$(tail -n 8 "$log" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')"
     [ "$i" -gt 0 ] && json+=","
-    json+="{\"kernel\": \"${names[$i]}\", \"ok\": $ok, \"log_tail\": $tail_text}"
+    json+="{\"kernel\": \"${names[$i]} (${tools[$i]})\", \"ok\": $ok, \"log_tail\": $tail_text}"
   done
   echo "$json]" > "$out/sanitizer.json"
   return $ok_all
