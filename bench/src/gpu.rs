@@ -667,6 +667,18 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
                     user.error.clone().unwrap_or_else(|| format!("error {:?}", user.max_rel_error))
                 ));
             }
+            // The row's numbers as they come: a run cut short by a time
+            // limit (the lent GPU machines allow 10 minutes a command) still
+            // leaves them in its log.
+            let ms = |t: Option<f64>| t.map_or("n/a".to_string(), |t| format!("{t:.4} ms"));
+            let auto_ms = variants.iter().find(|v| v.auto == Some(true)).and_then(|v| v.median_ms);
+            progress(&format!(
+                "  cuSPARSE {}, ours g={g_auto} {}, best {}, user csr {}",
+                ms(cusparse.median_ms),
+                ms(auto_ms),
+                best.as_ref().map_or("n/a".to_string(), |b| format!("g={} {:.4} ms", b.g, b.median_ms)),
+                ms(user.median_ms()),
+            ));
             results.push(GpuSpmmRow {
                 matrix: name.clone(),
                 rows: m,
