@@ -10,10 +10,10 @@
 
 use std::fmt::Write as _;
 
-use spindle_ir::formats::DType;
+use spindle_ir::formats::{Assembled, AssembledLevel, DType, Level, LevelCapabilities};
 use spindle_ir::kernel::{BinaryOp, TensorId};
 use spindle_ir::lang::{BinOp, ElemType, Func};
-use spindle_ir::level::{Expr, LevelKernel, LevelRef, Node, Position, Reach, VarId};
+use spindle_ir::level::{Assembly, Expr, LevelKernel, LevelRef, Node, Position, Reach, VarId};
 
 use ndarray::ArrayD;
 use spindle_ir::tensor::Tensors;
@@ -47,6 +47,8 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<String, PrintEr
         tensors,
         vars,
         out: String::new(),
+        counting: false,
+        in_ws: false,
     };
     p.print(symbol);
     Ok(p.out)
@@ -58,6 +60,45 @@ struct Printer<'k> {
     tensors: Vec<String>,
     vars: Vec<String>,
     out: String,
+    /// Printing a sparse output's count phase: entries are counted, not
+    /// written, and no value is computed.
+    counting: bool,
+    /// Inside a workspace: accumulations go to it.
+    in_ws: bool,
+}
+
+/// Sorts a workspace's coordinates: insertion sort for the few of a short
+/// row, the C library's for the rest.
+const SORT: &str = r#"static int spindle_cmp_i64(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void spindle_sort_i64(int64_t *x, int64_t n) {
+    if (n > 32) {
+        qsort(x, (size_t)n, sizeof(int64_t), spindle_cmp_i64);
+        return;
+    }
+    for (int64_t a = 1; a < n; a++) {
+        const int64_t v = x[a];
+        int64_t b = a - 1;
+        while (b >= 0 && x[b] > v) {
+            x[b + 1] = x[b];
+            b--;
+        }
+        x[b + 1] = v;
+    }
+}
+
+"#;
+
+fn has_workspace(nodes: &[Node]) -> bool {
+    nodes.iter().any(|n| match n {
+        Node::Workspace { .. } => true,
+        Node::Dense { body, .. } | Node::Entry { body, .. } => has_workspace(body),
+        Node::Merge { points, .. } => points.iter().any(|p| has_workspace(&p.body)),
+        Node::Locate { .. } | Node::Update { .. } | Node::Accumulate { .. } => false,
+    })
 }
 
 impl Printer<'_> {
@@ -85,22 +126,262 @@ impl Printer<'_> {
     fn print(&mut self, symbol: &str) {
         let k = self.k;
         self.out.push_str(&preamble(&format!("level kernel `{}`", k.name), &k.to_string()));
+        let workspace = has_workspace(&k.body);
+        if workspace {
+            self.out.push_str(SORT);
+        }
         self.line(0, &format!("void {symbol}(void *const *args, int64_t nthreads) {{"));
         for (i, (id, t)) in k.tensors.iter().enumerate() {
             let constness = if t.output { "" } else { "const " };
             let line = format!("{constness}{} *restrict {} = args[{i}];", c_type(t.dtype), self.tensor(id));
             self.line(1, &line);
         }
-        if k.parallel {
-            self.line(1, "// Each iteration of the outermost loop writes its own output elements.");
-            self.line(1, &format!("#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(dynamic, {CHUNK})"));
-        } else {
+        if !k.parallel {
             self.line(1, "(void)nthreads;");
         }
-        for n in &k.body {
-            self.node(n, 1);
+        let Some(a) = &k.assembly else {
+            self.body(1, workspace);
+            self.line(0, "}");
+            return;
+        };
+        // Two phases of one tree: count every level's entries (per row
+        // when rows run on threads), then, once the caller has sized the
+        // arrays, fill them.
+        self.line(1, &format!("const int64_t phase = {}[0];", self.tensor(a.phase)));
+        let counters: Vec<usize> = (0..a.levels.len()).filter(|&l| !a.levels[l].format.locate()).collect();
+        if a.rows == 1 {
+            for l in &counters {
+                self.line(1, &format!("int64_t n{l} = 0;"));
+            }
         }
+        self.line(1, "if (phase == 0) {");
+        self.counting = true;
+        self.body(2, workspace);
+        if a.rows == 1 {
+            for l in &counters {
+                self.line(2, &format!("{}[{l}] = n{l};", self.tensor(a.counts)));
+            }
+        }
+        self.line(1, "} else {");
+        self.counting = false;
+        self.body(2, workspace);
+        if let (1, Some(pos)) = (a.rows, a.levels[0].pos) {
+            // A compressed first level's one range is all of its entries.
+            self.line(2, &format!("{}[1] = n0;", self.tensor(pos)));
+        }
+        self.line(1, "}");
         self.line(0, "}");
+    }
+
+    /// The loop tree once: on threads when the outermost loop owns its
+    /// outputs, with a workspace per thread when it has one.
+    fn body(&mut self, depth: usize, workspace: bool) {
+        let k = self.k;
+        let threads = "num_threads(nthreads) if(nthreads > 1)";
+        let schedule = format!("schedule(dynamic, {CHUNK})");
+        let mut d = depth;
+        if workspace {
+            if k.parallel {
+                self.line(d, &format!("#pragma omp parallel {threads}"));
+            }
+            self.line(d, "{");
+            d += 1;
+            self.workspace_arrays(d);
+        }
+        if k.parallel {
+            self.line(d, "// Each iteration of the outermost loop writes its own output elements.");
+            match workspace {
+                true => self.line(d, &format!("#pragma omp for {schedule}")),
+                false => self.line(d, &format!("#pragma omp parallel for {threads} {schedule}")),
+            }
+        }
+        for n in &k.body {
+            self.node(n, d);
+        }
+        if workspace {
+            self.line(d, "free(w_val);");
+            self.line(d, "free(w_mark);");
+            self.line(d, "free(w_list);");
+            self.line(depth, "}");
+        }
+    }
+
+    /// A dense workspace over the output's last level: values, a mark per
+    /// coordinate and the list of coordinates marked.
+    fn workspace_arrays(&mut self, depth: usize) {
+        let a = self.k.assembly.as_ref().expect("a workspace belongs to a sparse output");
+        let n = a.levels.last().expect("an output has levels").extent;
+        let real = self.d.real;
+        self.line(depth, &format!("{real} *restrict w_val = calloc({n}, sizeof({real}));"));
+        self.line(depth, &format!("unsigned char *restrict w_mark = calloc({n}, 1);"));
+        self.line(depth, &format!("int64_t *restrict w_list = malloc({n} * sizeof(int64_t));"));
+        self.line(depth, "int64_t w_n = 0;");
+    }
+
+    fn assembly(&self) -> &Assembly {
+        self.k.assembly.as_ref().expect("entries belong to a sparse output")
+    }
+
+    /// The entry of output level `l` at its variable's coordinate, around
+    /// `body`.
+    fn entry(&mut self, l: usize, body: &[Node], depth: usize) {
+        let a = self.assembly();
+        let (leaf, head) = (a.levels.len() - 1, a.leaf_head());
+        let level = a.levels[l].clone();
+        let v = self.var(level.var).to_string();
+        if l == leaf {
+            self.line(depth, "{");
+            if !self.counting {
+                self.line(depth + 1, &format!("{} acc = 0;", self.d.real));
+            }
+            self.line(depth + 1, "int hit = 0;");
+            body.iter().for_each(|b| self.node(b, depth + 1));
+            self.line(depth + 1, "if (hit) {");
+            self.append_leaf("acc", depth + 2);
+            self.line(depth + 1, "}");
+            self.line(depth, "}");
+            return;
+        }
+        if l >= head {
+            // Appended with the last level, one entry per leaf.
+            body.iter().for_each(|b| self.node(b, depth));
+            return;
+        }
+        let (rows, counts) = (a.rows, self.tensor(a.counts).to_string());
+        let counters: Vec<usize> = (1..a.levels.len()).filter(|&m| !a.levels[m].format.locate()).collect();
+        let child = a.levels[l + 1].clone();
+        let crd = level.crd.map(|t| self.tensor(t).to_string());
+        let child_pos = child.pos.map(|t| self.tensor(t).to_string());
+        self.line(depth, "{");
+        let d = depth + 1;
+        let owns_row = l == 0 && rows > 1;
+        if owns_row {
+            for m in &counters {
+                self.line(d, &format!("int64_t n{m} = phase ? {counts}[{m} * {rows} + {v}] : 0;"));
+            }
+        }
+        if level.format.locate() {
+            let at = match l {
+                0 => v.clone(),
+                _ => format!("q{} * {} + {v}", l - 1, level.extent),
+            };
+            self.line(d, &format!("const int64_t q{l} = {at};"));
+        }
+        let m = l + 1;
+        let sparse_child = !child.format.locate();
+        if sparse_child {
+            self.line(d, &format!("const int64_t s{m} = n{m};"));
+        }
+        body.iter().for_each(|b| self.node(b, d));
+        match (level.format.locate(), sparse_child) {
+            (true, true) => {
+                if let (false, Some(pos)) = (self.counting, &child_pos) {
+                    self.line(d, &format!("{pos}[q{l} + 1] = n{m};"));
+                }
+            }
+            (true, false) => {}
+            (false, _) => {
+                self.line(d, &format!("if (n{m} > s{m}) {{"));
+                if !self.counting {
+                    if let Some(crd) = &crd {
+                        self.line(d + 1, &format!("{crd}[n{l}] = {v};"));
+                    }
+                    if let Some(pos) = &child_pos {
+                        self.line(d + 1, &format!("{pos}[n{l} + 1] = n{m};"));
+                    }
+                }
+                self.line(d + 1, &format!("n{l}++;"));
+                self.line(d, "}");
+            }
+        }
+        if owns_row && self.counting {
+            for m in &counters {
+                self.line(d, &format!("{counts}[{m} * {rows} + {v}] = n{m};"));
+            }
+        }
+        self.line(depth, "}");
+    }
+
+    /// Appends the entry at the last level (and the singleton run's
+    /// parents with it) with value `value`.
+    fn append_leaf(&mut self, value: &str, depth: usize) {
+        let a = self.assembly();
+        let head = a.leaf_head();
+        let levels = a.levels.clone();
+        if !self.counting {
+            for level in &levels[head..] {
+                if let Some(crd) = level.crd {
+                    let line = format!("{}[n{head}] = {};", self.tensor(crd), self.var(level.var));
+                    self.line(depth, &line);
+                }
+            }
+            self.line(depth, &format!("{}[n{head}] = {value};", self.tensor(self.k.output)));
+        }
+        for m in head..levels.len() {
+            self.line(depth, &format!("n{m}++;"));
+        }
+    }
+
+    /// A workspace around `body`, drained into the last level in
+    /// coordinate order.
+    fn workspace(&mut self, body: &[Node], depth: usize) {
+        let a = self.assembly();
+        let leaf = a.levels.last().expect("an output has levels").clone();
+        let chain = a.leaf_head()..a.levels.len();
+        let v = self.var(leaf.var).to_string();
+        self.line(depth, "{");
+        let d = depth + 1;
+        let was = std::mem::replace(&mut self.in_ws, true);
+        body.iter().for_each(|b| self.node(b, d));
+        self.in_ws = was;
+        if self.counting {
+            self.line(d, "for (int64_t e = 0; e < w_n; e++) w_mark[w_list[e]] = 0;");
+            for m in chain {
+                self.line(d, &format!("n{m} += w_n;"));
+            }
+        } else {
+            // A row touching much of the level is read off the marks in
+            // order; a short one is sorted.
+            self.line(d, &format!("if (w_n * 8 > {}) {{", leaf.extent));
+            self.line(d + 1, "int64_t k = 0;");
+            self.line(
+                d + 1,
+                &format!("for (int64_t c = 0; c < {}; c++) if (w_mark[c]) w_list[k++] = c;", leaf.extent),
+            );
+            self.line(d, "} else {");
+            self.line(d + 1, "spindle_sort_i64(w_list, w_n);");
+            self.line(d, "}");
+            self.line(d, "for (int64_t e = 0; e < w_n; e++) {");
+            self.line(d + 1, &format!("const int64_t {v} = w_list[e];"));
+            self.append_leaf(&format!("w_val[{v}]"), d + 1);
+            self.line(d + 1, &format!("w_val[{v}] = 0;"));
+            self.line(d + 1, &format!("w_mark[{v}] = 0;"));
+            self.line(d, "}");
+        }
+        self.line(d, "w_n = 0;");
+        self.line(depth, "}");
+    }
+
+    /// An accumulation into the entry being assembled, or the workspace.
+    fn accumulate(&mut self, value: &Expr, depth: usize) {
+        if self.in_ws {
+            let leaf = self.assembly().levels.last().expect("an output has levels").var;
+            let v = self.var(leaf).to_string();
+            self.line(depth, &format!("if (!w_mark[{v}]) {{"));
+            self.line(depth + 1, &format!("w_mark[{v}] = 1;"));
+            self.line(depth + 1, &format!("w_list[w_n++] = {v};"));
+            self.line(depth, "}");
+            if !self.counting {
+                let value = self.expr(value);
+                self.line(depth, &format!("w_val[{v}] += {value};"));
+            }
+        } else {
+            if !self.counting {
+                let value = self.expr(value);
+                self.line(depth, &format!("acc += {value};"));
+            }
+            self.line(depth, "hit = 1;");
+        }
     }
 
     fn node(&mut self, n: &Node, depth: usize) {
@@ -119,6 +400,9 @@ impl Printer<'_> {
                 };
                 self.line(depth, &format!("const int64_t {} = {at};", Self::position(&level.position())));
             }
+            Node::Entry { level, body } => self.entry(*level, body, depth),
+            Node::Workspace { body } => self.workspace(body, depth),
+            Node::Accumulate { value } => self.accumulate(value, depth),
             Node::Update { at, value } => {
                 let out = self.tensor(self.k.output).to_string();
                 let address = self.dense_address(self.k.output, at);
@@ -314,17 +598,98 @@ impl CLevelKernel {
         Ok(CLevelKernel { kernel: kernel.clone(), source, program })
     }
 
-    /// The buffers of a run, in argument order (see [`exec::buffers`]).
+    /// The buffers of a run, in argument order (see [`exec::buffers`]); a
+    /// sparse output's arrays start empty and are sized by each launch.
     pub fn buffers(&self, tensors: &Tensors) -> Result<Vec<Buffer>, BackendError> {
-        exec::buffers(self.kernel.tensors.values(), self.kernel.init, tensors)
+        let Some(a) = &self.kernel.assembly else {
+            return exec::buffers(self.kernel.tensors.values(), self.kernel.init, tensors);
+        };
+        let assembled = assembly_arrays(a, self.kernel.output);
+        let mut buffers = Vec::new();
+        for (id, t) in &self.kernel.tensors {
+            if assembled.contains(&id) {
+                buffers.push(Buffer::zeros(BufferKind::for_elem(t.dtype), 0));
+            } else {
+                buffers.extend(exec::buffers(std::iter::once(t), self.kernel.init, tensors)?);
+            }
+        }
+        Ok(buffers)
     }
 
+    /// One run. A sparse output takes two launches: the first counts its
+    /// entries, its arrays are sized from the counts, the second fills them.
     pub fn launch(&self, buffers: &mut [Buffer], threads: usize) -> Result<(), BackendError> {
-        Ok(self.program.run(buffers, threads)?)
+        let Some(a) = &self.kernel.assembly else {
+            return Ok(self.program.run(buffers, threads)?);
+        };
+        let at = |t: TensorId| t.as_u32() as usize;
+        let levels = a.levels.len();
+        buffers[at(a.phase)] = Buffer::I64(vec![0]);
+        buffers[at(a.counts)] = Buffer::I64(vec![0; levels * a.rows]);
+        self.program.run(buffers, threads)?;
+        let Buffer::I64(counts) = &mut buffers[at(a.counts)] else { unreachable!("counts are i64") };
+        // Each row's first position per level, and the levels' sizes.
+        let mut total = vec![0i64; levels];
+        for (l, row_counts) in counts.chunks_mut(a.rows).enumerate() {
+            for c in row_counts {
+                let n = *c;
+                *c = total[l];
+                total[l] += n;
+            }
+        }
+        let mut parents = 1usize;
+        for (l, level) in a.levels.iter().enumerate() {
+            let size = match level.format.locate() {
+                true => parents * level.extent,
+                false => total[l] as usize,
+            };
+            if let Some(pos) = level.pos {
+                buffers[at(pos)] = Buffer::I64(vec![0; parents + 1]);
+            }
+            if let Some(crd) = level.crd {
+                buffers[at(crd)] = Buffer::I64(vec![0; size]);
+            }
+            parents = size;
+        }
+        let val = self.kernel.tensor(self.kernel.output).dtype;
+        buffers[at(self.kernel.output)] = Buffer::zeros(BufferKind::for_elem(val), parents);
+        buffers[at(a.phase)] = Buffer::I64(vec![1]);
+        self.program.run(buffers, threads)?;
+        // Parents a dense level never visited keep the range of the one
+        // before them.
+        for pos in a.levels.iter().filter_map(|l| l.pos) {
+            let Buffer::I64(pos) = &mut buffers[at(pos)] else { unreachable!("positions are i64") };
+            for p in 1..pos.len() {
+                pos[p] = pos[p].max(pos[p - 1]);
+            }
+        }
+        Ok(())
     }
 
+    /// The sparse output as the last launch assembled it; `None` for a
+    /// dense output.
+    pub fn assembled(&self, buffers: &[Buffer]) -> Option<Assembled> {
+        let a = self.kernel.assembly.as_ref()?;
+        let ints =
+            |t: Option<TensorId>| t.map(|t| buffers[t.as_u32() as usize].as_i64().unwrap_or(&[]).to_vec());
+        let ElemType::Value(dtype) = self.kernel.tensor(self.kernel.output).dtype else {
+            unreachable!("outputs hold values")
+        };
+        Some(Assembled {
+            shape: a.shape.clone(),
+            levels: a.levels.iter().map(|l| Level::new(l.dim, l.format)).collect(),
+            arrays: a.levels.iter().map(|l| AssembledLevel { pos: ints(l.pos), crd: ints(l.crd) }).collect(),
+            val: buffers[self.kernel.output.as_u32() as usize].to_f64_as(dtype),
+        })
+    }
+
+    /// The output, dense (a sparse output read back and expanded, after
+    /// its structure is checked).
     pub fn output(&self, buffers: &[Buffer], had_data: bool) -> Result<ArrayD<f64>, BackendError> {
-        exec::output(self.kernel.tensors.values(), self.kernel.init, buffers, had_data)
+        match self.assembled(buffers) {
+            Some(assembled) => dense(&assembled),
+            None => exec::output(self.kernel.tensors.values(), self.kernel.init, buffers, had_data),
+        }
     }
 
     /// Runs once on `tensors` and returns the output.
@@ -334,4 +699,24 @@ impl CLevelKernel {
         let out = &self.kernel.tensor(self.kernel.output).name;
         self.output(&buffers, tensors.contains_key(out))
     }
+
+    /// Runs once on `tensors` and returns the sparse output as assembled.
+    pub fn run_assembled(&self, tensors: &Tensors, threads: usize) -> Result<Assembled, BackendError> {
+        let mut buffers = self.buffers(tensors)?;
+        self.launch(&mut buffers, threads)?;
+        self.assembled(&buffers).ok_or_else(|| BackendError::Data("the output is dense".to_string()))
+    }
+}
+
+/// The arguments a sparse output's assembly sizes at run time.
+fn assembly_arrays(a: &Assembly, val: TensorId) -> Vec<TensorId> {
+    let mut ids = vec![val, a.counts, a.phase];
+    ids.extend(a.levels.iter().flat_map(|l| [l.pos, l.crd]).flatten());
+    ids
+}
+
+/// A sparse output's entries as a dense array, its structure checked.
+pub fn dense(assembled: &Assembled) -> Result<ArrayD<f64>, BackendError> {
+    let data = |e: spindle_ir::formats::FormatError| BackendError::Data(e.to_string());
+    assembled.to_coo().map_err(data)?.to_ndarray().map_err(data)
 }

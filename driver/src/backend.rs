@@ -13,6 +13,7 @@ use spindle_cuda::emulate::EmulateOptions;
 use spindle_cuda::nvrtc::Resources;
 use spindle_cuda::print::{CudaKernel, PrintOptions, print_kernel};
 use spindle_cuda::runtime::{DeviceBuffers, Gpu, LoadedKernel};
+use spindle_ir::formats::Assembled;
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::Schedule;
 use spindle_ir::level::Lowered;
@@ -97,8 +98,14 @@ pub trait Executable {
 pub trait Uploaded {
     /// One launch on the buffers as they are.
     fn launch(&mut self) -> Result<()>;
-    /// The output as it is now, in f64.
+    /// The output as it is now, in f64 (a sparse output expanded, where
+    /// that fits).
     fn output(&mut self) -> Result<ArrayD<f64>>;
+    /// A sparse output (`--format C=csr`) as the last launch assembled it;
+    /// `None` for a dense output.
+    fn assembled(&mut self) -> Result<Option<Assembled>> {
+        Ok(None)
+    }
     /// Warm-up launches, then timed ones, each from the initial output
     /// (reset outside the timed region).
     fn time(&mut self, opts: TimingOptions) -> Result<Timing>;
@@ -211,6 +218,10 @@ trait CCompiled {
     fn buffers(&self, data: &Tensors) -> Result<(Vec<Buffer>, bool)>;
     fn launch(&self, buffers: &mut [Buffer], threads: usize) -> Result<()>;
     fn output(&self, buffers: &[Buffer], had_data: bool) -> Result<ArrayD<f64>>;
+    fn assembled(&self, buffers: &[Buffer]) -> Option<Assembled> {
+        let _ = buffers;
+        None
+    }
 }
 
 impl CCompiled for CKernel {
@@ -255,7 +266,14 @@ impl CCompiled for LevelWithArrays {
     }
 
     fn output(&self, buffers: &[Buffer], had_data: bool) -> Result<ArrayD<f64>> {
+        if let Some(assembled) = self.compiled.assembled(buffers) {
+            return crate::check::expand(&assembled);
+        }
         Ok(self.compiled.output(buffers, had_data)?)
+    }
+
+    fn assembled(&self, buffers: &[Buffer]) -> Option<Assembled> {
+        self.compiled.assembled(buffers)
     }
 }
 
@@ -294,6 +312,10 @@ impl<K: CCompiled> Uploaded for CUploaded<'_, K> {
 
     fn output(&mut self) -> Result<ArrayD<f64>> {
         self.exe.compiled.output(&self.buffers, self.had_data)
+    }
+
+    fn assembled(&mut self) -> Result<Option<Assembled>> {
+        Ok(self.exe.compiled.assembled(&self.buffers))
     }
 
     fn time(&mut self, opts: TimingOptions) -> Result<Timing> {

@@ -1,6 +1,7 @@
 //! A prepared statement compiled on a backend: run, check, time.
 
 use ndarray::ArrayD;
+use spindle_ir::formats::Assembled;
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::{Path, Schedule, ScheduleError};
 use spindle_ir::level::LevelKernel;
@@ -82,6 +83,14 @@ impl<'p> Compiled<'p> {
 
     /// Runs once and compares the output with the reference evaluator.
     pub fn check(&self) -> Result<(ArrayD<f64>, Check)> {
+        if self.assembles() {
+            let mut uploaded = self.executable.upload(&self.prepared.data)?;
+            uploaded.launch()?;
+            let got =
+                uploaded.assembled()?.ok_or_else(|| Error::input("the output is dense, not assembled"))?;
+            let check = self.compare_assembled(&got)?;
+            return Ok((crate::check::expand(&got)?, check));
+        }
         let got = self.run()?;
         let check = self.compare(&got)?;
         Ok((got, check))
@@ -90,7 +99,42 @@ impl<'p> Compiled<'p> {
     /// Compares an output of this kernel with the reference evaluator.
     pub fn compare(&self, got: &ArrayD<f64>) -> Result<Check> {
         let want = self.prepared.reference()?;
-        Ok(Check { max_rel_error: max_rel_error(got, &want), tolerance: tolerance(&self.prepared.einsum) })
+        Ok(Check {
+            max_rel_error: max_rel_error(got, &want),
+            tolerance: tolerance(&self.prepared.einsum),
+            stored: None,
+        })
+    }
+
+    /// Whether the output is sparse: assembled by the kernel in the format
+    /// it was given.
+    pub fn assembles(&self) -> bool {
+        matches!(&self.kernel, Lowering::Levels(k) if k.assembly.is_some())
+    }
+
+    /// One run for the sparse output, then the timing (each timed launch
+    /// counts, sizes and fills the output, as a user's run does).
+    pub fn assemble_and_time(&self, opts: TimingOptions) -> Result<(Assembled, Timing)> {
+        let mut uploaded = self.executable.upload(&self.prepared.data)?;
+        uploaded.launch()?;
+        let assembled =
+            uploaded.assembled()?.ok_or_else(|| Error::input("the output is dense, not assembled"))?;
+        let timing = uploaded.time(opts)?;
+        Ok((assembled, timing))
+    }
+
+    /// Compares a sparse output with the reference evaluator: its structure
+    /// level by level, then every value (a reference non-zero it lacks is
+    /// an error of that size).
+    pub fn compare_assembled(&self, got: &Assembled) -> Result<Check> {
+        let entries = crate::check::entries(got)?;
+        let want = self.prepared.reference()?;
+        let dense = crate::check::expand(got)?;
+        Ok(Check {
+            max_rel_error: max_rel_error(&dense, &want),
+            tolerance: tolerance(&self.prepared.einsum),
+            stored: Some(entries.nnz()),
+        })
     }
 
     /// Times launches on the prepared data.

@@ -319,8 +319,12 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         prepared.compile(backend.as_ref(), &schedule)
     }
     .map_err(reported)?;
-    let (result, timing) =
-        compiled.run_and_time(TimingOptions { warmup: 2, repeats: run.repeats.max(1) }).map_err(reported)?;
+    let opts = TimingOptions { warmup: 2, repeats: run.repeats.max(1) };
+    let (result, timing) = match compiled.assembles() {
+        true => compiled.assemble_and_time(opts).map(|(a, t)| (Produced::Sparse(a), t)),
+        false => compiled.run_and_time(opts).map(|(r, t)| (Produced::Dense(r), t)),
+    }
+    .map_err(reported)?;
     let report = compiled.report();
     let out_name = &prepared.einsum.output().name;
     let on = match report.threads {
@@ -361,8 +365,19 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
     };
     eprintln!("schedule: {} ({how})", compiled.schedule);
     if run.check {
-        let check = compiled.compare(&result).map_err(reported)?;
-        println!("check: max relative error {:.2e} against the reference evaluator", check.max_rel_error);
+        let check = match &result {
+            Produced::Dense(r) => compiled.compare(r),
+            Produced::Sparse(a) => compiled.compare_assembled(a),
+        }
+        .map_err(reported)?;
+        let structure = match check.stored {
+            Some(n) => format!(" ({n} entries stored, structure checked level by level)"),
+            None => String::new(),
+        };
+        println!(
+            "check: max relative error {:.2e} against the reference evaluator{structure}",
+            check.max_rel_error
+        );
         if !check.passed() {
             bail!(
                 "the kernel's result differs from the reference evaluator (max relative error {:.2e} > {:.0e})",
@@ -371,7 +386,57 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
             );
         }
     }
-    emit_output(&prepared.einsum, &result, run.out)
+    match result {
+        Produced::Dense(r) => emit_output(&prepared.einsum, &r, run.out),
+        Produced::Sparse(a) => emit_assembled(&prepared.einsum, &a, run.out),
+    }
+}
+
+/// What a run produced: a dense output, or a sparse one as the kernel
+/// assembled it.
+enum Produced {
+    Dense(ArrayD<f64>),
+    Sparse(spindle::formats::Assembled),
+}
+
+/// Writes a sparse output to `NAME=PATH.mtx` (order 2) or `.tns`, or
+/// prints its first entries.
+fn emit_assembled(einsum: &Einsum, assembled: &spindle::formats::Assembled, out: Option<&str>) -> Result<()> {
+    let output = einsum.output();
+    let coo = spindle::check::entries(assembled).map_err(reported)?;
+    let shape = shape_text(&coo.shape);
+    match out {
+        Some(out) => {
+            let (name, path) =
+                out.split_once('=').ok_or_else(|| anyhow!("--out {out}: expected NAME=PATH.mtx or .tns"))?;
+            if name != output.name {
+                bail!("--out {out}: the statement's output is `{}`", output.name);
+            }
+            let path = Path::new(path);
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("mtx") if coo.order() == 2 => spindle::formats::io::mtx::write_mtx(&coo, path),
+                Some("mtx") => bail!(
+                    "--out {out}: a Matrix Market file holds a matrix; `{name}` has order {}: use .tns",
+                    coo.order()
+                ),
+                Some("tns") => spindle::formats::io::tns::write_tns(&coo, path),
+                _ => bail!("--out {out}: a sparse output is written as .mtx (a matrix) or .tns"),
+            }
+            .map_err(|e| anyhow!("--out {out}: {e}"))?;
+            println!("wrote {} ({shape}, {} entries)", path.display(), coo.nnz());
+        }
+        None => {
+            let first: Vec<String> = (0..coo.nnz().min(6))
+                .map(|k| {
+                    let at: Vec<String> = coo.coord(k).iter().map(usize::to_string).collect();
+                    format!("({}) {:.6}", at.join(","), coo.val[k])
+                })
+                .collect();
+            let more = if coo.nnz() > 6 { ", ..." } else { "" };
+            println!("{shape} sparse, {} entries = [{}{more}]", coo.nnz(), first.join(", "));
+        }
+    }
+    Ok(())
 }
 
 /// `NAME=DIMS:DTYPE:SEED[:MAX]`: values uniform in ±[0.1, 1), never zero;

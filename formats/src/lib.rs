@@ -20,6 +20,7 @@
 //! # Ok::<(), spindle_formats::FormatError>(())
 //! ```
 
+pub mod assembled;
 pub mod block;
 pub mod compressed;
 pub mod coo;
@@ -38,6 +39,7 @@ pub mod spec;
 pub mod stats;
 pub mod tensor;
 
+pub use assembled::{Assembled, AssembledLevel};
 pub use block::{Bcsr, BlockGroupCoo};
 pub use compressed::{Compressed, DoublyCompressed};
 pub use coo::Coo;

@@ -10,7 +10,7 @@ use cranelift_entity::PrimaryMap;
 use spindle_formats::tensor::ArrayData;
 use spindle_formats::{Children, Coo, DimPart, FormatSpec, LevelCapabilities, SparseTensor};
 
-use super::{Expr, LevelKernel, LevelRef, Node, Point, Position, Reach, Var, VarId};
+use super::{Assembly, Expr, LevelKernel, LevelRef, Node, OutLevel, Point, Position, Reach, Var, VarId};
 use crate::kernel::schedule::Schedule;
 use crate::kernel::{OutputInit, Reduction, TensorId, TensorParam};
 use crate::lang::Einsum;
@@ -85,13 +85,17 @@ pub fn lower(
         }
     };
     let out_name = &st.lhs.tensor.name;
-    if formats.contains_key(out_name) {
+    let out_spec = formats.get(out_name);
+    if out_spec.is_some() && sparse.contains_key(out_name) {
         return Err(refuse(
-            format!("`{out_name}` has a format, but sparse outputs are not assembled yet: the output must be dense"),
+            format!(
+                "`{out_name}` is a sparse output with entries; a sparse output is assembled from nothing, \
+                 not accumulated into"
+            ),
             st.lhs.span,
-            "a sparse output",
+            "a sparse output with data",
         )
-        .with_note(format!("drop the format of `{out_name}`")));
+        .with_note(format!("give `{out_name}` a shape only, or drop its format to accumulate densely")));
     }
 
     let mut tensors: PrimaryMap<TensorId, TensorParam> = PrimaryMap::new();
@@ -143,7 +147,7 @@ pub fn lower(
     // Dense operands and the output keep their names.
     let mut dense: BTreeMap<String, TensorId> = BTreeMap::new();
     for (tname, info) in &einsum.tensors {
-        if stored.contains_key(tname) {
+        if stored.contains_key(tname) || (out_spec.is_some() && tname == out_name) {
             continue;
         }
         if info.role == Role::Index {
@@ -162,26 +166,54 @@ pub fn lower(
         });
         dense.insert(tname.clone(), id);
     }
-    let output = dense[out_name];
     let out_at = plain(&st.lhs)?;
+    let (output, mut assembly) = match out_spec {
+        None => (dense[out_name], None),
+        Some(spec) => {
+            let info = &einsum.tensors[out_name];
+            let (assembly, val) = assemble(out_name, spec, info, &out_at, &st.lhs, &mut tensors)?;
+            (val, Some(assembly))
+        }
+    };
 
     let rhs = symbolic(&st.rhs, &stored, &dense, &plain)?;
     let order = loop_order(einsum, &vars, &var_of, &stored, &out_at, schedule)?;
     concordant(&order, &stored, &vars)?;
+    if let Some(a) = &assembly {
+        assembled_in_order(&order, a, &vars, &st.lhs)?;
+    }
 
     let mut kernel = LevelKernel {
         name: name.to_string(),
         tensors,
         vars,
         output,
+        assembly: None,
         reduction,
         init,
         parallel: false,
         body: Vec::new(),
     };
-    let lowerer = Lowerer { stored: &stored, order: &order, out_at: &out_at };
-    kernel.body = lowerer.at(0, &rhs)?;
+    let lowerer = Lowerer {
+        stored: &stored,
+        order: &order,
+        out_at: &out_at,
+        out_levels: assembly.as_ref().map(|a| &a.levels[..]),
+    };
+    kernel.body = lowerer.at(0, &rhs, false)?;
     kernel.parallel = owns_its_outputs(&kernel.body, &stored, &out_at);
+    if let Some(a) = &mut assembly {
+        // Rows fill from their own offsets only when the outermost loop
+        // walks the output's first level and that level is dense.
+        let first = &a.levels[0];
+        let outer = match &kernel.body[..] {
+            [Node::Dense { var, .. }] | [Node::Merge { var, .. }] => Some(*var),
+            _ => None,
+        };
+        kernel.parallel &= first.format.locate() && outer == Some(first.var);
+        a.rows = if kernel.parallel { first.extent } else { 1 };
+    }
+    kernel.assembly = assembly;
     Ok(Lowered { kernel, arrays, replaced })
 }
 
@@ -295,6 +327,139 @@ fn value_len(v: &TensorValue) -> usize {
         TensorValue::Values(a) => a.len(),
         TensorValue::Indices(a) => a.len(),
     }
+}
+
+/// The sparse output `name` in `spec`: its levels (asked what they can
+/// do, never named), and their arrays as kernel arguments (`{name}_pos1`,
+/// `{name}_crd1`, `{name}_val`, the counts and the phase), sized when the
+/// kernel runs.
+fn assemble(
+    name: &str,
+    spec: &FormatSpec,
+    info: &crate::lang::einsum::TensorInfo,
+    at: &[VarId],
+    access: &Access,
+    tensors: &mut PrimaryMap<TensorId, TensorParam>,
+) -> Result<(Assembly, TensorId), Diagnostic> {
+    let cannot =
+        |why: String| refuse(format!("`{name}` in {}: {why}", spec.name()), access.span, "a sparse output");
+    let ElemType::Value(_) = info.dtype else {
+        return Err(cannot("an output holds values".to_string()));
+    };
+    let empty = Coo::<f64, i64>::empty(info.shape.clone());
+    let levels = SparseTensor::from_coo(&empty, spec).map_err(|e| cannot(e.to_string()))?.levels();
+    let mut out = Vec::new();
+    let mut sparse_above = false;
+    for (l, level) in levels.iter().enumerate() {
+        let f = level.format;
+        if level.part != DimPart::Whole {
+            return Err(cannot("blocked levels cannot be assembled by appending".to_string()));
+        }
+        if f.locate() {
+            if sparse_above {
+                return Err(cannot(format!("level {l} is dense below a sparse level")));
+            }
+        } else if !f.append() {
+            return Err(cannot(format!("level {l} ({level}) cannot be appended to")));
+        } else if f.children() == Children::One {
+            // A singleton repeats its parent's entry: the parent must take
+            // one entry per child (COO's non-unique rows).
+            if l == 0 || levels[l - 1].format.unique() {
+                return Err(cannot(format!("level {l} is a singleton below a unique level")));
+            }
+        } else if !f.unique() && levels[l + 1..].iter().any(|b| b.format.children() != Children::One) {
+            return Err(cannot(format!(
+                "level {l} repeats coordinates above a level that is not a singleton"
+            )));
+        }
+        sparse_above |= !f.locate();
+        let mut array = |what: &str, dtype: ElemType| {
+            tensors.push(TensorParam {
+                name: format!("{name}_{what}{l}"),
+                dtype,
+                shape: vec![0],
+                output: true,
+            })
+        };
+        let index = ElemType::Index(IType::I64);
+        let pos = (f.children() == Children::Range).then(|| array("pos", index));
+        let crd = f.append().then(|| array("crd", index));
+        out.push(OutLevel {
+            var: at[level.dim],
+            dim: level.dim,
+            extent: info.shape[level.dim],
+            format: f,
+            pos,
+            crd,
+        });
+    }
+    if !sparse_above {
+        return Err(
+            cannot("every level is dense".to_string()).with_note(format!("drop the format of `{name}`"))
+        );
+    }
+    let mut param = |what: &str, dtype: ElemType, len: usize| {
+        tensors.push(TensorParam { name: format!("{name}_{what}"), dtype, shape: vec![len], output: true })
+    };
+    let val = param("val", info.dtype, 0);
+    let counts = param("counts", ElemType::Index(IType::I64), 0);
+    let phase = param("phase", ElemType::Index(IType::I64), 1);
+    let assembly =
+        Assembly { tensor: name.to_string(), shape: info.shape.clone(), levels: out, rows: 1, counts, phase };
+    Ok((assembly, val))
+}
+
+/// A sparse output is appended to in loop order: its levels' variables
+/// must come in level order, and a summed variable may come between them
+/// only above the last level (which a dense workspace then gathers).
+fn assembled_in_order(
+    order: &[VarId],
+    assembly: &Assembly,
+    vars: &PrimaryMap<VarId, Var>,
+    lhs: &Access,
+) -> Result<(), Diagnostic> {
+    let rank = |v: VarId| order.iter().position(|&o| o == v).expect("every variable is ordered");
+    let name = &assembly.tensor;
+    let span_of = |v: VarId| {
+        lhs.subscripts
+            .iter()
+            .find(|s| matches!(&s.terms[..], [t] if matches!(&t.atom, Atom::Index(id) if id.name == vars[v].name)))
+            .map_or(lhs.span, |s| s.span)
+    };
+    let levels = &assembly.levels;
+    for pair in levels.windows(2) {
+        let (above, below) = (&pair[0], &pair[1]);
+        if rank(below.var) < rank(above.var) {
+            let (a, b) = (&vars[above.var].name, &vars[below.var].name);
+            return Err(refuse(
+                format!("the loop order visits `{b}` before `{a}`, but `{name}` is assembled with `{a}` above `{b}`"),
+                span_of(below.var),
+                "discordant index",
+            )
+            .with_note(format!(
+                "put `{a}` before `{b}` (schedule `order={a}+{b}`), or give `{name}` a format that stores `{b}` first; \
+                 a transposing workspace is not built"
+            )));
+        }
+    }
+    let leaf = levels.len() - 1;
+    for &v in order {
+        if levels.iter().any(|l| l.var == v) {
+            continue;
+        }
+        if let Some(l) = levels[..leaf].iter().find(|l| rank(l.var) > rank(v)) {
+            let (s, x) = (&vars[v].name, &vars[l.var].name);
+            return Err(refuse(
+                format!(
+                    "`{s}` is summed outside `{x}`: `{name}` would need a workspace over more than its last level"
+                ),
+                span_of(l.var),
+                "assembled inside a sum",
+            )
+            .with_note(format!("put `{x}` before `{s}` (schedule `order={x}+{s}`)")));
+        }
+    }
+    Ok(())
 }
 
 /// Whether every iteration of the outermost loop writes its own output
@@ -496,6 +661,8 @@ struct Lowerer<'a> {
     stored: &'a BTreeMap<String, Stored>,
     order: &'a [VarId],
     out_at: &'a [VarId],
+    /// The sparse output's levels; `None` for a dense output.
+    out_levels: Option<&'a [OutLevel]>,
 }
 
 impl Lowerer<'_> {
@@ -504,10 +671,32 @@ impl Lowerer<'_> {
         LevelRef { tensor: tensor.to_string(), level, extent: l.extent, kind: l.reach.clone() }
     }
 
-    /// The loops from variable `d` of the order inward, for `e`.
-    fn at(&self, d: usize, e: &Sym) -> Result<Vec<Node>, Diagnostic> {
+    /// The loops from variable `d` of the order inward, for `e`; `in_ws`
+    /// when a workspace gathers the output's last level.
+    fn at(&self, d: usize, e: &Sym, in_ws: bool) -> Result<Vec<Node>, Diagnostic> {
         let Some(&var) = self.order.get(d) else {
-            return Ok(vec![Node::Update { at: self.out_at.to_vec(), value: self.expr(e) }]);
+            let value = self.expr(e);
+            return Ok(vec![match self.out_levels {
+                None => Node::Update { at: self.out_at.to_vec(), value },
+                Some(_) => Node::Accumulate { value },
+            }]);
+        };
+        let out_level = self.out_levels.and_then(|ls| ls.iter().position(|l| l.var == var));
+        if let Some(levels) = self.out_levels {
+            let leaf = levels.len() - 1;
+            // A summed variable above the last level's: gather that level
+            // in a workspace (the order check allows no other case).
+            if !in_ws && out_level.is_none() && self.order[d..].contains(&levels[leaf].var) {
+                return Ok(vec![Node::Workspace { body: self.at(d, e, true)? }]);
+            }
+        }
+        let entry = |body: Vec<Node>| -> Vec<Node> {
+            match (out_level, self.out_levels) {
+                (Some(l), Some(levels)) if !(in_ws && l == levels.len() - 1) => {
+                    vec![Node::Entry { level: l, body }]
+                }
+                _ => body,
+            }
         };
         let mut present = BTreeSet::new();
         stored_in(e, &mut present);
@@ -533,7 +722,7 @@ impl Lowerer<'_> {
             body
         };
         if walks.is_empty() {
-            return Ok(vec![Node::Dense { var, body: located(e, self.at(d + 1, e)?) }]);
+            return Ok(vec![Node::Dense { var, body: entry(located(e, self.at(d + 1, e, in_ws)?)) }]);
         }
         let full = restrict(e, &|t| walks.iter().any(|(w, _)| w == t)).is_some();
         if walks.len() > 1 || full {
@@ -559,7 +748,8 @@ impl Lowerer<'_> {
             let present: Vec<bool> = (0..n).map(|i| s & (1 << i) != 0).collect();
             let absent = |t: &str| walks.iter().enumerate().any(|(i, (w, _))| w == t && !present[i]);
             let Some(restricted) = restrict(e, &absent) else { continue };
-            points.push(Point { present, body: located(&restricted, self.at(d + 1, &restricted)?) });
+            let body = located(&restricted, self.at(d + 1, &restricted, in_ws)?);
+            points.push(Point { present, body: entry(body) });
         }
         let levels = walks.iter().map(|(t, l)| self.level_ref(t, *l)).collect();
         Ok(vec![Node::Merge { var, levels, full, points }])

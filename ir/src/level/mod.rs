@@ -18,7 +18,19 @@
 //! Inside a loop, levels of the tensors that hold the variable are reached:
 //! dense levels are *located* (`p = parent * n + i`), compressed levels are
 //! the merge's own positions. The leaves are *effects*: an update of the
-//! dense output at the loop variables' coordinates.
+//! dense output at the loop variables' coordinates, or, for a sparse output,
+//! an accumulation into the output entry being assembled.
+//!
+//! A **sparse output** ([`Assembly`]) is appended to in loop order, in two
+//! phases of the same tree: the first counts the entries of every output
+//! level (per row when rows run on threads), the caller sizes the arrays,
+//! the second fills them. The loop of the variable an output level holds
+//! is an [`Node::Entry`]: its entry is appended after its body when the
+//! body appended children (the leaf: when an accumulation reached it). When
+//! a summed variable sits between the output's last two levels (row-wise
+//! SpGEMM, `C[i,j] += A[i,k] * B[k,j]` in the order i, k, j), the last level
+//! is gathered in a dense [`Node::Workspace`] and drained in coordinate
+//! order.
 //!
 //! The level capabilities of the formats (`spindle_formats::LevelCapabilities`)
 //! decide everything here: no format name appears in this module.
@@ -32,6 +44,7 @@ use cranelift_entity::PrimaryMap;
 
 use crate::kernel::{OutputInit, Reduction, TensorId, TensorParam};
 use crate::lang::{BinOp, Func};
+use spindle_formats::LevelFormat;
 
 /// An index variable of the statement: one loop of the tree.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -117,6 +130,63 @@ pub enum Node {
     Locate { level: LevelRef, var: VarId },
     /// `out[at] op= value`.
     Update { at: Vec<VarId>, value: Expr },
+    /// The entry of sparse output level `level` at the coordinate of its
+    /// variable (bound by the enclosing loop): appended after `body` if
+    /// the body appended below it (at the last level: if it accumulated).
+    Entry { level: usize, body: Vec<Node> },
+    /// A dense workspace over the output's last level, filled by the
+    /// accumulations in `body`, then drained into that level in coordinate
+    /// order.
+    Workspace { body: Vec<Node> },
+    /// Adds `value` to the output entry being assembled (or to the
+    /// workspace at the last level's coordinate).
+    Accumulate { value: Expr },
+}
+
+/// A level of a sparse output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutLevel {
+    /// The variable whose coordinate the level stores.
+    pub var: VarId,
+    /// The output dimension it stores.
+    pub dim: usize,
+    pub extent: usize,
+    /// Dense (a prefix of the levels only), compressed or singleton.
+    pub format: LevelFormat,
+    /// `pos`: children ranges, one per parent position plus one.
+    pub pos: Option<TensorId>,
+    /// `crd`: the coordinates appended.
+    pub crd: Option<TensorId>,
+}
+
+/// How a sparse output is assembled: its levels' arrays, and the counts the
+/// first phase leaves for the caller to size them by.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assembly {
+    /// The output's name.
+    pub tensor: String,
+    pub shape: Vec<usize>,
+    pub levels: Vec<OutLevel>,
+    /// Rows counted apart: the first level's extent when the outermost loop
+    /// runs on threads (each row then fills from its own offsets), else 1.
+    pub rows: usize,
+    /// i64 `[levels * rows]`: after the count phase the entries of each
+    /// level per row; before the fill phase, each row's first position.
+    pub counts: TensorId,
+    /// i64 `[1]`: 0 counts, 1 fills.
+    pub phase: TensorId,
+}
+
+impl Assembly {
+    /// The first level appended together with the last one: a run of
+    /// singleton levels takes its parent along (COO's rows).
+    pub fn leaf_head(&self) -> usize {
+        let mut head = self.levels.len() - 1;
+        while head > 0 && self.levels[head].format == LevelFormat::Singleton {
+            head -= 1;
+        }
+        head
+    }
 }
 
 /// One branch of a merge: taken when exactly the levels `present` (by
@@ -134,8 +204,10 @@ pub struct LevelKernel {
     /// The arguments, in order: format arrays, dense tensors, the output.
     pub tensors: PrimaryMap<TensorId, TensorParam>,
     pub vars: PrimaryMap<VarId, Var>,
-    /// The dense output.
+    /// The dense output, or a sparse output's values.
     pub output: TensorId,
+    /// How a sparse output is assembled; `None` for a dense output.
+    pub assembly: Option<Assembly>,
     pub reduction: Reduction,
     pub init: OutputInit,
     /// The outermost loop runs on CPU threads: its iterations write

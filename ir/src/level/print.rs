@@ -94,6 +94,26 @@ impl LevelKernel {
                     self.var(*var).name
                 );
             }
+            Node::Entry { level, body } => {
+                let a = self.assembly.as_ref().expect("entries belong to a sparse output");
+                let l = &a.levels[*level];
+                let _ = writeln!(out, "{pad}entry {} level {level} at {}", a.tensor, self.var(l.var).name);
+                body.iter().for_each(|b| self.node_text(b, depth + 1, out));
+            }
+            Node::Workspace { body } => {
+                let a = self.assembly.as_ref().expect("workspaces belong to a sparse output");
+                let leaf = a.levels.last().expect("an output has levels");
+                let _ = writeln!(out, "{pad}workspace {} over {}", a.tensor, self.var(leaf.var).name);
+                body.iter().for_each(|b| self.node_text(b, depth + 1, out));
+                let _ = writeln!(out, "{pad}drain into {} level {}", a.tensor, a.levels.len() - 1);
+            }
+            Node::Accumulate { value } => {
+                let a = self.assembly.as_ref().expect("accumulations belong to a sparse output");
+                let mut by_dim: Vec<&OutLevel> = a.levels.iter().collect();
+                by_dim.sort_by_key(|l| l.dim);
+                let vars: Vec<&str> = by_dim.iter().map(|l| self.var(l.var).name.as_str()).collect();
+                let _ = writeln!(out, "{pad}{}[{}] += {}", a.tensor, vars.join(","), self.expr_text(value));
+            }
             Node::Update { at, value } => {
                 let vars: Vec<&str> = at.iter().map(|&v| self.var(v).name.as_str()).collect();
                 let _ = writeln!(
@@ -117,6 +137,20 @@ impl fmt::Display for LevelKernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let params: Vec<String> = self.tensors.values().map(|t| t.to_string()).collect();
         writeln!(f, "level kernel {}({})", self.name, params.join(", "))?;
+        if let Some(a) = &self.assembly {
+            let levels: Vec<String> = a
+                .levels
+                .iter()
+                .map(|l| format!("{}", spindle_formats::Level::new(l.dim, l.format)))
+                .collect();
+            let rows = if a.rows > 1 { format!(", counted per row of {}", a.rows) } else { String::new() };
+            writeln!(
+                f,
+                "  assembles {} as {} in two phases (count, fill{rows})",
+                a.tensor,
+                levels.join(", ")
+            )?;
+        }
         if self.parallel {
             writeln!(f, "  parallel outermost loop")?;
         }
