@@ -7,6 +7,8 @@
 //! - [`spmm`]: C = A·B (N = 64, f32) on the C backend against sprs, faer and,
 //!   through `python3`, SciPy, Intel MKL and SuiteSparse:GraphBLAS
 //!   ([`python`]), on one thread and all cores.
+//! - [`spgemm`]: C = A·B with A, B, C in CSR (the level path's row-wise
+//!   kernel) against sprs, SciPy and MKL, on paper 001's A·shift(Aᵀ).
 //! - [`gpu`]: SpMM against cuSPARSE CSR and block-sparse SpMM against
 //!   cuSPARSE BSR and cuBLAS, on an NVIDIA GPU.
 //!
@@ -19,6 +21,7 @@
 pub mod formats;
 pub mod gpu;
 pub mod python;
+pub mod spgemm;
 pub mod spmm;
 
 use std::cell::RefCell;

@@ -277,6 +277,15 @@ pub struct ScriptResult {
     pub output: Option<PathBuf>,
     #[serde(default)]
     pub error: Option<String>,
+    /// A sparse output's stored entries (SpGEMM).
+    #[serde(default)]
+    pub nnz: Option<usize>,
+    /// The sum of a sparse output's values (SpGEMM).
+    #[serde(default)]
+    pub sum: Option<f64>,
+    /// The sum of their squares (SpGEMM).
+    #[serde(default)]
+    pub sum_squares: Option<f64>,
 }
 
 /// A work folder holding the inputs of one matrix, removed when dropped.
@@ -330,18 +339,28 @@ pub fn run_spmm(
     let script = inputs.dir.join("spmm_baselines.py");
     std::fs::write(&script, SCRIPT).with_context(|| format!("writing {}", script.display()))?;
     let names: Vec<&str> = libraries.iter().map(|l| l.name()).collect();
+    let mut command = script_command(env, &script, threads)?;
+    command
+        .arg("--dir")
+        .arg(&inputs.dir)
+        .args(["--rows", &inputs.rows.to_string(), "--cols", &inputs.cols.to_string()])
+        .args(["--warmup", &timing.warmup.to_string(), "--repeats", &timing.repeats.max(1).to_string()])
+        .args(["--tag", &format!("t{}", threads.max(1)), "--libraries", &names.join(",")]);
+    run_script(env, command)
+}
+
+/// `python script --threads N` in the environment, with every thread pool a
+/// library may start set to `threads` before it loads.
+fn script_command(env: &PythonEnv, script: &Path, threads: usize) -> Result<Command> {
     let threads = threads.max(1).to_string();
     let mut library_path = vec![env.lib()];
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
         library_path.extend(std::env::split_paths(&old));
     }
-    let out = Command::new(env.python())
-        .arg(&script)
-        .arg("--dir")
-        .arg(&inputs.dir)
-        .args(["--rows", &inputs.rows.to_string(), "--cols", &inputs.cols.to_string()])
-        .args(["--warmup", &timing.warmup.to_string(), "--repeats", &timing.repeats.max(1).to_string()])
-        .args(["--threads", &threads, "--tag", &format!("t{threads}"), "--libraries", &names.join(",")])
+    let mut command = Command::new(env.python());
+    command
+        .arg(script)
+        .args(["--threads", &threads])
         // Every pool a library may start: OpenMP (GraphBLAS, MKL's
         // OpenMP layer), MKL's own, BLAS, numba.
         .env("OMP_NUM_THREADS", &threads)
@@ -352,9 +371,13 @@ pub fn run_spmm(
         // search the venv's lib/.
         .env("MKL_RT", env.lib().join("libmkl_rt.so.2"))
         .env("LD_LIBRARY_PATH", std::env::join_paths(library_path)?)
-        .env("PYTHONNOUSERSITE", "1")
-        .output()
-        .with_context(|| format!("running {}", env.python().display()))?;
+        .env("PYTHONNOUSERSITE", "1");
+    Ok(command)
+}
+
+/// Runs a baseline script and reads the JSON object it prints last.
+fn run_script(env: &PythonEnv, mut command: Command) -> Result<ScriptOutput> {
+    let out = command.output().with_context(|| format!("running {}", env.python().display()))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         bail!("the Python baselines failed ({}): {}", out.status, stderr.trim());
@@ -367,6 +390,63 @@ pub fn run_spmm(
             stdout.trim().chars().take(500).collect::<String>()
         )
     })
+}
+
+/// The SpGEMM baselines' script (`spindle bench spgemm`).
+const SPGEMM_SCRIPT: &str = include_str!("../python/spgemm_baselines.py");
+
+/// The CSR arrays of A and B of one SpGEMM, as `.npy` in a fresh folder
+/// (removed when dropped).
+#[derive(Debug)]
+pub struct SpgemmInputs {
+    dir: PathBuf,
+    shapes: [(usize, usize); 2],
+}
+
+impl SpgemmInputs {
+    pub fn write(
+        tag: &str,
+        a: &spindle_formats::Compressed<f64, i64>,
+        b: &spindle_formats::Compressed<f64, i64>,
+    ) -> Result<SpgemmInputs> {
+        use spindle_formats::io::{write_npy_indices, write_npy_values};
+        let safe: String =
+            tag.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+        let dir = std::env::temp_dir().join(format!("spindle-spgemm-{}-{safe}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (name, m) in [("a", a), ("b", b)] {
+            write_npy_indices(&dir.join(format!("{name}_indptr.npy")), &[m.pos.len()], &m.pos)?;
+            write_npy_indices(&dir.join(format!("{name}_indices.npy")), &[m.crd.len()], &m.crd)?;
+            write_npy_values(&dir.join(format!("{name}_data.npy")), &[m.val.len()], &m.val)?;
+        }
+        Ok(SpgemmInputs { dir, shapes: [(a.shape[0], a.shape[1]), (b.shape[0], b.shape[1])] })
+    }
+}
+
+impl Drop for SpgemmInputs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs the SpGEMM script (SciPy and MKL) on `inputs` with `threads`.
+pub fn run_spgemm(
+    env: &PythonEnv,
+    inputs: &SpgemmInputs,
+    threads: usize,
+    timing: spindle::TimingOptions,
+) -> Result<ScriptOutput> {
+    let script = inputs.dir.join("spgemm_baselines.py");
+    std::fs::write(&script, SPGEMM_SCRIPT).with_context(|| format!("writing {}", script.display()))?;
+    let shape = |(r, c): (usize, usize)| format!("{r}x{c}");
+    let mut command = script_command(env, &script, threads)?;
+    command
+        .arg("--dir")
+        .arg(&inputs.dir)
+        .args(["--a-shape", &shape(inputs.shapes[0]), "--b-shape", &shape(inputs.shapes[1])])
+        .args(["--warmup", &timing.warmup.to_string(), "--repeats", &timing.repeats.max(1).to_string()]);
+    run_script(env, command)
 }
 
 #[cfg(test)]

@@ -92,6 +92,13 @@ static void spindle_sort_i64(int64_t *x, int64_t n) {
 
 "#;
 
+/// Whether a workspace over `extent` coordinates always drains through its
+/// summary of marks (at most 64 summary words: a row's scan is short), so
+/// it keeps no list of coordinates while filling.
+fn summary_drain_only(extent: usize) -> bool {
+    extent.div_ceil(4096) <= 64
+}
+
 fn has_workspace(nodes: &[Node]) -> bool {
     nodes.iter().any(|n| match n {
         Node::Workspace { .. } => true,
@@ -200,21 +207,30 @@ impl Printer<'_> {
         }
         if workspace {
             self.line(d, "free(w_val);");
-            self.line(d, "free(w_mark);");
+            self.line(d, "free(w_bits);");
+            self.line(d, "free(w_sum);");
             self.line(d, "free(w_list);");
             self.line(depth, "}");
         }
     }
 
-    /// A dense workspace over the output's last level: values, a mark per
-    /// coordinate and the list of coordinates marked.
+    /// A dense workspace over the output's last level: values, marks and
+    /// the list of coordinates marked.
     fn workspace_arrays(&mut self, depth: usize) {
         let a = self.k.assembly.as_ref().expect("a workspace belongs to a sparse output");
         let n = a.levels.last().expect("an output has levels").extent;
         let real = self.d.real;
         self.line(depth, &format!("{real} *restrict w_val = calloc({n}, sizeof({real}));"));
-        self.line(depth, &format!("unsigned char *restrict w_mark = calloc({n}, 1);"));
-        self.line(depth, &format!("int64_t *restrict w_list = malloc({n} * sizeof(int64_t));"));
+        // A mark bit per coordinate, and a summary bit per word of marks.
+        self.line(
+            depth,
+            &format!("uint64_t *restrict w_bits = calloc({}, sizeof(uint64_t));", n.div_ceil(64)),
+        );
+        self.line(
+            depth,
+            &format!("uint64_t *restrict w_sum = calloc({}, sizeof(uint64_t));", n.div_ceil(4096)),
+        );
+        self.line(depth, &format!("int64_t *restrict w_list = malloc(({n} + 1) * sizeof(int64_t));"));
         self.line(depth, "int64_t w_n = 0;");
     }
 
@@ -334,28 +350,46 @@ impl Printer<'_> {
         let was = std::mem::replace(&mut self.in_ws, true);
         body.iter().for_each(|b| self.node(b, d));
         self.in_ws = was;
+        let summary = leaf.extent.div_ceil(4096);
         if self.counting {
-            self.line(d, "for (int64_t e = 0; e < w_n; e++) w_mark[w_list[e]] = 0;");
+            self.line(d, "for (int64_t e = 0; e < w_n; e++) w_bits[w_list[e] >> 6] = 0;");
             for m in chain {
                 self.line(d, &format!("n{m} += w_n;"));
             }
         } else {
-            // A row touching much of the level is read off the marks in
-            // order; a short one is sorted.
-            self.line(d, &format!("if (w_n * 8 > {}) {{", leaf.extent));
-            self.line(d + 1, "int64_t k = 0;");
-            self.line(
-                d + 1,
-                &format!("for (int64_t c = 0; c < {}; c++) if (w_mark[c]) w_list[k++] = c;", leaf.extent),
-            );
-            self.line(d, "} else {");
+            // Drained in order from the marks: a summary bit per word of
+            // marks skips the empty ones, so no sort is needed; a row far
+            // shorter than a long summary is sorted instead.
+            let rule = match summary_drain_only(leaf.extent) {
+                true => "0".to_string(),
+                false => format!("w_n * 32 < {summary}"),
+            };
+            self.line(d, &format!("if ({rule}) {{"));
             self.line(d + 1, "spindle_sort_i64(w_list, w_n);");
-            self.line(d, "}");
-            self.line(d, "for (int64_t e = 0; e < w_n; e++) {");
-            self.line(d + 1, &format!("const int64_t {v} = w_list[e];"));
-            self.append_leaf(&format!("w_val[{v}]"), d + 1);
-            self.line(d + 1, &format!("w_val[{v}] = 0;"));
-            self.line(d + 1, &format!("w_mark[{v}] = 0;"));
+            self.line(d + 1, "for (int64_t e = 0; e < w_n; e++) {");
+            self.line(d + 2, &format!("const int64_t {v} = w_list[e];"));
+            self.append_leaf(&format!("w_val[{v}]"), d + 2);
+            self.line(d + 2, &format!("w_val[{v}] = 0;"));
+            self.line(d + 2, &format!("w_bits[{v} >> 6] = 0;"));
+            self.line(d + 2, &format!("w_sum[{v} >> 12] = 0;"));
+            self.line(d + 1, "}");
+            self.line(d, "} else {");
+            self.line(d + 1, &format!("for (int64_t s = 0; s < {summary}; s++) {{"));
+            self.line(d + 2, "uint64_t sw = w_sum[s];");
+            self.line(d + 2, "w_sum[s] = 0;");
+            self.line(d + 2, "while (sw) {");
+            self.line(d + 3, "const int64_t wi = s * 64 + __builtin_ctzll(sw);");
+            self.line(d + 3, "sw &= sw - 1;");
+            self.line(d + 3, "uint64_t w = w_bits[wi];");
+            self.line(d + 3, "w_bits[wi] = 0;");
+            self.line(d + 3, "while (w) {");
+            self.line(d + 4, &format!("const int64_t {v} = wi * 64 + __builtin_ctzll(w);"));
+            self.line(d + 4, "w &= w - 1;");
+            self.append_leaf(&format!("w_val[{v}]"), d + 4);
+            self.line(d + 4, &format!("w_val[{v}] = 0;"));
+            self.line(d + 3, "}");
+            self.line(d + 2, "}");
+            self.line(d + 1, "}");
             self.line(d, "}");
         }
         self.line(d, "w_n = 0;");
@@ -367,9 +401,27 @@ impl Printer<'_> {
         if self.in_ws {
             let leaf = self.assembly().levels.last().expect("an output has levels").var;
             let v = self.var(leaf).to_string();
-            self.line(depth, &format!("if (!w_mark[{v}]) {{"));
-            self.line(depth + 1, &format!("w_mark[{v}] = 1;"));
-            self.line(depth + 1, &format!("w_list[w_n++] = {v};"));
+            // Counting keeps the list (to count and to clear the marks);
+            // filling keeps the summary (to drain in order), and the list
+            // only where rows may be sorted instead.
+            let extent = self.assembly().levels.last().expect("an output has levels").extent;
+            // Marks are set without a branch (whether a coordinate is new
+            // is a coin toss the predictor loses); the list slot is written
+            // always and kept only when the mark was new.
+            self.line(depth, "{");
+            self.line(depth + 1, &format!("const uint64_t bit = (uint64_t)1 << ({v} & 63);"));
+            let keeps_list = self.counting || !summary_drain_only(extent);
+            if keeps_list {
+                self.line(depth + 1, &format!("const uint64_t word = w_bits[{v} >> 6];"));
+                self.line(depth + 1, &format!("w_list[w_n] = {v};"));
+                self.line(depth + 1, "w_n += !(word & bit);");
+                self.line(depth + 1, &format!("w_bits[{v} >> 6] = word | bit;"));
+            } else {
+                self.line(depth + 1, &format!("w_bits[{v} >> 6] |= bit;"));
+            }
+            if !self.counting {
+                self.line(depth + 1, &format!("w_sum[{v} >> 12] |= (uint64_t)1 << (({v} >> 6) & 63);"));
+            }
             self.line(depth, "}");
             if !self.counting {
                 let value = self.expr(value);
@@ -623,6 +675,7 @@ impl CLevelKernel {
             return Ok(self.program.run(buffers, threads)?);
         };
         let at = |t: TensorId| t.as_u32() as usize;
+        let kind = |t: TensorId| BufferKind::for_elem(self.kernel.tensor(t).dtype);
         let levels = a.levels.len();
         buffers[at(a.phase)] = Buffer::I64(vec![0]);
         buffers[at(a.counts)] = Buffer::I64(vec![0; levels * a.rows]);
@@ -637,6 +690,8 @@ impl CLevelKernel {
                 total[l] += n;
             }
         }
+        // The fill writes every coordinate and value, so the arrays of the
+        // last launch are resized, not cleared; positions start at zero.
         let mut parents = 1usize;
         for (l, level) in a.levels.iter().enumerate() {
             let size = match level.format.locate() {
@@ -647,12 +702,11 @@ impl CLevelKernel {
                 buffers[at(pos)] = Buffer::I64(vec![0; parents + 1]);
             }
             if let Some(crd) = level.crd {
-                buffers[at(crd)] = Buffer::I64(vec![0; size]);
+                buffers[at(crd)].resize(kind(crd), size);
             }
             parents = size;
         }
-        let val = self.kernel.tensor(self.kernel.output).dtype;
-        buffers[at(self.kernel.output)] = Buffer::zeros(BufferKind::for_elem(val), parents);
+        buffers[at(self.kernel.output)].resize(kind(self.kernel.output), parents);
         buffers[at(a.phase)] = Buffer::I64(vec![1]);
         self.program.run(buffers, threads)?;
         // Parents a dense level never visited keep the range of the one
@@ -670,8 +724,7 @@ impl CLevelKernel {
     /// dense output.
     pub fn assembled(&self, buffers: &[Buffer]) -> Option<Assembled> {
         let a = self.kernel.assembly.as_ref()?;
-        let ints =
-            |t: Option<TensorId>| t.map(|t| buffers[t.as_u32() as usize].as_i64().unwrap_or(&[]).to_vec());
+        let ints = |t: Option<TensorId>| t.map(|t| buffers[t.as_u32() as usize].to_i64().unwrap_or_default());
         let ElemType::Value(dtype) = self.kernel.tensor(self.kernel.output).dtype else {
             unreachable!("outputs hold values")
         };

@@ -151,6 +151,28 @@ impl Buffer {
         }
     }
 
+    /// Makes this a buffer of `kind` with `len` elements, keeping its
+    /// allocation (and its first elements) when it already is of `kind`:
+    /// an output rebuilt by every launch takes no fresh pages per launch.
+    pub fn resize(&mut self, kind: BufferKind, len: usize) {
+        match self {
+            Buffer::F64(v) if kind == BufferKind::F64 => v.resize(len, 0.0),
+            Buffer::F32(v) if kind == BufferKind::F32 => v.resize(len, 0.0),
+            Buffer::I32(v) if kind == BufferKind::I32 => v.resize(len, 0),
+            Buffer::I64(v) if kind == BufferKind::I64 => v.resize(len, 0),
+            _ => *self = Buffer::zeros(kind, len),
+        }
+    }
+
+    /// Integer contents widened to i64 (`None` for values).
+    pub fn to_i64(&self) -> Option<Vec<i64>> {
+        match self {
+            Buffer::I32(v) => Some(v.iter().map(|&x| x as i64).collect()),
+            Buffer::I64(v) => Some(v.clone()),
+            _ => None,
+        }
+    }
+
     pub fn kind(&self) -> BufferKind {
         match self {
             Buffer::F64(_) => BufferKind::F64,

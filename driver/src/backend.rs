@@ -222,6 +222,11 @@ trait CCompiled {
         let _ = buffers;
         None
     }
+    /// Whether a timed launch must start from the initial buffers (`+=`
+    /// outputs); a sparse output is rebuilt by every launch.
+    fn resets(&self) -> bool {
+        true
+    }
 }
 
 impl CCompiled for CKernel {
@@ -275,6 +280,10 @@ impl CCompiled for LevelWithArrays {
     fn assembled(&self, buffers: &[Buffer]) -> Option<Assembled> {
         self.compiled.assembled(buffers)
     }
+
+    fn resets(&self) -> bool {
+        self.compiled.kernel.assembly.is_none()
+    }
 }
 
 struct CExecutable<K> {
@@ -324,7 +333,9 @@ impl<K: CCompiled> Uploaded for CUploaded<'_, K> {
         wall_clock(
             opts,
             || {
-                buffers.borrow_mut().clone_from_slice(fresh);
+                if exe.compiled.resets() {
+                    buffers.borrow_mut().clone_from_slice(fresh);
+                }
                 Ok(())
             },
             || exe.compiled.launch(&mut buffers.borrow_mut(), exe.threads),

@@ -352,6 +352,14 @@ fn row_wise_spgemm_gathers_rows_in_a_dense_workspace() {
         assert!(tree.contains("workspace C over j"), "{tree}");
         assert!(source.contains("spindle_sort_i64"), "{source}");
     }
+    // Over 2^18 columns a row far shorter than the marks' summary is
+    // sorted instead of read off the marks; longer ones still are.
+    let (_, source) = assembles(&case(
+        "C[i,j] = A[i,k] * B[k,j]",
+        &[("C", &[6, 270_000], 1.0), ("A", &[6, 12], 0.3), ("B", &[12, 270_000], 0.000_03)],
+        &[("A", "csr"), ("B", "csr"), ("C", "csr")],
+    ));
+    assert!(source.contains("if (w_n * 32 < 66)"), "{source}");
     // Dense rows take the marks in order rather than a sort.
     assembles(&case(
         "C[i,j] = A[i,k] * B[k,j]",

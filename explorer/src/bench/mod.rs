@@ -4,6 +4,7 @@
 
 mod formats;
 pub(crate) mod gpu;
+mod spgemm;
 pub(crate) mod spmm;
 
 use anyhow::Result;
@@ -34,6 +35,11 @@ pub enum Suite {
     /// all cores, with F(g), achieved bandwidth against a measured copy,
     /// and geometric means of the ratios.
     Spmm(spmm::SpmmArgs),
+    /// SpGEMM C = A·B with A, B and C in CSR (f64; B = Aᵀ with its columns
+    /// shifted by one, as paper 001): the level path's row-wise kernel on
+    /// one and all threads against sprs, SciPy and Intel MKL, on every
+    /// shared matrix, with the workspace's bytes.
+    Spgemm(spgemm::SpgemmArgs),
     /// Block-sparse SpMM on the GPU: A 4096x4096 with 32x32 blocks at
     /// sparsity 50-99% in BlockGroupCOO (Tensor Cores, f16) against
     /// cuSPARSE BSR and cuBLAS dense GEMM.
@@ -48,6 +54,7 @@ pub fn run(suite: Suite) -> Result<()> {
     match suite {
         Suite::Formats { repeats, json, record } => formats::run(repeats, json, record.as_deref()),
         Suite::Spmm(args) => spmm::run(args),
+        Suite::Spgemm(args) => spgemm::run(args),
         Suite::Bsr(args) => gpu::bsr(&args),
         Suite::SetupPython => {
             let env =

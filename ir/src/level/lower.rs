@@ -383,7 +383,10 @@ fn assemble(
         };
         let index = ElemType::Index(IType::I64);
         let pos = (f.children() == Children::Range).then(|| array("pos", index));
-        let crd = f.append().then(|| array("crd", index));
+        // Coordinates fit the narrower type when the dimension does.
+        let narrow =
+            if info.shape[level.dim] <= i32::MAX as usize { ElemType::Index(IType::I32) } else { index };
+        let crd = f.append().then(|| array("crd", narrow));
         out.push(OutLevel {
             var: at[level.dim],
             dim: level.dim,
