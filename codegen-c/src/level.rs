@@ -41,22 +41,158 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<String, PrintEr
     let tensors = kernel.tensors.iter().map(|(_, t)| namer.fresh("t_", &t.name)).collect();
     let vars = kernel.vars.iter().map(|(_, v)| namer.fresh("i_", &v.name)).collect();
     let double = kernel.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
-    let mut p = Printer {
-        k: kernel,
-        d: C { real: if double { "double" } else { "float" } },
-        tensors,
-        vars,
-        out: String::new(),
-        counting: false,
-        in_ws: false,
-    };
+    let mut p = Printer::new(kernel, C { real: if double { "double" } else { "float" } }, tensors, vars);
     p.print(symbol);
     Ok(p.out)
 }
 
-struct Printer<'k> {
+/// How a GPU runs a level kernel: a warp per iteration of the outermost
+/// loop (a row it owns), its lanes splitting one loop inside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaneSplit {
+    /// Lanes take every 32nd coordinate of this dense loop over an output
+    /// index (SpMM's columns): each lane owns its output elements.
+    Dense(VarId),
+    /// Lanes take every 32nd position of this position loop over a summed
+    /// index (SpMV's row): each sums into a register, then the warp adds
+    /// them with shuffles and lane 0 updates the output.
+    Positions(VarId),
+    /// Lane 0 does the row's work.
+    None,
+}
+
+/// The body of a level kernel for a GPU, in `dialect`: the warp of each
+/// outermost iteration, its lanes split as `split` says. Returns the
+/// names the body gives the kernel's tensors (its parameters, in order)
+/// and the body. The caller prints the function around it, with `warp`
+/// and `lane` defined.
+pub fn print_level_warps<D: Dialect>(
+    kernel: &LevelKernel,
+    dialect: D,
+    split: LaneSplit,
+) -> Result<(Vec<String>, String), PrintError> {
+    let refuse = |reason: &str| PrintError { kernel: kernel.name.clone(), reason: reason.to_string() };
+    if kernel.assembly.is_some() {
+        return Err(refuse("sparse outputs are assembled on the C backend only so far"));
+    }
+    if !kernel.parallel {
+        return Err(refuse(
+            "a warp per row needs an outermost loop whose iterations own their output rows (CSR, DCSR, CSF \
+             rows); this one's do not",
+        ));
+    }
+    let mut namer = Namer::default();
+    let tensors: Vec<String> = kernel.tensors.iter().map(|(_, t)| namer.fresh("t_", &t.name)).collect();
+    let vars = kernel.vars.iter().map(|(_, v)| namer.fresh("i_", &v.name)).collect();
+    let mut p = Printer::new(kernel, dialect, tensors.clone(), vars);
+    p.split = Some(split);
+    p.warps(1);
+    Ok((tensors, p.out))
+}
+
+/// Where lanes split a row of `kernel` (see [`LaneSplit`]): the innermost
+/// dense loop over the output's last index, else the first single-level
+/// position loop over a summed index holding the row's one update.
+pub fn lane_split(kernel: &LevelKernel) -> LaneSplit {
+    let Some(row) = kernel.body.first() else { return LaneSplit::None };
+    let inner = match row {
+        Node::Dense { body, .. } => body,
+        Node::Merge { points, .. } if points.len() == 1 => &points[0].body,
+        _ => return LaneSplit::None,
+    };
+    let out = kernel.tensor(kernel.output);
+    let last = out.shape.len().checked_sub(1);
+    let mut dense = None;
+    find_dense(
+        inner,
+        &mut dense,
+        &|v| matches!(updates_at(kernel), Some(at) if last.is_some_and(|l| at.get(l) == Some(&v))),
+    );
+    if let Some(v) = dense {
+        return LaneSplit::Dense(v);
+    }
+    match find_positions(inner, kernel) {
+        Some(v) => LaneSplit::Positions(v),
+        None => LaneSplit::None,
+    }
+}
+
+/// The output coordinates of the kernel's updates, when they all agree.
+fn updates_at(kernel: &LevelKernel) -> Option<Vec<VarId>> {
+    fn walk(nodes: &[Node], out: &mut Vec<Vec<VarId>>) {
+        for n in nodes {
+            match n {
+                Node::Update { at, .. } => out.push(at.clone()),
+                Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => {
+                    walk(body, out)
+                }
+                Node::Merge { points, .. } => points.iter().for_each(|p| walk(&p.body, out)),
+                Node::Locate { .. } | Node::Accumulate { .. } => {}
+            }
+        }
+    }
+    let mut all = Vec::new();
+    walk(&kernel.body, &mut all);
+    let first = all.first()?.clone();
+    all.iter().all(|a| *a == first).then_some(first)
+}
+
+/// The innermost dense loop whose variable passes `wanted`.
+fn find_dense(nodes: &[Node], found: &mut Option<VarId>, wanted: &dyn Fn(VarId) -> bool) {
+    for n in nodes {
+        match n {
+            Node::Dense { var, body } => {
+                if wanted(*var) {
+                    *found = Some(*var);
+                }
+                find_dense(body, found, wanted);
+            }
+            Node::Merge { points, .. } => points.iter().for_each(|p| find_dense(&p.body, found, wanted)),
+            Node::Entry { body, .. } | Node::Workspace { body } => find_dense(body, found, wanted),
+            Node::Locate { .. } | Node::Update { .. } | Node::Accumulate { .. } => {}
+        }
+    }
+}
+
+/// The first single-level position loop over a summed index whose subtree
+/// holds exactly one update.
+fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
+    fn count(nodes: &[Node]) -> usize {
+        nodes
+            .iter()
+            .map(|n| match n {
+                Node::Update { .. } => 1,
+                Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => count(body),
+                Node::Merge { points, .. } => points.iter().map(|p| count(&p.body)).sum(),
+                Node::Locate { .. } | Node::Accumulate { .. } => 0,
+            })
+            .sum()
+    }
+    let out = updates_at(kernel)?;
+    for n in nodes {
+        match n {
+            Node::Merge { var, levels, full: false, points } if levels.len() == 1 && points.len() == 1 => {
+                if !out.contains(var) && count(&points[0].body) == 1 {
+                    return Some(*var);
+                }
+                if let Some(v) = find_positions(&points[0].body, kernel) {
+                    return Some(v);
+                }
+            }
+            Node::Dense { body, .. } => {
+                if let Some(v) = find_positions(body, kernel) {
+                    return Some(v);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+struct Printer<'k, D: Dialect> {
     k: &'k LevelKernel,
-    d: C,
+    d: D,
     tensors: Vec<String>,
     vars: Vec<String>,
     out: String,
@@ -65,6 +201,11 @@ struct Printer<'k> {
     counting: bool,
     /// Inside a workspace: accumulations go to it.
     in_ws: bool,
+    /// On a GPU: how lanes split each row; `None` on CPU threads.
+    split: Option<LaneSplit>,
+    /// Inside the lanes' split: updates are each lane's own (dense) or
+    /// summed in a register (positions).
+    in_split: Option<LaneSplit>,
 }
 
 /// Sorts a workspace's coordinates: insertion sort for the few of a short
@@ -99,6 +240,16 @@ fn summary_drain_only(extent: usize) -> bool {
     extent.div_ceil(4096) <= 64
 }
 
+/// The output coordinates of the one update under `nodes`.
+fn find_update(nodes: &[Node]) -> Option<&[VarId]> {
+    nodes.iter().find_map(|n| match n {
+        Node::Update { at, .. } => Some(&at[..]),
+        Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => find_update(body),
+        Node::Merge { points, .. } => points.iter().find_map(|p| find_update(&p.body)),
+        Node::Locate { .. } | Node::Accumulate { .. } => None,
+    })
+}
+
 fn has_workspace(nodes: &[Node]) -> bool {
     nodes.iter().any(|n| match n {
         Node::Workspace { .. } => true,
@@ -108,7 +259,47 @@ fn has_workspace(nodes: &[Node]) -> bool {
     })
 }
 
-impl Printer<'_> {
+impl<'k, D: Dialect> Printer<'k, D> {
+    fn new(k: &'k LevelKernel, d: D, tensors: Vec<String>, vars: Vec<String>) -> Self {
+        Printer {
+            k,
+            d,
+            tensors,
+            vars,
+            out: String::new(),
+            counting: false,
+            in_ws: false,
+            split: None,
+            in_split: None,
+        }
+    }
+
+    /// The outermost loop as a warp per iteration: `warp` picks the
+    /// iteration, and warps past the last do nothing.
+    fn warps(&mut self, depth: usize) {
+        match &self.k.body[..] {
+            [Node::Dense { var, body }] => {
+                let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
+                self.line(depth, &format!("if (warp < {extent}) {{"));
+                self.line(depth + 1, &format!("const int64_t {v} = warp;"));
+                body.iter().for_each(|b| self.node(b, depth + 1));
+                self.line(depth, "}");
+            }
+            [Node::Merge { var, levels, full: false, points }] if levels.len() == 1 && points.len() == 1 => {
+                let l = &levels[0];
+                let p = Self::position(&l.position());
+                let (begin, end) = self.range(l);
+                self.line(depth, &format!("const int64_t {p} = {begin} + warp;"));
+                self.line(depth, &format!("if ({p} < {end}) {{"));
+                let line = format!("const int64_t {} = {}[{p}];", self.var(*var), self.crd(l));
+                self.line(depth + 1, &line);
+                points[0].body.iter().for_each(|b| self.node(b, depth + 1));
+                self.line(depth, "}");
+            }
+            _ => unreachable!("a parallel kernel has one outermost loop"),
+        }
+    }
+
     fn line(&mut self, depth: usize, text: &str) {
         let _ = writeln!(self.out, "{}{text}", "    ".repeat(depth));
     }
@@ -219,7 +410,7 @@ impl Printer<'_> {
     fn workspace_arrays(&mut self, depth: usize) {
         let a = self.k.assembly.as_ref().expect("a workspace belongs to a sparse output");
         let n = a.levels.last().expect("an output has levels").extent;
-        let real = self.d.real;
+        let real = self.d.real();
         self.line(depth, &format!("{real} *restrict w_val = calloc({n}, sizeof({real}));"));
         // A mark bit per coordinate, and a summary bit per word of marks.
         self.line(
@@ -248,7 +439,7 @@ impl Printer<'_> {
         if l == leaf {
             self.line(depth, "{");
             if !self.counting {
-                self.line(depth + 1, &format!("{} acc = 0;", self.d.real));
+                self.line(depth + 1, &format!("{} acc = 0;", self.d.real()));
             }
             self.line(depth + 1, "int hit = 0;");
             body.iter().for_each(|b| self.node(b, depth + 1));
@@ -440,8 +631,15 @@ impl Printer<'_> {
         match n {
             Node::Dense { var, body } => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
-                self.line(depth, &format!("for (int64_t {v} = 0; {v} < {extent}; {v}++) {{"));
-                body.iter().for_each(|b| self.node(b, depth + 1));
+                if self.split == Some(LaneSplit::Dense(*var)) {
+                    self.line(depth, &format!("for (int64_t {v} = lane; {v} < {extent}; {v} += 32) {{"));
+                    let was = self.in_split.replace(LaneSplit::Dense(*var));
+                    body.iter().for_each(|b| self.node(b, depth + 1));
+                    self.in_split = was;
+                } else {
+                    self.line(depth, &format!("for (int64_t {v} = 0; {v} < {extent}; {v}++) {{"));
+                    body.iter().for_each(|b| self.node(b, depth + 1));
+                }
                 self.line(depth, "}");
             }
             Node::Locate { level, var } => {
@@ -459,8 +657,22 @@ impl Printer<'_> {
                 let out = self.tensor(self.k.output).to_string();
                 let address = self.dense_address(self.k.output, at);
                 let value = self.expr(value);
-                let fold = self.d.fold(self.k.reduction, &format!("{out}[{address}]"), &value);
-                self.line(depth, &fold);
+                match (self.split, self.in_split) {
+                    (_, Some(LaneSplit::Positions(_))) => self.line(depth, &format!("acc += {value};")),
+                    (Some(_), None) => {
+                        let fold = self.d.fold(self.k.reduction, &format!("{out}[{address}]"), &value);
+                        self.line(depth, &format!("if (lane == 0) {fold}"));
+                    }
+                    _ => {
+                        let fold = self.d.fold(self.k.reduction, &format!("{out}[{address}]"), &value);
+                        self.line(depth, &fold);
+                    }
+                }
+            }
+            Node::Merge { var, levels, full: false, points }
+                if self.split == Some(LaneSplit::Positions(*var)) && levels.len() == 1 =>
+            {
+                self.lane_positions(*var, &levels[0], &points[0].body, depth);
             }
             Node::Merge { var, levels, full, points } => {
                 if let ([level], false, [point]) = (&levels[..], full, &points[..]) {
@@ -494,6 +706,31 @@ impl Printer<'_> {
             }
             Reach::Dense => unreachable!("dense levels have no coordinates"),
         }
+    }
+
+    /// A position loop split over the lanes: each lane sums its positions'
+    /// terms in a register, the warp adds the registers with shuffles, and
+    /// lane 0 updates the output once.
+    fn lane_positions(&mut self, var: VarId, l: &LevelRef, body: &[Node], depth: usize) {
+        let p = Self::position(&l.position());
+        let (begin, end) = self.range(l);
+        let update = find_update(body).expect("a split position loop holds one update");
+        self.line(depth, "{");
+        let d = depth + 1;
+        self.line(d, &format!("{} acc = 0;", self.d.real()));
+        self.line(d, &format!("for (int64_t {p} = {begin} + lane; {p} < {end}; {p} += 32) {{"));
+        let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
+        self.line(d + 1, &line);
+        let was = self.in_split.replace(LaneSplit::Positions(var));
+        body.iter().for_each(|b| self.node(b, d + 1));
+        self.in_split = was;
+        self.line(d, "}");
+        self.line(d, "for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, offset);");
+        let out = self.tensor(self.k.output).to_string();
+        let address = self.dense_address(self.k.output, update);
+        let fold = self.d.fold(self.k.reduction, &format!("{out}[{address}]"), "acc");
+        self.line(d, &format!("if (lane == 0) {fold}"));
+        self.line(depth, "}");
     }
 
     fn position_loop(&mut self, var: VarId, l: &LevelRef, body: &[Node], depth: usize) {
@@ -603,10 +840,14 @@ impl Printer<'_> {
     fn expr(&self, e: &Expr) -> String {
         match e {
             Expr::Const(c) => self.d.float(*c),
-            Expr::Stored { val, at } => format!("{}[{}]", self.tensor(*val), Self::position(at)),
-            Expr::Dense { tensor, at } => {
-                format!("{}[{}]", self.tensor(*tensor), self.dense_address(*tensor, at))
+            Expr::Stored { val, at } => {
+                self.d.load(self.k.tensor(*val).dtype, self.tensor(*val), &Self::position(at))
             }
+            Expr::Dense { tensor, at } => self.d.load(
+                self.k.tensor(*tensor).dtype,
+                self.tensor(*tensor),
+                &self.dense_address(*tensor, at),
+            ),
             Expr::Neg(x) => format!("(-{})", self.expr(x)),
             Expr::Binary { op, lhs, rhs } => {
                 let op = match op {

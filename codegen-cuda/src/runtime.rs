@@ -27,8 +27,9 @@ use cudarc::driver::{
 use half::{bf16, f16};
 use ndarray::ArrayD;
 use spindle_ir::hash::hash_fields;
-use spindle_ir::kernel::{Kernel, OutputInit};
+use spindle_ir::kernel::{Kernel, OutputInit, TensorParam};
 use spindle_ir::lang::ElemType;
+use spindle_ir::level::LevelKernel;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::nvrtc::{self, Arch, CompileError, CompileOptions, Resources};
@@ -349,31 +350,29 @@ impl Gpu {
         Ok(LoadedKernel { function, symbol: symbol.to_string(), launch, resources, cache_hit, round: None })
     }
 
-    /// Uploads the kernel's tensors. Values are converted from f64 to each
+    /// Uploads the kernel's tensors (a tile or a level kernel). Values are converted from f64 to each
     /// tensor's dtype; the output starts as the kernel's [`OutputInit`]
     /// says. A 16-bit output summed by atomics gets an f32 buffer to sum in
     /// and one of its own type for the rounding kernel ([`device_kernel`]).
-    pub fn upload(&self, kernel: &Kernel, tensors: &Tensors) -> Result<DeviceBuffers> {
-        kernel.check_indices(tensors).map_err(RuntimeError::Data)?;
-        let rounded = match widened_output(kernel) {
-            Some(dtype) => {
-                let len: usize = kernel.tensor(kernel.sink.tensor).shape.iter().product();
-                Some(self.put(dtype, &HostData::Values(vec![0.0; len]))?)
-            }
+    pub fn upload<K: DeviceArgs + ?Sized>(&self, kernel: &K, tensors: &Tensors) -> Result<DeviceBuffers> {
+        kernel.check_data(tensors).map_err(RuntimeError::Data)?;
+        let rounded = match kernel.rounded_output() {
+            Some((dtype, len)) => Some(self.put(dtype, &HostData::Values(vec![0.0; len]))?),
             None => None,
         };
-        let kernel = device_kernel(kernel);
-        let mut out = Vec::with_capacity(kernel.tensors.len());
+        let init = kernel.output_init();
+        let params = kernel.device_params();
+        let mut out = Vec::with_capacity(params.len());
         let mut output = None;
         let mut out_shape = Vec::new();
         let mut initial_output = None;
-        for (i, t) in kernel.tensors.values().enumerate() {
+        for (i, t) in params.iter().enumerate() {
             let len: usize = t.shape.iter().product();
             let data = tensors.get(&t.name);
             let host: HostData = if t.output {
                 output = Some(i);
                 out_shape = t.shape.clone();
-                let start = match (kernel.init, data) {
+                let start = match (init, data) {
                     (OutputInit::Zero, _) | (OutputInit::Keep, None) => vec![0.0; len],
                     (OutputInit::Identity(r), None) => vec![r.identity(); len],
                     (_, Some(TensorValue::Values(a))) => a.iter().copied().collect(),
@@ -535,11 +534,16 @@ impl Gpu {
 
     /// The output in f64. For `max=` / `min=` without data, entries no
     /// program reached are 0 (as on the C backend).
-    pub fn download(&self, kernel: &Kernel, buffers: &DeviceBuffers, had_data: bool) -> Result<ArrayD<f64>> {
+    pub fn download<K: DeviceArgs + ?Sized>(
+        &self,
+        kernel: &K,
+        buffers: &DeviceBuffers,
+        had_data: bool,
+    ) -> Result<ArrayD<f64>> {
         let mut data = self.to_host(buffers.rounded.as_ref().unwrap_or(&buffers.tensors[buffers.output]))?;
         let len: usize = buffers.out_shape.iter().product();
         data.truncate(len);
-        if let (OutputInit::Identity(r), false) = (kernel.init, had_data) {
+        if let (OutputInit::Identity(r), false) = (kernel.output_init(), had_data) {
             data.iter_mut().filter(|x| **x == r.identity()).for_each(|x| *x = 0.0);
         }
         ArrayD::from_shape_vec(buffers.out_shape.clone(), data).map_err(|e| RuntimeError::Data(e.to_string()))
@@ -560,22 +564,25 @@ impl Gpu {
 
     /// Uploads, launches once, synchronises and downloads: the result of
     /// `kernel` on `tensors`, checked for launch errors.
-    pub fn run(&self, kernel: &Kernel, printed: &CudaKernel, tensors: &Tensors) -> Result<ArrayD<f64>> {
+    pub fn run<K: DeviceArgs + ?Sized>(
+        &self,
+        kernel: &K,
+        printed: &CudaKernel,
+        tensors: &Tensors,
+    ) -> Result<ArrayD<f64>> {
         let loaded = self.load(printed)?;
         let mut buffers = self.upload(kernel, tensors)?;
         self.launch(&loaded, &mut buffers)?;
         self.stream.synchronize()?;
-        let out_name =
-            kernel.tensors.values().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
-        self.download(kernel, &buffers, tensors.contains_key(out_name))
+        self.download(kernel, &buffers, tensors.contains_key(&output_name(kernel)))
     }
 
     /// Runs `loaded` once on `tensors` and returns its output (as
     /// [`Gpu::run`] does), then times it on the same uploaded data (as
     /// [`Gpu::time`] does): one upload serves both.
-    pub fn run_and_time(
+    pub fn run_and_time<K: DeviceArgs + ?Sized>(
         &self,
-        kernel: &Kernel,
+        kernel: &K,
         loaded: &LoadedKernel,
         tensors: &Tensors,
         opts: TimingOptions,
@@ -583,9 +590,7 @@ impl Gpu {
         let mut first = self.upload(kernel, tensors)?;
         self.launch(loaded, &mut first)?;
         self.stream.synchronize()?;
-        let out_name =
-            kernel.tensors.values().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
-        let output = self.download(kernel, &first, tensors.contains_key(out_name))?;
+        let output = self.download(kernel, &first, tensors.contains_key(&output_name(kernel)))?;
         let timing = self.time_uploaded(kernel, loaded, tensors, first, opts)?;
         Ok((output, timing))
     }
@@ -596,9 +601,9 @@ impl Gpu {
     /// baselines do ([`crate::baseline`]), with L2 flushed after that reset,
     /// so the output the reset just wrote is not in the cache either. When
     /// the inputs fit in L2, up to eight copies are rotated as well.
-    pub fn time(
+    pub fn time<K: DeviceArgs + ?Sized>(
         &self,
-        kernel: &Kernel,
+        kernel: &K,
         loaded: &LoadedKernel,
         tensors: &Tensors,
         opts: TimingOptions,
@@ -608,9 +613,9 @@ impl Gpu {
     }
 
     /// [`Gpu::time`] with the first input set already on the device.
-    fn time_uploaded(
+    fn time_uploaded<K: DeviceArgs + ?Sized>(
         &self,
-        kernel: &Kernel,
+        kernel: &K,
         loaded: &LoadedKernel,
         tensors: &Tensors,
         first: DeviceBuffers,
@@ -719,14 +724,70 @@ enum HostData {
 }
 
 /// Bytes of a kernel's tensors on the device.
-pub fn buffers_bytes(kernel: &Kernel) -> usize {
-    kernel.tensors.values().map(|t| t.shape.iter().product::<usize>() * t.dtype.size_bytes()).sum()
+pub fn buffers_bytes<K: DeviceArgs + ?Sized>(kernel: &K) -> usize {
+    kernel.device_params().iter().map(|t| t.shape.iter().product::<usize>() * t.dtype.size_bytes()).sum()
 }
 
 /// How many copies of the inputs to rotate through: enough to overflow
 /// twice the L2, at most eight; one when a copy does not fit in L2.
 pub fn input_sets(bytes: usize, l2_bytes: usize) -> usize {
     if bytes == 0 || bytes >= l2_bytes { 1 } else { (2 * l2_bytes).div_ceil(bytes).clamp(1, 8) }
+}
+
+/// What the runtime needs of a kernel to hold its arguments on the device:
+/// tile kernels ([`Kernel`]) and level kernels ([`LevelKernel`]) alike.
+pub trait DeviceArgs {
+    /// The parameters in order, as the device holds them (a 16-bit output
+    /// summed by atomics in f32, see [`device_kernel`]).
+    fn device_params(&self) -> Vec<TensorParam>;
+    fn output_init(&self) -> OutputInit;
+    /// Checks index tensors before they reach the device.
+    fn check_data(&self, tensors: &Tensors) -> std::result::Result<(), String>;
+    /// The type and length of the output a second kernel rounds into.
+    fn rounded_output(&self) -> Option<(ElemType, usize)>;
+}
+
+impl DeviceArgs for Kernel {
+    fn device_params(&self) -> Vec<TensorParam> {
+        device_kernel(self).tensors.values().cloned().collect()
+    }
+
+    fn output_init(&self) -> OutputInit {
+        self.init
+    }
+
+    fn check_data(&self, tensors: &Tensors) -> std::result::Result<(), String> {
+        self.check_indices(tensors)
+    }
+
+    fn rounded_output(&self) -> Option<(ElemType, usize)> {
+        widened_output(self).map(|d| (d, self.tensor(self.sink.tensor).shape.iter().product()))
+    }
+}
+
+/// A level kernel's arguments are its format arrays and dense tensors as
+/// they are (its coordinates are checked when its formats are built).
+impl DeviceArgs for LevelKernel {
+    fn device_params(&self) -> Vec<TensorParam> {
+        self.tensors.values().cloned().collect()
+    }
+
+    fn output_init(&self) -> OutputInit {
+        self.init
+    }
+
+    fn check_data(&self, _: &Tensors) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn rounded_output(&self) -> Option<(ElemType, usize)> {
+        None
+    }
+}
+
+/// The name of a kernel's output tensor.
+fn output_name<K: DeviceArgs + ?Sized>(kernel: &K) -> String {
+    kernel.device_params().into_iter().find(|t| t.output).map(|t| t.name).unwrap_or_default()
 }
 
 #[cfg(test)]

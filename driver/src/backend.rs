@@ -2,6 +2,7 @@
 //! with a report, upload, launch, time. The pipeline above it does not know
 //! which one it drives.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -11,12 +12,14 @@ use spindle_c::level::CLevelKernel;
 use spindle_c::runtime::Buffer;
 use spindle_cuda::emulate::EmulateOptions;
 use spindle_cuda::nvrtc::Resources;
+use spindle_cuda::print::levels::print_level;
 use spindle_cuda::print::{CudaKernel, PrintOptions, print_kernel};
+use spindle_cuda::runtime::DeviceArgs;
 use spindle_cuda::runtime::{DeviceBuffers, Gpu, LoadedKernel};
 use spindle_ir::formats::Assembled;
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::Schedule;
-use spindle_ir::level::Lowered;
+use spindle_ir::level::{LevelKernel, Lowered};
 use spindle_ir::tensor::Tensors;
 
 use crate::error::{Error, Result};
@@ -42,10 +45,7 @@ pub trait Backend {
     /// brings its format arrays along.
     fn compile_levels(&self, lowered: &Lowered, schedule: &Schedule) -> Result<Box<dyn Executable>> {
         let _ = (lowered, schedule);
-        Err(Error::input(format!(
-            "the level path (path=levels) runs on the C backend only so far, not on {}",
-            self.target().name()
-        )))
+        Err(Error::input(format!("the level path (path=levels) does not run on {}", self.target().name())))
     }
 
     /// Compiles many kernels ahead of [`Backend::compile`] (in parallel where
@@ -383,7 +383,29 @@ impl Backend for CudaBackend {
         };
         Ok(Box::new(CudaExecutable {
             gpu: self.gpu.clone(),
-            kernel: kernel.clone(),
+            kernel: Box::new(kernel.clone()),
+            arrays: Tensors::new(),
+            printed,
+            loaded,
+            report,
+        }))
+    }
+
+    /// A warp per row ([`spindle_cuda::print::levels`]).
+    fn compile_levels(&self, lowered: &Lowered, _schedule: &Schedule) -> Result<Box<dyn Executable>> {
+        let printed = print_level(&lowered.kernel, SYMBOL)?;
+        let loaded = self.gpu.load(&printed)?;
+        let launch = &loaded.launch;
+        let report = CompileReport {
+            cached: loaded.cache_hit,
+            launch: Some(format!("grid {} x block {} threads", launch.grid, launch.block)),
+            resources: loaded.resources,
+            ..CompileReport::default()
+        };
+        Ok(Box::new(CudaExecutable {
+            gpu: self.gpu.clone(),
+            kernel: Box::new(lowered.kernel.clone()),
+            arrays: lowered.arrays.clone(),
             printed,
             loaded,
             report,
@@ -391,9 +413,26 @@ impl Backend for CudaBackend {
     }
 }
 
+/// The problem's data with a level kernel's format arrays beside it.
+fn with_arrays<'a>(data: &'a Tensors, arrays: &Tensors) -> Cow<'a, Tensors> {
+    if arrays.is_empty() {
+        return Cow::Borrowed(data);
+    }
+    let mut all = data.clone();
+    all.extend(arrays.iter().map(|(n, v)| (n.clone(), v.clone())));
+    Cow::Owned(all)
+}
+
+/// Whether the data hold the output's initial values.
+fn has_output(kernel: &dyn DeviceArgs, data: &Tensors) -> bool {
+    kernel.device_params().iter().any(|t| t.output && data.contains_key(&t.name))
+}
+
 struct CudaExecutable {
     gpu: Arc<Gpu>,
-    kernel: Kernel,
+    /// A tile kernel, or a level kernel whose format arrays are `arrays`.
+    kernel: Box<dyn DeviceArgs>,
+    arrays: Tensors,
     printed: CudaKernel,
     loaded: LoadedKernel,
     report: CompileReport,
@@ -409,14 +448,15 @@ impl Executable for CudaExecutable {
     }
 
     fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>> {
-        let buffers = self.gpu.upload(&self.kernel, data)?;
+        let data = with_arrays(data, &self.arrays);
+        let buffers = self.gpu.upload(self.kernel.as_ref(), &data)?;
         Ok(Box::new(CudaUploaded { exe: self, data, buffers }))
     }
 }
 
 struct CudaUploaded<'a> {
     exe: &'a CudaExecutable,
-    data: &'a Tensors,
+    data: Cow<'a, Tensors>,
     buffers: DeviceBuffers,
 }
 
@@ -429,7 +469,8 @@ impl Uploaded for CudaUploaded<'_> {
 
     fn output(&mut self) -> Result<ArrayD<f64>> {
         let exe = self.exe;
-        Ok(exe.gpu.download(&exe.kernel, &self.buffers, output_has_data(&exe.kernel, self.data))?)
+        let had_data = has_output(exe.kernel.as_ref(), &self.data);
+        Ok(exe.gpu.download(exe.kernel.as_ref(), &self.buffers, had_data)?)
     }
 
     /// CUDA events around each launch; when the inputs fit in L2, copies of
@@ -437,7 +478,7 @@ impl Uploaded for CudaUploaded<'_> {
     fn time(&mut self, opts: TimingOptions) -> Result<Timing> {
         let exe = self.exe;
         let opts = TimingOptions { repeats: opts.repeats.max(1), ..opts };
-        Ok(exe.gpu.time(&exe.kernel, &exe.loaded, self.data, opts)?)
+        Ok(exe.gpu.time(exe.kernel.as_ref(), &exe.loaded, &self.data, opts)?)
     }
 }
 
@@ -474,7 +515,22 @@ impl Backend for EmulateBackend {
             ..CompileReport::default()
         };
         Ok(Box::new(EmulateExecutable {
-            kernel: kernel.clone(),
+            kernel: Emulated::Tiles(kernel.clone()),
+            printed,
+            options: self.options.clone(),
+            report,
+        }))
+    }
+
+    fn compile_levels(&self, lowered: &Lowered, _schedule: &Schedule) -> Result<Box<dyn Executable>> {
+        let printed = print_level(&lowered.kernel, SYMBOL)?;
+        let launch = &printed.launch;
+        let report = CompileReport {
+            launch: Some(format!("grid {} x block {} threads", launch.grid, launch.block)),
+            ..CompileReport::default()
+        };
+        Ok(Box::new(EmulateExecutable {
+            kernel: Emulated::Levels(lowered.kernel.clone(), lowered.arrays.clone()),
             printed,
             options: self.options.clone(),
             report,
@@ -482,8 +538,15 @@ impl Backend for EmulateBackend {
     }
 }
 
+/// What the emulation runs: a tile kernel, or a level kernel with its
+/// format arrays.
+enum Emulated {
+    Tiles(Kernel),
+    Levels(LevelKernel, Tensors),
+}
+
 struct EmulateExecutable {
-    kernel: Kernel,
+    kernel: Emulated,
     printed: CudaKernel,
     options: EmulateOptions,
     report: CompileReport,
@@ -499,7 +562,13 @@ impl Executable for EmulateExecutable {
     }
 
     fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>> {
-        self.kernel.check_indices(data).map_err(Error::Input)?;
+        let data = match &self.kernel {
+            Emulated::Tiles(kernel) => {
+                kernel.check_indices(data).map_err(Error::Input)?;
+                Cow::Borrowed(data)
+            }
+            Emulated::Levels(_, arrays) => with_arrays(data, arrays),
+        };
         Ok(Box::new(EmulateUploaded { exe: self, data, output: None }))
     }
 }
@@ -507,14 +576,19 @@ impl Executable for EmulateExecutable {
 /// The emulation runs the whole kernel on the host data per launch.
 struct EmulateUploaded<'a> {
     exe: &'a EmulateExecutable,
-    data: &'a Tensors,
+    data: Cow<'a, Tensors>,
     output: Option<ArrayD<f64>>,
 }
 
 impl Uploaded for EmulateUploaded<'_> {
     fn launch(&mut self) -> Result<()> {
         let exe = self.exe;
-        self.output = Some(spindle_cuda::emulate::run(&exe.kernel, &exe.printed, self.data, &exe.options)?);
+        self.output = Some(match &exe.kernel {
+            Emulated::Tiles(k) => spindle_cuda::emulate::run(k, &exe.printed, &self.data, &exe.options)?,
+            Emulated::Levels(k, _) => {
+                spindle_cuda::emulate::run_level(k, &exe.printed, &self.data, &exe.options)?
+            }
+        });
         Ok(())
     }
 

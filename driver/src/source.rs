@@ -65,6 +65,11 @@ pub fn print_levels(kernel: &spindle_ir::level::LevelKernel) -> Result<String> {
     Ok(spindle_c::level::print_level(kernel, SYMBOL).map_err(spindle_c::exec::BackendError::from)?)
 }
 
+/// The CUDA source of a level-path kernel: a warp per row.
+pub fn print_levels_cuda(kernel: &spindle_ir::level::LevelKernel) -> Result<String> {
+    Ok(spindle_cuda::print::levels::print_level(kernel, SYMBOL)?.source)
+}
+
 /// What compiling a kernel's CUDA for one architecture reports.
 #[derive(Clone, Debug)]
 pub struct CudaReport {

@@ -246,7 +246,10 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         match (c.emit, c.target) {
             (Emit::Ir, _) => print!("{}", lowered.kernel),
             (Emit::C, _) | (Emit::Source, Target::C) => print!("{}", spindle::print_levels(&lowered.kernel)?),
-            _ => bail!("the level path prints its IR and C so far: use --emit ir or --emit c"),
+            (Emit::Cuda, _) | (Emit::Source, _) => {
+                print!("{}", spindle::print_levels_cuda(&lowered.kernel).map_err(reported)?)
+            }
+            (Emit::Plan, _) => bail!("the level path has no CUDA plan: --emit cuda shows its warp per row"),
         }
         return Ok(());
     }

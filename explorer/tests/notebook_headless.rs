@@ -187,3 +187,39 @@ fn the_bundled_default_notebook_runs() {
     assert!(dir.join("cell-1/plot.png").is_file());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `format C = …` on an output with no data: the level path assembles it,
+/// swept over output formats, each point checked against the reference.
+#[test]
+fn a_cell_assembles_a_sparse_output_in_each_swept_format() {
+    let dir = temp_dir("sparse-out");
+    let notebook = dir.join("nb.md");
+    std::fs::write(
+        &notebook,
+        "```spindle\n\
+         A = gen:powerlaw:rows=120,cols=90,nnz=700,seed=7\n\
+         B = gen:powerlaw:rows=90,cols=80,nnz=600,seed=8\n\
+         C = shape 120x80 f64\n\
+         format A = csr\nformat B = csr\nformat C = csr\n\
+         C[i,j] = A[i,k] * B[k,j]\n\
+         sweep format.C in [csr, dcsr, coo]\n\
+         repeats 1\nresources off\n```\n",
+    )
+    .unwrap();
+    let export = dir.join("out");
+    let out = run(&notebook, &export);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("results.json")).unwrap()).unwrap();
+    let cell = &results["cells"][0]["output"];
+    let points = cell["sweep"]["points"].as_array().unwrap();
+    assert_eq!(points.len(), 3, "{cell}");
+    for p in points {
+        assert!(p["error"].is_null(), "{p}");
+        assert!(p["max_rel_error"].as_f64().unwrap() < 1e-9, "{p}");
+    }
+    let c = std::fs::read_to_string(export.join("cell-1/kernel.c")).unwrap();
+    assert!(c.contains("w_bits") && c.contains("phase"), "a workspace and two phases:\n{c}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

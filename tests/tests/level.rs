@@ -408,3 +408,113 @@ fn sparse_outputs_out_of_order_are_refused_with_a_caret() {
     let text = err.render(c.statement, false);
     assert!(text.contains("`k` is summed outside `i`"), "{text}");
 }
+
+/// A warp per row on the GPU: printed as CUDA, run in the CPU emulation
+/// (under AddressSanitizer) against the reference, and compiled by NVRTC
+/// for sm_80 and sm_90 where the toolchain is installed.
+#[test]
+fn cuda_rows_per_warp_compute_spmv_and_spmm() {
+    use spindle_cuda::emulate::{EmulateOptions, run_level};
+    use spindle_cuda::nvrtc::{self, Arch, CompileOptions};
+    use spindle_cuda::print::levels::print_level;
+
+    let nvrtc = nvrtc::toolchain_or_skip("cuda_rows_per_warp_compute_spmv_and_spmm");
+    let cases = [
+        // SpMV: lanes over the row's positions, added with shuffles.
+        (
+            case(
+                "y[i] = A[i,j] * x[j]",
+                &[("y", &[37], 1.0), ("A", &[37, 90], 0.2), ("x", &[90], 1.0)],
+                &[("A", "csr")],
+            ),
+            "__shfl_down_sync",
+        ),
+        // SpMM: lanes over the dense columns.
+        (
+            case(
+                "C[m,n] += A[m,k] * B[k,n]",
+                &[("C", &[21, 40], 1.0), ("A", &[21, 30], 0.2), ("B", &[30, 40], 1.0)],
+                &[("A", "csr")],
+            ),
+            "lane; i_n < 40; i_n += 32",
+        ),
+        // DCSR rows (a position per warp), and a CSF tensor times a vector.
+        (
+            case(
+                "y[i] = A[i,j] * x[j]",
+                &[("y", &[50], 1.0), ("A", &[50, 20], 0.05), ("x", &[20], 1.0)],
+                &[("A", "dcsr")],
+            ),
+            "__shfl_down_sync",
+        ),
+        (
+            case(
+                "Y[i,j] = T[i,j,k] * v[k]",
+                &[("Y", &[7, 8], 1.0), ("T", &[7, 8, 9], 0.3), ("v", &[9], 1.0)],
+                &[("T", "csf")],
+            ),
+            "__shfl_down_sync",
+        ),
+        // Co-iteration into a dense output: lane 0 walks the row.
+        (
+            case(
+                "C[i,j] = A[i,j] + B[i,j]",
+                &[("C", &[12, 30], 1.0), ("A", &[12, 30], 0.2), ("B", &[12, 30], 0.2)],
+                &[("A", "csr"), ("B", "csr")],
+            ),
+            "if (lane == 0)",
+        ),
+    ];
+    for (c, needle) in &cases {
+        let (einsum, data, entries, formats) = prepare(c);
+        let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
+        let printed =
+            print_level(&lowered.kernel, "spindle_level").unwrap_or_else(|e| panic!("{}: {e}", c.statement));
+        assert!(printed.source.contains(needle), "{}: {needle}\n{}", c.statement, printed.source);
+        let want = spindle_ir::eval::evaluate(&einsum, &data).unwrap();
+        let mut inputs = data.clone();
+        for name in &lowered.replaced {
+            inputs.remove(name);
+        }
+        inputs.extend(lowered.arrays.clone());
+        if einsum.statement.op == spindle_ir::lang::AssignOp::Assign {
+            inputs.remove(&einsum.output().name);
+        }
+        let got = run_level(&lowered.kernel, &printed, &inputs, &EmulateOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}\n{}", c.statement, printed.source));
+        let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+        for (g, w) in got.iter().zip(want.iter()) {
+            assert!(
+                (g - w).abs() <= 1e-5 * scale,
+                "{}: got {g}, expected {w}\n{}",
+                c.statement,
+                printed.source
+            );
+        }
+        if nvrtc {
+            for arch in [Arch::Sm80, Arch::Sm90] {
+                nvrtc::compile(&printed.source, &printed.symbol, arch, &CompileOptions::default())
+                    .unwrap_or_else(|e| panic!("{} on {arch}: {e}\n{}", c.statement, printed.source));
+            }
+        }
+    }
+    // Sparse outputs and column-first walks stay on the CPU, saying why.
+    let c = case(
+        "C[i,j] = A[i,j] * B[i,j]",
+        &[("C", &[6, 6], 1.0), ("A", &[6, 6], 0.3), ("B", &[6, 6], 0.3)],
+        &[("A", "csr"), ("B", "csr"), ("C", "csr")],
+    );
+    let (einsum, _, entries, formats) = prepare(&c);
+    let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
+    let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
+    assert!(err.contains("sparse outputs are assembled on the C backend only"), "{err}");
+    let c = case(
+        "y[i] = A[i,j] * x[j]",
+        &[("y", &[6], 1.0), ("A", &[6, 6], 0.3), ("x", &[6], 1.0)],
+        &[("A", "csc")],
+    );
+    let (einsum, _, entries, formats) = prepare(&c);
+    let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
+    let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
+    assert!(err.contains("own their output rows"), "{err}");
+}

@@ -8,7 +8,9 @@
 // 16x16 tile, and lane 0 alone stores. Compiled with g++ -std=c++20.
 #pragma once
 #include <atomic>
+#include <algorithm>
 #include <barrier>
+#include <deque>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -37,6 +39,9 @@ inline EmuIdx gridDim;
 
 namespace emu {
 inline std::barrier<> *block_barrier = nullptr;
+// One barrier per warp of the block, and a slot per thread, for shuffles.
+inline std::barrier<> *const *warp_barriers = nullptr;
+inline double shuffle_slots[1024];
 inline std::mutex atomic_lock;
 template <class To, class From> inline To bits(From x) {
   static_assert(sizeof(To) == sizeof(From));
@@ -47,6 +52,18 @@ template <class To, class From> inline To bits(From x) {
 }  // namespace emu
 
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+
+// A warp's lanes exchange through the slots, between barriers of the warp
+// alone (the code around a shuffle is warp-uniform, not block-uniform).
+template <class T> inline T __shfl_down_sync(unsigned, T v, unsigned delta) {
+  std::barrier<> &warp = *emu::warp_barriers[threadIdx.x / 32];
+  warp.arrive_and_wait();
+  emu::shuffle_slots[threadIdx.x] = (double)v;
+  warp.arrive_and_wait();
+  const T r = (threadIdx.x % 32) + delta < 32 ? (T)emu::shuffle_slots[threadIdx.x + delta] : v;
+  warp.arrive_and_wait();
+  return r;
+}
 
 // Half types.
 typedef _Float16 __half;
@@ -199,6 +216,10 @@ namespace emu {
 inline void launch(unsigned grid, unsigned block, const std::function<void()> &kernel) {
   std::barrier<> barrier(block);
   block_barrier = &barrier;
+  std::deque<std::barrier<>> warps;
+  std::vector<std::barrier<> *> warp_pointers;
+  for (unsigned w = 0; w * 32 < block; w++) warp_pointers.push_back(&warps.emplace_back(std::min(32u, block - w * 32)));
+  warp_barriers = warp_pointers.data();
   blockDim.x = block;
   gridDim.x = grid;
   std::vector<std::thread> threads;

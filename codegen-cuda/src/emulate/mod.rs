@@ -22,8 +22,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ndarray::ArrayD;
-use spindle_ir::kernel::{Kernel, OutputInit};
+use spindle_ir::kernel::{Kernel, OutputInit, TensorParam};
 use spindle_ir::lang::ElemType;
+use spindle_ir::level::LevelKernel;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::print::{CudaKernel, PrintError, ROUND_BLOCK, cuda_type, device_kernel};
@@ -109,6 +110,11 @@ pub fn compiler() -> Result<String, EmulateError> {
 /// writes the output to `<dir>/out.bin` (f64).
 pub fn program(kernel: &Kernel, printed: &CudaKernel) -> String {
     let kernel = device_kernel(kernel);
+    program_for(&kernel.tensors.values().cloned().collect::<Vec<_>>(), printed)
+}
+
+/// [`program`] for a kernel with these parameters, in order.
+fn program_for(params: &[TensorParam], printed: &CudaKernel) -> String {
     let mut src = String::new();
     src.push_str(EMULATION_HEADER);
     src.push_str("#include <string>\n");
@@ -123,7 +129,7 @@ pub fn program(kernel: &Kernel, printed: &CudaKernel) -> String {
     src.push_str("\nint main(int argc, char **argv) {\n  if (argc < 2) return 2;\n  const std::string dir = argv[1];\n");
     let mut args = Vec::new();
     let mut output = None;
-    for (i, t) in kernel.tensors.values().enumerate() {
+    for (i, t) in params.iter().enumerate() {
         let n: usize = t.shape.iter().product();
         let file = if t.dtype.is_index() { "long long" } else { "double" };
         let _ = writeln!(
@@ -199,16 +205,41 @@ pub fn run(
     opts: &EmulateOptions,
 ) -> Result<ArrayD<f64>, EmulateError> {
     kernel.check_indices(tensors).map_err(EmulateError::Data)?;
+    let params: Vec<TensorParam> = kernel.tensors.values().cloned().collect();
+    run_with(&params, kernel.init, program(kernel, printed), tensors, opts)
+}
+
+/// Runs a printed level kernel ([`crate::print::levels`]) on `tensors` (its
+/// format arrays among them) on the CPU and returns its dense output.
+pub fn run_level(
+    kernel: &LevelKernel,
+    printed: &CudaKernel,
+    tensors: &Tensors,
+    opts: &EmulateOptions,
+) -> Result<ArrayD<f64>, EmulateError> {
+    let params: Vec<TensorParam> = kernel.tensors.values().cloned().collect();
+    run_with(&params, kernel.init, program_for(&params, printed), tensors, opts)
+}
+
+/// Compiles `source` (a [`program`]) and runs it on `tensors`, the output
+/// (the parameter marked `output`) starting as `init` says.
+fn run_with(
+    params: &[TensorParam],
+    init: OutputInit,
+    program: String,
+    tensors: &Tensors,
+    opts: &EmulateOptions,
+) -> Result<ArrayD<f64>, EmulateError> {
     let cxx = compiler()?;
     let dir = scratch()?;
     let mut out_shape = Vec::new();
-    for (i, t) in kernel.tensors.values().enumerate() {
+    for (i, t) in params.iter().enumerate() {
         let len: usize = t.shape.iter().product();
         let path = dir.0.join(format!("{i}.bin"));
         let data = tensors.get(&t.name);
         if t.output {
             out_shape = t.shape.clone();
-            let start = match (kernel.init, data) {
+            let start = match (init, data) {
                 (OutputInit::Zero, _) | (OutputInit::Keep, None) => vec![0.0; len],
                 (OutputInit::Identity(r), None) => vec![r.identity(); len],
                 (_, Some(TensorValue::Values(a))) => a.iter().copied().collect(),
@@ -228,7 +259,7 @@ pub fn run(
         }
     }
     let source = dir.0.join("kernel.cpp");
-    std::fs::write(&source, program(kernel, printed))?;
+    std::fs::write(&source, program)?;
     let exe = dir.0.join("kernel");
     let mut cmd = Command::new(&cxx);
     cmd.args(["-std=c++20", "-O1", "-g", "-pthread", "-w"]);
@@ -272,8 +303,8 @@ pub fn run(
     let bytes = std::fs::read(dir.0.join("out.bin"))?;
     let mut data: Vec<f64> =
         bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
-    let out_name = kernel.tensors.values().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
-    if let (OutputInit::Identity(r), false) = (kernel.init, tensors.contains_key(out_name)) {
+    let out_name = params.iter().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
+    if let (OutputInit::Identity(r), false) = (init, tensors.contains_key(out_name)) {
         data.iter_mut().filter(|x| **x == r.identity()).for_each(|x| *x = 0.0);
     }
     ArrayD::from_shape_vec(out_shape, data).map_err(|e| EmulateError::Data(e.to_string()))

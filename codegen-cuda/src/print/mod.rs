@@ -57,6 +57,7 @@
 //! products and `sink.rs` the write of the result.
 
 mod dialect;
+pub mod levels;
 mod loops;
 mod matmul;
 pub use spindle_c::namer;
@@ -179,6 +180,8 @@ pub enum PrintError {
     Grid { kernel: String, programs: u64 },
     #[error("{threads} threads per block: use a multiple of 32 up to 1024")]
     Threads { threads: u32 },
+    #[error("cannot print level kernel `{kernel}` as CUDA: {reason}")]
+    Levels { kernel: String, reason: String },
 }
 
 fn arrays_text(arrays: &[(String, usize)]) -> String {

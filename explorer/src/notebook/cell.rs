@@ -10,7 +10,8 @@
 //! NAME = kernelmap [PATH] voxel=V [kernel=K] [points=N] [seed=S] [else points=N]
 //!                                              the kernel map of a voxelized point cloud
 //! NAME = cg lmax=L                             the real Clebsch–Gordan tensor CG[i,j,k,path]
-//! format NAME = SPEC                           store a tensor in a format (csr, groupcoo:g=auto, ...)
+//! format NAME = SPEC                           store a tensor in a format (csr, groupcoo:g=auto, ...);
+//!                                              an output with no data is assembled in it
 //! schedule ITEMS                               tile.INDEX=N reduce=... broadcast=... matmul=...
 //! sweep PARAM in [V, V, ...]                   g, reduce, broadcast, matmul, tile.INDEX, format.NAME
 //! threads N | repeats N | resources first|all|off

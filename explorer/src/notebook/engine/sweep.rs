@@ -251,13 +251,19 @@ impl Run<'_> {
             Err(e) => return Ok(PointRun::failed(format!("C backend: {e}"))),
         };
         if reference.is_none() {
-            match spindle_ir::eval::evaluate(&r.einsum, &r.data) {
+            // The driver's reference: over the stored operands' entries
+            // where the level path runs them as written.
+            match r.reference() {
                 Ok(want) => *reference = Some(want),
-                Err(d) => {
+                Err(e) => {
+                    let message = match e {
+                        spindle::Error::Statement { diagnostic, .. } => render(&diagnostic),
+                        other => other.to_string(),
+                    };
                     return Ok(PointRun {
                         time: Some(median * 1e3),
                         err: None,
-                        kernel: Err(render(&d)),
+                        kernel: Err(message),
                         gpu: None,
                     });
                 }

@@ -1,0 +1,109 @@
+//! CUDA C++ of the level path's loop trees: a warp per iteration of the
+//! outermost loop (a CSR, DCSR or CSF row, which owns its output rows, so
+//! no atomics), its lanes splitting the row: SpMM's dense columns (each
+//! lane its own output elements, reads of B coalesced across the warp) or
+//! SpMV's positions (a register per lane, added with shuffles). The loops
+//! are the C backend's ([`spindle_c::level`]), spelled in CUDA's dialect.
+
+use spindle_c::level::{LaneSplit, lane_split, print_level_warps};
+use spindle_c::namer;
+use spindle_ir::formats::DType;
+use spindle_ir::lang::ElemType;
+use spindle_ir::level::LevelKernel;
+
+use super::dialect::Cuda;
+use super::{CudaKernel, LaunchGeometry, PrintError, cuda_type};
+
+/// Warps per block: 256 threads.
+pub const LEVEL_WARPS: u32 = 8;
+
+/// The CUDA source of a level kernel with its launch geometry.
+///
+/// ```
+/// use spindle_cuda::print::levels::print_level;
+/// # use std::collections::BTreeMap;
+/// # use spindle_cuda::ir::lang::{check, einsum::declarations, parse};
+/// # use spindle_cuda::ir::formats::{Coo, FormatSpec};
+/// let decls = declarations(&[("y", &[3], "f32"), ("A", &[3, 4], "f32"), ("x", &[4], "f32")]);
+/// let einsum = check(&parse("y[i] = A[i,j] * x[j]").unwrap(), &decls).unwrap();
+/// let a = Coo::<f64, i64>::from_triplets(3, 4, &[(0, 1, 2.0), (2, 3, 1.0)]).unwrap();
+/// let lowered = spindle_cuda::ir::level::lower(
+///     &einsum,
+///     &BTreeMap::from([("A".to_string(), FormatSpec::Csr)]),
+///     &BTreeMap::from([("A".to_string(), a)]),
+///     &Default::default(),
+///     "spmv",
+/// )
+/// .unwrap();
+/// let printed = print_level(&lowered.kernel, "spmv").unwrap();
+/// assert!(printed.source.contains("__shfl_down_sync"), "lanes split the row");
+/// assert_eq!((printed.launch.grid, printed.launch.block), (1, 256));
+/// ```
+pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, PrintError> {
+    if !namer::valid_symbol(symbol) {
+        return Err(PrintError::Symbol { symbol: symbol.to_string() });
+    }
+    let refuse = |reason: String| PrintError::Levels { kernel: kernel.name.clone(), reason };
+    if let Some(t) =
+        kernel.tensors.values().find(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)))
+    {
+        return Err(refuse(format!("`{}` is 16-bit; the GPU level path takes f32 and f64 so far", t.name)));
+    }
+    let double = kernel.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
+    let dialect = Cuda { real: if double { "double" } else { "float" }, wide: true };
+    let split = lane_split(kernel);
+    let (names, body) = print_level_warps(kernel, dialect, split).map_err(|e| refuse(e.reason))?;
+    let rows = rows(kernel);
+    let grid = u32::try_from(rows.div_ceil(LEVEL_WARPS as usize).max(1))
+        .map_err(|_| PrintError::Grid { kernel: kernel.name.clone(), programs: rows as u64 })?;
+    let launch = LaunchGeometry { grid, block: LEVEL_WARPS * 32, shared_bytes: 0 };
+    let mut src = format!("// Spindle level kernel `{}`, generated: do not edit.\n", kernel.name);
+    for line in kernel.to_string().lines() {
+        src += &format!("// {line}\n");
+    }
+    src += &format!(
+        "// launch: grid {grid}, block {} threads: a warp per row, {}\n",
+        launch.block,
+        match split {
+            LaneSplit::Dense(_) => "lanes over the dense columns",
+            LaneSplit::Positions(_) => "lanes over the row's positions, added with shuffles",
+            LaneSplit::None => "lane 0 walks the row",
+        }
+    );
+    // NVRTC has no <stdint.h>; the CPU emulation has.
+    src += "#ifdef __CUDACC_RTC__\ntypedef long long int64_t;\n#endif\n";
+    src += "#ifndef INT64_MAX\n#define INT64_MAX 0x7fffffffffffffffLL\n#endif\n\n";
+    let params: Vec<String> = kernel
+        .tensors
+        .values()
+        .zip(&names)
+        .map(|(t, name)| {
+            let constness = if t.output { "" } else { "const " };
+            format!("    {constness}{} *__restrict__ {name}", cuda_type(t.dtype))
+        })
+        .collect();
+    src += &format!(
+        "extern \"C\" __global__ void __launch_bounds__({}) {symbol}(\n{}) {{\n",
+        launch.block,
+        params.join(",\n")
+    );
+    src += "    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n";
+    src += "    const int lane = threadIdx.x & 31;\n";
+    src += &body;
+    src += "}\n";
+    Ok(CudaKernel { symbol: symbol.to_string(), source: src, launch, dots: Vec::new(), round: None })
+}
+
+/// Iterations of the outermost loop (at most: a compressed root level's
+/// coordinates).
+fn rows(kernel: &LevelKernel) -> usize {
+    use spindle_ir::level::{Node, Reach};
+    match kernel.body.first() {
+        Some(Node::Dense { var, .. }) => kernel.var(*var).extent,
+        Some(Node::Merge { levels, .. }) => match levels.first().map(|l| &l.kind) {
+            Some(Reach::Compressed { len, .. }) => *len,
+            _ => levels.first().map_or(1, |l| l.extent),
+        },
+        _ => 1,
+    }
+}
