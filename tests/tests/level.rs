@@ -257,6 +257,12 @@ fn what_the_level_path_refuses_it_says_where_and_why() {
     refused("C[i,j] = A[i,j] + B[i,j]", ab, &[("A", "coo"), ("B", "csr")], "ordered and unique");
     refused("C[i,j] = A[i,j] * B[i,j]", ab, &[("A", "csr"), ("C", "ell")], "cannot be appended to");
     refused("C[i,j] = A[i,j] * B[i,j]", ab, &[("A", "csr"), ("C", "dense")], "every level is dense");
+    refused(
+        "C[i,j] = A[i,k] * B[k,j]",
+        ab,
+        &[("A", "coo"), ("B", "csr"), ("C", "csr")],
+        "a sparse output takes each of its coordinates once",
+    );
     refused("C[i,j] = A[i+1,j] * B[i,j]", ab, &[("A", "csr")], "not a plain index");
 }
 
@@ -517,4 +523,148 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
     let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
     let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
     assert!(err.contains("own their output rows"), "{err}");
+}
+
+/// TTV, TTM and MTTKRP over a FROSTT tensor of the shared data folder in
+/// CSF, through the driver as a user runs them (f32 and f64, 1 and 2
+/// threads). Its dense index space is past the reference evaluator, so each
+/// output is checked against a loop over the tensor's entries.
+#[test]
+fn csf_kernels_on_a_shared_tensor() {
+    use spindle::{CBackend, ElemType, Input, Problem, Schedule};
+    use spindle_formats::DType;
+
+    let Some(path) = spindle_formats::data::shared_file("tensors/med.tns") else {
+        eprintln!("SKIPPED: csf_kernels_on_a_shared_tensor: ../shared/data/tensors/med.tns not found");
+        return;
+    };
+    // Its first 256 slices keep the dense outputs small (TTM's is i x j x r).
+    let all: Coo<f64, i64> = spindle_formats::io::read_tns(&path).unwrap();
+    let keep: Vec<usize> = (0..all.nnz()).filter(|&e| all.crd[0][e] < 256).collect();
+    let crd = (0..3).map(|d| keep.iter().map(|&e| all.crd[d][e]).collect()).collect();
+    let val = keep.iter().map(|&e| all.val[e]).collect();
+    let t = Coo::new(vec![256, all.shape[1], all.shape[2]], crd, val).unwrap();
+    assert!(t.nnz() > 1000, "{} entries", t.nnz());
+    let [ni, nj, nk] = [t.shape[0], t.shape[1], t.shape[2]];
+    let r = 4;
+    let v = dense(&[nk], 11);
+    let u = dense(&[nk, r], 12);
+    let (b, c) = (dense(&[nj, r], 13), dense(&[nk, r], 14));
+    // The oracle: one pass over the entries.
+    let mut ttv = ArrayD::<f64>::zeros(vec![ni, nj]);
+    let mut ttm = ArrayD::<f64>::zeros(vec![ni, nj, r]);
+    let mut mttkrp = ArrayD::<f64>::zeros(vec![ni, r]);
+    for e in 0..t.nnz() {
+        let (i, j, k, x) = (t.crd[0][e] as usize, t.crd[1][e] as usize, t.crd[2][e] as usize, t.val[e]);
+        ttv[[i, j]] += x * v[[k]];
+        for q in 0..r {
+            ttm[[i, j, q]] += x * u[[k, q]];
+            mttkrp[[i, q]] += x * b[[j, q]] * c[[k, q]];
+        }
+    }
+    let cases: [(&str, Vec<(&str, &ArrayD<f64>)>, &ArrayD<f64>); 3] = [
+        ("Y[i,j] = T[i,j,k] * v[k]", vec![("v", &v)], &ttv),
+        ("Y[i,j,q] = T[i,j,k] * U[k,q]", vec![("U", &u)], &ttm),
+        ("Y[i,q] = T[i,j,k] * B[j,q] * C[k,q]", vec![("B", &b), ("C", &c)], &mttkrp),
+    ];
+    let backend = CBackend::new();
+    for (statement, operands, want) in &cases {
+        for dtype in [DType::F32, DType::F64] {
+            let mut problem = Problem::new(*statement)
+                .tensor("T", t.clone())
+                .tensor("Y", Input::shape(want.shape(), ElemType::Value(dtype)))
+                .format("T", "csf");
+            for (name, data) in operands {
+                problem =
+                    problem.tensor(*name, Input::from((*data).clone()).with_dtype(ElemType::Value(dtype)));
+            }
+            let prepared = problem.dtype("T", ElemType::Value(dtype)).prepare().unwrap();
+            for threads in [1, 2] {
+                let schedule: Schedule = format!("path=levels threads={threads}").parse().unwrap();
+                let got = prepared.compile(&backend, &schedule).unwrap().run().unwrap();
+                let err = spindle::check::max_rel_error(&got, want);
+                let tolerance = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+                assert!(err <= tolerance, "{statement} {dtype:?} on {threads} threads: error {err:.2e}");
+            }
+        }
+    }
+}
+
+/// Random patterns, formats, output formats and loop orders: every
+/// combination the lowering takes matches the reference on 1 and 2 threads
+/// (a sparse output's structure checked level by level); every one it
+/// refuses says why at a place in the statement.
+#[test]
+fn random_formats_and_orders_match_the_reference_or_are_refused_with_a_reason() {
+    let statements: [(&str, &[(&str, &[usize], f64)]); 5] = [
+        ("y[i] = A[i,j] * x[j]", &[("y", &[13], 1.0), ("A", &[13, 17], 0.2), ("x", &[17], 1.0)]),
+        ("C[i,j] = A[i,j] + B[i,j]", &[("C", &[11, 14], 1.0), ("A", &[11, 14], 0.2), ("B", &[11, 14], 0.3)]),
+        ("C[i,j] = A[i,j] * B[i,j]", &[("C", &[11, 14], 1.0), ("A", &[11, 14], 0.4), ("B", &[11, 14], 0.4)]),
+        ("C[i,j] = A[i,k] * B[k,j]", &[("C", &[9, 12], 1.0), ("A", &[9, 10], 0.3), ("B", &[10, 12], 0.3)]),
+        ("C[i,j] = A[i,k] * D[k,j]", &[("C", &[9, 12], 1.0), ("A", &[9, 10], 0.3), ("D", &[10, 12], 1.0)]),
+    ];
+    let inputs = ["csr", "csc", "dcsr", "dcsc", "coo", "csf"];
+    let outputs = [None, Some("csr"), Some("dcsr"), Some("coo"), Some("csc")];
+    let mut rng = ChaCha8Rng::seed_from_u64(2026);
+    let (mut ran, mut refused) = (0, 0);
+    for _ in 0..120 {
+        let (statement, tensors) = statements[rng.random_range(0..statements.len())];
+        let mut formats: Vec<(&'static str, &'static str)> = tensors
+            .iter()
+            .filter(|(_, _, density)| *density < 1.0)
+            .map(|(name, _, _)| (*name, inputs[rng.random_range(0..inputs.len())]))
+            .collect();
+        if let Some(out) = outputs[rng.random_range(0..outputs.len())] {
+            formats.push(("C", out));
+        }
+        let c = case(statement, tensors, &formats);
+        let (einsum, mut data, entries, formats) = prepare(&c);
+        let sparse_out = formats.contains_key(&einsum.output().name);
+        data.remove(&einsum.output().name);
+        let mut order: Vec<String> = einsum.indices.iter().map(|i| i.name.clone()).collect();
+        let schedule = match rng.random_range(0..3) {
+            0 | 1 => Schedule::default(),
+            _ => {
+                for i in (1..order.len()).rev() {
+                    order.swap(i, rng.random_range(0..=i));
+                }
+                format!("order={}", order.join("+")).parse().unwrap()
+            }
+        };
+        let label = format!("{statement} {formats:?} {schedule}");
+        let lowered = match lower(&einsum, &formats, &entries, &schedule, "k") {
+            Ok(lowered) => lowered,
+            Err(d) => {
+                assert!(!d.message.is_empty() && d.span.end <= statement.len(), "{label}: {d:?}");
+                refused += 1;
+                continue;
+            }
+        };
+        let want = spindle_ir::eval::evaluate(&einsum, &data).unwrap();
+        let mut inputs = data.clone();
+        for name in &lowered.replaced {
+            inputs.remove(name);
+        }
+        inputs.extend(lowered.arrays.clone());
+        let compiled = CLevelKernel::compile(&lowered.kernel, &Compiler::from_env())
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        for threads in [1, 2] {
+            let got =
+                compiled.run(&inputs, threads).unwrap_or_else(|e| panic!("{label}: {e}\n{}", lowered.kernel));
+            for (g, w) in got.iter().zip(want.iter()) {
+                assert!(
+                    (g - w).abs() <= 1e-9 * w.abs().max(1.0),
+                    "{label} on {threads}: {g} vs {w}\n{}",
+                    lowered.kernel
+                );
+            }
+            if sparse_out {
+                let stored = compiled.run_assembled(&inputs, threads).unwrap().to_coo().unwrap().nnz();
+                assert_eq!(stored, want.iter().filter(|w| **w != 0.0).count(), "{label}: stored entries");
+            }
+        }
+        ran += 1;
+    }
+    eprintln!("{ran} ran, {refused} refused");
+    assert!(ran >= 30 && refused >= 10, "{ran} ran, {refused} refused");
 }

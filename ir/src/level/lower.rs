@@ -194,11 +194,13 @@ pub fn lower(
         parallel: false,
         body: Vec::new(),
     };
+    let names: Vec<String> = kernel.vars.values().map(|v| v.name.clone()).collect();
     let lowerer = Lowerer {
         stored: &stored,
         order: &order,
         out_at: &out_at,
         out_levels: assembly.as_ref().map(|a| &a.levels[..]),
+        names: &names,
     };
     kernel.body = lowerer.at(0, &rhs, false)?;
     kernel.parallel = owns_its_outputs(&kernel.body, &stored, &out_at);
@@ -666,9 +668,15 @@ struct Lowerer<'a> {
     out_at: &'a [VarId],
     /// The sparse output's levels; `None` for a dense output.
     out_levels: Option<&'a [OutLevel]>,
+    /// The variables' names, for diagnostics.
+    names: &'a [String],
 }
 
 impl Lowerer<'_> {
+    fn var_name(&self, v: VarId) -> &str {
+        &self.names[v.as_u32() as usize]
+    }
+
     fn level_ref(&self, tensor: &str, level: usize) -> LevelRef {
         let l = &self.stored[tensor].levels[level];
         LevelRef { tensor: tensor.to_string(), level, extent: l.extent, kind: l.reach.clone() }
@@ -726,6 +734,21 @@ impl Lowerer<'_> {
         };
         if walks.is_empty() {
             return Ok(vec![Node::Dense { var, body: entry(located(e, self.at(d + 1, e, in_ws)?)) }]);
+        }
+        if out_level.is_some() {
+            // An output entry is appended once per visit of its coordinate.
+            if let Some((t, l)) = walks.iter().find(|(t, l)| !self.stored[t].levels[*l].unique) {
+                return Err(refuse(
+                    format!(
+                        "`{t}` repeats coordinates of `{}` at its level {l}, and a sparse output takes each of \
+                         its coordinates once",
+                        self.var_name(var)
+                    ),
+                    self.stored[t].access.span,
+                    "repeated coordinates",
+                )
+                .with_note(format!("store `{t}` in a format with unique levels (csr, dcsr, csf)")));
+            }
         }
         let full = restrict(e, &|t| walks.iter().any(|(w, _)| w == t)).is_some();
         if walks.len() > 1 || full {
