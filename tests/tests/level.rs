@@ -562,7 +562,9 @@ fn csf_kernels_on_a_shared_tensor() {
             mttkrp[[i, q]] += x * b[[j, q]] * c[[k, q]];
         }
     }
-    let cases: [(&str, Vec<(&str, &ArrayD<f64>)>, &ArrayD<f64>); 3] = [
+    // (statement, its dense operands, the oracle's output)
+    type CsfCase<'a> = (&'a str, Vec<(&'a str, &'a ArrayD<f64>)>, &'a ArrayD<f64>);
+    let cases: [CsfCase; 3] = [
         ("Y[i,j] = T[i,j,k] * v[k]", vec![("v", &v)], &ttv),
         ("Y[i,j,q] = T[i,j,k] * U[k,q]", vec![("U", &u)], &ttm),
         ("Y[i,q] = T[i,j,k] * B[j,q] * C[k,q]", vec![("B", &b), ("C", &c)], &mttkrp),
@@ -596,7 +598,8 @@ fn csf_kernels_on_a_shared_tensor() {
 /// refuses says why at a place in the statement.
 #[test]
 fn random_formats_and_orders_match_the_reference_or_are_refused_with_a_reason() {
-    let statements: [(&str, &[(&str, &[usize], f64)]); 5] = [
+    type TensorList<'a> = &'a [(&'a str, &'a [usize], f64)];
+    let statements: [(&str, TensorList); 5] = [
         ("y[i] = A[i,j] * x[j]", &[("y", &[13], 1.0), ("A", &[13, 17], 0.2), ("x", &[17], 1.0)]),
         ("C[i,j] = A[i,j] + B[i,j]", &[("C", &[11, 14], 1.0), ("A", &[11, 14], 0.2), ("B", &[11, 14], 0.3)]),
         ("C[i,j] = A[i,j] * B[i,j]", &[("C", &[11, 14], 1.0), ("A", &[11, 14], 0.4), ("B", &[11, 14], 0.4)]),
