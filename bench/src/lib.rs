@@ -7,6 +7,8 @@
 //! - [`spmm`]: C = A·B (N = 64, f32) on the C backend against sprs, faer and,
 //!   through `python3`, SciPy, Intel MKL and SuiteSparse:GraphBLAS
 //!   ([`python`]), on one thread and all cores.
+//! - [`rows`]: CSR SpMM as the level path's row loops against the tile
+//!   path's expanded rows, on one and all threads.
 //! - [`spgemm`]: C = A·B with A, B, C in CSR (the level path's row-wise
 //!   kernel) against sprs, SciPy and MKL, on paper 001's A·shift(Aᵀ).
 //! - [`gpu`]: SpMM against cuSPARSE CSR and block-sparse SpMM against
@@ -21,6 +23,7 @@
 pub mod formats;
 pub mod gpu;
 pub mod python;
+pub mod rows;
 pub mod spgemm;
 pub mod spmm;
 

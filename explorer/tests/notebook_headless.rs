@@ -217,7 +217,7 @@ fn a_cell_assembles_a_sparse_output_in_each_swept_format() {
     assert_eq!(points.len(), 3, "{cell}");
     for p in points {
         assert!(p["error"].is_null(), "{p}");
-        assert!(p["max_rel_error"].as_f64().unwrap() < 1e-9, "{p}");
+        assert!(p["max_rel_error"].as_f64().unwrap() < 1e-5, "{p}");
     }
     let c = std::fs::read_to_string(export.join("cell-1/kernel.c")).unwrap();
     assert!(c.contains("w_bits") && c.contains("phase"), "a workspace and two phases:\n{c}");

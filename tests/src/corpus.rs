@@ -71,7 +71,18 @@ pub fn corpus_dir() -> PathBuf {
 
 /// Every corpus entry, named by its file stem, in file-name order.
 pub fn entries() -> Vec<(String, Entry)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
+    entries_in(&corpus_dir())
+}
+
+/// The level path's corpus (`tests/corpus-levels/*.toml`): statements the
+/// tile rewrite does not take (co-iteration, sparse outputs, CSF), run as
+/// written over their operands' levels.
+pub fn level_entries() -> Vec<(String, Entry)> {
+    entries_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus-levels"))
+}
+
+fn entries_in(dir: &Path) -> Vec<(String, Entry)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
@@ -180,10 +191,60 @@ pub struct Built {
     pub out_shape: Vec<usize>,
 }
 
+/// A level-path entry made ready to lower: the statement as written, the
+/// dense data of every operand (for the reference evaluator), the entries
+/// of the sparse ones and the formats (the output's among them when it is
+/// assembled).
+#[derive(Debug, Clone)]
+pub struct LevelBuilt {
+    pub original: Einsum,
+    pub data: Tensors,
+    pub sparse: BTreeMap<String, Coo<f64, i64>>,
+    pub formats: BTreeMap<String, FormatSpec>,
+}
+
+/// Makes a level entry's data and checks its statement.
+pub fn build_levels(name: &str, entry: &Entry) -> LevelBuilt {
+    let (original, data, sparse, _) = make_checked(name, entry);
+    let formats = entry.formats.iter().map(|(n, s)| (n.clone(), s.parse().unwrap())).collect();
+    LevelBuilt { original, data, sparse, formats }
+}
+
 /// Makes an entry's data, checks its statement and, when it has formats,
 /// rewrites it over their arrays. Panics with the entry's name on any
 /// failure: a corpus entry must build.
 pub fn build(name: &str, entry: &Entry) -> Built {
+    let (original, data, sparse, out_shape) = make_checked(name, entry);
+    if entry.formats.is_empty() {
+        return Built {
+            einsum: original.clone(),
+            data: data.clone(),
+            original,
+            original_data: data,
+            rewritten: None,
+            out_shape,
+        };
+    }
+    let formats: BTreeMap<String, FormatSpec> =
+        entry.formats.iter().map(|(n, s)| (n.clone(), s.parse().unwrap())).collect();
+    let rewritten =
+        spindle_ir::rewrite::rewrite(&original, &formats, &sparse).unwrap_or_else(|d| panic!("{name}: {d}"));
+    let mut run_data = data.clone();
+    for gone in &rewritten.replaced {
+        run_data.remove(gone);
+    }
+    run_data.extend(rewritten.tensors.clone());
+    eprintln!("  rewritten: {}", rewritten.statement);
+    let text = rewritten.statement.to_string();
+    let einsum = rewritten.check(&original).unwrap_or_else(|d| panic!("{name}: {}", d.render(&text, false)));
+    Built { einsum, data: run_data, original, original_data: data, rewritten: Some(text), out_shape }
+}
+
+/// The checked statement, the dense data, the sparse operands' entries and
+/// the output's shape of an entry.
+type Checked = (Einsum, Tensors, BTreeMap<String, Coo<f64, i64>>, Vec<usize>);
+
+fn make_checked(name: &str, entry: &Entry) -> Checked {
     // Make the data, resolving `NAME.d` references as tensors appear.
     let mut data = Tensors::new();
     let mut sparse: BTreeMap<String, Coo<f64, i64>> = BTreeMap::new();
@@ -220,30 +281,7 @@ pub fn build(name: &str, entry: &Entry) -> Built {
     let original = check(&statement, &declarations)
         .unwrap_or_else(|d| panic!("{name}: {}", d.render(&entry.statement, false)));
     let out_shape = declarations[&out_name].shape.clone();
-
-    if entry.formats.is_empty() {
-        return Built {
-            einsum: original.clone(),
-            data: data.clone(),
-            original,
-            original_data: data,
-            rewritten: None,
-            out_shape,
-        };
-    }
-    let formats: BTreeMap<String, FormatSpec> =
-        entry.formats.iter().map(|(n, s)| (n.clone(), s.parse().unwrap())).collect();
-    let rewritten =
-        spindle_ir::rewrite::rewrite(&original, &formats, &sparse).unwrap_or_else(|d| panic!("{name}: {d}"));
-    let mut run_data = data.clone();
-    for gone in &rewritten.replaced {
-        run_data.remove(gone);
-    }
-    run_data.extend(rewritten.tensors.clone());
-    eprintln!("  rewritten: {}", rewritten.statement);
-    let text = rewritten.statement.to_string();
-    let einsum = rewritten.check(&original).unwrap_or_else(|d| panic!("{name}: {}", d.render(&text, false)));
-    Built { einsum, data: run_data, original, original_data: data, rewritten: Some(text), out_shape }
+    (original, data, sparse, out_shape)
 }
 
 fn round_to(x: f64, dtype: DType) -> f64 {

@@ -4,6 +4,7 @@
 
 mod formats;
 pub(crate) mod gpu;
+mod rows;
 mod spgemm;
 pub(crate) mod spmm;
 
@@ -40,6 +41,10 @@ pub enum Suite {
     /// one and all threads against sprs, SciPy and Intel MKL, on every
     /// shared matrix, with the workspace's bytes.
     Spgemm(spgemm::SpgemmArgs),
+    /// CSR SpMM C += A·B (N = 64, f32) as the level path's row loops
+    /// against the tile path's expanded rows (autotuned), on one and all
+    /// threads, on the shared matrices and powerlaw-1M.
+    Rows(rows::RowsArgs),
     /// Block-sparse SpMM on the GPU: A 4096x4096 with 32x32 blocks at
     /// sparsity 50-99% in BlockGroupCOO (Tensor Cores, f16) against
     /// cuSPARSE BSR and cuBLAS dense GEMM.
@@ -55,6 +60,7 @@ pub fn run(suite: Suite) -> Result<()> {
         Suite::Formats { repeats, json, record } => formats::run(repeats, json, record.as_deref()),
         Suite::Spmm(args) => spmm::run(args),
         Suite::Spgemm(args) => spgemm::run(args),
+        Suite::Rows(args) => rows::run(args),
         Suite::Bsr(args) => gpu::bsr(&args),
         Suite::SetupPython => {
             let env =
