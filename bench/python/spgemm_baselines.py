@@ -11,7 +11,8 @@ through the libraries a user would pick instead of Spindle:
 
 The inputs are .npy files in --dir (written by the Rust suite from the same
 CSR arrays its kernels read): a_indptr, a_indices, a_data, b_indptr,
-b_indices, b_data.
+b_indices, b_data, and the second addend of C = A + D: d_indptr, d_indices,
+d_data (A with its columns shifted by one). `scipy-add` times `A + D`.
 
 Timing protocol, the same as Spindle's kernels: one call for the check,
 --warmup untimed calls, then --repeats calls each timed alone with
@@ -71,6 +72,13 @@ def run_mkl(a, b, args):
     return info, summary(out), times
 
 
+def run_scipy_add(a, d, args):
+    out = a + d
+    times = time_calls(lambda: a + d, args.warmup, args.repeats)
+    info = {"call": "A + D (scipy.sparse csr_plus_csr)", "threads_reported": 1}
+    return info, summary(out), times
+
+
 RUNNERS = {"scipy": run_scipy, "mkl": run_mkl}
 PACKAGES = ["numpy", "scipy", "sparse-dot-mkl", "mkl"]
 
@@ -93,7 +101,7 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--libraries", default="scipy,mkl")
+    p.add_argument("--libraries", default="scipy,mkl,scipy-add")
     args = p.parse_args()
 
     report = {"python": sys.version.split()[0], "threads": args.threads, "versions": versions(), "results": []}
@@ -111,10 +119,14 @@ def main():
         shape=shape(s),
     )
     a, b = csr("a", args.a_shape), csr("b", args.b_shape)
+    d = csr("d", args.a_shape)
     for name in [s for s in args.libraries.split(",") if s]:
         entry = {"library": name}
         try:
-            info, check, times = RUNNERS[name](a, b, args)
+            if name == "scipy-add":
+                info, check, times = run_scipy_add(a, d, args)
+            else:
+                info, check, times = RUNNERS[name](a, b, args)
             entry.update(info, times_ms=times, **check)
         except Exception as e:  # noqa: BLE001 - one library failing must not stop the others
             entry["error"] = f"{type(e).__name__}: {e}"

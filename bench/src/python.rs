@@ -404,10 +404,12 @@ pub struct SpgemmInputs {
 }
 
 impl SpgemmInputs {
+    /// A and B of the product, D (A's shape) of the sum `A + D`.
     pub fn write(
         tag: &str,
         a: &spindle_formats::Compressed<f64, i64>,
         b: &spindle_formats::Compressed<f64, i64>,
+        d: &spindle_formats::Compressed<f64, i64>,
     ) -> Result<SpgemmInputs> {
         use spindle_formats::io::{write_npy_indices, write_npy_values};
         let safe: String =
@@ -415,7 +417,7 @@ impl SpgemmInputs {
         let dir = std::env::temp_dir().join(format!("spindle-spgemm-{}-{safe}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        for (name, m) in [("a", a), ("b", b)] {
+        for (name, m) in [("a", a), ("b", b), ("d", d)] {
             write_npy_indices(&dir.join(format!("{name}_indptr.npy")), &[m.pos.len()], &m.pos)?;
             write_npy_indices(&dir.join(format!("{name}_indices.npy")), &[m.crd.len()], &m.crd)?;
             write_npy_values(&dir.join(format!("{name}_data.npy")), &[m.val.len()], &m.val)?;
@@ -430,7 +432,8 @@ impl Drop for SpgemmInputs {
     }
 }
 
-/// Runs the SpGEMM script (SciPy and MKL) on `inputs` with `threads`.
+/// Runs the SpGEMM script (SciPy's and MKL's products, SciPy's sum) on
+/// `inputs` with `threads`.
 pub fn run_spgemm(
     env: &PythonEnv,
     inputs: &SpgemmInputs,

@@ -15,6 +15,10 @@
 //! SciPy `A @ B`, MKL `dot_product_mkl(A, B)`). No cache is flushed on
 //! either side. Medians are reported.
 //!
+//! The suite also times the level path's union, `C[i,j] = A[i,j] + D[i,j]`
+//! with D = A with its columns shifted by one (two patterns held apart by a
+//! column), all CSR, against sprs `&a + &d` and SciPy `A + D`.
+//!
 //! One thread is the comparison the goal is on (sprs and SciPy have no
 //! other); Spindle and MKL also run on all threads.
 //!
@@ -44,6 +48,7 @@ use crate::python::{self, PythonEnv};
 use crate::{Machine, geomean, loadavg, machine, wanted};
 
 pub const STATEMENT: &str = "C[i,j] = A[i,k] * B[k,j]";
+pub const ADD: &str = "C[i,j] = A[i,j] + D[i,j]";
 pub const GOAL: &str = "Spindle >= 1.0x SciPy on one thread on at least 6 of the 9 shared matrices";
 
 /// Generated when the shared data folder is absent.
@@ -93,6 +98,18 @@ pub struct SpgemmResult {
     /// Max |ours − sprs| over max |sprs|.
     pub max_rel_error_vs_sprs: f64,
     pub baselines: Vec<Baseline>,
+    /// `C = A + D` (D: A shifted by a column), ours and sprs's; SciPy's is
+    /// the `scipy-add` baseline.
+    pub add: AddResult,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AddResult {
+    pub nnz_c: usize,
+    pub spindle_one_thread: Timing,
+    pub spindle_all_threads: Timing,
+    pub sprs_ms: f64,
+    pub max_rel_error_vs_sprs: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -121,6 +138,9 @@ pub struct SpgemmSummary {
     pub geomean_vs_mkl_one_thread: Option<f64>,
     pub geomean_vs_mkl_all_threads: Option<f64>,
     pub goal_met: Option<bool>,
+    /// `C = A + D` on one thread: SciPy time / ours.
+    pub add_geomean_vs_scipy: Option<f64>,
+    pub add_geomean_vs_sprs: Option<f64>,
 }
 
 impl SpgemmResult {
@@ -130,7 +150,12 @@ impl SpgemmResult {
 
     /// Baseline time / Spindle time at the same thread count.
     pub fn speedup(&self, library: &str, threads: usize, all: usize) -> Option<f64> {
-        let ours = if threads == 1 { &self.spindle_one_thread } else { &self.spindle_all_threads };
+        let ours = match (library, threads) {
+            ("scipy-add", 1) => &self.add.spindle_one_thread,
+            ("scipy-add", _) => &self.add.spindle_all_threads,
+            (_, 1) => &self.spindle_one_thread,
+            _ => &self.spindle_all_threads,
+        };
         let theirs = self.baseline(library, if threads == 1 { 1 } else { all })?.median_ms?;
         Some(theirs / ours.median_ms)
     }
@@ -158,6 +183,13 @@ pub fn inputs(filter: &[String], mut progress: impl FnMut(&str)) -> Result<Vec<(
         bail!("no matrix matches --matrix {}", filter.join(", "));
     }
     Ok(out)
+}
+
+/// A with its columns shifted by one: the second addend.
+pub fn shifted(a: &Coo<f64, i64>) -> Result<Coo<f64, i64>> {
+    let cols = a.shape[1] as i64;
+    let shifted: Vec<i64> = a.crd[1].iter().map(|&j| (j + 1) % cols).collect();
+    Ok(Coo::new(a.shape.clone(), vec![a.crd[0].clone(), shifted], a.val.clone())?.canonicalize())
 }
 
 /// Aᵀ with its columns shifted by one (paper 001's second operand).
@@ -277,15 +309,17 @@ fn one(name: &str, a: &Coo<f64, i64>, opts: &SpgemmOptions, env: Option<&PythonE
         sum_error: Some((want.data().iter().sum::<f64>() - ours_sum).abs() / ours_abs),
         error: None,
     }];
+    let add = add(a, opts, &backend)?;
+    let d_csr = Compressed::from_coo(&shifted(a)?, 0)?;
     if let Some(env) = env {
-        let inputs = python::SpgemmInputs::write(name, &a_csr, &b_csr)?;
+        let inputs = python::SpgemmInputs::write(name, &a_csr, &b_csr, &d_csr)?;
         for threads in [1, opts.threads] {
             let out = python::run_spgemm(env, &inputs, threads, opts.timing)?;
             if let Some(e) = out.error {
                 bail!("the SpGEMM baselines: {e}");
             }
             for r in out.results {
-                if threads > 1 && r.library == "scipy" {
+                if threads > 1 && r.library.starts_with("scipy") {
                     continue;
                 }
                 let median = (!r.times_ms.is_empty()).then(|| Timing::of(r.times_ms.clone(), 1).median_ms);
@@ -314,6 +348,42 @@ fn one(name: &str, a: &Coo<f64, i64>, opts: &SpgemmOptions, env: Option<&PythonE
         workspace_bytes: workspace_bytes(cols),
         max_rel_error_vs_sprs,
         baselines,
+        add,
+    })
+}
+
+/// `C = A + D` through the level path (a union of two CSR matrices into
+/// CSR) and sprs, checked against each other.
+fn add(a: &Coo<f64, i64>, opts: &SpgemmOptions, backend: &CBackend) -> Result<AddResult> {
+    let d = shifted(a)?;
+    let prepared = Problem::new(ADD)
+        .tensor("A", a.clone())
+        .tensor("D", d.clone())
+        .tensor("C", Input::shape(&a.shape, ElemType::Value(DType::F64)))
+        .format("A", "csr")
+        .format("D", "csr")
+        .format("C", "csr")
+        .prepare()?;
+    let mut ours = Vec::new();
+    let mut assembled = None;
+    for threads in [1, opts.threads] {
+        let schedule: Schedule = format!("path=levels threads={threads}").parse()?;
+        let (out, timing) = prepared.compile(backend, &schedule)?.assemble_and_time(opts.timing)?;
+        assembled.get_or_insert(out);
+        ours.push(timing);
+    }
+    let coo = spindle::check::entries(&assembled.expect("ran"))?;
+    let (a_sprs, d_sprs) = (Compressed::from_coo(a, 0)?.to_sprs()?, Compressed::from_coo(&d, 0)?.to_sprs()?);
+    let want = &a_sprs + &d_sprs;
+    let sprs = timed(opts.timing, || {
+        std::hint::black_box((&a_sprs + &d_sprs).nnz());
+    });
+    Ok(AddResult {
+        nnz_c: coo.nnz(),
+        spindle_one_thread: ours[0].clone(),
+        spindle_all_threads: ours[1].clone(),
+        sprs_ms: sprs.median_ms,
+        max_rel_error_vs_sprs: compare(&coo, &want),
     })
 }
 
@@ -363,6 +433,10 @@ fn summarize(results: &[SpgemmResult], all: usize) -> SpgemmSummary {
         geomean_vs_mkl_one_thread: geomean(ratios("mkl", 1)),
         geomean_vs_mkl_all_threads: geomean(ratios("mkl", all)),
         goal_met: (scipy.len() >= 9).then_some(wins >= 6),
+        add_geomean_vs_scipy: geomean(ratios("scipy-add", 1)),
+        add_geomean_vs_sprs: geomean(
+            results.iter().map(|r| r.add.sprs_ms / r.add.spindle_one_thread.median_ms),
+        ),
     }
 }
 

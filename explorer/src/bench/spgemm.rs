@@ -87,6 +87,29 @@ fn print_table(report: &SpgemmReport) {
         g(s.geomean_vs_mkl_one_thread),
         g(s.geomean_vs_mkl_all_threads)
     );
+    println!();
+    println!("{} (D = A with its columns shifted by one; all CSR), one thread", spindle_bench::spgemm::ADD);
+    println!(
+        "{:<22} {:>10} {:>10} {:>10} {:>10} {:>9}",
+        "matrix", "nnz(C)", "ours", "sprs", "scipy", "vs scipy"
+    );
+    for r in &report.results {
+        let scipy = r.baseline("scipy-add", 1).and_then(|b| b.median_ms);
+        println!(
+            "{:<22} {:>10} {:>10.3} {:>10.3} {:>10} {:>9}",
+            r.matrix,
+            r.add.nnz_c,
+            r.add.spindle_one_thread.median_ms,
+            r.add.sprs_ms,
+            ms(scipy),
+            r.speedup("scipy-add", 1, t).map_or("-".to_string(), |x| format!("{x:.2}x"))
+        );
+    }
+    println!(
+        "C = A + D, one thread: geomean vs SciPy {}, vs sprs {}",
+        g(s.add_geomean_vs_scipy),
+        g(s.add_geomean_vs_sprs)
+    );
     for note in &report.notes {
         println!("note: {note}");
     }
