@@ -201,6 +201,10 @@ struct Printer<'k, D: Dialect> {
     counting: bool,
     /// Inside a workspace: accumulations go to it.
     in_ws: bool,
+    /// Printing the one-pass fill of a bounded sparse output: one thread,
+    /// counters that run on across rows, every append checked against the
+    /// capacity `cap`.
+    one_pass: bool,
     /// On a GPU: how lanes split each row; `None` on CPU threads.
     split: Option<LaneSplit>,
     /// Inside the lanes' split: updates are each lane's own (dense) or
@@ -269,6 +273,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             out: String::new(),
             counting: false,
             in_ws: false,
+            one_pass: false,
             split: None,
             in_split: None,
         }
@@ -360,12 +365,32 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 self.line(2, &format!("{}[{l}] = n{l};", self.tensor(a.counts)));
             }
         }
-        self.line(1, "} else {");
+        self.line(1, "} else if (phase == 1) {");
         self.counting = false;
         self.body(2, workspace);
         if let (1, Some(pos)) = (a.rows, a.levels[0].pos) {
             // A compressed first level's one range is all of its entries.
             self.line(2, &format!("{}[1] = n0;", self.tensor(pos)));
+        }
+        if a.bound.is_some() {
+            // Bounded in advance: one thread fills arrays of the bound's
+            // size in one pass, and leaves each level's entries in counts.
+            self.line(1, "} else {");
+            self.line(2, &format!("const int64_t cap = {}[1];", self.tensor(a.phase)));
+            if a.rows > 1 {
+                for l in &counters {
+                    self.line(2, &format!("int64_t n{l} = 0;"));
+                }
+            }
+            self.one_pass = true;
+            self.body(2, false);
+            self.one_pass = false;
+            for l in &counters {
+                self.line(2, &format!("{}[{l}] = n{l};", self.tensor(a.counts)));
+            }
+            if let Some(pos) = a.levels[0].pos {
+                self.line(2, &format!("{}[1] = n0 < cap ? n0 : cap;", self.tensor(pos)));
+            }
         }
         self.line(1, "}");
         self.line(0, "}");
@@ -386,7 +411,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             d += 1;
             self.workspace_arrays(d);
         }
-        if k.parallel {
+        if k.parallel && !self.one_pass {
             self.line(d, "// Each iteration of the outermost loop writes its own output elements.");
             match workspace {
                 true => self.line(d, &format!("#pragma omp for {schedule}")),
@@ -461,7 +486,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let child_pos = child.pos.map(|t| self.tensor(t).to_string());
         self.line(depth, "{");
         let d = depth + 1;
-        let owns_row = l == 0 && rows > 1;
+        let owns_row = l == 0 && rows > 1 && !self.one_pass;
         if owns_row {
             for m in &counters {
                 self.line(d, &format!("int64_t n{m} = phase ? {counts}[{m} * {rows} + {v}] : 0;"));
@@ -490,11 +515,20 @@ impl<'k, D: Dialect> Printer<'k, D> {
             (false, _) => {
                 self.line(d, &format!("if (n{m} > s{m}) {{"));
                 if !self.counting {
+                    let e = if self.one_pass { d + 2 } else { d + 1 };
+                    if self.one_pass {
+                        self.line(d + 1, &format!("if (n{l} < cap) {{"));
+                    }
                     if let Some(crd) = &crd {
-                        self.line(d + 1, &format!("{crd}[n{l}] = {v};"));
+                        self.line(e, &format!("{crd}[n{l}] = {v};"));
                     }
                     if let Some(pos) = &child_pos {
-                        self.line(d + 1, &format!("{pos}[n{l} + 1] = n{m};"));
+                        let end =
+                            if self.one_pass { format!("n{m} < cap ? n{m} : cap") } else { format!("n{m}") };
+                        self.line(e, &format!("{pos}[n{l} + 1] = {end};"));
+                    }
+                    if self.one_pass {
+                        self.line(d + 1, "}");
                     }
                 }
                 self.line(d + 1, &format!("n{l}++;"));
@@ -516,13 +550,20 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let head = a.leaf_head();
         let levels = a.levels.clone();
         if !self.counting {
+            let d = if self.one_pass { depth + 1 } else { depth };
+            if self.one_pass {
+                self.line(depth, &format!("if (n{head} < cap) {{"));
+            }
             for level in &levels[head..] {
                 if let Some(crd) = level.crd {
                     let line = format!("{}[n{head}] = {};", self.tensor(crd), self.var(level.var));
-                    self.line(depth, &line);
+                    self.line(d, &line);
                 }
             }
-            self.line(depth, &format!("{}[n{head}] = {value};", self.tensor(self.k.output)));
+            self.line(d, &format!("{}[n{head}] = {value};", self.tensor(self.k.output)));
+            if self.one_pass {
+                self.line(depth, "}");
+            }
         }
         for m in head..levels.len() {
             self.line(depth, &format!("n{m}++;"));
@@ -915,10 +956,15 @@ impl CLevelKernel {
         let Some(a) = &self.kernel.assembly else {
             return Ok(self.program.run(buffers, threads)?);
         };
+        if let (Some(bound), 1) = (a.bound, threads)
+            && self.one_pass(a, bound, buffers)?
+        {
+            return Ok(());
+        }
         let at = |t: TensorId| t.as_u32() as usize;
         let kind = |t: TensorId| BufferKind::for_elem(self.kernel.tensor(t).dtype);
         let levels = a.levels.len();
-        buffers[at(a.phase)] = Buffer::I64(vec![0]);
+        buffers[at(a.phase)] = Buffer::I64(vec![0, 0]);
         buffers[at(a.counts)] = Buffer::I64(vec![0; levels * a.rows]);
         self.program.run(buffers, threads)?;
         let Buffer::I64(counts) = &mut buffers[at(a.counts)] else { unreachable!("counts are i64") };
@@ -948,7 +994,7 @@ impl CLevelKernel {
             parents = size;
         }
         buffers[at(self.kernel.output)].resize(kind(self.kernel.output), parents);
-        buffers[at(a.phase)] = Buffer::I64(vec![1]);
+        buffers[at(a.phase)] = Buffer::I64(vec![1, 0]);
         self.program.run(buffers, threads)?;
         // Parents a dense level never visited keep the range of the one
         // before them.
@@ -959,6 +1005,52 @@ impl CLevelKernel {
             }
         }
         Ok(())
+    }
+
+    /// One pass on one thread into arrays of the output's bound, cut to
+    /// the entries each level got. False (and nothing assembled) when the
+    /// bound did not hold, which the kernel's checked appends report.
+    fn one_pass(&self, a: &Assembly, bound: usize, buffers: &mut [Buffer]) -> Result<bool, BackendError> {
+        let at = |t: TensorId| t.as_u32() as usize;
+        let kind = |t: TensorId| BufferKind::for_elem(self.kernel.tensor(t).dtype);
+        let mut parents = 1usize;
+        for level in &a.levels {
+            let size = if level.format.locate() { parents * level.extent } else { bound };
+            if let Some(pos) = level.pos {
+                buffers[at(pos)] = Buffer::I64(vec![0; parents + 1]);
+            }
+            if let Some(crd) = level.crd {
+                buffers[at(crd)].resize(kind(crd), size);
+            }
+            parents = size;
+        }
+        buffers[at(self.kernel.output)].resize(kind(self.kernel.output), parents);
+        buffers[at(a.phase)] = Buffer::I64(vec![2, bound as i64]);
+        buffers[at(a.counts)] = Buffer::I64(vec![0; a.levels.len() * a.rows]);
+        self.program.run(buffers, 1)?;
+        let Buffer::I64(counts) = &buffers[at(a.counts)] else { unreachable!("counts are i64") };
+        let counts = counts.clone();
+        if counts.iter().any(|&n| n as usize > bound) {
+            return Ok(false);
+        }
+        // Cut every array to its level's entries.
+        let mut parents = 1usize;
+        for (l, level) in a.levels.iter().enumerate() {
+            let size = if level.format.locate() { parents * level.extent } else { counts[l] as usize };
+            if let Some(pos) = level.pos {
+                let Buffer::I64(pos) = &mut buffers[at(pos)] else { unreachable!("positions are i64") };
+                pos.truncate(parents + 1);
+                for p in 1..pos.len() {
+                    pos[p] = pos[p].max(pos[p - 1]);
+                }
+            }
+            if let Some(crd) = level.crd {
+                buffers[at(crd)].resize(kind(crd), size);
+            }
+            parents = size;
+        }
+        buffers[at(self.kernel.output)].resize(kind(self.kernel.output), parents);
+        Ok(true)
     }
 
     /// The sparse output as the last launch assembled it; `None` for a

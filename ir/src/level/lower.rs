@@ -214,6 +214,8 @@ pub fn lower(
         };
         kernel.parallel &= first.format.locate() && outer == Some(first.var);
         a.rows = if kernel.parallel { first.extent } else { 1 };
+        let stored_entries = stored.values().map(|s| kernel.tensors[s.val].shape[0]).sum();
+        a.bound = walks_each_entry_once(&kernel.body, &a.levels, &order, &out_at).then_some(stored_entries);
     }
     kernel.assembly = assembly;
     Ok(Lowered { kernel, arrays, replaced })
@@ -408,10 +410,38 @@ fn assemble(
     };
     let val = param("val", info.dtype, 0);
     let counts = param("counts", ElemType::Index(IType::I64), 0);
-    let phase = param("phase", ElemType::Index(IType::I64), 1);
-    let assembly =
-        Assembly { tensor: name.to_string(), shape: info.shape.clone(), levels: out, rows: 1, counts, phase };
+    let phase = param("phase", ElemType::Index(IType::I64), 2);
+    let assembly = Assembly {
+        tensor: name.to_string(),
+        shape: info.shape.clone(),
+        levels: out,
+        rows: 1,
+        bound: None,
+        counts,
+        phase,
+    };
     Ok((assembly, val))
+}
+
+/// Whether every entry of a sparse output is appended in its own step of a
+/// walk over stored positions, so the stored operands' entries bound the
+/// output's at every level: no summed variable (each visit of the leaf is
+/// one entry), and every sparse output level's variable walked by merges
+/// that never sweep all coordinates.
+fn walks_each_entry_once(body: &[Node], levels: &[OutLevel], order: &[VarId], out_at: &[VarId]) -> bool {
+    fn walks(nodes: &[Node], sparse: &[VarId]) -> bool {
+        nodes.iter().all(|n| match n {
+            Node::Dense { var, body } => !sparse.contains(var) && walks(body, sparse),
+            Node::Merge { var, full, points, .. } => {
+                !(*full && sparse.contains(var)) && points.iter().all(|p| walks(&p.body, sparse))
+            }
+            Node::Entry { body, .. } => walks(body, sparse),
+            Node::Workspace { .. } => false,
+            Node::Locate { .. } | Node::Update { .. } | Node::Accumulate { .. } => true,
+        })
+    }
+    let sparse: Vec<VarId> = levels.iter().filter(|l| !l.format.locate()).map(|l| l.var).collect();
+    order.iter().all(|v| out_at.contains(v)) && walks(body, &sparse)
 }
 
 /// A sparse output is appended to in loop order: its levels' variables

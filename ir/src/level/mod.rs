@@ -170,10 +170,17 @@ pub struct Assembly {
     /// Rows counted apart: the first level's extent when the outermost loop
     /// runs on threads (each row then fills from its own offsets), else 1.
     pub rows: usize,
+    /// At most this many entries at any level, where that is known in
+    /// advance (every entry a step of a walk over stored positions: unions,
+    /// intersections, sampled products): then one thread assembles in one
+    /// pass into arrays of this size. `None`: count first (SpGEMM).
+    pub bound: Option<usize>,
     /// i64 `[levels * rows]`: after the count phase the entries of each
-    /// level per row; before the fill phase, each row's first position.
+    /// level per row; before the fill phase, each row's first position;
+    /// after a one-pass fill, each level's entries.
     pub counts: TensorId,
-    /// i64 `[1]`: 0 counts, 1 fills.
+    /// i64 `[2]`: the phase (0 counts, 1 fills, 2 fills in one pass on one
+    /// thread) and the arrays' capacity in a one-pass fill.
     pub phase: TensorId,
 }
 

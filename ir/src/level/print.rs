@@ -150,6 +150,9 @@ impl fmt::Display for LevelKernel {
                 a.tensor,
                 levels.join(", ")
             )?;
+            if let Some(bound) = a.bound {
+                writeln!(f, "  or, on one thread, in one pass into at most {bound} entries")?;
+            }
         }
         if self.parallel {
             writeln!(f, "  parallel outermost loop")?;
