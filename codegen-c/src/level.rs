@@ -448,6 +448,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
         );
         self.line(depth, &format!("int64_t *restrict w_list = malloc(({n} + 1) * sizeof(int64_t));"));
         self.line(depth, "int64_t w_n = 0;");
+        // Terms added into the row, the previous row's terms and entries,
+        // and whether rows repeat their columns many times (see accumulate).
+        self.line(depth, "int64_t w_terms = 0, w_last_terms = 0, w_last_entries = 1;");
     }
 
     fn assembly(&self) -> &Assembly {
@@ -577,8 +580,12 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let leaf = a.levels.last().expect("an output has levels").clone();
         let chain = a.leaf_head()..a.levels.len();
         let v = self.var(leaf.var).to_string();
+        let head = a.leaf_head();
         self.line(depth, "{");
         let d = depth + 1;
+        self.line(d, "const int w_repeats = w_last_terms > 4 * w_last_entries;");
+        self.line(d, &format!("const int64_t w_first = n{head};"));
+        self.line(d, "w_terms = 0;");
         let was = std::mem::replace(&mut self.in_ws, true);
         body.iter().for_each(|b| self.node(b, d));
         self.in_ws = was;
@@ -625,6 +632,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(d, "}");
         }
         self.line(d, "w_n = 0;");
+        self.line(d, "w_last_terms = w_terms;");
+        self.line(d, &format!("w_last_entries = n{head} - w_first + 1;"));
         self.line(depth, "}");
     }
 
@@ -635,25 +644,40 @@ impl<'k, D: Dialect> Printer<'k, D> {
             let v = self.var(leaf).to_string();
             // Counting keeps the list (to count and to clear the marks);
             // filling keeps the summary (to drain in order), and the list
-            // only where rows may be sorted instead.
+            // only where rows may be sorted instead. Whether a coordinate
+            // is new is a coin toss in a sparse row, which a branch loses:
+            // there marks are set without one (the list slot written always,
+            // kept when the mark was new). Where the last row added many
+            // terms per entry (FEM and dense-ish rows), most coordinates are
+            // seen before and a branch wins: it leaves the mark words and the
+            // summary untouched instead of chaining stores through them.
             let extent = self.assembly().levels.last().expect("an output has levels").extent;
-            // Marks are set without a branch (whether a coordinate is new
-            // is a coin toss the predictor loses); the list slot is written
-            // always and kept only when the mark was new.
+            let keeps_list = self.counting || !summary_drain_only(extent);
+            let summary = format!("w_sum[{v} >> 12] |= (uint64_t)1 << (({v} >> 6) & 63);");
             self.line(depth, "{");
             self.line(depth + 1, &format!("const uint64_t bit = (uint64_t)1 << ({v} & 63);"));
-            let keeps_list = self.counting || !summary_drain_only(extent);
+            self.line(depth + 1, &format!("const uint64_t word = w_bits[{v} >> 6];"));
+            self.line(depth + 1, "if (w_repeats) {");
+            self.line(depth + 2, "if (!(word & bit)) {");
+            self.line(depth + 3, &format!("w_bits[{v} >> 6] = word | bit;"));
             if keeps_list {
-                self.line(depth + 1, &format!("const uint64_t word = w_bits[{v} >> 6];"));
-                self.line(depth + 1, &format!("w_list[w_n] = {v};"));
-                self.line(depth + 1, "w_n += !(word & bit);");
-                self.line(depth + 1, &format!("w_bits[{v} >> 6] = word | bit;"));
-            } else {
-                self.line(depth + 1, &format!("w_bits[{v} >> 6] |= bit;"));
+                self.line(depth + 3, &format!("w_list[w_n++] = {v};"));
             }
             if !self.counting {
-                self.line(depth + 1, &format!("w_sum[{v} >> 12] |= (uint64_t)1 << (({v} >> 6) & 63);"));
+                self.line(depth + 3, &format!("if (!word) {summary}"));
             }
+            self.line(depth + 2, "}");
+            self.line(depth + 1, "} else {");
+            if keeps_list {
+                self.line(depth + 2, &format!("w_list[w_n] = {v};"));
+                self.line(depth + 2, "w_n += !(word & bit);");
+            }
+            self.line(depth + 2, &format!("w_bits[{v} >> 6] = word | bit;"));
+            if !self.counting {
+                self.line(depth + 2, &summary);
+            }
+            self.line(depth + 1, "}");
+            self.line(depth + 1, "w_terms++;");
             self.line(depth, "}");
             if !self.counting {
                 let value = self.expr(value);
