@@ -21,7 +21,7 @@ use spindle_ir::tensor::Tensors;
 use crate::dialect::{C, Dialect};
 use crate::exec::{self, BackendError, SYMBOL};
 use crate::namer::{Namer, valid_symbol};
-use crate::print::{PrintError, c_type, preamble};
+use crate::print::{PrintError, SERIAL_WORK, c_type, preamble};
 use crate::runtime::{Buffer, BufferKind};
 
 /// Rows handed to a thread at a time: small enough to balance power-law
@@ -31,6 +31,18 @@ const CHUNK: usize = 32;
 /// The C source of a level kernel, its function named `symbol`, with the
 /// same signature as the tile path's kernels.
 pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<String, PrintError> {
+    print_level_with(kernel, symbol, SERIAL_WORK)
+}
+
+/// [`print_level`] where a kernel whose outermost loop owns its rows runs on
+/// threads only when it reads at least `serial_work` values (or gathers in a
+/// workspace, whose work the data size does not show): waking a second
+/// thread costs more than it saves on less.
+pub fn print_level_with(
+    kernel: &LevelKernel,
+    symbol: &str,
+    serial_work: usize,
+) -> Result<String, PrintError> {
     if !valid_symbol(symbol) {
         return Err(PrintError {
             kernel: kernel.name.clone(),
@@ -42,6 +54,13 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<String, PrintEr
     let vars = kernel.vars.iter().map(|(_, v)| namer.fresh("i_", &v.name)).collect();
     let double = kernel.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
     let mut p = Printer::new(kernel, C { real: if double { "double" } else { "float" } }, tensors, vars);
+    let read: usize = kernel
+        .tensors
+        .values()
+        .filter(|t| !t.output && !t.dtype.is_index())
+        .map(|t| t.shape.iter().product::<usize>())
+        .sum();
+    p.threads = kernel.parallel && (read >= serial_work || has_workspace(&kernel.body));
     p.print(symbol);
     Ok(p.out)
 }
@@ -207,6 +226,8 @@ struct Printer<'k, D: Dialect> {
     one_pass: bool,
     /// On a GPU: how lanes split each row; `None` on CPU threads.
     split: Option<LaneSplit>,
+    /// The outermost loop runs on OpenMP threads.
+    threads: bool,
     /// Inside the lanes' split: updates are each lane's own (dense) or
     /// summed in a register (positions).
     in_split: Option<LaneSplit>,
@@ -274,6 +295,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             counting: false,
             in_ws: false,
             one_pass: false,
+            threads: k.parallel,
             split: None,
             in_split: None,
         }
@@ -339,7 +361,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             let line = format!("{constness}{} *restrict {} = args[{i}];", c_type(t.dtype), self.tensor(id));
             self.line(1, &line);
         }
-        if !k.parallel {
+        if !self.threads {
             self.line(1, "(void)nthreads;");
         }
         let Some(a) = &k.assembly else {
@@ -404,14 +426,14 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let schedule = format!("schedule(dynamic, {CHUNK})");
         let mut d = depth;
         if workspace {
-            if k.parallel {
+            if self.threads {
                 self.line(d, &format!("#pragma omp parallel {threads}"));
             }
             self.line(d, "{");
             d += 1;
             self.workspace_arrays(d);
         }
-        if k.parallel && !self.one_pass {
+        if self.threads && !self.one_pass {
             self.line(d, "// Each iteration of the outermost loop writes its own output elements.");
             match workspace {
                 true => self.line(d, &format!("#pragma omp for {schedule}")),
@@ -702,6 +724,15 @@ impl<'k, D: Dialect> Printer<'k, D> {
                     body.iter().for_each(|b| self.node(b, depth + 1));
                     self.in_split = was;
                 } else {
+                    // Each iteration updates its own output element: no
+                    // dependence, which OpenMP's outlined bodies (where the
+                    // pointers lose `restrict`) cannot see by themselves.
+                    if let [Node::Update { at, .. }] = &body[..]
+                        && at.contains(var)
+                        && self.split.is_none()
+                    {
+                        self.line(depth, "#pragma omp simd");
+                    }
                     self.line(depth, &format!("for (int64_t {v} = 0; {v} < {extent}; {v}++) {{"));
                     body.iter().for_each(|b| self.node(b, depth + 1));
                 }
@@ -950,7 +981,17 @@ pub struct CLevelKernel {
 
 impl CLevelKernel {
     pub fn compile(kernel: &LevelKernel, compiler: &crate::Compiler) -> Result<CLevelKernel, BackendError> {
-        let source = print_level(kernel, SYMBOL)?;
+        CLevelKernel::compile_with(kernel, compiler, SERIAL_WORK)
+    }
+
+    /// [`CLevelKernel::compile`] with the work below which one thread runs
+    /// ([`print_level_with`]; 0: threads at any size).
+    pub fn compile_with(
+        kernel: &LevelKernel,
+        compiler: &crate::Compiler,
+        serial_work: usize,
+    ) -> Result<CLevelKernel, BackendError> {
+        let source = print_level_with(kernel, SYMBOL, serial_work)?;
         let kinds = kernel.tensors.values().map(|t| BufferKind::for_elem(t.dtype)).collect();
         let program = compiler.compile(&source, SYMBOL)?.with_signature(kinds);
         Ok(CLevelKernel { kernel: kernel.clone(), source, program })

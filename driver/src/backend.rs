@@ -181,7 +181,8 @@ impl Backend for CBackend {
     }
 
     fn compile_levels(&self, lowered: &Lowered, schedule: &Schedule) -> Result<Box<dyn Executable>> {
-        let compiled = CLevelKernel::compile(&lowered.kernel, &self.compiler)?;
+        let compiled =
+            CLevelKernel::compile_with(&lowered.kernel, &self.compiler, c_options(schedule).serial_work)?;
         let threads = schedule.threads.unwrap_or_else(CBackend::max_threads);
         let report = CompileReport {
             cached: compiled.program.cache_hit(),

@@ -106,7 +106,7 @@ fn runs(c: &Case) -> String {
     if einsum.statement.op == spindle_ir::lang::AssignOp::Assign {
         inputs.remove(&einsum.output().name);
     }
-    let compiled = CLevelKernel::compile(&lowered.kernel, &Compiler::from_env())
+    let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0)
         .unwrap_or_else(|e| panic!("{}: {e}", c.statement));
     for threads in [1, 2] {
         let got = compiled.run(&inputs, threads).unwrap_or_else(|e| panic!("{}: {e}", c.statement));
@@ -283,7 +283,7 @@ fn assembles(c: &Case) -> (String, String) {
         inputs.remove(name);
     }
     inputs.extend(lowered.arrays.clone());
-    let compiled = CLevelKernel::compile(&lowered.kernel, &Compiler::from_env())
+    let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0)
         .unwrap_or_else(|e| panic!("{}: {e}", c.statement));
     let tree = lowered.kernel.to_string();
     for threads in [1, 2] {
@@ -649,7 +649,7 @@ fn random_formats_and_orders_match_the_reference_or_are_refused_with_a_reason() 
             inputs.remove(name);
         }
         inputs.extend(lowered.arrays.clone());
-        let compiled = CLevelKernel::compile(&lowered.kernel, &Compiler::from_env())
+        let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0)
             .unwrap_or_else(|e| panic!("{label}: {e}"));
         for threads in [1, 2] {
             let got =

@@ -8,7 +8,7 @@
 //! level_corpus` and review the diff.
 
 use spindle_c::Compiler;
-use spindle_c::level::{CLevelKernel, print_level};
+use spindle_c::level::{CLevelKernel, print_level_with};
 use spindle_cuda::emulate::{EmulateOptions, run_level};
 use spindle_ir::kernel::schedule::Schedule;
 use spindle_ir::level::lower;
@@ -24,7 +24,8 @@ fn every_level_entry_has_a_snapshot_and_matches_the_reference() {
         let built = build_levels(name, entry);
         let lowered = lower(&built.original, &built.formats, &built.sparse, &Schedule::default(), SYMBOL)
             .unwrap_or_else(|d| panic!("{name}: {}", d.render(&entry.statement, false)));
-        let c = print_level(&lowered.kernel, SYMBOL).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Threads at any size, as a large problem would print.
+        let c = print_level_with(&lowered.kernel, SYMBOL, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
         let cuda = spindle_cuda::print::levels::print_level(&lowered.kernel, SYMBOL);
         let cuda_text = match &cuda {
             Ok(printed) => printed.source.clone(),
@@ -53,7 +54,7 @@ fn every_level_entry_has_a_snapshot_and_matches_the_reference() {
             inputs.remove(gone);
         }
         inputs.extend(lowered.arrays.clone());
-        let compiled = CLevelKernel::compile(&lowered.kernel, &Compiler::from_env()).unwrap();
+        let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
         let scale = want.iter().fold(1e-30f64, |m, x| m.max(x.abs()));
         let close = |got: &ndarray::ArrayD<f64>, what: &str| {
             for (g, w) in got.iter().zip(want.iter()) {
