@@ -98,9 +98,11 @@ pub struct DataArgs {
     /// with data, its dtype in the kernel.
     #[arg(long = "shape", value_name = "NAME=DIMS[:DTYPE]")]
     pub shapes: Vec<String>,
-    /// Store a tensor in a format and rewrite the statement over the
-    /// format's arrays first (coo, csr, ell, groupcoo, blockgroupcoo),
-    /// e.g. A=groupcoo:dim=0,g=8.
+    /// Store a tensor in a format (coo, csr, csc, dcsr, dcsc, csf, ell,
+    /// groupcoo, blockgroupcoo), e.g. A=groupcoo:dim=0,g=8: the statement is
+    /// rewritten over the format's arrays, or iterated over its levels where
+    /// the rewrite cannot express it. On the output (given no data) the
+    /// kernel assembles it in that format, e.g. C=csr.
     #[arg(long = "format", value_name = "NAME=FORMAT")]
     pub formats: Vec<String>,
 }

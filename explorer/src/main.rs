@@ -195,7 +195,9 @@ enum Command {
         /// Timed runs; the median is printed.
         #[arg(long, default_value_t = 10)]
         repeats: usize,
-        /// Write the output: NAME=out.npy.
+        /// Write the output: NAME=out.npy, or for a sparse output (one given
+        /// `--format NAME=...` and no data) NAME=out.mtx (a matrix) or
+        /// NAME=out.tns.
         #[arg(long, value_name = "NAME=PATH")]
         out: Option<String>,
     },

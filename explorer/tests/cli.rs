@@ -463,3 +463,65 @@ fn the_level_path_runs_co_iteration_and_csc_from_the_command_line() {
         stderr(&bad)
     );
 }
+
+#[test]
+fn sparse_outputs_are_assembled_checked_and_written() {
+    let dir = scratch("sparse-out");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.mtx");
+    let out_arg = format!("C={}", path.display());
+    // Row-wise SpGEMM into CSR, checked level by level, written out.
+    let run = spindle(&[
+        "run",
+        "C[i,j] = A[i,k] * B[k,j]",
+        "--rand",
+        "A=30x20:f64:1",
+        "--rand",
+        "B=20x25:f64:2",
+        "--format",
+        "A=csr",
+        "--format",
+        "B=csr",
+        "--format",
+        "C=csr",
+        "--shape",
+        "C=30x25:f64",
+        "--check",
+        "--out",
+        &out_arg,
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let text = stdout(&run);
+    assert!(text.contains("750 entries stored, structure checked level by level"), "{text}");
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert!(written.starts_with("%%MatrixMarket matrix coordinate real general\n30 25 750\n"), "{written}");
+    // Order three goes to .tns; .mtx is refused with the reason.
+    let tns = dir.join("c.tns");
+    let tns_arg = format!("C={}", tns.display());
+    let args = |out: &str| {
+        spindle(&[
+            "run",
+            "C[i,j,k] = A[i,j,k] + B[i,j,k]",
+            "--rand",
+            "A=4x5x6:f32:1",
+            "--rand",
+            "B=4x5x6:f32:2",
+            "--format",
+            "A=csf",
+            "--format",
+            "B=csf",
+            "--format",
+            "C=csf",
+            "--out",
+            out,
+        ])
+    };
+    let ok = args(&tns_arg);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let entries = std::fs::read_to_string(&tns).unwrap();
+    assert_eq!(entries.lines().filter(|l| l.split_whitespace().count() == 4).count(), 120, "{entries}");
+    let bad = args(&format!("C={}", dir.join("c3.mtx").display()));
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("use .tns"), "{}", stderr(&bad));
+    let _ = std::fs::remove_dir_all(&dir);
+}
