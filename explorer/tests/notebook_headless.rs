@@ -223,3 +223,36 @@ fn a_cell_assembles_a_sparse_output_in_each_swept_format() {
     assert!(c.contains("w_bits") && c.contains("phase"), "a workspace and two phases:\n{c}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `sweep path in [tiles, levels]`: both paths of one statement, each
+/// checked against the reference.
+#[test]
+fn a_cell_sweeps_the_tile_and_the_level_path() {
+    let dir = temp_dir("paths");
+    let notebook = dir.join("nb.md");
+    std::fs::write(
+        &notebook,
+        "```spindle\n\
+         A = gen:powerlaw:rows=200,cols=150,nnz=1500,seed=3\n\
+         B = rand A.1x16 seed=4\n\
+         format A = csr\n\
+         C[m,n] += A[m,k] * B[k,n]\n\
+         sweep path in [tiles, levels]\n\
+         repeats 1\nresources off\n```\n",
+    )
+    .unwrap();
+    let export = dir.join("out");
+    let out = run(&notebook, &export);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("results.json")).unwrap()).unwrap();
+    let points = results["cells"][0]["output"]["sweep"]["points"].as_array().unwrap().clone();
+    let values: Vec<&str> = points.iter().map(|p| p["values"][0].as_str().unwrap()).collect();
+    assert_eq!(values, ["tiles", "levels"]);
+    for p in &points {
+        assert!(p["error"].is_null(), "{p}");
+        assert!(p["max_rel_error"].as_f64().unwrap() < 1e-5, "{p}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

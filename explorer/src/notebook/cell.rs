@@ -13,7 +13,7 @@
 //! format NAME = SPEC                           store a tensor in a format (csr, groupcoo:g=auto, ...);
 //!                                              an output with no data is assembled in it
 //! schedule ITEMS                               tile.INDEX=N reduce=... broadcast=... matmul=...
-//! sweep PARAM in [V, V, ...]                   g, reduce, broadcast, matmul, tile.INDEX, format.NAME
+//! sweep PARAM in [V, V, ...]                   g, reduce, broadcast, matmul, path, tile.INDEX, format.NAME
 //! threads N | repeats N | resources first|all|off
 //! anything else                                an Einsum statement, e.g. C[m,n] += A[m,k] * B[k,n]
 //! ```
@@ -140,6 +140,8 @@ pub enum SweepParam {
     Reduce,
     Broadcast,
     Matmul,
+    /// `path`: the tile path or the level path.
+    Path,
     /// `tile.INDEX`.
     Tile(String),
     /// `format.NAME`: the whole format of one tensor.
@@ -154,6 +156,7 @@ impl SweepParam {
             SweepParam::Reduce => "reduce".into(),
             SweepParam::Broadcast => "broadcast".into(),
             SweepParam::Matmul => "matmul".into(),
+            SweepParam::Path => "path".into(),
             SweepParam::Tile(i) => format!("tile.{i}"),
             SweepParam::Format(t) => format!("format.{t}"),
         }
@@ -400,12 +403,13 @@ fn sweep_line(src: &str, words: &[Word<'_>], span: Span) -> Result<SweepDecl, Di
         "reduce" => SweepParam::Reduce,
         "broadcast" => SweepParam::Broadcast,
         "matmul" => SweepParam::Matmul,
+        "path" => SweepParam::Path,
         t if t.starts_with("tile.") && is_ident(&t[5..]) => SweepParam::Tile(t[5..].to_string()),
         t if t.starts_with("format.") && is_ident(&t[7..]) => SweepParam::Format(t[7..].to_string()),
         _ => {
             return Err(Diagnostic::new(format!("cannot sweep `{}`", param.text), param.span)
                 .with_label("unknown sweep parameter")
-                .with_note("sweep g, reduce, broadcast, matmul, tile.INDEX or format.TENSOR"));
+                .with_note("sweep g, reduce, broadcast, matmul, path, tile.INDEX or format.TENSOR"));
         }
     };
     let list_start = kw.span.end;
@@ -497,6 +501,8 @@ fn check_sweep_value(param: &SweepParam, v: &Spanned<String>) -> Result<(), Diag
         SweepParam::Broadcast => Err(bad(format!("broadcast is lazy or eager, not `{s}`"))),
         SweepParam::Matmul if ["on", "off"].contains(&s) => Ok(()),
         SweepParam::Matmul => Err(bad(format!("matmul is on or off, not `{s}`"))),
+        SweepParam::Path if ["tiles", "levels"].contains(&s) => Ok(()),
+        SweepParam::Path => Err(bad(format!("path is tiles or levels, not `{s}`"))),
         SweepParam::Tile(_) => match s.parse::<usize>() {
             Ok(n) if n.is_power_of_two() && n <= Schedule::MAX_TILE => Ok(()),
             _ => Err(bad(format!("tile sizes are powers of two up to {}, not `{s}`", Schedule::MAX_TILE))),

@@ -7,7 +7,7 @@ use ndarray::ArrayD;
 use spindle::Backend as _;
 use spindle_formats::{Coo, FormatSpec, GroupSize};
 use spindle_ir::kernel::Strategy;
-use spindle_ir::kernel::schedule::{Broadcasting, Schedule};
+use spindle_ir::kernel::schedule::{Broadcasting, Path, Schedule};
 use spindle_ir::lang::{Diagnostic, Einsum};
 use spindle_ir::tensor::Tensors;
 
@@ -127,6 +127,9 @@ impl Run<'_> {
                         if value == "eager" { Broadcasting::Eager } else { Broadcasting::Lazy }
                 }
                 SweepParam::Matmul => schedule.native_matmul = value == "on",
+                SweepParam::Path => {
+                    schedule.path = if value == "levels" { Path::Levels } else { Path::Tiles }
+                }
                 SweepParam::Tile(index) => {
                     names_q |= index == "q";
                     schedule.tiles.insert(index.clone(), value.parse().unwrap_or(1));
