@@ -1,9 +1,34 @@
 //! `spindle-workspaces`: sparse workspaces after the insert-sort-merge (ISM)
-//! template.
+//! template of paper 001 (DESIGN.md §6).
 //!
-//! This crate will own the accumulation and all arrays with their policies
-//! (Bucket, Hash, Coord, Map, Vector, dense), the workspace insertion
-//! analysis, and the sparse-output kernels (SpGEMM, SpMTTKRP, SpTTM).
-//! See `DESIGN.md` §6.
+//! What is here so far is the library half, usable alone: [`ism`] — labels
+//! of coordinates of any order, the accumulation array as a trait with the
+//! paper's policies (Bucket, Hash, Coord; the Map and Vector extremes; the
+//! dense workspace), the all array merged into (double-buffered or not), the
+//! accumulation array's piecewise-linear growth, and compression into an
+//! output format. Still to come: the pipelined sort-merge thread, a parallel
+//! ISM, the workspace insertion analysis on the level path's loop trees, and
+//! the kernels that print calls into these policies.
+//!
+//! A second-order workspace of a sparse output, deduplicated as it goes:
+//!
+//! ```
+//! use spindle_formats::FormatSpec;
+//! use spindle_workspaces::ism::{Bucket, Ism, Labels, Options, compress};
+//!
+//! let labels = Labels::new(&[4, 5])?;
+//! let mut ws = Ism::new(labels.clone(), Bucket::new(labels.clone(), 2), Options::default());
+//! for (i, j, v) in [(3, 1, 1.0), (0, 4, 2.0), (3, 1, 3.0), (1, 0, -1.0)] {
+//!     ws.insert(&[i, j], v);
+//! }
+//! let all = ws.finish();
+//! let csr = compress(&labels, &all, &FormatSpec::Csr)?;
+//! let coo = csr.to_coo()?;
+//! assert_eq!(coo.crd, [vec![0, 1, 3], vec![4, 0, 1]]);
+//! assert_eq!(coo.val, [2.0, -1.0, 4.0]);
+//! # Ok::<(), spindle_formats::FormatError>(())
+//! ```
+
+pub mod ism;
 
 pub use spindle_ir as ir;
