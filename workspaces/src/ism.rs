@@ -576,3 +576,189 @@ pub fn compress(
     let coo = spindle_formats::Coo::new(labels.shape().to_vec(), crd, all.iter().map(|c| c.1).collect())?;
     spindle_formats::SparseTensor::from_coo(&coo, spec)
 }
+
+/// The ISM template with its sort and merge pipelined on a second thread
+/// (paper 001 §5.3): when the accumulation array fills, it goes to a worker
+/// that sorts it and merges it into the all array, while inserts go on into
+/// a second array; the two arrays trade places.
+///
+/// ```
+/// use spindle_workspaces::ism::{Hash, Labels, Pipelined};
+///
+/// let labels = Labels::new(&[100, 100])?;
+/// let mut ws = Pipelined::new(labels.clone(), Hash::new(8), Hash::new(8));
+/// for k in 0..1000usize {
+///     ws.insert(&[k % 100, (k * 7) % 100], 1.0);
+/// }
+/// let all = ws.finish();
+/// assert_eq!(all.iter().map(|c| c.1).sum::<f64>(), 1000.0);
+/// assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
+/// # Ok::<(), spindle_formats::FormatError>(())
+/// ```
+#[derive(Debug)]
+pub struct Pipelined<P: Accumulation + Send + 'static> {
+    labels: Labels,
+    current: P,
+    /// An emptied array back from the worker, when one is.
+    spare: Option<P>,
+    to_worker: Option<std::sync::mpsc::Sender<P>>,
+    from_worker: std::sync::mpsc::Receiver<P>,
+    worker: Option<std::thread::JoinHandle<Vec<(u64, f64)>>>,
+    merges: usize,
+}
+
+impl<P: Accumulation + Send + 'static> Pipelined<P> {
+    /// Two accumulation arrays of one policy; the all array is
+    /// double-buffered and the arrays grow after each merge.
+    pub fn new(labels: Labels, first: P, second: P) -> Pipelined<P> {
+        let (to_worker, work) = std::sync::mpsc::channel::<P>();
+        let (done, from_worker) = std::sync::mpsc::channel::<P>();
+        let worker = std::thread::spawn(move || {
+            let (mut all, mut spare, mut batch) = (Vec::new(), Vec::new(), Vec::new());
+            for mut array in work {
+                batch.clear();
+                array.drain_sorted(&mut batch);
+                spare.clear();
+                merge_sorted(&all, &batch, &mut spare);
+                std::mem::swap(&mut all, &mut spare);
+                array.set_capacity(next_capacity(batch.len().max(1)));
+                // The inserting side may have finished: then nobody waits.
+                let _ = done.send(array);
+            }
+            all
+        });
+        Pipelined {
+            labels,
+            current: first,
+            spare: Some(second),
+            to_worker: Some(to_worker),
+            from_worker,
+            worker: Some(worker),
+            merges: 0,
+        }
+    }
+
+    pub fn insert(&mut self, coords: &[usize], value: f64) {
+        let label = self.labels.label(coords);
+        if self.current.is_full() {
+            let next = match self.spare.take() {
+                Some(array) => array,
+                // Both arrays are in use: wait for the worker's.
+                None => self.from_worker.recv().expect("the merge worker lives while inserts go on"),
+            };
+            let full = std::mem::replace(&mut self.current, next);
+            self.send(full);
+            if let Ok(back) = self.from_worker.try_recv() {
+                self.spare = Some(back);
+            }
+        }
+        self.current.insert(label, value);
+    }
+
+    fn send(&mut self, array: P) {
+        self.merges += 1;
+        let sender = self.to_worker.as_ref().expect("open until finish");
+        sender.send(array).expect("the merge worker lives while inserts go on");
+    }
+
+    /// Merges handed to the worker so far.
+    pub fn merges(&self) -> usize {
+        self.merges
+    }
+
+    /// The components, sorted by label, each label once.
+    pub fn finish(mut self) -> Vec<(u64, f64)> {
+        if !self.current.is_empty() {
+            let last = std::mem::replace(
+                &mut self.current,
+                self.spare.take().unwrap_or_else(|| {
+                    self.from_worker.recv().expect("the merge worker lives while inserts go on")
+                }),
+            );
+            self.send(last);
+        }
+        self.to_worker = None;
+        self.worker.take().expect("joined once").join().expect("the merge worker does not panic")
+    }
+}
+
+/// A parallel ISM: `parts` pieces of work are handed out to `threads`
+/// threads, each inserting (through `produce(part, insert)`) into its own
+/// workspace of `policy()`; the threads' sorted results are then merged in
+/// pairs, in parallel, into one.
+///
+/// ```
+/// use spindle_workspaces::ism::{Coord, Labels, Options, parallel};
+///
+/// let labels = Labels::new(&[50, 40])?;
+/// // Part p fills rows p and p + 10 of a 50 x 40 matrix (rows 0..20).
+/// let all = parallel(&labels, 2, || Coord::new(64, true), Options::default(), 10, |part, insert| {
+///     for j in 0..40 {
+///         insert(&[part, j], 1.0);
+///         insert(&[part + 10, j], 2.0);
+///     }
+/// });
+/// assert_eq!(all.len(), 20 * 40);
+/// assert_eq!(all[0], (0, 1.0));
+/// assert_eq!(all[all.len() - 1], (19 * 40 + 39, 2.0));
+/// # Ok::<(), spindle_formats::FormatError>(())
+/// ```
+pub fn parallel<P, F>(
+    labels: &Labels,
+    threads: usize,
+    policy: impl Fn() -> P + Sync,
+    options: Options,
+    parts: usize,
+    produce: F,
+) -> Vec<(u64, f64)>
+where
+    P: Accumulation,
+    F: Fn(usize, &mut dyn FnMut(&[usize], f64)) + Sync,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let threads = threads.clamp(1, parts.max(1));
+    let mut results: Vec<Vec<(u64, f64)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut ws = Ism::new(labels.clone(), policy(), options);
+                    loop {
+                        let part = next.fetch_add(1, Ordering::Relaxed);
+                        if part >= parts {
+                            break;
+                        }
+                        produce(part, &mut |coords, value| ws.insert(coords, value));
+                    }
+                    ws.finish()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("an ISM thread does not panic")).collect()
+    });
+    // Merge in pairs, each round's pairs on threads of their own.
+    while results.len() > 1 {
+        let mut pairs = Vec::new();
+        while results.len() >= 2 {
+            let b = results.pop().expect("two left");
+            let a = results.pop().expect("two left");
+            pairs.push((a, b));
+        }
+        let leftover = results.pop();
+        results = std::thread::scope(|s| {
+            let handles: Vec<_> = pairs
+                .iter()
+                .map(|(a, b)| {
+                    s.spawn(move || {
+                        let mut out = Vec::with_capacity(a.len() + b.len());
+                        merge_sorted(a, b, &mut out);
+                        out
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a merge does not panic")).collect()
+        });
+        results.extend(leftover);
+    }
+    results.pop().unwrap_or_default()
+}

@@ -5,10 +5,12 @@
 //! of coordinates of any order, the accumulation array as a trait with the
 //! paper's policies (Bucket, Hash, Coord; the Map and Vector extremes; the
 //! dense workspace), the all array merged into (double-buffered or not), the
-//! accumulation array's piecewise-linear growth, and compression into an
-//! output format. Still to come: the pipelined sort-merge thread, a parallel
-//! ISM, the workspace insertion analysis on the level path's loop trees, and
-//! the kernels that print calls into these policies.
+//! accumulation array's piecewise-linear growth, compression into an output
+//! format, the sort and merge pipelined on a second thread
+//! ([`ism::Pipelined`]) and a parallel ISM whose per-thread workspaces are
+//! merged in pairs ([`ism::parallel`]). Still to come: the workspace
+//! insertion analysis on the level path's loop trees, and the kernels that
+//! print calls into these policies.
 //!
 //! A second-order workspace of a sparse output, deduplicated as it goes:
 //!

@@ -135,3 +135,55 @@ fn labels_round_trip_and_large_shapes_are_refused() {
     merge_sorted(&[(1, 1.0), (4, 2.0)], &[(1, 0.5), (3, 1.0)], &mut out);
     assert_eq!(out, [(1, 1.5), (3, 1.0), (4, 2.0)]);
 }
+
+#[test]
+fn the_pipelined_ism_matches_the_reference() {
+    for (k, shape) in [&[40, 30][..], &[9, 8, 12][..]].iter().enumerate() {
+        let labels = Labels::new(shape).unwrap();
+        let inserts = inserts(shape, 3000, 20 + k as u64);
+        let want = reference(&labels, &inserts);
+        let run_pipelined = |mut ws: spindle_workspaces::ism::Pipelined<_>| {
+            for (c, v) in &inserts {
+                ws.insert(c, *v);
+            }
+            assert!(ws.merges() >= 1);
+            ws.finish()
+        };
+        let pipelined =
+            spindle_workspaces::ism::Pipelined::new(labels.clone(), Coord::new(8, true), Coord::new(8, true));
+        same(&run_pipelined(pipelined), &want, "pipelined coord");
+        let hashed = spindle_workspaces::ism::Pipelined::new(labels.clone(), Hash::new(8), Hash::new(8));
+        let got = {
+            let mut ws = hashed;
+            for (c, v) in &inserts {
+                ws.insert(c, *v);
+            }
+            ws.finish()
+        };
+        same(&got, &want, "pipelined hash");
+    }
+}
+
+#[test]
+fn the_parallel_ism_matches_the_reference_on_any_thread_count() {
+    let shape = [60, 50];
+    let labels = Labels::new(&shape).unwrap();
+    let inserts = inserts(&shape, 4000, 31);
+    let want = reference(&labels, &inserts);
+    let chunk = 4000 / 16;
+    for threads in [1, 2, 3, 4] {
+        let got = spindle_workspaces::ism::parallel(
+            &labels,
+            threads,
+            || Bucket::new(labels.clone(), 32),
+            Options::default(),
+            16,
+            |part, insert| {
+                for (c, v) in &inserts[part * chunk..(part + 1) * chunk] {
+                    insert(c, *v);
+                }
+            },
+        );
+        same(&got, &want, &format!("parallel on {threads} threads"));
+    }
+}
