@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use spindle_ir::formats::{Assembled, AssembledLevel, DType, Level, LevelCapabilities};
 use spindle_ir::kernel::{BinaryOp, TensorId};
 use spindle_ir::lang::{BinOp, ElemType, Func};
-use spindle_ir::level::{Assembly, Expr, LevelKernel, LevelRef, Node, Position, Reach, VarId};
+use spindle_ir::level::{Assembly, Expr, LevelKernel, LevelRef, Node, Position, Reach, VarId, WorkspaceKind};
 
 use ndarray::ArrayD;
 use spindle_ir::tensor::Tensors;
@@ -275,6 +275,66 @@ fn find_update(nodes: &[Node]) -> Option<&[VarId]> {
     })
 }
 
+/// The hash workspace's table (`REAL` is the kernel's value type): keys
+/// by linear probing from `key mod cap`, the slots in use listed, doubled
+/// when half full.
+const HASH: &str = r#"typedef struct {
+    int64_t cap, n;
+    int64_t *keys, *used;
+    REAL *vals;
+} spindle_ws;
+
+static void spindle_ws_alloc(spindle_ws *w, int64_t cap) {
+    w->cap = cap;
+    w->n = 0;
+    w->keys = malloc(cap * sizeof(int64_t));
+    w->used = malloc(cap * sizeof(int64_t));
+    w->vals = malloc(cap * sizeof(REAL));
+    for (int64_t s = 0; s < cap; s++) w->keys[s] = -1;
+}
+
+static void spindle_ws_free(spindle_ws *w) {
+    free(w->keys);
+    free(w->used);
+    free(w->vals);
+}
+
+static inline int64_t spindle_ws_probe(const spindle_ws *w, int64_t key) {
+    int64_t s = key & (w->cap - 1);
+    while (w->keys[s] != key && w->keys[s] != -1) s = (s + 1) & (w->cap - 1);
+    return s;
+}
+
+/* The slot of `key`, inserted (with value 0) when new. */
+static inline int64_t spindle_ws_slot(spindle_ws *w, int64_t key) {
+    if (2 * (w->n + 1) > w->cap) {
+        spindle_ws old = *w;
+        spindle_ws_alloc(w, 2 * old.cap);
+        for (int64_t e = 0; e < old.n; e++) {
+            const int64_t s = spindle_ws_probe(w, old.keys[old.used[e]]);
+            w->keys[s] = old.keys[old.used[e]];
+            w->vals[s] = old.vals[old.used[e]];
+            w->used[w->n++] = s;
+        }
+        spindle_ws_free(&old);
+    }
+    const int64_t s = spindle_ws_probe(w, key);
+    if (w->keys[s] == -1) {
+        w->keys[s] = key;
+        w->vals[s] = 0;
+        w->used[w->n++] = s;
+    }
+    return s;
+}
+
+/* Empties the table for the next row. */
+static inline void spindle_ws_clear(spindle_ws *w) {
+    for (int64_t e = 0; e < w->n; e++) w->keys[w->used[e]] = -1;
+    w->n = 0;
+}
+
+"#;
+
 fn has_workspace(nodes: &[Node]) -> bool {
     nodes.iter().any(|n| match n {
         Node::Workspace { .. } => true,
@@ -354,6 +414,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let workspace = has_workspace(&k.body);
         if workspace {
             self.out.push_str(SORT);
+            if self.hashed() {
+                self.out.push_str(&HASH.replace("REAL", self.d.real()));
+            }
         }
         self.line(0, &format!("void {symbol}(void *const *args, int64_t nthreads) {{"));
         for (i, (id, t)) in k.tensors.iter().enumerate() {
@@ -444,17 +507,33 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.node(n, d);
         }
         if workspace {
-            self.line(d, "free(w_val);");
-            self.line(d, "free(w_bits);");
-            self.line(d, "free(w_sum);");
+            if self.hashed() {
+                self.line(d, "spindle_ws_free(&w);");
+            } else {
+                self.line(d, "free(w_val);");
+                self.line(d, "free(w_bits);");
+                self.line(d, "free(w_sum);");
+            }
             self.line(d, "free(w_list);");
             self.line(depth, "}");
         }
     }
 
+    /// Whether the sparse output's workspace is a hash table.
+    fn hashed(&self) -> bool {
+        matches!(&self.k.assembly, Some(a) if a.workspace == WorkspaceKind::Hash)
+    }
+
     /// A dense workspace over the output's last level: values, marks and
-    /// the list of coordinates marked.
+    /// the list of coordinates marked; or a hash table and a list to sort.
     fn workspace_arrays(&mut self, depth: usize) {
+        if self.hashed() {
+            self.line(depth, "spindle_ws w;");
+            self.line(depth, "spindle_ws_alloc(&w, 1024);");
+            self.line(depth, "int64_t w_cap = 1024, w_n = 0;");
+            self.line(depth, "int64_t *w_list = malloc(w_cap * sizeof(int64_t));");
+            return;
+        }
         let a = self.k.assembly.as_ref().expect("a workspace belongs to a sparse output");
         let n = a.levels.last().expect("an output has levels").extent;
         let real = self.d.real();
@@ -598,6 +677,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
     /// A workspace around `body`, drained into the last level in
     /// coordinate order.
     fn workspace(&mut self, body: &[Node], depth: usize) {
+        if self.hashed() {
+            return self.hash_workspace(body, depth);
+        }
         let a = self.assembly();
         let leaf = a.levels.last().expect("an output has levels").clone();
         let chain = a.leaf_head()..a.levels.len();
@@ -659,9 +741,55 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(depth, "}");
     }
 
+    /// A hash workspace around `body`: the row's coordinates collected in
+    /// the table, then (filling) sorted and drained in order.
+    fn hash_workspace(&mut self, body: &[Node], depth: usize) {
+        let a = self.assembly();
+        let leaf = a.levels.last().expect("an output has levels").clone();
+        let chain = a.leaf_head()..a.levels.len();
+        let v = self.var(leaf.var).to_string();
+        self.line(depth, "{");
+        let d = depth + 1;
+        let was = std::mem::replace(&mut self.in_ws, true);
+        body.iter().for_each(|b| self.node(b, d));
+        self.in_ws = was;
+        if self.counting {
+            for m in chain {
+                self.line(d, &format!("n{m} += w.n;"));
+            }
+        } else {
+            self.line(d, "if (w.n > w_cap) {");
+            self.line(d + 1, "w_cap = w.cap;");
+            self.line(d + 1, "w_list = realloc(w_list, w_cap * sizeof(int64_t));");
+            self.line(d, "}");
+            self.line(d, "w_n = w.n;");
+            self.line(d, "for (int64_t e = 0; e < w_n; e++) w_list[e] = w.keys[w.used[e]];");
+            self.line(d, "spindle_sort_i64(w_list, w_n);");
+            self.line(d, "for (int64_t e = 0; e < w_n; e++) {");
+            self.line(d + 1, &format!("const int64_t {v} = w_list[e];"));
+            self.append_leaf(&format!("w.vals[spindle_ws_probe(&w, {v})]"), d + 1);
+            self.line(d, "}");
+        }
+        self.line(d, "spindle_ws_clear(&w);");
+        self.line(depth, "}");
+    }
+
     /// An accumulation into the entry being assembled, or the workspace.
     fn accumulate(&mut self, value: &Expr, depth: usize) {
-        if self.in_ws {
+        if self.in_ws && self.hashed() {
+            let leaf = self.assembly().levels.last().expect("an output has levels").var;
+            let v = self.var(leaf).to_string();
+            if self.counting {
+                self.line(depth, &format!("spindle_ws_slot(&w, {v});"));
+            } else {
+                // The slot first: finding it may move the table.
+                let value = self.expr(value);
+                self.line(depth, "{");
+                self.line(depth + 1, &format!("const int64_t slot = spindle_ws_slot(&w, {v});"));
+                self.line(depth + 1, &format!("w.vals[slot] += {value};"));
+                self.line(depth, "}");
+            }
+        } else if self.in_ws {
             let leaf = self.assembly().levels.last().expect("an output has levels").var;
             let v = self.var(leaf).to_string();
             // Counting keeps the list (to count and to clear the marks);

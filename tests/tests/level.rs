@@ -671,3 +671,42 @@ fn random_formats_and_orders_match_the_reference_or_are_refused_with_a_reason() 
     eprintln!("{ran} ran, {refused} refused");
     assert!(ran >= 30 && refused >= 10, "{ran} ran, {refused} refused");
 }
+
+/// `workspace=hash`: the row's coordinates gathered in a growing hash
+/// table and sorted when drained, into CSR, COO and DCSR, on 1 and 2
+/// threads; `auto` takes it for a level too wide for a dense workspace.
+#[test]
+fn a_hash_workspace_gathers_rows_too_wide_for_a_dense_one() {
+    for out in ["csr", "coo", "dcsr"] {
+        for (shape_b, density) in [([60, 38], 0.08), ([60, 2000], 0.05)] {
+            let mut c = case(
+                "C[i,j] = A[i,k] * B[k,j]",
+                &[("C", &[45, shape_b[1]], 1.0), ("A", &[45, 60], 0.2), ("B", &shape_b, density)],
+                &[("A", "csr"), ("B", "csr"), ("C", out)],
+            );
+            c.schedule = "workspace=hash";
+            let (tree, source) = assembles(&c);
+            assert!(tree.contains("workspace C over j (hash)"), "{tree}");
+            assert!(source.contains("spindle_ws_slot"), "{source}");
+        }
+    }
+    // A level of 2^24 + 1 columns is too wide for a dense workspace.
+    let wide = (1usize << 24) + 1;
+    let decls = declarations(&[("C", &[3, wide], "f64"), ("A", &[3, 4], "f64"), ("B", &[4, wide], "f64")]);
+    let einsum = check(&parse("C[i,j] = A[i,k] * B[k,j]").unwrap(), &decls).unwrap();
+    let a = Coo::new(vec![3, 4], vec![vec![0, 2], vec![1, 3]], vec![1.0, 2.0]).unwrap();
+    let b = Coo::new(vec![4, wide], vec![vec![1, 3], vec![7, wide as i64 - 1]], vec![3.0, 4.0]).unwrap();
+    let entries = BTreeMap::from([("A".to_string(), a), ("B".to_string(), b)]);
+    let formats: BTreeMap<String, FormatSpec> =
+        ["A", "B", "C"].iter().map(|n| (n.to_string(), FormatSpec::Csr)).collect();
+    let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
+    assert!(lowered.kernel.to_string().contains("(hash)"), "{}", lowered.kernel);
+    let mut inputs = Tensors::new();
+    inputs.extend(lowered.arrays.clone());
+    let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
+    let coo = compiled.run_assembled(&inputs, 2).unwrap().to_coo().unwrap();
+    assert_eq!(
+        (coo.crd.clone(), coo.val.clone()),
+        (vec![vec![0, 2], vec![7, wide as i64 - 1]], vec![3.0, 8.0])
+    );
+}

@@ -31,10 +31,25 @@ pub enum Path {
     Levels,
 }
 
+/// The workspace a sparse output's last level is gathered in on the level
+/// path (`workspace=auto|dense|hash`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum WorkspacePolicy {
+    /// Dense where a value per coordinate of the level fits, else hash.
+    #[default]
+    Auto,
+    /// A value and a mark per coordinate of the level.
+    Dense,
+    /// An open-addressing table of the row's coordinates, grown as it fills.
+    Hash,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     /// `path=tiles|levels`.
     pub path: Path,
+    /// `workspace=auto|dense|hash` (the level path's sparse outputs).
+    pub workspace: WorkspacePolicy,
     /// Tile size per index name; others get [`Schedule::DEFAULT_TILE`]
     /// (or the extent's next power of two when smaller).
     pub tiles: BTreeMap<String, usize>,
@@ -66,6 +81,7 @@ impl Default for Schedule {
     fn default() -> Self {
         Schedule {
             path: Path::Tiles,
+            workspace: WorkspacePolicy::Auto,
             tiles: BTreeMap::new(),
             strategy: Strategy::AccumulateThenAtomic,
             broadcasting: Broadcasting::Lazy,
@@ -103,7 +119,7 @@ pub struct ScheduleError {
     pub reason: String,
 }
 
-pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
+pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|hash, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
 block=N (CUDA)";
 
@@ -132,6 +148,10 @@ impl FromStr for Schedule {
                 ("path", "tiles") => s.path = Path::Tiles,
                 ("path", "levels") => s.path = Path::Levels,
                 ("path", _) => return Err(bad("path is tiles or levels")),
+                ("workspace", "auto") => s.workspace = WorkspacePolicy::Auto,
+                ("workspace", "dense") => s.workspace = WorkspacePolicy::Dense,
+                ("workspace", "hash") => s.workspace = WorkspacePolicy::Hash,
+                ("workspace", _) => return Err(bad("workspace is auto, dense or hash")),
                 ("reduce", "atomic") => s.strategy = Strategy::AtomicPerElement,
                 ("reduce", "accumulate") => s.strategy = Strategy::AccumulateThenAtomic,
                 ("broadcast", "lazy") => s.broadcasting = Broadcasting::Lazy,
@@ -199,6 +219,11 @@ impl fmt::Display for Schedule {
         }
         if self.path == Path::Levels {
             write!(f, " path=levels")?;
+        }
+        match self.workspace {
+            WorkspacePolicy::Auto => {}
+            WorkspacePolicy::Dense => write!(f, " workspace=dense")?,
+            WorkspacePolicy::Hash => write!(f, " workspace=hash")?,
         }
         Ok(())
     }

@@ -11,7 +11,7 @@ use spindle_formats::tensor::ArrayData;
 use spindle_formats::{Children, Coo, DimPart, FormatSpec, LevelCapabilities, SparseTensor};
 
 use super::{Assembly, Expr, LevelKernel, LevelRef, Node, OutLevel, Point, Position, Reach, Var, VarId};
-use crate::kernel::schedule::Schedule;
+use crate::kernel::schedule::{Schedule, WorkspacePolicy};
 use crate::kernel::{OutputInit, Reduction, TensorId, TensorParam};
 use crate::lang::Einsum;
 use crate::lang::{Access, AssignOp, Atom, BinOp, Diagnostic, ElemType, Expr as Ast, Func, Role, Span};
@@ -179,8 +179,15 @@ pub fn lower(
     let rhs = symbolic(&st.rhs, &stored, &dense, &plain)?;
     let order = loop_order(einsum, &vars, &var_of, &stored, &out_at, schedule)?;
     concordant(&order, &stored, &vars)?;
-    if let Some(a) = &assembly {
+    if let Some(a) = &mut assembly {
         assembled_in_order(&order, a, &vars, &st.lhs)?;
+        let width = a.levels.last().map_or(0, |l| l.extent);
+        a.workspace = match schedule.workspace {
+            WorkspacePolicy::Dense => super::WorkspaceKind::Dense,
+            WorkspacePolicy::Hash => super::WorkspaceKind::Hash,
+            WorkspacePolicy::Auto if width > super::DENSE_WORKSPACE_LIMIT => super::WorkspaceKind::Hash,
+            WorkspacePolicy::Auto => super::WorkspaceKind::Dense,
+        };
     }
 
     let mut kernel = LevelKernel {
@@ -417,6 +424,7 @@ fn assemble(
         levels: out,
         rows: 1,
         bound: None,
+        workspace: super::WorkspaceKind::Dense,
         counts,
         phase,
     };

@@ -159,6 +159,19 @@ pub struct OutLevel {
     pub crd: Option<TensorId>,
 }
 
+/// The workspace of a sparse output's last level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkspaceKind {
+    /// A value and a mark per coordinate of the level.
+    Dense,
+    /// An open-addressing table of the row's coordinates, grown as it fills,
+    /// sorted when drained: for levels too wide for a dense one.
+    Hash,
+}
+
+/// Levels wider than this get a hash workspace under `workspace=auto`.
+pub const DENSE_WORKSPACE_LIMIT: usize = 1 << 24;
+
 /// How a sparse output is assembled: its levels' arrays, and the counts the
 /// first phase leaves for the caller to size them by.
 #[derive(Clone, Debug, PartialEq)]
@@ -170,6 +183,8 @@ pub struct Assembly {
     /// Rows counted apart: the first level's extent when the outermost loop
     /// runs on threads (each row then fills from its own offsets), else 1.
     pub rows: usize,
+    /// How a workspace gathers the last level (where the tree has one).
+    pub workspace: WorkspaceKind,
     /// At most this many entries at any level, where that is known in
     /// advance (every entry a step of a walk over stored positions: unions,
     /// intersections, sampled products): then one thread assembles in one

@@ -103,7 +103,11 @@ impl LevelKernel {
             Node::Workspace { body } => {
                 let a = self.assembly.as_ref().expect("workspaces belong to a sparse output");
                 let leaf = a.levels.last().expect("an output has levels");
-                let _ = writeln!(out, "{pad}workspace {} over {}", a.tensor, self.var(leaf.var).name);
+                let kind = match a.workspace {
+                    WorkspaceKind::Dense => "",
+                    WorkspaceKind::Hash => " (hash)",
+                };
+                let _ = writeln!(out, "{pad}workspace {} over {}{kind}", a.tensor, self.var(leaf.var).name);
                 body.iter().for_each(|b| self.node_text(b, depth + 1, out));
                 let _ = writeln!(out, "{pad}drain into {} level {}", a.tensor, a.levels.len() - 1);
             }
