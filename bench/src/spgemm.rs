@@ -27,7 +27,8 @@
 //! Spindle's dense workspace holds, per thread, a value (8 bytes) and a list
 //! slot (8 bytes) per column of C, a mark bit per column and a summary bit
 //! per 64 marks, beside the per-row counts (8 bytes per row) that size the
-//! output: [`workspace_bytes`].
+//! output: [`workspace_bytes`]. With `--workspace hash` it is a table of
+//! twice the longest row's entries instead: [`hash_workspace_bytes`].
 //!
 //! # Check
 //!
@@ -61,6 +62,8 @@ pub struct SpgemmOptions {
     pub threads: usize,
     /// Run the Python baselines (installing them on first use).
     pub python: bool,
+    /// The workspace policy of our kernel (`auto`, `dense` or `hash`).
+    pub workspace: String,
     pub filter: Vec<String>,
 }
 
@@ -75,6 +78,9 @@ pub struct SpgemmReport {
     pub warmup: usize,
     pub repeats: usize,
     pub threads: usize,
+    /// Our kernel's `workspace=` schedule item.
+    #[serde(default)]
+    pub workspace: String,
     pub timing_protocol: String,
     pub goal: String,
     pub notes: Vec<String>,
@@ -252,6 +258,7 @@ pub fn run(opts: &SpgemmOptions, progress: &mut dyn FnMut(&str)) -> Result<Spgem
         warmup: opts.timing.warmup,
         repeats: opts.timing.repeats,
         threads: opts.threads,
+        workspace: opts.workspace.clone(),
         timing_protocol:
             "warm-up, then timed calls; every call (ours and each baseline) allocates its output; \
                           no cache flush; medians"
@@ -278,7 +285,8 @@ fn one(name: &str, a: &Coo<f64, i64>, opts: &SpgemmOptions, env: Option<&PythonE
     let mut ours = Vec::new();
     let mut assembled = None;
     for threads in [1, opts.threads] {
-        let schedule: Schedule = format!("path=levels threads={threads}").parse()?;
+        let schedule: Schedule =
+            format!("path=levels threads={threads} workspace={}", opts.workspace).parse()?;
         let compiled = prepared.compile(&backend, &schedule)?;
         let (out, timing) = compiled.assemble_and_time(opts.timing)?;
         assembled.get_or_insert(out);
@@ -345,7 +353,11 @@ fn one(name: &str, a: &Coo<f64, i64>, opts: &SpgemmOptions, env: Option<&PythonE
         products,
         spindle_one_thread: ours[0].clone(),
         spindle_all_threads: ours[1].clone(),
-        workspace_bytes: workspace_bytes(cols),
+        workspace_bytes: match opts.workspace.as_str() {
+            "hash" => hash_workspace_bytes(&ours_coo),
+            "auto" if cols > spindle::ir::level::DENSE_WORKSPACE_LIMIT => hash_workspace_bytes(&ours_coo),
+            _ => workspace_bytes(cols),
+        },
         max_rel_error_vs_sprs,
         baselines,
         add,
@@ -391,6 +403,19 @@ fn add(a: &Coo<f64, i64>, opts: &SpgemmOptions, backend: &CBackend) -> Result<Ad
 /// (one spare slot), marks and their summary, as the C printer allocates it.
 pub fn workspace_bytes(cols: usize) -> usize {
     8 * cols + 8 * (cols + 1) + 8 * cols.div_ceil(64) + 8 * cols.div_ceil(4096)
+}
+
+/// The hash workspace of one thread at its largest: a table of twice the
+/// longest row's entries (a power of two, at least 1024) of key, slot and
+/// value, and the list the row is sorted in.
+pub fn hash_workspace_bytes(c: &Coo<f64, i64>) -> usize {
+    let mut per_row = std::collections::BTreeMap::new();
+    for &i in &c.crd[0] {
+        *per_row.entry(i).or_insert(0usize) += 1;
+    }
+    let longest = per_row.values().copied().max().unwrap_or(0);
+    let cap = (2 * (longest + 1)).next_power_of_two().max(1024);
+    cap * (8 + 8 + 8) + cap * 8
 }
 
 /// Times `f` as the driver times kernels.

@@ -233,18 +233,10 @@ struct Printer<'k, D: Dialect> {
     in_split: Option<LaneSplit>,
 }
 
-/// Sorts a workspace's coordinates: insertion sort for the few of a short
-/// row, the C library's for the rest.
-const SORT: &str = r#"static int spindle_cmp_i64(const void *a, const void *b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static void spindle_sort_i64(int64_t *x, int64_t n) {
-    if (n > 32) {
-        qsort(x, (size_t)n, sizeof(int64_t), spindle_cmp_i64);
-        return;
-    }
+/// Sorts a workspace's coordinates: an inline quicksort down to short runs,
+/// then insertion sort (the C library's `qsort` calls a comparator per
+/// comparison, which cost the hash workspace most of its time).
+const SORT: &str = r#"static void spindle_insertion_i64(int64_t *x, int64_t n) {
     for (int64_t a = 1; a < n; a++) {
         const int64_t v = x[a];
         int64_t b = a - 1;
@@ -253,6 +245,46 @@ static void spindle_sort_i64(int64_t *x, int64_t n) {
             b--;
         }
         x[b + 1] = v;
+    }
+}
+
+/* Quicksort (median of three, the smaller side first on an explicit stack)
+   down to runs of 24, then insertion sort: no comparator calls. */
+static void spindle_sort_i64(int64_t *x, int64_t n) {
+    int64_t stack[128];
+    int64_t top = 0;
+    int64_t lo = 0, hi = n - 1;
+    for (;;) {
+        while (hi - lo > 24) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            int64_t a = x[lo], b = x[mid], c = x[hi];
+            const int64_t pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+            int64_t i = lo, j = hi;
+            while (i <= j) {
+                while (x[i] < pivot) i++;
+                while (x[j] > pivot) j--;
+                if (i <= j) {
+                    const int64_t t = x[i];
+                    x[i] = x[j];
+                    x[j] = t;
+                    i++;
+                    j--;
+                }
+            }
+            if (j - lo < hi - i) {
+                stack[top++] = i;
+                stack[top++] = hi;
+                hi = j;
+            } else {
+                stack[top++] = lo;
+                stack[top++] = j;
+                lo = i;
+            }
+        }
+        spindle_insertion_i64(x + lo, hi - lo + 1);
+        if (top == 0) return;
+        hi = stack[--top];
+        lo = stack[--top];
     }
 }
 

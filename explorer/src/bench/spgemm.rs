@@ -22,6 +22,10 @@ pub struct SpgemmArgs {
     /// target/python-baselines, as `bench spmm` does).
     #[arg(long)]
     pub no_python: bool,
+    /// Our kernel's workspace: auto (dense unless the output is wider than
+    /// 2^24 columns), dense or hash.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "dense", "hash"])]
+    pub workspace: String,
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,
@@ -35,6 +39,7 @@ pub fn run(args: SpgemmArgs) -> Result<()> {
         timing: spindle::TimingOptions { warmup: 1, repeats: args.repeats.max(1) },
         threads: args.threads.unwrap_or_else(spindle::c::cpu_threads).max(1),
         python: !args.no_python,
+        workspace: args.workspace,
         filter: args.matrices,
     };
     let report = spindle_bench::spgemm::run(&opts, &mut |line| eprintln!("{line}"))?;
@@ -43,7 +48,10 @@ pub fn run(args: SpgemmArgs) -> Result<()> {
 
 fn print_table(report: &SpgemmReport) {
     let t = report.threads;
-    println!("{} ({}), medians of {} runs", report.statement, report.setup, report.repeats);
+    println!(
+        "{} ({}), workspace={}, medians of {} runs",
+        report.statement, report.setup, report.workspace, report.repeats
+    );
     println!(
         "{:<22} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}",
         "matrix",
