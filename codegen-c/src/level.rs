@@ -1187,7 +1187,6 @@ impl CLevelKernel {
             return Ok(());
         }
         let at = |t: TensorId| t.as_u32() as usize;
-        let kind = |t: TensorId| BufferKind::for_elem(self.kernel.tensor(t).dtype);
         let levels = a.levels.len();
         buffers[at(a.phase)] = Buffer::I64(vec![0, 0]);
         buffers[at(a.counts)] = Buffer::I64(vec![0; levels * a.rows]);
@@ -1204,14 +1203,34 @@ impl CLevelKernel {
         }
         // The fill writes every coordinate and value, so the arrays of the
         // last launch are resized, not cleared; positions start at zero.
+        self.size_levels(a, buffers, |l| total[l] as usize, false);
+        buffers[at(a.phase)] = Buffer::I64(vec![1, 0]);
+        self.program.run(buffers, threads)?;
+        for pos in a.levels.iter().filter_map(|l| l.pos) {
+            let Buffer::I64(pos) = &mut buffers[at(pos)] else { unreachable!("positions are i64") };
+            ascend(pos);
+        }
+        Ok(())
+    }
+
+    /// Sizes every level's arrays and the values for `entries(l)` entries at
+    /// each sparse level `l` (a dense level has every coordinate under each
+    /// parent). Positions start as zeros, or with `cut` the launch's own are
+    /// cut to their parents and made ascending.
+    fn size_levels(&self, a: &Assembly, buffers: &mut [Buffer], entries: impl Fn(usize) -> usize, cut: bool) {
+        let at = |t: TensorId| t.as_u32() as usize;
+        let kind = |t: TensorId| BufferKind::for_elem(self.kernel.tensor(t).dtype);
         let mut parents = 1usize;
         for (l, level) in a.levels.iter().enumerate() {
-            let size = match level.format.locate() {
-                true => parents * level.extent,
-                false => total[l] as usize,
-            };
+            let size = if level.format.locate() { parents * level.extent } else { entries(l) };
             if let Some(pos) = level.pos {
-                buffers[at(pos)] = Buffer::I64(vec![0; parents + 1]);
+                match &mut buffers[at(pos)] {
+                    Buffer::I64(pos) if cut => {
+                        pos.truncate(parents + 1);
+                        ascend(pos);
+                    }
+                    buffer => *buffer = Buffer::I64(vec![0; parents + 1]),
+                }
             }
             if let Some(crd) = level.crd {
                 buffers[at(crd)].resize(kind(crd), size);
@@ -1219,17 +1238,6 @@ impl CLevelKernel {
             parents = size;
         }
         buffers[at(self.kernel.output)].resize(kind(self.kernel.output), parents);
-        buffers[at(a.phase)] = Buffer::I64(vec![1, 0]);
-        self.program.run(buffers, threads)?;
-        // Parents a dense level never visited keep the range of the one
-        // before them.
-        for pos in a.levels.iter().filter_map(|l| l.pos) {
-            let Buffer::I64(pos) = &mut buffers[at(pos)] else { unreachable!("positions are i64") };
-            for p in 1..pos.len() {
-                pos[p] = pos[p].max(pos[p - 1]);
-            }
-        }
-        Ok(())
     }
 
     /// One pass on one thread into arrays of the output's bound, cut to
@@ -1237,19 +1245,7 @@ impl CLevelKernel {
     /// bound did not hold, which the kernel's checked appends report.
     fn one_pass(&self, a: &Assembly, bound: usize, buffers: &mut [Buffer]) -> Result<bool, BackendError> {
         let at = |t: TensorId| t.as_u32() as usize;
-        let kind = |t: TensorId| BufferKind::for_elem(self.kernel.tensor(t).dtype);
-        let mut parents = 1usize;
-        for level in &a.levels {
-            let size = if level.format.locate() { parents * level.extent } else { bound };
-            if let Some(pos) = level.pos {
-                buffers[at(pos)] = Buffer::I64(vec![0; parents + 1]);
-            }
-            if let Some(crd) = level.crd {
-                buffers[at(crd)].resize(kind(crd), size);
-            }
-            parents = size;
-        }
-        buffers[at(self.kernel.output)].resize(kind(self.kernel.output), parents);
+        self.size_levels(a, buffers, |_| bound, false);
         buffers[at(a.phase)] = Buffer::I64(vec![2, bound as i64]);
         buffers[at(a.counts)] = Buffer::I64(vec![0; a.levels.len() * a.rows]);
         self.program.run(buffers, 1)?;
@@ -1259,22 +1255,7 @@ impl CLevelKernel {
             return Ok(false);
         }
         // Cut every array to its level's entries.
-        let mut parents = 1usize;
-        for (l, level) in a.levels.iter().enumerate() {
-            let size = if level.format.locate() { parents * level.extent } else { counts[l] as usize };
-            if let Some(pos) = level.pos {
-                let Buffer::I64(pos) = &mut buffers[at(pos)] else { unreachable!("positions are i64") };
-                pos.truncate(parents + 1);
-                for p in 1..pos.len() {
-                    pos[p] = pos[p].max(pos[p - 1]);
-                }
-            }
-            if let Some(crd) = level.crd {
-                buffers[at(crd)].resize(kind(crd), size);
-            }
-            parents = size;
-        }
-        buffers[at(self.kernel.output)].resize(kind(self.kernel.output), parents);
+        self.size_levels(a, buffers, |l| counts[l] as usize, true);
         Ok(true)
     }
 
@@ -1316,6 +1297,14 @@ impl CLevelKernel {
         let mut buffers = self.buffers(tensors)?;
         self.launch(&mut buffers, threads)?;
         self.assembled(&buffers).ok_or_else(|| BackendError::Data("the output is dense".to_string()))
+    }
+}
+
+/// Parents a dense level never visited keep the range of the one before
+/// them: positions made ascending.
+fn ascend(pos: &mut [i64]) {
+    for p in 1..pos.len() {
+        pos[p] = pos[p].max(pos[p - 1]);
     }
 }
 

@@ -374,27 +374,25 @@ impl Backend for CudaBackend {
 
     fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>> {
         let printed = print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?;
-        let loaded = self.gpu.load(&printed)?;
-        let launch = &loaded.launch;
-        let report = CompileReport {
-            cached: loaded.cache_hit,
-            launch: Some(format!("grid {} x block {} threads", launch.grid, launch.block)),
-            resources: loaded.resources,
-            ..CompileReport::default()
-        };
-        Ok(Box::new(CudaExecutable {
-            gpu: self.gpu.clone(),
-            kernel: Box::new(kernel.clone()),
-            arrays: Tensors::new(),
-            printed,
-            loaded,
-            report,
-        }))
+        self.load(printed, Box::new(kernel.clone()), Tensors::new())
     }
 
     /// A warp per row ([`spindle_cuda::print::levels`]).
     fn compile_levels(&self, lowered: &Lowered, _schedule: &Schedule) -> Result<Box<dyn Executable>> {
         let printed = print_level(&lowered.kernel, SYMBOL)?;
+        self.load(printed, Box::new(lowered.kernel.clone()), lowered.arrays.clone())
+    }
+}
+
+impl CudaBackend {
+    /// Compiles (cached) and loads a printed kernel of `kernel`, whose
+    /// format arrays (a level kernel's) are `arrays`.
+    fn load(
+        &self,
+        printed: CudaKernel,
+        kernel: Box<dyn DeviceArgs>,
+        arrays: Tensors,
+    ) -> Result<Box<dyn Executable>> {
         let loaded = self.gpu.load(&printed)?;
         let launch = &loaded.launch;
         let report = CompileReport {
@@ -403,14 +401,7 @@ impl Backend for CudaBackend {
             resources: loaded.resources,
             ..CompileReport::default()
         };
-        Ok(Box::new(CudaExecutable {
-            gpu: self.gpu.clone(),
-            kernel: Box::new(lowered.kernel.clone()),
-            arrays: lowered.arrays.clone(),
-            printed,
-            loaded,
-            report,
-        }))
+        Ok(Box::new(CudaExecutable { gpu: self.gpu.clone(), kernel, arrays, printed, loaded, report }))
     }
 }
 
