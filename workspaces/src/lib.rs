@@ -1,16 +1,19 @@
 //! `spindle-workspaces`: sparse workspaces after the insert-sort-merge (ISM)
 //! template of paper 001 (DESIGN.md §6).
 //!
-//! What is here so far is the library half, usable alone: [`ism`] — labels
-//! of coordinates of any order, the accumulation array as a trait with the
-//! paper's policies (Bucket, Hash, Coord; the Map and Vector extremes; the
-//! dense workspace), the all array merged into (double-buffered or not), the
-//! accumulation array's piecewise-linear growth, compression into an output
-//! format, the sort and merge pipelined on a second thread
-//! ([`ism::Pipelined`]) and a parallel ISM whose per-thread workspaces are
-//! merged in pairs ([`ism::parallel`]). Still to come: the workspace
-//! insertion analysis on the level path's loop trees, and the kernels that
-//! print calls into these policies.
+//! - [`ism`]: the library, usable alone — labels of coordinates of any
+//!   order, the accumulation array as a trait with the paper's policies
+//!   (Bucket, Hash, Coord; the Map and Vector extremes; the dense
+//!   workspace), the all array merged into (double-buffered or not), the
+//!   accumulation array's piecewise-linear growth, compression into an
+//!   output format, the sort and merge pipelined on a second thread
+//!   ([`ism::Pipelined`]) and a parallel ISM whose per-thread workspaces are
+//!   merged in pairs ([`ism::parallel`]).
+//! - [`insert`]: the automatic insertion analysis (where a workspace goes,
+//!   of which order, read back in which order), which the level path's
+//!   lowering runs on its loop orders.
+//! - [`runtime`]: the same policies and switches as a C header that printed
+//!   kernels call.
 //!
 //! A second-order workspace of a sparse output, deduplicated as it goes:
 //!
@@ -31,6 +34,6 @@
 //! # Ok::<(), spindle_formats::FormatError>(())
 //! ```
 
+pub mod insert;
 pub mod ism;
-
-pub use spindle_ir as ir;
+pub mod runtime;

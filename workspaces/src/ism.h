@@ -1,0 +1,490 @@
+/* The insert-sort-merge runtime of Spindle's printed kernels (paper 001),
+   the C twin of spindle_workspaces::ism. Before including it, define REAL
+   (the value type), one policy (ISM_DENSE, ISM_BUCKET, ISM_HASH, ISM_COORD,
+   ISM_MAP or ISM_VECTOR as 1) and the switches ISM_INDEXING, ISM_REALLOC,
+   ISM_DOUBLE_BUFFER and ISM_PIPELINE (0 or 1).
+
+   Coordinates arrive as labels: the gathered coordinates linearised in the
+   output's storage order, so label order is the order they are appended in.
+   An accumulation array takes inserts (deduplicated as its policy can) until
+   it is full; then it is sorted into a batch, and the batch merged into the
+   all array (labels summed as they meet). With ISM_PIPELINE the sort and
+   merge run on a second thread while inserts go on into a second
+   accumulation array. */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if ISM_PIPELINE
+#include <pthread.h>
+#endif
+
+typedef struct {
+    int64_t key;
+    REAL val;
+} ism_c;
+
+/* Quicksort (median of three, the smaller side first on an explicit stack)
+   down to runs of 24, then insertion sort: no comparator calls. */
+#define SPINDLE_SORT(NAME, T, KEY, CTX)                                                     \
+    static inline void NAME(T *x, int64_t n, CTX) {                                          \
+        int64_t stack[128];                                                                 \
+        int64_t top = 0, lo = 0, hi = n - 1;                                                \
+        for (;;) {                                                                          \
+            while (hi - lo > 24) {                                                          \
+                const int64_t mid = lo + (hi - lo) / 2;                                     \
+                const int64_t a = KEY(x[lo]), b = KEY(x[mid]), c = KEY(x[hi]);              \
+                const int64_t pivot =                                                       \
+                    a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));  \
+                int64_t i = lo, j = hi;                                                     \
+                while (i <= j) {                                                            \
+                    while (KEY(x[i]) < pivot) i++;                                          \
+                    while (KEY(x[j]) > pivot) j--;                                          \
+                    if (i <= j) {                                                           \
+                        const T t = x[i];                                                   \
+                        x[i] = x[j];                                                        \
+                        x[j] = t;                                                           \
+                        i++;                                                                \
+                        j--;                                                                \
+                    }                                                                       \
+                }                                                                           \
+                if (j - lo < hi - i) {                                                      \
+                    stack[top++] = i;                                                       \
+                    stack[top++] = hi;                                                      \
+                    hi = j;                                                                 \
+                } else {                                                                    \
+                    stack[top++] = lo;                                                      \
+                    stack[top++] = j;                                                       \
+                    lo = i;                                                                 \
+                }                                                                           \
+            }                                                                               \
+            for (int64_t a = lo + 1; a <= hi; a++) {                                        \
+                const T v = x[a];                                                           \
+                int64_t b = a - 1;                                                          \
+                while (b >= lo && KEY(x[b]) > KEY(v)) {                                     \
+                    x[b + 1] = x[b];                                                        \
+                    b--;                                                                    \
+                }                                                                           \
+                x[b + 1] = v;                                                               \
+            }                                                                               \
+            if (top == 0) break;                                                            \
+            hi = stack[--top];                                                              \
+            lo = stack[--top];                                                              \
+        }                                                                                   \
+    }
+
+#define ISM_SELF(x) (x)
+#define ISM_KEY(x) ((x).key)
+#define ISM_ID_KEY(x) (ctx[x].key)
+SPINDLE_SORT(spindle_sort_i64_, int64_t, ISM_SELF, const void *unused)
+SPINDLE_SORT(ism_sort_c_, ism_c, ISM_KEY, const void *unused)
+SPINDLE_SORT(ism_sort_ids, int32_t, ISM_ID_KEY, const ism_c *ctx)
+
+static inline void spindle_sort_i64(int64_t *x, int64_t n) { spindle_sort_i64_(x, n, 0); }
+static inline void ism_sort_c(ism_c *x, int64_t n) { ism_sort_c_(x, n, 0); }
+
+/* Grows `*p` (of `*cap` elements of `size` bytes) to hold at least `need`. */
+static inline void ism_reserve(void **p, int64_t *cap, int64_t need, size_t size) {
+    if (need <= *cap) return;
+    int64_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    *p = realloc(*p, (size_t)c * size);
+    *cap = c;
+}
+
+/* Sums neighbours with equal labels of a sorted run in place; its new length. */
+static inline int64_t ism_sum_equal(ism_c *x, int64_t n) {
+    int64_t m = 0;
+    for (int64_t e = 0; e < n; e++) {
+        if (m > 0 && x[m - 1].key == x[e].key) x[m - 1].val += x[e].val;
+        else x[m++] = x[e];
+    }
+    return m;
+}
+
+/* The accumulation array of the chosen policy. */
+typedef struct {
+    int64_t n;   /* components held */
+    int64_t cap; /* full at this many */
+    ism_c *c;    /* components: appended (Coord, Vector, Bucket) or sorted (Map) */
+    int64_t c_cap;
+#if ISM_HASH
+    int64_t *keys, *used;
+    REAL *vals;
+    int64_t slots;
+#endif
+#if ISM_BUCKET
+    int64_t *head, *next, *flagged;
+    int64_t next_cap, nflagged, buckets, div;
+#endif
+#if ISM_DENSE
+    REAL *dv;
+    uint8_t *flag;
+    int64_t *list;
+    int64_t range;
+#endif
+#if ISM_COORD && ISM_INDEXING
+    int32_t *ids;
+    int64_t ids_cap;
+#endif
+} ism_acc;
+
+static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int64_t cap) {
+    memset(a, 0, sizeof *a);
+    a->cap = cap;
+#if ISM_MAP || ISM_VECTOR || ISM_DENSE
+    a->cap = INT64_MAX;
+#endif
+#if ISM_HASH
+    a->slots = 2;
+    while (a->slots < 2 * cap) a->slots *= 2;
+    a->cap = a->slots / 2;
+    a->keys = malloc(a->slots * sizeof(int64_t));
+    a->vals = malloc(a->slots * sizeof(REAL));
+    a->used = malloc(a->cap * sizeof(int64_t));
+    for (int64_t s = 0; s < a->slots; s++) a->keys[s] = -1;
+#endif
+#if ISM_BUCKET
+    a->buckets = leading;
+    a->div = range / leading;
+    a->head = malloc(leading * sizeof(int64_t));
+    a->flagged = malloc(leading * sizeof(int64_t));
+    for (int64_t b = 0; b < leading; b++) a->head[b] = -1;
+#endif
+#if ISM_DENSE
+    a->range = range;
+    a->dv = calloc(range, sizeof(REAL));
+    a->flag = calloc(range, 1);
+    a->list = malloc(range * sizeof(int64_t));
+#endif
+    (void)range;
+    (void)leading;
+}
+
+static inline void ism_acc_free(ism_acc *a) {
+    free(a->c);
+#if ISM_HASH
+    free(a->keys);
+    free(a->vals);
+    free(a->used);
+#endif
+#if ISM_BUCKET
+    free(a->head);
+    free(a->next);
+    free(a->flagged);
+#endif
+#if ISM_DENSE
+    free(a->dv);
+    free(a->flag);
+    free(a->list);
+#endif
+#if ISM_COORD && ISM_INDEXING
+    free(a->ids);
+#endif
+}
+
+/* Bytes the accumulation array holds. */
+static inline int64_t ism_acc_bytes(const ism_acc *a) {
+    int64_t b = a->c_cap * (int64_t)sizeof(ism_c);
+#if ISM_HASH
+    b += a->slots * (int64_t)(sizeof(int64_t) + sizeof(REAL)) + a->cap * (int64_t)sizeof(int64_t);
+#endif
+#if ISM_BUCKET
+    b += 2 * a->buckets * (int64_t)sizeof(int64_t) + a->next_cap * (int64_t)sizeof(int64_t);
+#endif
+#if ISM_DENSE
+    b += a->range * (int64_t)(sizeof(REAL) + 1 + sizeof(int64_t));
+#endif
+#if ISM_COORD && ISM_INDEXING
+    b += a->ids_cap * (int64_t)sizeof(int32_t);
+#endif
+    return b;
+}
+
+static inline void ism_acc_insert(ism_acc *a, int64_t key, REAL val) {
+#if ISM_COORD || ISM_VECTOR
+    ism_reserve((void **)&a->c, &a->c_cap, a->n + 1, sizeof(ism_c));
+    a->c[a->n].key = key;
+    a->c[a->n].val = val;
+    a->n++;
+#elif ISM_HASH
+    int64_t s = key & (a->slots - 1);
+    while (a->keys[s] != key && a->keys[s] != -1) s = (s + 1) & (a->slots - 1);
+    if (a->keys[s] == key) {
+        a->vals[s] += val;
+    } else {
+        a->keys[s] = key;
+        a->vals[s] = val;
+        a->used[a->n++] = s;
+    }
+#elif ISM_BUCKET
+    const int64_t b = key / a->div;
+    for (int64_t id = a->head[b]; id >= 0; id = a->next[id]) {
+        if (a->c[id].key == key) {
+            a->c[id].val += val;
+            return;
+        }
+    }
+    if (a->head[b] < 0) a->flagged[a->nflagged++] = b;
+    ism_reserve((void **)&a->c, &a->c_cap, a->n + 1, sizeof(ism_c));
+    ism_reserve((void **)&a->next, &a->next_cap, a->n + 1, sizeof(int64_t));
+    a->c[a->n].key = key;
+    a->c[a->n].val = val;
+    a->next[a->n] = a->head[b];
+    a->head[b] = a->n++;
+#elif ISM_MAP
+    int64_t lo = 0, hi = a->n;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (a->c[mid].key < key) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < a->n && a->c[lo].key == key) {
+        a->c[lo].val += val;
+        return;
+    }
+    ism_reserve((void **)&a->c, &a->c_cap, a->n + 1, sizeof(ism_c));
+    memmove(a->c + lo + 1, a->c + lo, (a->n - lo) * sizeof(ism_c));
+    a->c[lo].key = key;
+    a->c[lo].val = val;
+    a->n++;
+#elif ISM_DENSE
+    if (!a->flag[key]) {
+        a->flag[key] = 1;
+        a->list[a->n++] = key;
+    }
+    a->dv[key] += val;
+#endif
+}
+
+/* Sorts the accumulation array into `out` (room for a->n), each label once;
+   empties it. Returns the components written. */
+static inline int64_t ism_acc_drain(ism_acc *a, ism_c *out) {
+    int64_t m = 0;
+#if ISM_COORD && ISM_INDEXING
+    /* Accumulation indexing: sort 4-byte ids, not the components. */
+    ism_reserve((void **)&a->ids, &a->ids_cap, a->n, sizeof(int32_t));
+    for (int64_t e = 0; e < a->n; e++) a->ids[e] = (int32_t)e;
+    ism_sort_ids(a->ids, a->n, a->c);
+    for (int64_t e = 0; e < a->n; e++) out[e] = a->c[a->ids[e]];
+    m = ism_sum_equal(out, a->n);
+#elif ISM_COORD || ISM_VECTOR
+    ism_sort_c(a->c, a->n);
+    memcpy(out, a->c, a->n * sizeof(ism_c));
+    m = ism_sum_equal(out, a->n);
+#elif ISM_HASH
+    for (int64_t e = 0; e < a->n; e++) {
+        const int64_t s = a->used[e];
+        out[e].key = a->keys[s];
+        out[e].val = a->vals[s];
+        a->keys[s] = -1;
+    }
+    ism_sort_c(out, a->n);
+    m = a->n;
+#elif ISM_BUCKET
+    spindle_sort_i64(a->flagged, a->nflagged);
+    for (int64_t f = 0; f < a->nflagged; f++) {
+        const int64_t b = a->flagged[f];
+        const int64_t start = m;
+        for (int64_t id = a->head[b]; id >= 0; id = a->next[id]) out[m++] = a->c[id];
+        ism_sort_c(out + start, m - start);
+        a->head[b] = -1;
+    }
+    a->nflagged = 0;
+#elif ISM_MAP
+    memcpy(out, a->c, a->n * sizeof(ism_c));
+    m = a->n;
+#elif ISM_DENSE
+    if (a->n * 16 > a->range) {
+        for (int64_t k = 0; k < a->range; k++) {
+            if (a->flag[k]) {
+                out[m].key = k;
+                out[m++].val = a->dv[k];
+                a->flag[k] = 0;
+                a->dv[k] = 0;
+            }
+        }
+    } else {
+        spindle_sort_i64(a->list, a->n);
+        for (int64_t e = 0; e < a->n; e++) {
+            const int64_t k = a->list[e];
+            out[m].key = k;
+            out[m++].val = a->dv[k];
+            a->flag[k] = 0;
+            a->dv[k] = 0;
+        }
+    }
+#endif
+    a->n = 0;
+    return m;
+}
+
+/* The capacity after a merge: piecewise-linear growth (quick while small,
+   slower as it grows, bounded), as spindle_workspaces::ism::next_capacity. */
+static inline int64_t ism_next_capacity(int64_t c) {
+    if (c < 4096) return c * 4;
+    if (c < 262144) return c * 2;
+    const int64_t n = c + c / 4;
+    return n < ((int64_t)1 << 24) ? n : ((int64_t)1 << 24);
+}
+
+static inline void ism_acc_set_capacity(ism_acc *a, int64_t cap) {
+#if ISM_HASH
+    int64_t slots = 2;
+    while (slots < 2 * cap) slots *= 2;
+    if (slots > a->slots) {
+        free(a->keys);
+        free(a->vals);
+        free(a->used);
+        a->slots = slots;
+        a->keys = malloc(slots * sizeof(int64_t));
+        a->vals = malloc(slots * sizeof(REAL));
+        a->used = malloc(slots / 2 * sizeof(int64_t));
+        for (int64_t s = 0; s < slots; s++) a->keys[s] = -1;
+    }
+    a->cap = a->slots / 2;
+#elif ISM_COORD || ISM_BUCKET
+    a->cap = cap;
+#else
+    (void)a;
+    (void)cap;
+#endif
+}
+
+/* An ISM workspace: two accumulation arrays (the second only when
+   pipelined), the all array and its spare, the batch being merged. */
+typedef struct {
+    ism_acc acc[2];
+    int cur;
+    ism_c *all, *spare, *batch;
+    int64_t all_n, all_cap, spare_cap, batch_cap;
+    int64_t peak, merges;
+#if ISM_PIPELINE
+    pthread_t worker;
+    int busy, merging;
+#endif
+} spindle_ism;
+
+/* Bytes held: the all arrays, the batch, and the accumulation arrays as
+   large as `a` (read only by the thread that merges `a`). */
+static inline int64_t ism_bytes(const spindle_ism *w, const ism_acc *a) {
+    return (1 + ISM_PIPELINE) * ism_acc_bytes(a) + (w->all_cap + w->spare_cap + w->batch_cap) * (int64_t)sizeof(ism_c);
+}
+
+/* Labels below `range`, `leading` values of the first gathered coordinate,
+   an accumulation array full at `cap` components to begin with. */
+static inline void spindle_ism_init(spindle_ism *w, int64_t range, int64_t leading, int64_t cap) {
+    memset(w, 0, sizeof *w);
+    ism_acc_init(&w->acc[0], range, leading, cap);
+#if ISM_PIPELINE
+    ism_acc_init(&w->acc[1], range, leading, cap);
+#endif
+}
+
+/* Sorts accumulation array `a` and merges it into the all array. */
+static inline void ism_merge(spindle_ism *w, ism_acc *a) {
+    ism_reserve((void **)&w->batch, &w->batch_cap, a->n, sizeof(ism_c));
+    const int64_t n = ism_acc_drain(a, w->batch);
+    if (w->all_n == 0 && ISM_DOUBLE_BUFFER) {
+        ism_c *t = w->all;
+        w->all = w->batch;
+        w->batch = t;
+        const int64_t c = w->all_cap;
+        w->all_cap = w->batch_cap;
+        w->batch_cap = c;
+        w->all_n = n;
+    } else {
+        ism_reserve((void **)&w->spare, &w->spare_cap, w->all_n + n, sizeof(ism_c));
+        int64_t i = 0, j = 0, m = 0;
+        while (i < w->all_n && j < n) {
+            if (w->all[i].key < w->batch[j].key) w->spare[m++] = w->all[i++];
+            else if (w->all[i].key > w->batch[j].key) w->spare[m++] = w->batch[j++];
+            else {
+                w->spare[m] = w->all[i++];
+                w->spare[m++].val += w->batch[j++].val;
+            }
+        }
+        while (i < w->all_n) w->spare[m++] = w->all[i++];
+        while (j < n) w->spare[m++] = w->batch[j++];
+        if (ISM_DOUBLE_BUFFER) {
+            ism_c *t = w->all;
+            w->all = w->spare;
+            w->spare = t;
+            const int64_t c = w->all_cap;
+            w->all_cap = w->spare_cap;
+            w->spare_cap = c;
+        } else {
+            /* One all array: the merge went to a temporary, copied back. */
+            ism_reserve((void **)&w->all, &w->all_cap, m, sizeof(ism_c));
+            memcpy(w->all, w->spare, m * sizeof(ism_c));
+        }
+        w->all_n = m;
+    }
+    w->merges++;
+    if (ISM_REALLOC) ism_acc_set_capacity(a, ism_next_capacity(n > 0 ? n : 1));
+    const int64_t b = ism_bytes(w, a);
+    if (b > w->peak) w->peak = b;
+}
+
+#if ISM_PIPELINE
+static inline void *ism_worker(void *arg) {
+    spindle_ism *w = arg;
+    ism_merge(w, &w->acc[w->merging]);
+    return 0;
+}
+
+static inline void ism_wait(spindle_ism *w) {
+    if (w->busy) {
+        pthread_join(w->worker, 0);
+        w->busy = 0;
+    }
+}
+#endif
+
+static inline void spindle_ism_insert(spindle_ism *w, int64_t key, REAL val) {
+    ism_acc *a = &w->acc[w->cur];
+    if (a->n >= a->cap) {
+#if ISM_PIPELINE
+        /* The full array is sorted and merged on a second thread while
+           inserts go on into the other one. */
+        ism_wait(w);
+        w->merging = w->cur;
+        w->cur ^= 1;
+        if (pthread_create(&w->worker, 0, ism_worker, w) == 0) {
+            w->busy = 1;
+        } else {
+            ism_merge(w, &w->acc[w->merging]);
+        }
+        a = &w->acc[w->cur];
+#else
+        ism_merge(w, a);
+#endif
+    }
+    ism_acc_insert(a, key, val);
+}
+
+/* Merges what is left: the components are then w->all[0 .. w->all_n],
+   sorted by label, each label once. */
+static inline void spindle_ism_finish(spindle_ism *w) {
+#if ISM_PIPELINE
+    ism_wait(w);
+    if (w->acc[w->cur ^ 1].n) ism_merge(w, &w->acc[w->cur ^ 1]);
+#endif
+    if (w->acc[w->cur].n) ism_merge(w, &w->acc[w->cur]);
+    const int64_t b = ism_bytes(w, &w->acc[w->cur]);
+    if (b > w->peak) w->peak = b;
+}
+
+/* Empties the all array for the next gathering (capacities kept). */
+static inline void spindle_ism_clear(spindle_ism *w) { w->all_n = 0; }
+
+static inline void spindle_ism_free(spindle_ism *w) {
+#if ISM_PIPELINE
+    ism_wait(w);
+    ism_acc_free(&w->acc[1]);
+#endif
+    ism_acc_free(&w->acc[0]);
+    free(w->all);
+    free(w->spare);
+    free(w->batch);
+}
