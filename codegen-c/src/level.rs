@@ -18,6 +18,9 @@ use spindle_ir::level::{Assembly, Expr, LevelKernel, LevelRef, Node, Position, R
 use ndarray::ArrayD;
 use spindle_ir::tensor::Tensors;
 
+use spindle_ir::kernel::schedule::Policy;
+use spindle_workspaces::runtime;
+
 use crate::dialect::{C, Dialect};
 use crate::exec::{self, BackendError, SYMBOL};
 use crate::namer::{Namer, valid_symbol};
@@ -233,63 +236,6 @@ struct Printer<'k, D: Dialect> {
     in_split: Option<LaneSplit>,
 }
 
-/// Sorts a workspace's coordinates: an inline quicksort down to short runs,
-/// then insertion sort (the C library's `qsort` calls a comparator per
-/// comparison, which cost the hash workspace most of its time).
-const SORT: &str = r#"static void spindle_insertion_i64(int64_t *x, int64_t n) {
-    for (int64_t a = 1; a < n; a++) {
-        const int64_t v = x[a];
-        int64_t b = a - 1;
-        while (b >= 0 && x[b] > v) {
-            x[b + 1] = x[b];
-            b--;
-        }
-        x[b + 1] = v;
-    }
-}
-
-/* Quicksort (median of three, the smaller side first on an explicit stack)
-   down to runs of 24, then insertion sort: no comparator calls. */
-static void spindle_sort_i64(int64_t *x, int64_t n) {
-    int64_t stack[128];
-    int64_t top = 0;
-    int64_t lo = 0, hi = n - 1;
-    for (;;) {
-        while (hi - lo > 24) {
-            const int64_t mid = lo + (hi - lo) / 2;
-            int64_t a = x[lo], b = x[mid], c = x[hi];
-            const int64_t pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
-            int64_t i = lo, j = hi;
-            while (i <= j) {
-                while (x[i] < pivot) i++;
-                while (x[j] > pivot) j--;
-                if (i <= j) {
-                    const int64_t t = x[i];
-                    x[i] = x[j];
-                    x[j] = t;
-                    i++;
-                    j--;
-                }
-            }
-            if (j - lo < hi - i) {
-                stack[top++] = i;
-                stack[top++] = hi;
-                hi = j;
-            } else {
-                stack[top++] = lo;
-                stack[top++] = j;
-                lo = i;
-            }
-        }
-        spindle_insertion_i64(x + lo, hi - lo + 1);
-        if (top == 0) return;
-        hi = stack[--top];
-        lo = stack[--top];
-    }
-}
-
-"#;
-
 /// Whether a workspace over `extent` coordinates always drains through its
 /// summary of marks (at most 64 summary words: a row's scan is short), so
 /// it keeps no list of coordinates while filling.
@@ -306,66 +252,6 @@ fn find_update(nodes: &[Node]) -> Option<&[VarId]> {
         Node::Locate { .. } | Node::Accumulate { .. } => None,
     })
 }
-
-/// The hash workspace's table (`REAL` is the kernel's value type): keys
-/// by linear probing from `key mod cap`, the slots in use listed, doubled
-/// when half full.
-const HASH: &str = r#"typedef struct {
-    int64_t cap, n;
-    int64_t *keys, *used;
-    REAL *vals;
-} spindle_ws;
-
-static void spindle_ws_alloc(spindle_ws *w, int64_t cap) {
-    w->cap = cap;
-    w->n = 0;
-    w->keys = malloc(cap * sizeof(int64_t));
-    w->used = malloc(cap * sizeof(int64_t));
-    w->vals = malloc(cap * sizeof(REAL));
-    for (int64_t s = 0; s < cap; s++) w->keys[s] = -1;
-}
-
-static void spindle_ws_free(spindle_ws *w) {
-    free(w->keys);
-    free(w->used);
-    free(w->vals);
-}
-
-static inline int64_t spindle_ws_probe(const spindle_ws *w, int64_t key) {
-    int64_t s = key & (w->cap - 1);
-    while (w->keys[s] != key && w->keys[s] != -1) s = (s + 1) & (w->cap - 1);
-    return s;
-}
-
-/* The slot of `key`, inserted (with value 0) when new. */
-static inline int64_t spindle_ws_slot(spindle_ws *w, int64_t key) {
-    if (2 * (w->n + 1) > w->cap) {
-        spindle_ws old = *w;
-        spindle_ws_alloc(w, 2 * old.cap);
-        for (int64_t e = 0; e < old.n; e++) {
-            const int64_t s = spindle_ws_probe(w, old.keys[old.used[e]]);
-            w->keys[s] = old.keys[old.used[e]];
-            w->vals[s] = old.vals[old.used[e]];
-            w->used[w->n++] = s;
-        }
-        spindle_ws_free(&old);
-    }
-    const int64_t s = spindle_ws_probe(w, key);
-    if (w->keys[s] == -1) {
-        w->keys[s] = key;
-        w->vals[s] = 0;
-        w->used[w->n++] = s;
-    }
-    return s;
-}
-
-/* Empties the table for the next row. */
-static inline void spindle_ws_clear(spindle_ws *w) {
-    for (int64_t e = 0; e < w->n; e++) w->keys[w->used[e]] = -1;
-    w->n = 0;
-}
-
-"#;
 
 fn has_workspace(nodes: &[Node]) -> bool {
     nodes.iter().any(|n| match n {
@@ -444,11 +330,13 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let k = self.k;
         self.out.push_str(&preamble(&format!("level kernel `{}`", k.name), &k.to_string()));
         let workspace = has_workspace(&k.body);
-        if workspace {
-            self.out.push_str(SORT);
-            if self.hashed() {
-                self.out.push_str(&HASH.replace("REAL", self.d.real()));
-            }
+        if let (true, Some(a)) = (workspace, &k.assembly) {
+            // The dense workspace takes only the runtime's sort.
+            let policy = match a.workspace {
+                WorkspaceKind::Dense => Policy::Dense,
+                WorkspaceKind::Ism(p) => p,
+            };
+            self.out.push_str(&runtime::prelude(policy, a.options, self.d.real()));
         }
         self.line(0, &format!("void {symbol}(void *const *args, int64_t nthreads) {{"));
         for (i, (id, t)) in k.tensors.iter().enumerate() {
@@ -539,31 +427,60 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.node(n, d);
         }
         if workspace {
-            if self.hashed() {
-                self.line(d, "spindle_ws_free(&w);");
+            if self.ism().is_some() {
+                if !self.counting {
+                    // The most bytes any thread's workspace held.
+                    if self.threads {
+                        self.line(d, "#pragma omp critical");
+                    }
+                    let stats = self.tensor(self.assembly().phase).to_string();
+                    self.line(d, &format!("if (w.peak > {stats}[2]) {stats}[2] = w.peak;"));
+                }
+                self.line(d, "spindle_ism_free(&w);");
             } else {
                 self.line(d, "free(w_val);");
                 self.line(d, "free(w_bits);");
                 self.line(d, "free(w_sum);");
+                self.line(d, "free(w_list);");
             }
-            self.line(d, "free(w_list);");
             self.line(depth, "}");
         }
     }
 
-    /// Whether the sparse output's workspace is a hash table.
-    fn hashed(&self) -> bool {
-        matches!(&self.k.assembly, Some(a) if a.workspace == WorkspaceKind::Hash)
+    /// The policy of the sparse output's ISM workspace, where it has one.
+    fn ism(&self) -> Option<Policy> {
+        match &self.k.assembly {
+            Some(Assembly { workspace: WorkspaceKind::Ism(p), .. }) => Some(*p),
+            _ => None,
+        }
+    }
+
+    /// The label of the gathered levels' coordinates: linearised in
+    /// storage order, so labels sort as the levels are appended.
+    fn label(&self) -> String {
+        let a = self.assembly();
+        let mut terms = Vec::new();
+        let mut stride = 1usize;
+        for level in a.levels[a.gathered..].iter().rev() {
+            let v = self.var(level.var);
+            terms.push(if stride == 1 { v.to_string() } else { format!("{v} * (int64_t){stride}") });
+            stride *= level.extent;
+        }
+        terms.reverse();
+        terms.join(" + ")
     }
 
     /// A dense workspace over the output's last level: values, marks and
     /// the list of coordinates marked; or a hash table and a list to sort.
     fn workspace_arrays(&mut self, depth: usize) {
-        if self.hashed() {
-            self.line(depth, "spindle_ws w;");
-            self.line(depth, "spindle_ws_alloc(&w, 1024);");
-            self.line(depth, "int64_t w_cap = 1024, w_n = 0;");
-            self.line(depth, "int64_t *w_list = malloc(w_cap * sizeof(int64_t));");
+        if self.ism().is_some() {
+            let a = self.assembly();
+            let gathered = &a.levels[a.gathered..];
+            let range: usize = gathered.iter().map(|l| l.extent).product();
+            let leading = gathered[0].extent;
+            let capacity = a.options.capacity;
+            self.line(depth, "spindle_ism w;");
+            self.line(depth, &format!("spindle_ism_init(&w, {range}, {leading}, {capacity});"));
             return;
         }
         let a = self.k.assembly.as_ref().expect("a workspace belongs to a sparse output");
@@ -709,8 +626,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
     /// A workspace around `body`, drained into the last level in
     /// coordinate order.
     fn workspace(&mut self, body: &[Node], depth: usize) {
-        if self.hashed() {
-            return self.hash_workspace(body, depth);
+        if self.ism().is_some() {
+            return self.ism_workspace(body, depth);
         }
         let a = self.assembly();
         let leaf = a.levels.last().expect("an output has levels").clone();
@@ -773,54 +690,114 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(depth, "}");
     }
 
-    /// A hash workspace around `body`: the row's coordinates collected in
-    /// the table, then (filling) sorted and drained in order.
-    fn hash_workspace(&mut self, body: &[Node], depth: usize) {
-        let a = self.assembly();
-        let leaf = a.levels.last().expect("an output has levels").clone();
-        let chain = a.leaf_head()..a.levels.len();
-        let v = self.var(leaf.var).to_string();
+    /// An ISM workspace around `body`: every gathered coordinate inserted,
+    /// then the sorted components drained into the gathered levels, an
+    /// entry of a level closed where its coordinate (or one above) changes.
+    fn ism_workspace(&mut self, body: &[Node], depth: usize) {
+        let a = self.assembly().clone();
+        let (g, head) = (a.gathered, a.leaf_head());
         self.line(depth, "{");
         let d = depth + 1;
+        self.line(d, "spindle_ism_clear(&w);");
         let was = std::mem::replace(&mut self.in_ws, true);
         body.iter().for_each(|b| self.node(b, d));
         self.in_ws = was;
-        if self.counting {
-            for m in chain {
-                self.line(d, &format!("n{m} += w.n;"));
+        self.line(d, "spindle_ism_finish(&w);");
+        // The open entries' coordinates, above the run appended per entry
+        // (counting, only sparse levels close anything).
+        let open: Vec<usize> = (g..head).collect();
+        let closing: Vec<usize> =
+            open.iter().copied().filter(|&l| !(self.counting && a.levels[l].format.locate())).collect();
+        for l in &open {
+            self.line(d, &format!("int64_t wp{l} = -1;"));
+        }
+        self.line(d, "for (int64_t e = 0; e < w.all_n; e++) {");
+        let e = d + 1;
+        self.line(e, "const int64_t wk = w.all[e].key;");
+        let mut stride = 1usize;
+        let mut decode = Vec::new();
+        for (n, level) in a.levels[g..].iter().enumerate().rev() {
+            let v = self.var(level.var).to_string();
+            // Labels are below the range: the first level needs no modulo.
+            let quotient = if stride == 1 { "wk".to_string() } else { format!("wk / (int64_t){stride}") };
+            decode.push(match n {
+                0 => format!("const int64_t {v} = {quotient};"),
+                _ => format!("const int64_t {v} = {quotient} % (int64_t){};", level.extent),
+            });
+            stride *= level.extent;
+        }
+        for line in decode.iter().rev() {
+            self.line(e, line);
+        }
+        if !open.is_empty() {
+            // The first open level whose coordinate changed closes its
+            // entry and the ones below.
+            let mut ch = head.to_string();
+            for &l in open.iter().rev() {
+                ch = format!("{} != wp{l} ? {l} : {ch}", self.var(a.levels[l].var));
             }
-        } else {
-            self.line(d, "if (w.n > w_cap) {");
-            self.line(d + 1, "w_cap = w.cap;");
-            self.line(d + 1, "w_list = realloc(w_list, w_cap * sizeof(int64_t));");
-            self.line(d, "}");
-            self.line(d, "w_n = w.n;");
-            self.line(d, "for (int64_t e = 0; e < w_n; e++) w_list[e] = w.keys[w.used[e]];");
-            self.line(d, "spindle_sort_i64(w_list, w_n);");
-            self.line(d, "for (int64_t e = 0; e < w_n; e++) {");
-            self.line(d + 1, &format!("const int64_t {v} = w_list[e];"));
-            self.append_leaf(&format!("w.vals[spindle_ws_probe(&w, {v})]"), d + 1);
+            if !closing.is_empty() {
+                self.line(e, &format!("const int64_t wch = {ch};"));
+            }
+            for &l in closing.iter().rev() {
+                self.line(e, &format!("if (e > 0 && wch <= {l}) {{"));
+                self.close_entry(&a, l, e + 1);
+                self.line(e, "}");
+            }
+        }
+        self.append_leaf("w.all[e].val", e);
+        for &l in &open {
+            self.line(e, &format!("wp{l} = {};", self.var(a.levels[l].var)));
+        }
+        self.line(d, "}");
+        if !closing.is_empty() {
+            self.line(d, "if (w.all_n > 0) {");
+            for &l in closing.iter().rev() {
+                self.close_entry(&a, l, d + 1);
+            }
             self.line(d, "}");
         }
-        self.line(d, "spindle_ws_clear(&w);");
         self.line(depth, "}");
+    }
+
+    /// Closes the drained entry of gathered level `l` at coordinate `wp{l}`:
+    /// its children's range ends, and a sparse level appends it.
+    fn close_entry(&mut self, a: &Assembly, l: usize, depth: usize) {
+        let level = &a.levels[l];
+        let child_pos = a.levels.get(l + 1).and_then(|c| c.pos).map(|t| self.tensor(t).to_string());
+        if level.format.locate() {
+            // Dense levels are a prefix: the position is located from the
+            // parent's (a hoisted level's `q`, or a drained dense one's).
+            let mut at = format!("wp{l}");
+            for p in (0..l).rev() {
+                let parent = if p < a.gathered { format!("q{p}") } else { format!("wp{p}") };
+                at = format!("{parent} * (int64_t){} + {at}", a.levels[p + 1].extent);
+                if p < a.gathered {
+                    break;
+                }
+            }
+            if let (false, Some(pos)) = (self.counting, child_pos) {
+                self.line(depth, &format!("{pos}[{at} + 1] = n{};", l + 1));
+            }
+            return;
+        }
+        if !self.counting {
+            if let Some(crd) = level.crd {
+                self.line(depth, &format!("{}[n{l}] = wp{l};", self.tensor(crd)));
+            }
+            if let Some(pos) = child_pos {
+                self.line(depth, &format!("{pos}[n{l} + 1] = n{};", l + 1));
+            }
+        }
+        self.line(depth, &format!("n{l}++;"));
     }
 
     /// An accumulation into the entry being assembled, or the workspace.
     fn accumulate(&mut self, value: &Expr, depth: usize) {
-        if self.in_ws && self.hashed() {
-            let leaf = self.assembly().levels.last().expect("an output has levels").var;
-            let v = self.var(leaf).to_string();
-            if self.counting {
-                self.line(depth, &format!("spindle_ws_slot(&w, {v});"));
-            } else {
-                // The slot first: finding it may move the table.
-                let value = self.expr(value);
-                self.line(depth, "{");
-                self.line(depth + 1, &format!("const int64_t slot = spindle_ws_slot(&w, {v});"));
-                self.line(depth + 1, &format!("w.vals[slot] += {value};"));
-                self.line(depth, "}");
-            }
+        if self.in_ws && self.ism().is_some() {
+            // Counting needs the coordinates only.
+            let value = if self.counting { "0".to_string() } else { self.expr(value) };
+            self.line(depth, &format!("spindle_ism_insert(&w, {}, {value});", self.label()));
         } else if self.in_ws {
             let leaf = self.assembly().levels.last().expect("an output has levels").var;
             let v = self.var(leaf).to_string();
@@ -1188,7 +1165,7 @@ impl CLevelKernel {
         }
         let at = |t: TensorId| t.as_u32() as usize;
         let levels = a.levels.len();
-        buffers[at(a.phase)] = Buffer::I64(vec![0, 0]);
+        buffers[at(a.phase)] = Buffer::I64(vec![0, 0, 0]);
         buffers[at(a.counts)] = Buffer::I64(vec![0; levels * a.rows]);
         self.program.run(buffers, threads)?;
         let Buffer::I64(counts) = &mut buffers[at(a.counts)] else { unreachable!("counts are i64") };
@@ -1204,7 +1181,7 @@ impl CLevelKernel {
         // The fill writes every coordinate and value, so the arrays of the
         // last launch are resized, not cleared; positions start at zero.
         self.size_levels(a, buffers, |l| total[l] as usize, false);
-        buffers[at(a.phase)] = Buffer::I64(vec![1, 0]);
+        buffers[at(a.phase)] = Buffer::I64(vec![1, 0, 0]);
         self.program.run(buffers, threads)?;
         for pos in a.levels.iter().filter_map(|l| l.pos) {
             let Buffer::I64(pos) = &mut buffers[at(pos)] else { unreachable!("positions are i64") };
@@ -1246,7 +1223,7 @@ impl CLevelKernel {
     fn one_pass(&self, a: &Assembly, bound: usize, buffers: &mut [Buffer]) -> Result<bool, BackendError> {
         let at = |t: TensorId| t.as_u32() as usize;
         self.size_levels(a, buffers, |_| bound, false);
-        buffers[at(a.phase)] = Buffer::I64(vec![2, bound as i64]);
+        buffers[at(a.phase)] = Buffer::I64(vec![2, bound as i64, 0]);
         buffers[at(a.counts)] = Buffer::I64(vec![0; a.levels.len() * a.rows]);
         self.program.run(buffers, 1)?;
         let Buffer::I64(counts) = &buffers[at(a.counts)] else { unreachable!("counts are i64") };
@@ -1257,6 +1234,14 @@ impl CLevelKernel {
         // Cut every array to its level's entries.
         self.size_levels(a, buffers, |l| counts[l] as usize, true);
         Ok(true)
+    }
+
+    /// The most bytes a thread's ISM workspace held in the last launch;
+    /// `None` without one.
+    pub fn workspace_peak(&self, buffers: &[Buffer]) -> Option<usize> {
+        let a = self.kernel.assembly.as_ref().filter(|a| matches!(a.workspace, WorkspaceKind::Ism(_)))?;
+        let Buffer::I64(stats) = &buffers[a.phase.as_u32() as usize] else { return None };
+        stats.get(2).map(|&b| b as usize)
     }
 
     /// The sparse output as the last launch assembled it; `None` for a

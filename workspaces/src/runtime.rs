@@ -1,6 +1,6 @@
 //! The runtime printed kernels call: [`HEADER`], a C header of `static
 //! inline` functions, one accumulation array per [`Policy`] chosen by a
-//! `#define`, the ISM switches likewise. Its functions mirror [`crate::ism`]
+//! `#define`, the ISM options likewise. Its functions mirror [`crate::ism`]
 //! (same policies, same growth, same merge), so a kernel and the library
 //! give the same components for the same inserts.
 
@@ -75,9 +75,10 @@ impl FromStr for Policy {
 }
 
 /// The ISM template's optimizations, each of which can be switched off
-/// (`ws.indexing`, `ws.realloc`, `ws.double_buffer`, `ws.pipeline`).
+/// (`ws.indexing`, `ws.realloc`, `ws.double_buffer`, `ws.pipeline`), and
+/// the accumulation array's first capacity (`ws.cap`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Switches {
+pub struct IsmOptions {
     /// Coord sorts 4-byte ids instead of the components.
     pub indexing: bool,
     /// The accumulation array grows piecewise-linearly after each merge.
@@ -86,16 +87,24 @@ pub struct Switches {
     pub double_buffering: bool,
     /// Sorts and merges run on a second thread while inserts go on.
     pub pipeline: bool,
+    /// Components the accumulation array takes before its first merge.
+    pub capacity: usize,
 }
 
-impl Default for Switches {
+impl Default for IsmOptions {
     fn default() -> Self {
-        Switches { indexing: true, reallocation: true, double_buffering: true, pipeline: false }
+        IsmOptions {
+            indexing: true,
+            reallocation: true,
+            double_buffering: true,
+            pipeline: false,
+            capacity: 1024,
+        }
     }
 }
 
-impl Switches {
-    /// The switches by their schedule names, with their values.
+impl IsmOptions {
+    /// The options by their schedule names, with their values.
     pub fn items(&self) -> [(&'static str, bool); 4] {
         [
             ("indexing", self.indexing),
@@ -105,8 +114,18 @@ impl Switches {
         ]
     }
 
-    /// Sets the switch named `name` (as in [`Switches::items`]).
-    pub fn set(&mut self, name: &str, on: bool) -> Result<(), String> {
+    /// Sets the item `name` (a switch of [`IsmOptions::items`] to `on` or
+    /// `off`, or `cap` to a positive integer) from its schedule text.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        if name == "cap" {
+            self.capacity = value.parse().ok().filter(|&c| c > 0).ok_or("ws.cap is a positive integer")?;
+            return Ok(());
+        }
+        let on = match value {
+            "on" => true,
+            "off" => false,
+            _ => return Err(format!("ws.{name} is on or off")),
+        };
         let slot = match name {
             "indexing" => &mut self.indexing,
             "realloc" => &mut self.reallocation,
@@ -114,7 +133,7 @@ impl Switches {
             "pipeline" => &mut self.pipeline,
             _ => {
                 return Err(format!(
-                    "`ws.{name}` is not a workspace switch (ws.indexing, ws.realloc, ws.double_buffer, ws.pipeline)"
+                    "`ws.{name}` is not a workspace item (ws.indexing, ws.realloc, ws.double_buffer, ws.pipeline, ws.cap)"
                 ));
             }
         };
@@ -123,8 +142,8 @@ impl Switches {
     }
 }
 
-/// The runtime for `policy` under `switches`, values of C type `real`.
-pub fn prelude(policy: Policy, switches: Switches, real: &str) -> String {
+/// The runtime for `policy` under `options`, values of C type `real`.
+pub fn prelude(policy: Policy, options: IsmOptions, real: &str) -> String {
     let mut out = format!("#define REAL {real}\n");
     for p in Policy::ALL {
         out += &format!("#define {} {}\n", p.define(), u8::from(p == policy));
@@ -132,10 +151,10 @@ pub fn prelude(policy: Policy, switches: Switches, real: &str) -> String {
     let on = |b: bool| u8::from(b);
     out += &format!(
         "#define ISM_INDEXING {}\n#define ISM_REALLOC {}\n#define ISM_DOUBLE_BUFFER {}\n#define ISM_PIPELINE {}\n",
-        on(switches.indexing),
-        on(switches.reallocation),
-        on(switches.double_buffering),
-        on(switches.pipeline)
+        on(options.indexing),
+        on(options.reallocation),
+        on(options.double_buffering),
+        on(options.pipeline)
     );
     out += HEADER;
     out += "#undef REAL\n";

@@ -12,6 +12,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::Strategy;
+pub use spindle_workspaces::runtime::{IsmOptions, Policy};
 
 /// How values are shaped: minimal shapes (lazy) or every value over every
 /// axis (eager, as TorchInductor does by default).
@@ -31,25 +32,28 @@ pub enum Path {
     Levels,
 }
 
-/// The workspace a sparse output's last level is gathered in on the level
-/// path (`workspace=auto|dense|hash`).
+/// The workspace a sparse output's levels are gathered in on the level
+/// path (`workspace=auto|dense|bucket|hash|coord|map|vector`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum WorkspacePolicy {
-    /// Dense where a value per coordinate of the level fits, else hash.
+    /// Paper 001's rule of thumb: dense where a value per coordinate fits
+    /// and coordinates repeat, a sparse policy otherwise.
     #[default]
     Auto,
-    /// A value and a mark per coordinate of the level.
-    Dense,
-    /// An open-addressing table of the row's coordinates, grown as it fills.
-    Hash,
+    /// This policy of the insert-sort-merge runtime.
+    Use(Policy),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     /// `path=tiles|levels`.
     pub path: Path,
-    /// `workspace=auto|dense|hash` (the level path's sparse outputs).
+    /// `workspace=auto|dense|bucket|hash|coord|map|vector` (the level
+    /// path's sparse outputs).
     pub workspace: WorkspacePolicy,
+    /// `ws.indexing|realloc|double_buffer|pipeline=on|off`: the ISM's
+    /// optimizations.
+    pub ws: IsmOptions,
     /// Tile size per index name; others get [`Schedule::DEFAULT_TILE`]
     /// (or the extent's next power of two when smaller).
     pub tiles: BTreeMap<String, usize>,
@@ -82,6 +86,7 @@ impl Default for Schedule {
         Schedule {
             path: Path::Tiles,
             workspace: WorkspacePolicy::Auto,
+            ws: IsmOptions::default(),
             tiles: BTreeMap::new(),
             strategy: Strategy::AccumulateThenAtomic,
             broadcasting: Broadcasting::Lazy,
@@ -119,7 +124,8 @@ pub struct ScheduleError {
     pub reason: String,
 }
 
-pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|hash, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
+pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
+ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
 block=N (CUDA)";
 
@@ -149,9 +155,10 @@ impl FromStr for Schedule {
                 ("path", "levels") => s.path = Path::Levels,
                 ("path", _) => return Err(bad("path is tiles or levels")),
                 ("workspace", "auto") => s.workspace = WorkspacePolicy::Auto,
-                ("workspace", "dense") => s.workspace = WorkspacePolicy::Dense,
-                ("workspace", "hash") => s.workspace = WorkspacePolicy::Hash,
-                ("workspace", _) => return Err(bad("workspace is auto, dense or hash")),
+                ("workspace", v) => {
+                    s.workspace = WorkspacePolicy::Use(v.parse().map_err(|e: String| bad(&e))?)
+                }
+                (k, v) if k.starts_with("ws.") => s.ws.set(&k["ws.".len()..], v).map_err(|e| bad(&e))?,
                 ("reduce", "atomic") => s.strategy = Strategy::AtomicPerElement,
                 ("reduce", "accumulate") => s.strategy = Strategy::AccumulateThenAtomic,
                 ("broadcast", "lazy") => s.broadcasting = Broadcasting::Lazy,
@@ -220,10 +227,17 @@ impl fmt::Display for Schedule {
         if self.path == Path::Levels {
             write!(f, " path=levels")?;
         }
-        match self.workspace {
-            WorkspacePolicy::Auto => {}
-            WorkspacePolicy::Dense => write!(f, " workspace=dense")?,
-            WorkspacePolicy::Hash => write!(f, " workspace=hash")?,
+        if let WorkspacePolicy::Use(p) = self.workspace {
+            write!(f, " workspace={p}")?;
+        }
+        let default = IsmOptions::default().items();
+        for ((name, on), (_, was)) in self.ws.items().into_iter().zip(default) {
+            if on != was {
+                write!(f, " ws.{name}={}", if on { "on" } else { "off" })?;
+            }
+        }
+        if self.ws.capacity != IsmOptions::default().capacity {
+            write!(f, " ws.cap={}", self.ws.capacity)?;
         }
         Ok(())
     }

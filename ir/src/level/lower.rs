@@ -10,8 +10,10 @@ use cranelift_entity::PrimaryMap;
 use spindle_formats::tensor::ArrayData;
 use spindle_formats::{Children, Coo, DimPart, FormatSpec, LevelCapabilities, SparseTensor};
 
-use super::{Assembly, Expr, LevelKernel, LevelRef, Node, OutLevel, Point, Position, Reach, Var, VarId};
-use crate::kernel::schedule::{Schedule, WorkspacePolicy};
+use super::{
+    Assembly, Expr, LevelKernel, LevelRef, Node, OutLevel, Point, Position, Reach, Var, VarId, WorkspaceKind,
+};
+use crate::kernel::schedule::{Policy, Schedule, WorkspacePolicy};
 use crate::kernel::{OutputInit, Reduction, TensorId, TensorParam};
 use crate::lang::Einsum;
 use crate::lang::{Access, AssignOp, Atom, BinOp, Diagnostic, ElemType, Expr as Ast, Func, Role, Span};
@@ -180,14 +182,8 @@ pub fn lower(
     let order = loop_order(einsum, &vars, &var_of, &stored, &out_at, schedule)?;
     concordant(&order, &stored, &vars)?;
     if let Some(a) = &mut assembly {
-        assembled_in_order(&order, a, &vars, &st.lhs)?;
-        let width = a.levels.last().map_or(0, |l| l.extent);
-        a.workspace = match schedule.workspace {
-            WorkspacePolicy::Dense => super::WorkspaceKind::Dense,
-            WorkspacePolicy::Hash => super::WorkspaceKind::Hash,
-            WorkspacePolicy::Auto if width > super::DENSE_WORKSPACE_LIMIT => super::WorkspaceKind::Hash,
-            WorkspacePolicy::Auto => super::WorkspaceKind::Dense,
-        };
+        let entries = stored.values().map(|s| tensors[s.val].shape[0]).sum();
+        place_workspace(&order, a, &vars, &stored, schedule, entries, &st.lhs)?;
     }
 
     let mut kernel = LevelKernel {
@@ -201,13 +197,12 @@ pub fn lower(
         parallel: false,
         body: Vec::new(),
     };
-    let names: Vec<String> = kernel.vars.values().map(|v| v.name.clone()).collect();
     let lowerer = Lowerer {
         stored: &stored,
         order: &order,
         out_at: &out_at,
         out_levels: assembly.as_ref().map(|a| &a.levels[..]),
-        names: &names,
+        gathered: assembly.as_ref().map_or(0, |a| a.gathered),
     };
     kernel.body = lowerer.at(0, &rhs, false)?;
     kernel.parallel = owns_its_outputs(&kernel.body, &stored, &out_at);
@@ -375,7 +370,7 @@ fn assemble(
         } else if f.children() == Children::One {
             // A singleton repeats its parent's entry: the parent must take
             // one entry per child (COO's non-unique rows).
-            if l == 0 || levels[l - 1].format.unique() {
+            if l == 0 || (levels[l - 1].format.unique() && levels[l - 1].format.children() != Children::One) {
                 return Err(cannot(format!("level {l} is a singleton below a unique level")));
             }
         } else if !f.unique() && levels[l + 1..].iter().any(|b| b.format.children() != Children::One) {
@@ -417,14 +412,17 @@ fn assemble(
     };
     let val = param("val", info.dtype, 0);
     let counts = param("counts", ElemType::Index(IType::I64), 0);
-    let phase = param("phase", ElemType::Index(IType::I64), 2);
+    let phase = param("phase", ElemType::Index(IType::I64), 3);
     let assembly = Assembly {
         tensor: name.to_string(),
         shape: info.shape.clone(),
         levels: out,
         rows: 1,
         bound: None,
-        workspace: super::WorkspaceKind::Dense,
+        gathered: 0,
+        workspace: WorkspaceKind::Dense,
+        options: Default::default(),
+        note: String::new(),
         counts,
         phase,
     };
@@ -452,56 +450,126 @@ fn walks_each_entry_once(body: &[Node], levels: &[OutLevel], order: &[VarId], ou
     order.iter().all(|v| out_at.contains(v)) && walks(body, &sparse)
 }
 
-/// A sparse output is appended to in loop order: its levels' variables
-/// must come in level order, and a summed variable may come between them
-/// only above the last level (which a dense workspace then gathers).
-fn assembled_in_order(
+/// Decides where a sparse output needs a workspace (paper 001's insertion
+/// analysis, [`spindle_workspaces::insert`]) and which one: sets the first
+/// gathered level, the kind and the note saying why.
+fn place_workspace(
     order: &[VarId],
-    assembly: &Assembly,
+    assembly: &mut Assembly,
     vars: &PrimaryMap<VarId, Var>,
+    stored: &BTreeMap<String, Stored>,
+    schedule: &Schedule,
+    entries: usize,
     lhs: &Access,
 ) -> Result<(), Diagnostic> {
-    let rank = |v: VarId| order.iter().position(|&o| o == v).expect("every variable is ordered");
-    let name = &assembly.tensor;
-    let span_of = |v: VarId| {
-        lhs.subscripts
-            .iter()
-            .find(|s| matches!(&s.terms[..], [t] if matches!(&t.atom, Atom::Index(id) if id.name == vars[v].name)))
-            .map_or(lhs.span, |s| s.span)
-    };
+    use spindle_workspaces::insert::{Ability, Decision, OutputLevel, decide};
+    let name = |v: VarId| vars[v].name.clone();
+    let var_named = |n: &str| vars.keys().find(|&v| vars[v].name == n).expect("a variable of the statement");
     let levels = &assembly.levels;
-    for pair in levels.windows(2) {
-        let (above, below) = (&pair[0], &pair[1]);
-        if rank(below.var) < rank(above.var) {
-            let (a, b) = (&vars[above.var].name, &vars[below.var].name);
-            return Err(refuse(
-                format!("the loop order visits `{b}` before `{a}`, but `{name}` is assembled with `{a}` above `{b}`"),
-                span_of(below.var),
-                "discordant index",
+    // A dense level takes random inserts only where every level below it
+    // is dense too; above a sparse level its children are appended.
+    let output: Vec<OutputLevel> = levels
+        .iter()
+        .enumerate()
+        .map(|(l, level)| {
+            let ability =
+                if levels[l..].iter().all(|b| b.format.locate()) { Ability::Insert } else { Ability::Append };
+            OutputLevel::new(&vars[level.var].name, ability)
+        })
+        .collect();
+    // A loop appends in order where it visits each coordinate once, in
+    // increasing order: a dense loop, or walks of ordered, unique levels.
+    let in_order = |n: &str| {
+        let v = var_named(n);
+        stored
+            .values()
+            .flat_map(|s| &s.levels)
+            .filter(|l| l.var == v)
+            .all(|l| matches!(l.reach, Reach::Dense) || (l.ordered && l.unique))
+    };
+    let names: Vec<String> = order.iter().map(|&v| name(v)).collect();
+    let decision = decide(&names, &output, &in_order);
+    let tensor = assembly.tensor.clone();
+    let (gathered, one_level_after_sum) = match &decision {
+        Decision::None => (levels.len(), false),
+        Decision::Dense { hoisted } => (*hoisted, true),
+        Decision::Sparse { hoisted, .. } => (*hoisted, false),
+    };
+    assembly.gathered = gathered;
+    let over: Vec<String> = levels[gathered..].iter().map(|l| name(l.var)).collect();
+    let hoisted: Vec<String> = levels[..gathered].iter().map(|l| name(l.var)).collect();
+    let shared = match hoisted.is_empty() {
+        true => String::new(),
+        false => format!(" inside the shared loops of {}", hoisted.join(", ")),
+    };
+    let why = match &decision {
+        Decision::None => {
+            assembly.note = format!("none: the loops visit the levels of `{tensor}` in order");
+            return Ok(());
+        }
+        Decision::Dense { .. } => format!("one level ({}) after a sum{shared}", over[0]),
+        Decision::Sparse { order, ow_order, .. } => {
+            let ow: Vec<String> = ow_order.iter().map(|o| o.to_string()).collect();
+            format!(
+                "order {} over ({}){shared}, filled in loop order ({}), ow_order [{}]",
+                over.len(),
+                over.join(", "),
+                order.join(", "),
+                ow.join(", ")
             )
-            .with_note(format!(
-                "put `{a}` before `{b}` (schedule `order={a}+{b}`), or give `{name}` a format that stores `{b}` first; \
-                 a transposing workspace is not built"
-            )));
         }
-    }
-    let leaf = levels.len() - 1;
-    for &v in order {
-        if levels.iter().any(|l| l.var == v) {
-            continue;
-        }
-        if let Some(l) = levels[..leaf].iter().find(|l| rank(l.var) > rank(v)) {
-            let (s, x) = (&vars[v].name, &vars[l.var].name);
+    };
+    let range = levels[gathered..]
+        .iter()
+        .try_fold(1usize, |r, l| r.checked_mul(l.extent))
+        .filter(|&r| r < i64::MAX as usize);
+    let Some(range) = range else {
+        return Err(refuse(
+            format!(
+                "a workspace over ({}) of `{tensor}` would label more coordinates than 64 bits hold",
+                over.join(", ")
+            ),
+            lhs.span,
+            "too large to gather",
+        ));
+    };
+    let dense_fits = range <= super::DENSE_WORKSPACE_LIMIT;
+    let (kind, picked) = match schedule.workspace {
+        WorkspacePolicy::Use(Policy::Dense) if over.len() == 1 => (WorkspaceKind::Dense, "asked".to_string()),
+        WorkspacePolicy::Use(Policy::Dense) if range > 1 << 28 => {
             return Err(refuse(
-                format!(
-                    "`{s}` is summed outside `{x}`: `{name}` would need a workspace over more than its last level"
-                ),
-                span_of(l.var),
-                "assembled inside a sum",
+                format!("a dense workspace over ({}) of `{tensor}` needs {range} slots", over.join(", ")),
+                lhs.span,
+                "too large for a dense workspace",
             )
-            .with_note(format!("put `{x}` before `{s}` (schedule `order={x}+{s}`)")));
+            .with_note("pick a sparse policy: workspace=hash (or bucket, coord, map, vector)".to_string()));
         }
-    }
+        WorkspacePolicy::Use(p) => (WorkspaceKind::Ism(p), "asked".to_string()),
+        // One level after a sum: coordinates repeat across the sum.
+        WorkspacePolicy::Auto if (one_level_after_sum || over.len() == 1) && dense_fits => {
+            (WorkspaceKind::Dense, format!("auto: {range} coordinates fit a dense workspace"))
+        }
+        // Several levels: dense where the stored entries fill much of the
+        // range, so coordinates repeat (high deduplication).
+        WorkspacePolicy::Auto if dense_fits && range <= 16 * entries => (
+            WorkspaceKind::Ism(Policy::Dense),
+            format!("auto: {range} coordinates, {entries} stored entries: coordinates repeat"),
+        ),
+        WorkspacePolicy::Auto => (
+            WorkspaceKind::Ism(Policy::Hash),
+            match dense_fits {
+                true => format!("auto: {range} coordinates, far more than {entries} stored entries"),
+                false => format!("auto: {range} coordinates, past the dense limit"),
+            },
+        ),
+    };
+    assembly.workspace = kind;
+    assembly.options = schedule.ws;
+    let kind = match kind {
+        WorkspaceKind::Dense => "dense".to_string(),
+        WorkspaceKind::Ism(p) => p.to_string(),
+    };
+    assembly.note = format!("{kind} ({picked}), {why}");
     Ok(())
 }
 
@@ -706,15 +774,12 @@ struct Lowerer<'a> {
     out_at: &'a [VarId],
     /// The sparse output's levels; `None` for a dense output.
     out_levels: Option<&'a [OutLevel]>,
-    /// The variables' names, for diagnostics.
-    names: &'a [String],
+    /// The first output level a workspace gathers (the loops above it are
+    /// the hoisted levels').
+    gathered: usize,
 }
 
 impl Lowerer<'_> {
-    fn var_name(&self, v: VarId) -> &str {
-        &self.names[v.as_u32() as usize]
-    }
-
     fn level_ref(&self, tensor: &str, level: usize) -> LevelRef {
         let l = &self.stored[tensor].levels[level];
         LevelRef { tensor: tensor.to_string(), level, extent: l.extent, kind: l.reach.clone() }
@@ -730,21 +795,23 @@ impl Lowerer<'_> {
                 Some(_) => Node::Accumulate { value },
             }]);
         };
-        let out_level = self.out_levels.and_then(|ls| ls.iter().position(|l| l.var == var));
-        if let Some(levels) = self.out_levels {
-            let leaf = levels.len() - 1;
-            // A summed variable above the last level's: gather that level
-            // in a workspace (the order check allows no other case).
-            if !in_ws && out_level.is_none() && self.order[d..].contains(&levels[leaf].var) {
-                return Ok(vec![Node::Workspace { body: self.at(d, e, true)? }]);
-            }
+        if let Some(levels) = self.out_levels
+            && !in_ws
+            && d == self.gathered
+            && self.gathered < levels.len()
+        {
+            return Ok(vec![Node::Workspace { body: self.at(d, e, true)? }]);
         }
+        // The hoisted levels' loops append their entries; a workspace
+        // gathers the others.
+        let out_level = self
+            .out_levels
+            .and_then(|ls| ls.iter().position(|l| l.var == var))
+            .filter(|&l| l < self.gathered);
         let entry = |body: Vec<Node>| -> Vec<Node> {
-            match (out_level, self.out_levels) {
-                (Some(l), Some(levels)) if !(in_ws && l == levels.len() - 1) => {
-                    vec![Node::Entry { level: l, body }]
-                }
-                _ => body,
+            match out_level {
+                Some(l) => vec![Node::Entry { level: l, body }],
+                None => body,
             }
         };
         let mut present = BTreeSet::new();
@@ -772,21 +839,6 @@ impl Lowerer<'_> {
         };
         if walks.is_empty() {
             return Ok(vec![Node::Dense { var, body: entry(located(e, self.at(d + 1, e, in_ws)?)) }]);
-        }
-        if out_level.is_some() {
-            // An output entry is appended once per visit of its coordinate.
-            if let Some((t, l)) = walks.iter().find(|(t, l)| !self.stored[t].levels[*l].unique) {
-                return Err(refuse(
-                    format!(
-                        "`{t}` repeats coordinates of `{}` at its level {l}, and a sparse output takes each of \
-                         its coordinates once",
-                        self.var_name(var)
-                    ),
-                    self.stored[t].access.span,
-                    "repeated coordinates",
-                )
-                .with_note(format!("store `{t}` in a format with unique levels (csr, dcsr, csf)")));
-            }
         }
         let full = restrict(e, &|t| walks.iter().any(|(w, _)| w == t)).is_some();
         if walks.len() > 1 || full {

@@ -42,6 +42,7 @@ pub use lower::{Lowered, lower};
 
 use cranelift_entity::PrimaryMap;
 
+use crate::kernel::schedule::{IsmOptions, Policy};
 use crate::kernel::{OutputInit, Reduction, TensorId, TensorParam};
 use crate::lang::{BinOp, Func};
 use spindle_formats::LevelFormat;
@@ -134,12 +135,12 @@ pub enum Node {
     /// variable (bound by the enclosing loop): appended after `body` if
     /// the body appended below it (at the last level: if it accumulated).
     Entry { level: usize, body: Vec<Node> },
-    /// A dense workspace over the output's last level, filled by the
-    /// accumulations in `body`, then drained into that level in coordinate
-    /// order.
+    /// A workspace over the output's gathered levels (from
+    /// [`Assembly::gathered`]), filled by the accumulations in `body`, then
+    /// drained into those levels in coordinate order.
     Workspace { body: Vec<Node> },
     /// Adds `value` to the output entry being assembled (or to the
-    /// workspace at the last level's coordinate).
+    /// workspace at the gathered levels' coordinates).
     Accumulate { value: Expr },
 }
 
@@ -159,17 +160,18 @@ pub struct OutLevel {
     pub crd: Option<TensorId>,
 }
 
-/// The workspace of a sparse output's last level.
+/// The workspace a sparse output's gathered levels are collected in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkspaceKind {
-    /// A value and a mark per coordinate of the level.
+    /// The last level only: a value and a mark per coordinate, drained in
+    /// order from the marks (the dense-workspace case, printed inline).
     Dense,
-    /// An open-addressing table of the row's coordinates, grown as it fills,
-    /// sorted when drained: for levels too wide for a dense one.
-    Hash,
+    /// An insert-sort-merge workspace of this policy (the workspaces
+    /// crate's runtime), over any number of levels.
+    Ism(Policy),
 }
 
-/// Levels wider than this get a hash workspace under `workspace=auto`.
+/// Levels wider than this get a sparse workspace under `workspace=auto`.
 pub const DENSE_WORKSPACE_LIMIT: usize = 1 << 24;
 
 /// How a sparse output is assembled: its levels' arrays, and the counts the
@@ -183,8 +185,17 @@ pub struct Assembly {
     /// Rows counted apart: the first level's extent when the outermost loop
     /// runs on threads (each row then fills from its own offsets), else 1.
     pub rows: usize,
-    /// How a workspace gathers the last level (where the tree has one).
+    /// The first level a workspace gathers (the ones above are appended
+    /// by their own loops, hoisted out of it); the number of levels when
+    /// the loops assemble the output directly.
+    pub gathered: usize,
+    /// How the workspace gathers them (where the tree has one).
     pub workspace: WorkspaceKind,
+    /// The ISM's options, for [`WorkspaceKind::Ism`].
+    pub options: IsmOptions,
+    /// Why this workspace (or none): the insertion analysis's decision and
+    /// what `workspace=auto` picked, for the kernel's notes.
+    pub note: String,
     /// At most this many entries at any level, where that is known in
     /// advance (every entry a step of a walk over stored positions: unions,
     /// intersections, sampled products): then one thread assembles in one
@@ -194,8 +205,9 @@ pub struct Assembly {
     /// level per row; before the fill phase, each row's first position;
     /// after a one-pass fill, each level's entries.
     pub counts: TensorId,
-    /// i64 `[2]`: the phase (0 counts, 1 fills, 2 fills in one pass on one
-    /// thread) and the arrays' capacity in a one-pass fill.
+    /// i64 `[3]`: the phase (0 counts, 1 fills, 2 fills in one pass on one
+    /// thread), the arrays' capacity in a one-pass fill, and the most bytes
+    /// a thread's ISM workspace held (left by the fill).
     pub phase: TensorId,
 }
 

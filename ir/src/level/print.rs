@@ -102,14 +102,16 @@ impl LevelKernel {
             }
             Node::Workspace { body } => {
                 let a = self.assembly.as_ref().expect("workspaces belong to a sparse output");
-                let leaf = a.levels.last().expect("an output has levels");
+                let over: Vec<&str> =
+                    a.levels[a.gathered..].iter().map(|l| self.var(l.var).name.as_str()).collect();
                 let kind = match a.workspace {
-                    WorkspaceKind::Dense => "",
-                    WorkspaceKind::Hash => " (hash)",
+                    WorkspaceKind::Dense => String::new(),
+                    WorkspaceKind::Ism(p) => format!(" ({p})"),
                 };
-                let _ = writeln!(out, "{pad}workspace {} over {}{kind}", a.tensor, self.var(leaf.var).name);
+                let _ = writeln!(out, "{pad}workspace {} over {}{kind}", a.tensor, over.join(","));
                 body.iter().for_each(|b| self.node_text(b, depth + 1, out));
-                let _ = writeln!(out, "{pad}drain into {} level {}", a.tensor, a.levels.len() - 1);
+                let levels: Vec<String> = (a.gathered..a.levels.len()).map(|l| l.to_string()).collect();
+                let _ = writeln!(out, "{pad}drain into {} level {}", a.tensor, levels.join(","));
             }
             Node::Accumulate { value } => {
                 let a = self.assembly.as_ref().expect("accumulations belong to a sparse output");
@@ -157,6 +159,7 @@ impl fmt::Display for LevelKernel {
             if let Some(bound) = a.bound {
                 writeln!(f, "  or, on one thread, in one pass into at most {bound} entries")?;
             }
+            writeln!(f, "  workspace: {}", a.note)?;
         }
         if self.parallel {
             writeln!(f, "  parallel outermost loop")?;
