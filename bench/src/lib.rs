@@ -11,6 +11,9 @@
 //!   path's expanded rows, on one and all threads.
 //! - [`spgemm`]: C = A·B with A, B, C in CSR (the level path's row-wise
 //!   kernel) against sprs, SciPy and MKL, on paper 001's A·shift(Aᵀ).
+//! - [`workspaces`]: every sparse-workspace policy against the dense
+//!   workspace, sprs, SciPy and MKL; paper 001's synthetic sweeps, ablation
+//!   and a parallel ISM.
 //! - [`gpu`]: SpMM against cuSPARSE CSR and block-sparse SpMM against
 //!   cuSPARSE BSR and cuBLAS, on an NVIDIA GPU.
 //!
@@ -26,6 +29,7 @@ pub mod python;
 pub mod rows;
 pub mod spgemm;
 pub mod spmm;
+pub mod workspaces;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -103,10 +107,14 @@ impl Threads {
 /// Writes `report` as pretty JSON to `dir/<stem>-<YYYY-MM-DD>.json` (today,
 /// local time) and returns the path.
 pub fn record<T: Serialize>(report: &T, dir: &Path, stem: &str) -> Result<PathBuf> {
-    let date = jiff::Zoned::now().strftime("%Y-%m-%d").to_string();
-    let path = dir.join(format!("{stem}-{date}.json"));
+    let path = dir.join(format!("{stem}-{}.json", today()));
     write_json(report, &path)?;
     Ok(path)
+}
+
+/// Today's date (`2026-11-26`), as recorded files are named.
+pub fn today() -> String {
+    jiff::Zoned::now().strftime("%Y-%m-%d").to_string()
 }
 
 /// Writes `report` as pretty JSON to `path`, creating its folder.

@@ -425,7 +425,7 @@ fn timed(opts: TimingOptions, mut f: impl FnMut()) -> Timing {
 
 /// Max |ours − theirs| over max |theirs|, entry by entry in row-major
 /// order; infinite when the patterns differ.
-fn compare(ours: &Coo<f64, i64>, theirs: &sprs::CsMatI<f64, i64>) -> f64 {
+pub fn compare(ours: &Coo<f64, i64>, theirs: &sprs::CsMatI<f64, i64>) -> f64 {
     use sprs::SpIndex;
     let mut scale = f64::MIN_POSITIVE;
     let mut worst = 0.0f64;

@@ -702,6 +702,16 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let was = std::mem::replace(&mut self.in_ws, true);
         body.iter().for_each(|b| self.node(b, d));
         self.in_ws = was;
+        if self.counting && g >= head {
+            // Only the leaf run is gathered: its entries are the distinct
+            // labels, which need no sort to count.
+            self.line(d, "const int64_t distinct = spindle_ism_distinct(&w);");
+            for m in head..a.levels.len() {
+                self.line(d, &format!("n{m} += distinct;"));
+            }
+            self.line(depth, "}");
+            return;
+        }
         self.line(d, "spindle_ism_finish(&w);");
         // The open entries' coordinates, above the run appended per entry
         // (counting, only sparse levels close anything).

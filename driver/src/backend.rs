@@ -106,6 +106,11 @@ pub trait Uploaded {
     fn assembled(&mut self) -> Result<Option<Assembled>> {
         Ok(None)
     }
+    /// The most bytes a thread's ISM workspace held in the last launch;
+    /// `None` without one.
+    fn workspace_peak(&mut self) -> Option<usize> {
+        None
+    }
     /// Warm-up launches, then timed ones, each from the initial output
     /// (reset outside the timed region).
     fn time(&mut self, opts: TimingOptions) -> Result<Timing>;
@@ -223,6 +228,10 @@ trait CCompiled {
         let _ = buffers;
         None
     }
+    fn workspace_peak(&self, buffers: &[Buffer]) -> Option<usize> {
+        let _ = buffers;
+        None
+    }
     /// Whether a timed launch must start from the initial buffers (`+=`
     /// outputs); a sparse output is rebuilt by every launch.
     fn resets(&self) -> bool {
@@ -282,6 +291,10 @@ impl CCompiled for LevelWithArrays {
         self.compiled.assembled(buffers)
     }
 
+    fn workspace_peak(&self, buffers: &[Buffer]) -> Option<usize> {
+        self.compiled.workspace_peak(buffers)
+    }
+
     fn resets(&self) -> bool {
         self.compiled.kernel.assembly.is_none()
     }
@@ -326,6 +339,10 @@ impl<K: CCompiled> Uploaded for CUploaded<'_, K> {
 
     fn assembled(&mut self) -> Result<Option<Assembled>> {
         Ok(self.exe.compiled.assembled(&self.buffers))
+    }
+
+    fn workspace_peak(&mut self) -> Option<usize> {
+        self.exe.compiled.workspace_peak(&self.buffers)
     }
 
     fn time(&mut self, opts: TimingOptions) -> Result<Timing> {

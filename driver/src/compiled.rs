@@ -115,12 +115,36 @@ impl<'p> Compiled<'p> {
     /// One run for the sparse output, then the timing (each timed launch
     /// counts, sizes and fills the output, as a user's run does).
     pub fn assemble_and_time(&self, opts: TimingOptions) -> Result<(Assembled, Timing)> {
+        let (assembled, timing, _) = self.assemble_time_and_measure(opts)?;
+        Ok((assembled, timing))
+    }
+
+    /// [`Compiled::assemble_and_time`], and the most bytes a thread's ISM
+    /// workspace held in the first run (`None` without one).
+    pub fn assemble_time_and_measure(
+        &self,
+        opts: TimingOptions,
+    ) -> Result<(Assembled, Timing, Option<usize>)> {
         let mut uploaded = self.executable.upload(&self.prepared.data)?;
         uploaded.launch()?;
         let assembled =
             uploaded.assembled()?.ok_or_else(|| Error::input("the output is dense, not assembled"))?;
+        let peak = uploaded.workspace_peak();
         let timing = uploaded.time(opts)?;
-        Ok((assembled, timing))
+        Ok((assembled, timing, peak))
+    }
+
+    /// The most bytes a thread's ISM workspace held in one run; `None` (and
+    /// nothing run) when the kernel has none.
+    pub fn workspace_peak(&self) -> Result<Option<usize>> {
+        let ism = matches!(&self.kernel, Lowering::Levels(k)
+            if matches!(&k.assembly, Some(a) if matches!(a.workspace, spindle_ir::level::WorkspaceKind::Ism(_))));
+        if !ism {
+            return Ok(None);
+        }
+        let mut uploaded = self.executable.upload(&self.prepared.data)?;
+        uploaded.launch()?;
+        Ok(uploaded.workspace_peak())
     }
 
     /// Compares a sparse output with the reference evaluator: its structure

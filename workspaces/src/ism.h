@@ -78,10 +78,9 @@ typedef struct {
 #define ISM_ID_KEY(x) (ctx[x].key)
 SPINDLE_SORT(spindle_sort_i64_, int64_t, ISM_SELF, const void *unused)
 SPINDLE_SORT(ism_sort_c_, ism_c, ISM_KEY, const void *unused)
-SPINDLE_SORT(ism_sort_ids, int32_t, ISM_ID_KEY, const ism_c *ctx)
+SPINDLE_SORT(ism_sort_ids_, int32_t, ISM_ID_KEY, const ism_c *ctx)
 
 static inline void spindle_sort_i64(int64_t *x, int64_t n) { spindle_sort_i64_(x, n, 0); }
-static inline void ism_sort_c(ism_c *x, int64_t n) { ism_sort_c_(x, n, 0); }
 
 /* Grows `*p` (of `*cap` elements of `size` bytes) to hold at least `need`. */
 static inline void ism_reserve(void **p, int64_t *cap, int64_t need, size_t size) {
@@ -106,6 +105,9 @@ static inline int64_t ism_sum_equal(ism_c *x, int64_t n) {
 typedef struct {
     int64_t n;   /* components held */
     int64_t cap; /* full at this many */
+    int bits;    /* bits of the largest label */
+    ism_c *tmp;  /* the radix sort's second buffer */
+    int64_t tmp_cap;
     ism_c *c;    /* components: appended (Coord, Vector, Bucket) or sorted (Map) */
     int64_t c_cap;
 #if ISM_HASH
@@ -132,6 +134,7 @@ typedef struct {
 static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int64_t cap) {
     memset(a, 0, sizeof *a);
     a->cap = cap;
+    while (a->bits < 63 && ((int64_t)1 << a->bits) < range) a->bits++;
 #if ISM_MAP || ISM_VECTOR || ISM_DENSE
     a->cap = INT64_MAX;
 #endif
@@ -163,6 +166,7 @@ static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int6
 
 static inline void ism_acc_free(ism_acc *a) {
     free(a->c);
+    free(a->tmp);
 #if ISM_HASH
     free(a->keys);
     free(a->vals);
@@ -185,7 +189,7 @@ static inline void ism_acc_free(ism_acc *a) {
 
 /* Bytes the accumulation array holds. */
 static inline int64_t ism_acc_bytes(const ism_acc *a) {
-    int64_t b = a->c_cap * (int64_t)sizeof(ism_c);
+    int64_t b = (a->c_cap + a->tmp_cap) * (int64_t)sizeof(ism_c);
 #if ISM_HASH
     b += a->slots * (int64_t)(sizeof(int64_t) + sizeof(REAL)) + a->cap * (int64_t)sizeof(int64_t);
 #endif
@@ -199,6 +203,70 @@ static inline int64_t ism_acc_bytes(const ism_acc *a) {
     b += a->ids_cap * (int64_t)sizeof(int32_t);
 #endif
     return b;
+}
+
+/* Sorts components by label: insertion sort for short runs, else an LSD
+   radix sort of 8-bit digits over the labels' bits (branch-free, unlike a
+   comparison sort on unpredictable keys), ping-ponging with a->tmp. */
+static inline void ism_sort_c(ism_acc *a, ism_c *x, int64_t n) {
+    if (n <= 32 || a->bits > 40) {
+        ism_sort_c_(x, n, 0);
+        return;
+    }
+    ism_reserve((void **)&a->tmp, &a->tmp_cap, n, sizeof(ism_c));
+    ism_c *src = x, *dst = a->tmp;
+    for (int shift = 0; shift < a->bits; shift += 8) {
+        int64_t count[257] = {0};
+        for (int64_t e = 0; e < n; e++) count[((src[e].key >> shift) & 255) + 1]++;
+        if (count[((src[0].key >> shift) & 255) + 1] == n) continue; /* one digit: in order already */
+        for (int d = 0; d < 256; d++) count[d + 1] += count[d];
+        for (int64_t e = 0; e < n; e++) dst[count[(src[e].key >> shift) & 255]++] = src[e];
+        ism_c *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != x) memcpy(x, src, n * sizeof(ism_c));
+}
+
+/* The same radix sort for accumulation ids (by their components' labels)
+   and for plain labels; `spare` holds n more. */
+#define ISM_RADIX(NAME, T, KEY)                                                                 \
+    static inline void NAME(T *x, int64_t n, const ism_c *ctx, int bits, T *spare) {           \
+        T *src = x, *dst = spare;                                                               \
+        for (int shift = 0; shift < bits; shift += 8) {                                         \
+            int64_t count[257] = {0};                                                           \
+            for (int64_t e = 0; e < n; e++) count[((KEY(src[e]) >> shift) & 255) + 1]++;        \
+            if (count[((KEY(src[0]) >> shift) & 255) + 1] == n) continue;                       \
+            for (int d = 0; d < 256; d++) count[d + 1] += count[d];                             \
+            for (int64_t e = 0; e < n; e++) dst[count[(KEY(src[e]) >> shift) & 255]++] = src[e]; \
+            T *t = src;                                                                         \
+            src = dst;                                                                          \
+            dst = t;                                                                            \
+        }                                                                                       \
+        if (src != x) memcpy(x, src, n * sizeof(T));                                            \
+        (void)ctx;                                                                              \
+    }
+ISM_RADIX(ism_radix_ids, int32_t, ISM_ID_KEY)
+ISM_RADIX(ism_radix_i64, int64_t, ISM_SELF)
+
+/* Ids by label: radix where long enough (a->tmp lends its bytes). */
+static inline void ism_sort_ids(ism_acc *a, int32_t *ids, int64_t n, const ism_c *c) {
+    if (n <= 32 || a->bits > 40) {
+        ism_sort_ids_(ids, n, c);
+        return;
+    }
+    ism_reserve((void **)&a->tmp, &a->tmp_cap, n / 4 + 1, sizeof(ism_c));
+    ism_radix_ids(ids, n, c, a->bits, (int32_t *)a->tmp);
+}
+
+/* Labels: radix where long enough. */
+static inline void ism_sort_labels(ism_acc *a, int64_t *x, int64_t n) {
+    if (n <= 32 || a->bits > 40) {
+        spindle_sort_i64(x, n);
+        return;
+    }
+    ism_reserve((void **)&a->tmp, &a->tmp_cap, n / 2 + 1, sizeof(ism_c));
+    ism_radix_i64(x, n, 0, a->bits, (int64_t *)a->tmp);
 }
 
 static inline void ism_acc_insert(ism_acc *a, int64_t key, REAL val) {
@@ -265,11 +333,11 @@ static inline int64_t ism_acc_drain(ism_acc *a, ism_c *out) {
     /* Accumulation indexing: sort 4-byte ids, not the components. */
     ism_reserve((void **)&a->ids, &a->ids_cap, a->n, sizeof(int32_t));
     for (int64_t e = 0; e < a->n; e++) a->ids[e] = (int32_t)e;
-    ism_sort_ids(a->ids, a->n, a->c);
+    ism_sort_ids(a, a->ids, a->n, a->c);
     for (int64_t e = 0; e < a->n; e++) out[e] = a->c[a->ids[e]];
     m = ism_sum_equal(out, a->n);
 #elif ISM_COORD || ISM_VECTOR
-    ism_sort_c(a->c, a->n);
+    ism_sort_c(a, a->c, a->n);
     memcpy(out, a->c, a->n * sizeof(ism_c));
     m = ism_sum_equal(out, a->n);
 #elif ISM_HASH
@@ -279,15 +347,15 @@ static inline int64_t ism_acc_drain(ism_acc *a, ism_c *out) {
         out[e].val = a->vals[s];
         a->keys[s] = -1;
     }
-    ism_sort_c(out, a->n);
+    ism_sort_c(a, out, a->n);
     m = a->n;
 #elif ISM_BUCKET
-    spindle_sort_i64(a->flagged, a->nflagged);
+    ism_sort_labels(a, a->flagged, a->nflagged);
     for (int64_t f = 0; f < a->nflagged; f++) {
         const int64_t b = a->flagged[f];
         const int64_t start = m;
         for (int64_t id = a->head[b]; id >= 0; id = a->next[id]) out[m++] = a->c[id];
-        ism_sort_c(out + start, m - start);
+        ism_sort_c(a, out + start, m - start);
         a->head[b] = -1;
     }
     a->nflagged = 0;
@@ -305,7 +373,7 @@ static inline int64_t ism_acc_drain(ism_acc *a, ism_c *out) {
             }
         }
     } else {
-        spindle_sort_i64(a->list, a->n);
+        ism_sort_labels(a, a->list, a->n);
         for (int64_t e = 0; e < a->n; e++) {
             const int64_t k = a->list[e];
             out[m].key = k;
@@ -317,6 +385,22 @@ static inline int64_t ism_acc_drain(ism_acc *a, ism_c *out) {
 #endif
     a->n = 0;
     return m;
+}
+
+/* Empties the accumulation array without sorting it (what a count needs). */
+static inline void ism_acc_reset(ism_acc *a) {
+#if ISM_HASH
+    for (int64_t e = 0; e < a->n; e++) a->keys[a->used[e]] = -1;
+#elif ISM_BUCKET
+    for (int64_t f = 0; f < a->nflagged; f++) a->head[a->flagged[f]] = -1;
+    a->nflagged = 0;
+#elif ISM_DENSE
+    for (int64_t e = 0; e < a->n; e++) {
+        a->flag[a->list[e]] = 0;
+        a->dv[a->list[e]] = 0;
+    }
+#endif
+    a->n = 0;
 }
 
 /* The capacity after a merge: piecewise-linear growth (quick while small,
@@ -442,7 +526,11 @@ static inline void ism_wait(spindle_ism *w) {
 #endif
 
 static inline void spindle_ism_insert(spindle_ism *w, int64_t key, REAL val) {
+#if ISM_PIPELINE
     ism_acc *a = &w->acc[w->cur];
+#else
+    ism_acc *a = &w->acc[0];
+#endif
     if (a->n >= a->cap) {
 #if ISM_PIPELINE
         /* The full array is sorted and merged on a second thread while
@@ -473,6 +561,21 @@ static inline void spindle_ism_finish(spindle_ism *w) {
     if (w->acc[w->cur].n) ism_merge(w, &w->acc[w->cur]);
     const int64_t b = ism_bytes(w, &w->acc[w->cur]);
     if (b > w->peak) w->peak = b;
+}
+
+/* The distinct labels inserted since the last clear, the workspace left
+   empty: without a sort where the policy deduplicated every insert and
+   nothing was merged yet. */
+static inline int64_t spindle_ism_distinct(spindle_ism *w) {
+#if (ISM_HASH || ISM_BUCKET || ISM_MAP || ISM_DENSE) && !ISM_PIPELINE
+    if (w->all_n == 0) {
+        const int64_t n = w->acc[w->cur].n;
+        ism_acc_reset(&w->acc[w->cur]);
+        return n;
+    }
+#endif
+    spindle_ism_finish(w);
+    return w->all_n;
 }
 
 /* Empties the all array for the next gathering (capacities kept). */

@@ -98,7 +98,7 @@ impl Default for IsmOptions {
             reallocation: true,
             double_buffering: true,
             pipeline: false,
-            capacity: 1024,
+            capacity: 256,
         }
     }
 }

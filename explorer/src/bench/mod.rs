@@ -7,6 +7,7 @@ pub(crate) mod gpu;
 mod rows;
 mod spgemm;
 pub(crate) mod spmm;
+mod workspaces;
 
 use anyhow::Result;
 
@@ -45,6 +46,12 @@ pub enum Suite {
     /// against the tile path's expanded rows (autotuned), on one and all
     /// threads, on the shared matrices and powerlaw-1M.
     Rows(rows::RowsArgs),
+    /// Sparse workspaces (paper 001): row-wise SpGEMM under the dense
+    /// workspace and every ISM policy (bucket, hash, coord, map, vector)
+    /// against sprs, SciPy and MKL with peak workspace bytes; the
+    /// synthetic row-wise and outer-product sweeps (plotted with --record),
+    /// the optimizations' ablation, and the parallel ISM.
+    Workspaces(workspaces::WorkspacesArgs),
     /// Block-sparse SpMM on the GPU: A 4096x4096 with 32x32 blocks at
     /// sparsity 50-99% in BlockGroupCOO (Tensor Cores, f16) against
     /// cuSPARSE BSR and cuBLAS dense GEMM.
@@ -61,6 +68,7 @@ pub fn run(suite: Suite) -> Result<()> {
         Suite::Spmm(args) => spmm::run(args),
         Suite::Spgemm(args) => spgemm::run(args),
         Suite::Rows(args) => rows::run(args),
+        Suite::Workspaces(args) => workspaces::run(args),
         Suite::Bsr(args) => gpu::bsr(&args),
         Suite::SetupPython => {
             let env =

@@ -23,8 +23,9 @@ pub struct SpgemmArgs {
     #[arg(long)]
     pub no_python: bool,
     /// Our kernel's workspace: auto (dense unless the output is wider than
-    /// 2^24 columns), dense or hash.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "dense", "hash"])]
+    /// 2^24 columns), dense, or an ISM policy (bucket, hash, coord, map,
+    /// vector).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "dense", "bucket", "hash", "coord", "map", "vector"])]
     pub workspace: String,
     /// Print the results as JSON.
     #[arg(long)]

@@ -13,7 +13,8 @@
 //! format NAME = SPEC                           store a tensor in a format (csr, groupcoo:g=auto, ...);
 //!                                              an output with no data is assembled in it
 //! schedule ITEMS                               tile.INDEX=N reduce=... broadcast=... matmul=...
-//! sweep PARAM in [V, V, ...]                   g, reduce, broadcast, matmul, path, tile.INDEX, format.NAME
+//! sweep PARAM in [V, V, ...]                   g, reduce, broadcast, matmul, path, workspace, ws.ITEM,
+//!                                              tile.INDEX, format.NAME
 //! threads N | repeats N | resources first|all|off
 //! anything else                                an Einsum statement, e.g. C[m,n] += A[m,k] * B[k,n]
 //! ```
@@ -146,6 +147,9 @@ pub enum SweepParam {
     Tile(String),
     /// `format.NAME`: the whole format of one tensor.
     Format(String),
+    /// `workspace` or `ws.ITEM`: the level path's workspace policy or one
+    /// of the ISM's options, as the schedule item of that key.
+    Workspace(String),
 }
 
 impl SweepParam {
@@ -159,6 +163,7 @@ impl SweepParam {
             SweepParam::Path => "path".into(),
             SweepParam::Tile(i) => format!("tile.{i}"),
             SweepParam::Format(t) => format!("format.{t}"),
+            SweepParam::Workspace(key) => key.clone(),
         }
     }
 }
@@ -406,10 +411,13 @@ fn sweep_line(src: &str, words: &[Word<'_>], span: Span) -> Result<SweepDecl, Di
         "path" => SweepParam::Path,
         t if t.starts_with("tile.") && is_ident(&t[5..]) => SweepParam::Tile(t[5..].to_string()),
         t if t.starts_with("format.") && is_ident(&t[7..]) => SweepParam::Format(t[7..].to_string()),
+        t if t == "workspace" || t.starts_with("ws.") => SweepParam::Workspace(t.to_string()),
         _ => {
             return Err(Diagnostic::new(format!("cannot sweep `{}`", param.text), param.span)
                 .with_label("unknown sweep parameter")
-                .with_note("sweep g, reduce, broadcast, matmul, path, tile.INDEX or format.TENSOR"));
+                .with_note(
+                    "sweep g, reduce, broadcast, matmul, path, workspace, ws.ITEM, tile.INDEX or format.TENSOR",
+                ));
         }
     };
     let list_start = kw.span.end;
@@ -509,6 +517,10 @@ fn check_sweep_value(param: &SweepParam, v: &Spanned<String>) -> Result<(), Diag
         },
         SweepParam::Format(_) => s.parse::<FormatSpec>().map(drop).map_err(|e| {
             bad(e.to_string()).with_note(format!("formats: {}", spindle_formats::spec::FORMAT_SYNTAX))
+        }),
+        SweepParam::Workspace(key) => format!("{key}={s}").parse::<Schedule>().map(drop).map_err(|e| {
+            bad(e.to_string())
+                .with_note(format!("schedules: {}", spindle_ir::kernel::schedule::SCHEDULE_SYNTAX))
         }),
     }
 }

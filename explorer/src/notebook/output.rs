@@ -92,6 +92,9 @@ pub struct SweepPoint {
     pub max_rel_error: Option<f64>,
     /// Why the point failed, if it did.
     pub error: Option<String>,
+    /// The most bytes an ISM workspace held (a sparse output gathered by
+    /// one); `None` without one.
+    pub workspace_bytes: Option<usize>,
 }
 
 /// A baseline's median time on the cell's data.

@@ -15,7 +15,7 @@ use plotters::coord::Shift;
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 
-use super::output::Sweep;
+use super::output::{Baseline, Sweep, SweepPoint};
 
 /// Pixels of an exported plot.
 pub const SIZE: (u32, u32) = (960, 540);
@@ -100,19 +100,41 @@ fn backend_name(backend: &str) -> String {
 
 type DrawResult<DB> = std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
+/// The runtime panel, and beneath it a panel of the workspaces' peak bytes
+/// where the points have them (sparse outputs gathered in an ISM).
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, sweep: &Sweep) -> DrawResult<DB> {
     root.fill(&WHITE)?;
+    let over = if sweep.parameters.is_empty() {
+        String::new()
+    } else {
+        format!(" over {}", sweep.parameters.join(" × "))
+    };
+    let time = |p: &SweepPoint| p.median_ms;
+    if !sweep.points.iter().any(|p| p.workspace_bytes.is_some()) {
+        return panel(root, sweep, &format!("median runtime{over}"), "median time (ms)", &time, true);
+    }
+    let (top, bottom) = root.split_vertically(SIZE.1 * 3 / 5);
+    panel(&top, sweep, &format!("median runtime{over}"), "median time (ms)", &time, true)?;
+    let kib = |p: &SweepPoint| p.workspace_bytes.map(|b| b as f64 / 1024.0);
+    panel(&bottom, sweep, &format!("peak workspace{over}"), "peak workspace (KiB)", &kib, false)
+}
+
+/// One metric per sweep point, a line per backend; the baselines' times as
+/// dashed lines where `baselines`.
+fn panel<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    sweep: &Sweep,
+    caption: &str,
+    y_desc: &str,
+    value: &dyn Fn(&SweepPoint) -> Option<f64>,
+    baselines: bool,
+) -> DrawResult<DB> {
     let labels = point_labels(sweep);
     let n = labels.len() as u32;
-    let times =
-        sweep.points.iter().filter_map(|p| p.median_ms).chain(sweep.baselines.iter().map(|b| b.median_ms));
-    let top = times.fold(0.0f64, f64::max);
+    let shown: &[Baseline] = if baselines { &sweep.baselines } else { &[] };
+    let values = sweep.points.iter().filter_map(value).chain(shown.iter().map(|b| b.median_ms));
+    let top = values.fold(0.0f64, f64::max);
     let top = if top > 0.0 && top.is_finite() { top * 1.15 } else { 1.0 };
-    let caption = if sweep.parameters.is_empty() {
-        "median runtime".to_string()
-    } else {
-        format!("median runtime over {}", sweep.parameters.join(" × "))
-    };
     let mut chart = ChartBuilder::on(root)
         .caption(caption, ("sans-serif", 24))
         .margin(16)
@@ -133,7 +155,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, sweep: &Sweep) -> Dra
             SegmentValue::Last => String::new(),
         })
         .x_desc(x_desc)
-        .y_desc("median time (ms)")
+        .y_desc(y_desc)
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 17))
         .draw()?;
@@ -152,7 +174,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, sweep: &Sweep) -> Dra
             .filter(|p| p.backend == *backend)
             .filter_map(|p| {
                 let x = labels.iter().position(|l| *l == p.values)? as u32;
-                Some((SegmentValue::CenterOf(x), p.median_ms?))
+                Some((SegmentValue::CenterOf(x), value(p)?))
             })
             .collect();
         chart
@@ -161,7 +183,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, sweep: &Sweep) -> Dra
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
         chart.draw_series(series.into_iter().map(|(x, y)| Circle::new((x, y), 4, colour.filled())))?;
     }
-    for (i, baseline) in sweep.baselines.iter().enumerate() {
+    for (i, baseline) in shown.iter().enumerate() {
         let colour = BASELINE_COLOURS[i % BASELINE_COLOURS.len()];
         let y = baseline.median_ms;
         let line = [(SegmentValue::Exact(0), y), (SegmentValue::Last, y)];
@@ -170,7 +192,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, sweep: &Sweep) -> Dra
             .label(format!("{} ({})", baseline.name, if baseline.backend == "cuda" { "GPU" } else { "CPU" }))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
     }
-    if !backends.is_empty() || !sweep.baselines.is_empty() {
+    if !backends.is_empty() || !shown.is_empty() {
         chart
             .configure_series_labels()
             .background_style(WHITE.mix(0.85))
@@ -194,6 +216,7 @@ mod tests {
             median_ms: ms,
             max_rel_error: ms.map(|_| 1e-7),
             error: None,
+            workspace_bytes: None,
         };
         Sweep {
             parameters: vec!["g".into()],

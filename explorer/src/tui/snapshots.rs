@@ -67,6 +67,7 @@ fn point(g: &str, ms: Option<f64>) -> SweepPoint {
         median_ms: ms,
         max_rel_error: ms.map(|_| 2.4e-7),
         error: if ms.is_none() { Some("compile failed: out of registers".into()) } else { None },
+        workspace_bytes: None,
     }
 }
 

@@ -156,7 +156,9 @@ struct SpmmShape {
 
 /// A point's median time (ms, summed over statements), largest error, and
 /// why it failed.
-type Measured = (Option<f64>, Option<f64>, Vec<String>);
+/// A point's time (summed over statements), error (their max), failures,
+/// and its workspaces' peak bytes (their max, where a statement has one).
+type Measured = (Option<f64>, Option<f64>, Vec<String>, Option<usize>);
 
 /// One point of the cartesian product of the sweeps.
 #[derive(Clone, Debug)]
@@ -233,7 +235,7 @@ impl Run<'_> {
         }
 
         // Per point: (time, error) summed / maxed over statements.
-        let mut measured: Vec<Measured> = vec![(Some(0.0), Some(0.0), Vec::new()); points.len()];
+        let mut measured: Vec<Measured> = vec![(Some(0.0), Some(0.0), Vec::new(), None); points.len()];
         // The same on the GPU, when there is one.
         let mut measured_gpu = measured.clone();
         let mut first_kernels = Vec::new();
@@ -255,7 +257,7 @@ impl Run<'_> {
                     threads,
                     repeats,
                 );
-                let PointRun { time, err, kernel, gpu: on_gpu } = match result {
+                let PointRun { time, err, kernel, gpu: on_gpu, workspace } = match result {
                     Ok(r) => r,
                     Err(Stop::Error(message)) => {
                         if points.len() == 1 {
@@ -287,6 +289,7 @@ impl Run<'_> {
                 let m = &mut measured[i];
                 m.0 = m.0.zip(time).map(|(a, b)| a + b);
                 m.1 = m.1.zip(err).map(|(a, b)| a.max(b));
+                m.3 = m.3.max(workspace);
                 match kernel {
                     Ok(k) => kernels.push(Some(k)),
                     Err(message) => {
@@ -347,12 +350,13 @@ impl Run<'_> {
             points
                 .iter()
                 .zip(measured)
-                .map(|(p, (time, err, errors))| SweepPoint {
+                .map(|(p, (time, err, errors, workspace))| SweepPoint {
                     values: p.values.clone(),
                     backend: backend.into(),
                     median_ms: *time,
                     max_rel_error: *err,
                     error: (!errors.is_empty()).then(|| errors.join("; ")),
+                    workspace_bytes: *workspace,
                 })
                 .collect()
         };

@@ -134,6 +134,16 @@ impl Run<'_> {
                     names_q |= index == "q";
                     schedule.tiles.insert(index.clone(), value.parse().unwrap_or(1));
                 }
+                SweepParam::Workspace(key) => {
+                    // Checked when the cell was parsed.
+                    let item: Schedule = format!("{key}={value}").parse().unwrap_or_default();
+                    match key.strip_prefix("ws.") {
+                        Some(name) => {
+                            let _ = schedule.ws.set(name, value);
+                        }
+                        None => schedule.workspace = item.workspace,
+                    }
+                }
                 SweepParam::G | SweepParam::Format(_) => {}
             }
         }
@@ -253,6 +263,7 @@ impl Run<'_> {
             Ok((result, timing)) => (result, timing.median_ms / 1e3),
             Err(e) => return Ok(PointRun::failed(format!("C backend: {e}"))),
         };
+        let workspace = compiled.workspace_peak().ok().flatten();
         if reference.is_none() {
             // The driver's reference: over the stored operands' entries
             // where the level path runs them as written.
@@ -268,6 +279,7 @@ impl Run<'_> {
                         err: None,
                         kernel: Err(message),
                         gpu: None,
+                        workspace,
                     });
                 }
             }
@@ -280,7 +292,7 @@ impl Run<'_> {
             }
             None => None,
         };
-        Ok(PointRun { time: Some(median * 1e3), err, kernel: Ok(text), gpu: on_gpu })
+        Ok(PointRun { time: Some(median * 1e3), err, kernel: Ok(text), gpu: on_gpu, workspace })
     }
 }
 
@@ -292,11 +304,13 @@ pub(super) struct PointRun {
     pub(super) err: Option<f64>,
     pub(super) kernel: Result<KernelText, String>,
     pub(super) gpu: Option<GpuRun>,
+    /// The peak bytes of its ISM workspace, where it has one.
+    pub(super) workspace: Option<usize>,
 }
 
 impl PointRun {
     pub(super) fn failed(message: String) -> PointRun {
-        PointRun { time: None, err: None, kernel: Err(message), gpu: None }
+        PointRun { time: None, err: None, kernel: Err(message), gpu: None, workspace: None }
     }
 }
 
