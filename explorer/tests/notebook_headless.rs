@@ -256,3 +256,46 @@ fn a_cell_sweeps_the_tile_and_the_level_path() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `sweep workspace in [...]` and `sweep ws.pipeline in [...]`: SpGEMM
+/// into CSR under the dense workspace and ISM policies, each point checked
+/// against the reference; the ISM points report their peak bytes, and the
+/// plot draws them under the runtime.
+#[test]
+fn a_cell_sweeps_workspace_policies_and_their_memory() {
+    let dir = temp_dir("workspaces");
+    let notebook = dir.join("nb.md");
+    std::fs::write(
+        &notebook,
+        "```spindle\n\
+         A = gen:powerlaw:rows=150,cols=120,nnz=900,seed=5\n\
+         B = gen:powerlaw:rows=120,cols=140,nnz=800,seed=6\n\
+         C = shape 150x140 f64\n\
+         format A = csr\nformat B = csr\nformat C = csr\n\
+         C[i,j] = A[i,k] * B[k,j]\n\
+         schedule path=levels\n\
+         sweep workspace in [dense, hash, coord]\n\
+         sweep ws.pipeline in [off, on]\n\
+         repeats 1\nresources off\n```\n",
+    )
+    .unwrap();
+    let export = dir.join("out");
+    let out = run(&notebook, &export);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{stderr}", out.status);
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("results.json")).unwrap()).unwrap();
+    let points = results["cells"][0]["output"]["sweep"]["points"].as_array().unwrap().clone();
+    assert_eq!(points.len(), 6, "{points:?}");
+    for p in &points {
+        assert!(p["error"].is_null(), "{p}");
+        assert!(p["max_rel_error"].as_f64().unwrap() < 1e-5, "{p}");
+        let ism = p["values"][0] != "dense";
+        assert_eq!(p["workspace_bytes"].as_u64().is_some_and(|b| b > 0), ism, "{p}");
+    }
+    let svg = std::fs::read_to_string(export.join("cell-1/plot.svg")).unwrap();
+    assert!(svg.contains("peak workspace (KiB)"), "the memory panel is drawn");
+    let ir = std::fs::read_to_string(export.join("cell-1/ir.txt")).unwrap();
+    assert!(ir.contains("workspace: dense (asked)"), "the kernel's notes say what was picked:\n{ir}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

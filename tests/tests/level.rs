@@ -461,6 +461,67 @@ fn outer_product_spgemm_gathers_the_whole_output_in_a_second_order_workspace() {
     }
 }
 
+/// The kernels' ISM runtime and the Rust library (`spindle_workspaces::ism`)
+/// under the same policy, fed the same products in the same order, give
+/// the same components: same coordinates, values equal to rounding.
+#[test]
+fn kernels_and_the_rust_library_agree_under_every_policy() {
+    use spindle_workspaces::ism::{self, Accumulation, Ism, Labels, Options};
+    let (n, k, m) = (23, 19, 21);
+    let a = sparse(&[n, k], 0.15, 31);
+    let b = sparse(&[k, m], 0.15, 32);
+    // The outer product's inserts in its loop order: k, then A's column,
+    // then B's row.
+    let mut products = Vec::new();
+    for kk in 0..k as i64 {
+        for (p, _) in a.crd[1].iter().enumerate().filter(|(_, c)| **c == kk) {
+            for (q, _) in b.crd[0].iter().enumerate().filter(|(_, r)| **r == kk) {
+                products.push(([a.crd[0][p] as usize, b.crd[1][q] as usize], a.val[p] * b.val[q]));
+            }
+        }
+    }
+    let labels = Labels::new(&[n, m]).unwrap();
+    let library = |policy: &str| -> Vec<(u64, f64)> {
+        fn fill<P: Accumulation>(labels: &Labels, p: P, products: &[([usize; 2], f64)]) -> Vec<(u64, f64)> {
+            let mut ws = Ism::new(labels.clone(), p, Options::default());
+            for (at, v) in products {
+                ws.insert(at, *v);
+            }
+            ws.finish()
+        }
+        match policy {
+            "bucket" => fill(&labels, ism::Bucket::new(labels.clone(), 4), &products),
+            "hash" => fill(&labels, ism::Hash::new(4), &products),
+            "coord" => fill(&labels, ism::Coord::new(4, true), &products),
+            "map" => fill(&labels, ism::Map::default(), &products),
+            "vector" => fill(&labels, ism::Coord::vector(true), &products),
+            _ => fill(&labels, ism::Dense::new(&labels).unwrap(), &products),
+        }
+    };
+    let decls = declarations(&[("C", &[n, m], "f64"), ("A", &[n, k], "f64"), ("B", &[k, m], "f64")]);
+    let einsum = check(&parse("C[i,j] = A[i,k] * B[k,j]").unwrap(), &decls).unwrap();
+    let entries = BTreeMap::from([("A".to_string(), a.clone()), ("B".to_string(), b.clone())]);
+    let formats: BTreeMap<String, FormatSpec> = [("A", "dcsc"), ("B", "dcsr"), ("C", "coo")]
+        .iter()
+        .map(|(t, f)| (t.to_string(), f.parse().unwrap()))
+        .collect();
+    for policy in ["bucket", "hash", "coord", "map", "vector", "dense"] {
+        let schedule: Schedule = format!("workspace={policy} ws.cap=4").parse().unwrap();
+        let lowered = lower(&einsum, &formats, &entries, &schedule, "k").unwrap();
+        let mut inputs = Tensors::new();
+        inputs.extend(lowered.arrays.clone());
+        let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
+        let got = compiled.run_assembled(&inputs, 1).unwrap().to_coo().unwrap();
+        let want = library(policy);
+        let labels_got: Vec<u64> =
+            (0..got.nnz()).map(|e| labels.label(&[got.crd[0][e] as usize, got.crd[1][e] as usize])).collect();
+        assert_eq!(labels_got, want.iter().map(|c| c.0).collect::<Vec<_>>(), "{policy}: coordinates");
+        for (g, w) in got.val.iter().zip(&want) {
+            assert!((g - w.1).abs() <= 1e-12 * w.1.abs().max(1.0), "{policy}: {g} vs {}", w.1);
+        }
+    }
+}
+
 #[test]
 fn tensor_kernels_gather_higher_order_workspaces() {
     let b: &[usize] = &[7, 9, 8];

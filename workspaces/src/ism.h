@@ -106,12 +106,13 @@ typedef struct {
     int64_t n;   /* components held */
     int64_t cap; /* full at this many */
     int bits;    /* bits of the largest label */
-    ism_c *tmp;  /* the radix sort's second buffer */
-    int64_t tmp_cap;
+    ism_c **tmp; /* the radix sort's second buffer: the ISM's spare all array, */
+    int64_t *tmp_cap; /* free while a drain sorts */
     ism_c *c;    /* components: appended (Coord, Vector, Bucket) or sorted (Map) */
     int64_t c_cap;
 #if ISM_HASH
-    int64_t *keys, *used;
+    int64_t *keys;
+    int32_t *used;
     REAL *vals;
     int64_t slots;
 #endif
@@ -144,7 +145,7 @@ static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int6
     a->cap = a->slots / 2;
     a->keys = malloc(a->slots * sizeof(int64_t));
     a->vals = malloc(a->slots * sizeof(REAL));
-    a->used = malloc(a->cap * sizeof(int64_t));
+    a->used = malloc(a->cap * sizeof(int32_t));
     for (int64_t s = 0; s < a->slots; s++) a->keys[s] = -1;
 #endif
 #if ISM_BUCKET
@@ -166,7 +167,6 @@ static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int6
 
 static inline void ism_acc_free(ism_acc *a) {
     free(a->c);
-    free(a->tmp);
 #if ISM_HASH
     free(a->keys);
     free(a->vals);
@@ -189,9 +189,9 @@ static inline void ism_acc_free(ism_acc *a) {
 
 /* Bytes the accumulation array holds. */
 static inline int64_t ism_acc_bytes(const ism_acc *a) {
-    int64_t b = (a->c_cap + a->tmp_cap) * (int64_t)sizeof(ism_c);
+    int64_t b = a->c_cap * (int64_t)sizeof(ism_c);
 #if ISM_HASH
-    b += a->slots * (int64_t)(sizeof(int64_t) + sizeof(REAL)) + a->cap * (int64_t)sizeof(int64_t);
+    b += a->slots * (int64_t)(sizeof(int64_t) + sizeof(REAL)) + a->cap * (int64_t)sizeof(int32_t);
 #endif
 #if ISM_BUCKET
     b += 2 * a->buckets * (int64_t)sizeof(int64_t) + a->next_cap * (int64_t)sizeof(int64_t);
@@ -207,14 +207,14 @@ static inline int64_t ism_acc_bytes(const ism_acc *a) {
 
 /* Sorts components by label: insertion sort for short runs, else an LSD
    radix sort of 8-bit digits over the labels' bits (branch-free, unlike a
-   comparison sort on unpredictable keys), ping-ponging with a->tmp. */
+   comparison sort on unpredictable keys), ping-ponging with *a->tmp. */
 static inline void ism_sort_c(ism_acc *a, ism_c *x, int64_t n) {
     if (n <= 32 || a->bits > 40) {
         ism_sort_c_(x, n, 0);
         return;
     }
-    ism_reserve((void **)&a->tmp, &a->tmp_cap, n, sizeof(ism_c));
-    ism_c *src = x, *dst = a->tmp;
+    ism_reserve((void **)a->tmp, a->tmp_cap, n, sizeof(ism_c));
+    ism_c *src = x, *dst = *a->tmp;
     for (int shift = 0; shift < a->bits; shift += 8) {
         int64_t count[257] = {0};
         for (int64_t e = 0; e < n; e++) count[((src[e].key >> shift) & 255) + 1]++;
@@ -249,14 +249,14 @@ static inline void ism_sort_c(ism_acc *a, ism_c *x, int64_t n) {
 ISM_RADIX(ism_radix_ids, int32_t, ISM_ID_KEY)
 ISM_RADIX(ism_radix_i64, int64_t, ISM_SELF)
 
-/* Ids by label: radix where long enough (a->tmp lends its bytes). */
+/* Ids by label: radix where long enough (*a->tmp lends its bytes). */
 static inline void ism_sort_ids(ism_acc *a, int32_t *ids, int64_t n, const ism_c *c) {
     if (n <= 32 || a->bits > 40) {
         ism_sort_ids_(ids, n, c);
         return;
     }
-    ism_reserve((void **)&a->tmp, &a->tmp_cap, n / 4 + 1, sizeof(ism_c));
-    ism_radix_ids(ids, n, c, a->bits, (int32_t *)a->tmp);
+    ism_reserve((void **)a->tmp, a->tmp_cap, n / 4 + 1, sizeof(ism_c));
+    ism_radix_ids(ids, n, c, a->bits, (int32_t *)*a->tmp);
 }
 
 /* Labels: radix where long enough. */
@@ -265,8 +265,8 @@ static inline void ism_sort_labels(ism_acc *a, int64_t *x, int64_t n) {
         spindle_sort_i64(x, n);
         return;
     }
-    ism_reserve((void **)&a->tmp, &a->tmp_cap, n / 2 + 1, sizeof(ism_c));
-    ism_radix_i64(x, n, 0, a->bits, (int64_t *)a->tmp);
+    ism_reserve((void **)a->tmp, a->tmp_cap, n / 2 + 1, sizeof(ism_c));
+    ism_radix_i64(x, n, 0, a->bits, (int64_t *)*a->tmp);
 }
 
 static inline void ism_acc_insert(ism_acc *a, int64_t key, REAL val) {
@@ -276,14 +276,20 @@ static inline void ism_acc_insert(ism_acc *a, int64_t key, REAL val) {
     a->c[a->n].val = val;
     a->n++;
 #elif ISM_HASH
-    int64_t s = key & (a->slots - 1);
-    while (a->keys[s] != key && a->keys[s] != -1) s = (s + 1) & (a->slots - 1);
-    if (a->keys[s] == key) {
+    const int64_t mask = a->slots - 1;
+    int64_t *restrict keys = a->keys;
+    int64_t s = key & mask;
+    int64_t k = keys[s];
+    while (k != key && k != -1) {
+        s = (s + 1) & mask;
+        k = keys[s];
+    }
+    if (k == key) {
         a->vals[s] += val;
     } else {
-        a->keys[s] = key;
+        keys[s] = key;
         a->vals[s] = val;
-        a->used[a->n++] = s;
+        a->used[a->n++] = (int32_t)s;
     }
 #elif ISM_BUCKET
     const int64_t b = key / a->div;
@@ -423,7 +429,7 @@ static inline void ism_acc_set_capacity(ism_acc *a, int64_t cap) {
         a->slots = slots;
         a->keys = malloc(slots * sizeof(int64_t));
         a->vals = malloc(slots * sizeof(REAL));
-        a->used = malloc(slots / 2 * sizeof(int64_t));
+        a->used = malloc(slots / 2 * sizeof(int32_t));
         for (int64_t s = 0; s < slots; s++) a->keys[s] = -1;
     }
     a->cap = a->slots / 2;
@@ -459,14 +465,16 @@ static inline int64_t ism_bytes(const spindle_ism *w, const ism_acc *a) {
    an accumulation array full at `cap` components to begin with. */
 static inline void spindle_ism_init(spindle_ism *w, int64_t range, int64_t leading, int64_t cap) {
     memset(w, 0, sizeof *w);
-    ism_acc_init(&w->acc[0], range, leading, cap);
-#if ISM_PIPELINE
-    ism_acc_init(&w->acc[1], range, leading, cap);
-#endif
+    for (int i = 0; i < 1 + ISM_PIPELINE; i++) {
+        ism_acc_init(&w->acc[i], range, leading, cap);
+        w->acc[i].tmp = &w->spare;
+        w->acc[i].tmp_cap = &w->spare_cap;
+    }
 }
 
 /* Sorts accumulation array `a` and merges it into the all array. */
-static inline void ism_merge(spindle_ism *w, ism_acc *a) {
+/* Out of line: the insert loop stays small. */
+__attribute__((noinline)) static void ism_merge(spindle_ism *w, ism_acc *a) {
     ism_reserve((void **)&w->batch, &w->batch_cap, a->n, sizeof(ism_c));
     const int64_t n = ism_acc_drain(a, w->batch);
     if (w->all_n == 0 && ISM_DOUBLE_BUFFER) {

@@ -47,8 +47,8 @@ pub fn run(args: WorkspacesArgs) -> Result<()> {
         sweeps: !args.no_sweeps,
     };
     let report = spindle_bench::workspaces::run(&opts, &mut |line| eprintln!("{line}"))?;
+    super::finish(&report, args.json, args.record.as_deref(), "workspaces", print_tables)?;
     if let Some(dir) = &args.record {
-        std::fs::create_dir_all(dir)?;
         let date = spindle_bench::today();
         for (points, what, title) in [
             (&report.row_sweep, "rowwise", "Row-wise SpGEMM, first-order workspace (cf. paper 001 Fig. 15)"),
@@ -61,7 +61,7 @@ pub fn run(args: WorkspacesArgs) -> Result<()> {
             }
         }
     }
-    super::finish(&report, args.json, args.record.as_deref(), "workspaces", print_tables)
+    Ok(())
 }
 
 fn print_tables(report: &WorkspacesReport) {
@@ -158,6 +158,7 @@ fn print_tables(report: &WorkspacesReport) {
 
 /// Time against deduplication, a line per variant, log-log.
 fn plot(points: &[SweepPoint], title: &str, path: &Path) -> Result<()> {
+    crate::notebook::plot::register_fonts()?;
     let draw = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", path.display());
     let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw(&e))?;

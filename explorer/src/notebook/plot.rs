@@ -27,7 +27,7 @@ const BASELINE_COLOURS: [RGBColor; 4] =
     [RGBColor(214, 39, 40), RGBColor(255, 127, 14), RGBColor(140, 86, 75), RGBColor(127, 127, 127)];
 
 /// Registers the bundled font once per process for plotters' text.
-fn register_fonts() -> Result<()> {
+pub(crate) fn register_fonts() -> Result<()> {
     static ONCE: Once = Once::new();
     let mut ok = true;
     ONCE.call_once(|| {
