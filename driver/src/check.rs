@@ -38,6 +38,17 @@ pub fn max_rel_error(got: &ArrayD<f64>, want: &ArrayD<f64>) -> f64 {
     got.iter().zip(want.iter()).fold(0.0f64, |m, (g, w)| m.max(diff(*g, *w))) / scale
 }
 
+/// Max |got − want| over max |want| between two sparse outputs' entries;
+/// infinite when their coordinates differ.
+pub fn max_rel_error_entries(got: &Coo<f64, i64>, want: &Coo<f64, i64>) -> f64 {
+    if got.shape != want.shape || got.crd != want.crd {
+        return f64::INFINITY;
+    }
+    let scale = want.val.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
+    let diff = |g: f64, w: f64| if g.is_finite() || !w.is_finite() { (g - w).abs() } else { f64::INFINITY };
+    got.val.iter().zip(&want.val).fold(0.0f64, |m, (g, w)| m.max(diff(*g, *w))) / scale
+}
+
 /// The entries of a sparse output, after checking that its levels keep
 /// their promises (positions ascend, coordinates in range, ordered and
 /// unique where the format says so).

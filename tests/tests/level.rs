@@ -398,8 +398,8 @@ const POLICIES: [&str; 10] = [
     "workspace=dense",
     "workspace=coord ws.cap=4 ws.indexing=off ws.double_buffer=off",
     "workspace=bucket ws.cap=4 ws.realloc=off",
-    "workspace=coord ws.cap=4 ws.pipeline=on",
-    "workspace=hash ws.cap=8 ws.pipeline=on ws.realloc=off",
+    "workspace=coord ws.cap=4 ws.pipeline=on ws.pipeline_min=1",
+    "workspace=hash ws.cap=8 ws.pipeline=on ws.pipeline_min=2 ws.realloc=off",
 ];
 
 /// `c` under every policy of [`POLICIES`] (and `auto`), each checked

@@ -1,8 +1,8 @@
 /* The insert-sort-merge runtime of Spindle's printed kernels (paper 001),
    the C twin of spindle_workspaces::ism. Before including it, define REAL
    (the value type), one policy (ISM_DENSE, ISM_BUCKET, ISM_HASH, ISM_COORD,
-   ISM_MAP or ISM_VECTOR as 1) and the switches ISM_INDEXING, ISM_REALLOC,
-   ISM_DOUBLE_BUFFER and ISM_PIPELINE (0 or 1).
+   ISM_MAP or ISM_VECTOR as 1), the switches ISM_INDEXING, ISM_REALLOC,
+   ISM_DOUBLE_BUFFER and ISM_PIPELINE (0 or 1), and ISM_PIPELINE_MIN.
 
    Coordinates arrive as labels: the gathered coordinates linearised in the
    output's storage order, so label order is the order they are appended in.
@@ -450,8 +450,11 @@ typedef struct {
     int64_t all_n, all_cap, spare_cap, batch_cap;
     int64_t peak, merges;
 #if ISM_PIPELINE
+    /* A merge thread started at the first merge, woken per merge. */
     pthread_t worker;
-    int busy, merging;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int started, pending, quit, merging;
 #endif
 } spindle_ism;
 
@@ -519,17 +522,56 @@ __attribute__((noinline)) static void ism_merge(spindle_ism *w, ism_acc *a) {
 }
 
 #if ISM_PIPELINE
-static inline void *ism_worker(void *arg) {
+/* Accumulation arrays shorter than ISM_PIPELINE_MIN are merged by the
+   inserting thread. */
+#ifndef ISM_PIPELINE_MIN
+#define ISM_PIPELINE_MIN ((int64_t)1 << 15)
+#endif
+
+/* The merge thread: waits for a posted array, merges it, says so. */
+static void *ism_worker(void *arg) {
     spindle_ism *w = arg;
-    ism_merge(w, &w->acc[w->merging]);
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (!w->pending && !w->quit) pthread_cond_wait(&w->wake, &w->lock);
+        if (!w->pending) break;
+        pthread_mutex_unlock(&w->lock);
+        ism_merge(w, &w->acc[w->merging]);
+        pthread_mutex_lock(&w->lock);
+        w->pending = 0;
+        pthread_cond_broadcast(&w->wake);
+    }
+    pthread_mutex_unlock(&w->lock);
     return 0;
 }
 
+/* Waits until the posted merge is done. */
 static inline void ism_wait(spindle_ism *w) {
-    if (w->busy) {
-        pthread_join(w->worker, 0);
-        w->busy = 0;
+    if (!w->started) return;
+    pthread_mutex_lock(&w->lock);
+    while (w->pending) pthread_cond_wait(&w->wake, &w->lock);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Hands accumulation array `m` to the merge thread (started on first use;
+   merged here if it cannot start). */
+static inline void ism_post(spindle_ism *w, int m) {
+    if (!w->started) {
+        pthread_mutex_init(&w->lock, 0);
+        pthread_cond_init(&w->wake, 0);
+        w->started = pthread_create(&w->worker, 0, ism_worker, w) == 0;
+        if (!w->started) {
+            pthread_mutex_destroy(&w->lock);
+            pthread_cond_destroy(&w->wake);
+            ism_merge(w, &w->acc[m]);
+            return;
+        }
     }
+    pthread_mutex_lock(&w->lock);
+    w->merging = m;
+    w->pending = 1;
+    pthread_cond_broadcast(&w->wake);
+    pthread_mutex_unlock(&w->lock);
 }
 #endif
 
@@ -543,15 +585,15 @@ static inline void spindle_ism_insert(spindle_ism *w, int64_t key, REAL val) {
 #if ISM_PIPELINE
         /* The full array is sorted and merged on a second thread while
            inserts go on into the other one. */
+        /* Short arrays merge here: a hand-off costs more than their sort. */
         ism_wait(w);
-        w->merging = w->cur;
-        w->cur ^= 1;
-        if (pthread_create(&w->worker, 0, ism_worker, w) == 0) {
-            w->busy = 1;
+        if (a->n >= ISM_PIPELINE_MIN) {
+            ism_post(w, w->cur);
+            w->cur ^= 1;
+            a = &w->acc[w->cur];
         } else {
-            ism_merge(w, &w->acc[w->merging]);
+            ism_merge(w, a);
         }
-        a = &w->acc[w->cur];
 #else
         ism_merge(w, a);
 #endif
@@ -575,8 +617,13 @@ static inline void spindle_ism_finish(spindle_ism *w) {
    empty: without a sort where the policy deduplicated every insert and
    nothing was merged yet. */
 static inline int64_t spindle_ism_distinct(spindle_ism *w) {
-#if (ISM_HASH || ISM_BUCKET || ISM_MAP || ISM_DENSE) && !ISM_PIPELINE
+#if ISM_HASH || ISM_BUCKET || ISM_MAP || ISM_DENSE
+#if ISM_PIPELINE
+    ism_wait(w);
+    if (w->all_n == 0 && w->acc[w->cur ^ 1].n == 0) {
+#else
     if (w->all_n == 0) {
+#endif
         const int64_t n = w->acc[w->cur].n;
         ism_acc_reset(&w->acc[w->cur]);
         return n;
@@ -591,7 +638,15 @@ static inline void spindle_ism_clear(spindle_ism *w) { w->all_n = 0; }
 
 static inline void spindle_ism_free(spindle_ism *w) {
 #if ISM_PIPELINE
-    ism_wait(w);
+    if (w->started) {
+        pthread_mutex_lock(&w->lock);
+        w->quit = 1;
+        pthread_cond_broadcast(&w->wake);
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(w->worker, 0);
+        pthread_mutex_destroy(&w->lock);
+        pthread_cond_destroy(&w->wake);
+    }
     ism_acc_free(&w->acc[1]);
 #endif
     ism_acc_free(&w->acc[0]);

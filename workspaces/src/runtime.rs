@@ -89,6 +89,9 @@ pub struct IsmOptions {
     pub pipeline: bool,
     /// Components the accumulation array takes before its first merge.
     pub capacity: usize,
+    /// With `pipeline`, only merges of at least this many components go to
+    /// the second thread: a hand-off costs more than a short sort.
+    pub pipeline_min: usize,
 }
 
 impl Default for IsmOptions {
@@ -99,6 +102,7 @@ impl Default for IsmOptions {
             double_buffering: true,
             pipeline: false,
             capacity: 256,
+            pipeline_min: 1 << 15,
         }
     }
 }
@@ -115,11 +119,16 @@ impl IsmOptions {
     }
 
     /// Sets the item `name` (a switch of [`IsmOptions::items`] to `on` or
-    /// `off`, or `cap` to a positive integer) from its schedule text.
+    /// `off`, or `cap` or `pipeline_min` to a positive integer) from its
+    /// schedule text.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-        if name == "cap" {
-            self.capacity = value.parse().ok().filter(|&c| c > 0).ok_or("ws.cap is a positive integer")?;
-            return Ok(());
+        let count = |what: &str| {
+            value.parse().ok().filter(|&c| c > 0).ok_or(format!("ws.{what} is a positive integer"))
+        };
+        match name {
+            "cap" => return count(name).map(|c| self.capacity = c),
+            "pipeline_min" => return count(name).map(|c| self.pipeline_min = c),
+            _ => {}
         }
         let on = match value {
             "on" => true,
@@ -133,7 +142,8 @@ impl IsmOptions {
             "pipeline" => &mut self.pipeline,
             _ => {
                 return Err(format!(
-                    "`ws.{name}` is not a workspace item (ws.indexing, ws.realloc, ws.double_buffer, ws.pipeline, ws.cap)"
+                    "`ws.{name}` is not a workspace item (ws.indexing, ws.realloc, ws.double_buffer, ws.pipeline, \
+                     ws.cap, ws.pipeline_min)"
                 ));
             }
         };
@@ -156,6 +166,7 @@ pub fn prelude(policy: Policy, options: IsmOptions, real: &str) -> String {
         on(options.double_buffering),
         on(options.pipeline)
     );
+    out += &format!("#define ISM_PIPELINE_MIN ((int64_t){})\n", options.pipeline_min);
     out += HEADER;
     out += "#undef REAL\n";
     out

@@ -183,13 +183,21 @@ fn print_summary(file: &Path, number: usize, line: usize, out: &CellOutput) -> b
     }
     let params =
         if out.sweep.parameters.is_empty() { "point".to_string() } else { out.sweep.parameters.join(" ") };
-    let _ = writeln!(stdout, "  {params:<24} {:>8} {:>12} {:>10}", "backend", "median ms", "max error");
+    // The workspace column where a point gathered its output in an ISM.
+    let bytes = out.sweep.points.iter().any(|p| p.workspace_bytes.is_some());
+    let header = if bytes { format!(" {:>14}", "workspace B") } else { String::new() };
+    let _ =
+        writeln!(stdout, "  {params:<24} {:>8} {:>12} {:>10}{header}", "backend", "median ms", "max error");
     let mut ok = true;
     for p in &out.sweep.points {
         let values = if p.values.is_empty() { "default".to_string() } else { p.values.join(" ") };
         let ms = p.median_ms.map_or("-".into(), |t| format!("{t:.4}"));
         let err = p.max_rel_error.map_or("-".into(), |e| format!("{e:.1e}"));
-        let _ = writeln!(stdout, "  {values:<24} {:>8} {ms:>12} {err:>10}", p.backend);
+        let ws = match (bytes, p.workspace_bytes) {
+            (false, _) => String::new(),
+            (true, b) => format!(" {:>14}", b.map_or("-".to_string(), |b| b.to_string())),
+        };
+        let _ = writeln!(stdout, "  {values:<24} {:>8} {ms:>12} {err:>10}{ws}", p.backend);
         if let Some(e) = &p.error {
             ok = false;
             eprintln!("{where_}: point {values} failed\n{e}");

@@ -125,7 +125,7 @@ pub struct ScheduleError {
 }
 
 pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
-ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
+ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
 block=N (CUDA)";
 
@@ -236,8 +236,12 @@ impl fmt::Display for Schedule {
                 write!(f, " ws.{name}={}", if on { "on" } else { "off" })?;
             }
         }
-        if self.ws.capacity != IsmOptions::default().capacity {
+        let default = IsmOptions::default();
+        if self.ws.capacity != default.capacity {
             write!(f, " ws.cap={}", self.ws.capacity)?;
+        }
+        if self.ws.pipeline_min != default.pipeline_min {
+            write!(f, " ws.pipeline_min={}", self.ws.pipeline_min)?;
         }
         Ok(())
     }

@@ -15,7 +15,6 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use ndarray::ArrayD;
 use spindle::Backend as _;
 use spindle_formats::Coo;
 use spindle_ir::lang::{Declaration, Declarations, Diagnostic, Einsum, Span};
@@ -30,7 +29,7 @@ mod report;
 mod sweep;
 
 use baselines::spmm_shape;
-use sweep::{KernelText, PointRun, group_size, is_group};
+use sweep::{KernelText, PointRun, Reference, group_size, is_group};
 
 /// How cells run, whatever they say.
 #[derive(Clone, Debug, Default)]
@@ -243,7 +242,7 @@ impl Run<'_> {
             let prepared = self.prepare(&program, &mut data, &stmt.value, stmt.span.start)?;
             let tag = if statements > 1 { format!("statement {}: ", s + 1) } else { String::new() };
             let mut rewrites: BTreeMap<String, Rewritten> = BTreeMap::new();
-            let mut reference: Option<ArrayD<f64>> = None;
+            let mut reference = Reference::default();
             let mut kernels = Vec::new();
             for (i, point) in points.iter().enumerate() {
                 let result = self.run_point(
@@ -320,7 +319,7 @@ impl Run<'_> {
             }
             first_kernels.push((tag.clone(), kernels));
             // The statement's output is data for the statements after it.
-            if let Some(result) = reference {
+            if let Some(result) = reference.dense {
                 let out = prepared.original.output().clone();
                 data.sparse.remove(&out.name);
                 data.declarations
