@@ -154,6 +154,16 @@ fn print_tables(report: &WorkspacesReport) {
         s.dense_geomean_vs_scipy.map_or("-".into(), |g| format!("{g:.2}x")),
         s.parallel_speedup.map_or("-".into(), |g| format!("{g:.2}x")),
     );
+    println!(
+        "within the dense workspace's bytes on every matrix with C sparser than 10%: {}; the fastest sparse \
+         policy exceeds them on {}",
+        if s.policies_within_dense_memory.is_empty() {
+            "no policy".into()
+        } else {
+            s.policies_within_dense_memory.join(", ")
+        },
+        if s.fastest_memory_misses.is_empty() { "none".into() } else { s.fastest_memory_misses.join(", ") },
+    );
 }
 
 /// Time against deduplication, a line per variant, log-log.
