@@ -776,15 +776,15 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let level = &a.levels[l];
         let child_pos = a.levels.get(l + 1).and_then(|c| c.pos).map(|t| self.tensor(t).to_string());
         if level.format.locate() {
-            // Dense levels are a prefix: the position is located from the
-            // parent's (a hoisted level's `q`, or a drained dense one's).
-            let mut at = format!("wp{l}");
-            for p in (0..l).rev() {
-                let parent = if p < a.gathered { format!("q{p}") } else { format!("wp{p}") };
-                at = format!("{parent} * (int64_t){} + {at}", a.levels[p + 1].extent);
-                if p < a.gathered {
-                    break;
-                }
+            // Dense levels are a prefix: each position is located from its
+            // parent's, a hoisted level's `q` or a drained one's.
+            let mut at = String::new();
+            for p in 0..=l {
+                at = match (p < a.gathered, p) {
+                    (true, _) => format!("q{p}"),
+                    (false, 0) => "wp0".to_string(),
+                    (false, _) => format!("({at} * (int64_t){} + wp{p})", a.levels[p].extent),
+                };
             }
             if let (false, Some(pos)) = (self.counting, child_pos) {
                 self.line(depth, &format!("{pos}[{at} + 1] = n{};", l + 1));

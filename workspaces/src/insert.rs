@@ -125,7 +125,8 @@ pub fn input_order(
 /// Ahrens et al., as the paper measures them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ability {
-    /// Random inserts and lookups: a dense level.
+    /// Random inserts and lookups: a dense level (which lends it to its
+    /// parents only where every level below it is dense too).
     Insert,
     /// Appends in coordinate order, each coordinate once: compressed and
     /// singleton levels.
@@ -171,11 +172,15 @@ pub fn decide(order: &[String], output: &[OutputLevel], in_order: &dyn Fn(&str) 
         return Decision::None;
     }
     // Common iteration hoisting: leading loops that are the output's
-    // leading levels, in its order, and can append to them.
+    // leading levels, in its order, and can append to them. A level takes
+    // random inserts only where every level below does too: above an
+    // appended level, its children are appended.
+    let inserts = |l: usize| output[l..].iter().all(|b| b.ability == Ability::Insert);
     let hoisted = order
         .iter()
         .zip(output)
-        .take_while(|(v, l)| **v == l.var && (l.ability == Ability::Insert || in_order(v)))
+        .enumerate()
+        .take_while(|(l, (v, level))| **v == level.var && (inserts(*l) || in_order(v)))
         .count();
     if hoisted == output.len() {
         return Decision::None;
@@ -303,8 +308,13 @@ mod tests {
         let out = levels(&[("i", Append), ("j", Append)]);
         let d = decide(&strings(&["i", "j"]), &out, &|v| v != "i");
         assert_eq!(d, Decision::Sparse { hoisted: 0, order: strings(&["i", "j"]), ow_order: vec![0, 1] });
-        // A dense level takes any walk.
+        // A dense level above a compressed one appends its children: the
+        // same walk gathers both (CSR's rows from COO).
         let out = levels(&[("i", Insert), ("j", Append)]);
+        let d = decide(&strings(&["i", "j"]), &out, &|v| v != "i");
+        assert_eq!(d, Decision::Sparse { hoisted: 0, order: strings(&["i", "j"]), ow_order: vec![0, 1] });
+        // Dense all the way down takes any walk.
+        let out = levels(&[("i", Insert), ("j", Insert)]);
         assert_eq!(decide(&strings(&["i", "j"]), &out, &|v| v != "i"), Decision::None);
     }
 

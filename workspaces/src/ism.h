@@ -150,7 +150,7 @@ static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int6
 #endif
 #if ISM_BUCKET
     a->buckets = leading;
-    a->div = range / leading;
+    a->div = leading > 0 ? range / leading : 1;
     a->head = malloc(leading * sizeof(int64_t));
     a->flagged = malloc(leading * sizeof(int64_t));
     for (int64_t b = 0; b < leading; b++) a->head[b] = -1;
@@ -516,7 +516,9 @@ __attribute__((noinline)) static void ism_merge(spindle_ism *w, ism_acc *a) {
         w->all_n = m;
     }
     w->merges++;
-    if (ISM_REALLOC) ism_acc_set_capacity(a, ism_next_capacity(n > 0 ? n : 1));
+    /* Grown from the capacity that filled (a batch of repeated labels is
+       shorter); the policies that are never full keep theirs. */
+    if (ISM_REALLOC && (ISM_BUCKET || ISM_HASH || ISM_COORD)) ism_acc_set_capacity(a, ism_next_capacity(n > a->cap ? n : a->cap));
     const int64_t b = ism_bytes(w, a);
     if (b > w->peak) w->peak = b;
 }

@@ -73,6 +73,8 @@ pub trait Accumulation {
     fn drain_sorted(&mut self, out: &mut Vec<(u64, f64)>);
     /// Grows (or keeps) the capacity for the next round.
     fn set_capacity(&mut self, capacity: usize);
+    /// The components it takes before it is full (`usize::MAX`: never).
+    fn capacity(&self) -> usize;
     /// Bytes the array holds now (its buffers' capacities).
     fn bytes(&self) -> usize;
 }
@@ -144,6 +146,10 @@ impl Accumulation for Bucket {
 
     fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity.max(1);
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
     }
 
     fn bytes(&self) -> usize {
@@ -228,6 +234,10 @@ impl Accumulation for Hash {
         self.capacity = self.slots.len() / 2;
     }
 
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     fn bytes(&self) -> usize {
         self.slots.capacity() * 16 + self.used.capacity() * 4
     }
@@ -294,6 +304,10 @@ impl Accumulation for Coord {
         self.capacity = capacity.max(1);
     }
 
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     fn bytes(&self) -> usize {
         self.components.capacity() * 16 + self.ids.capacity() * 4
     }
@@ -357,6 +371,10 @@ impl Accumulation for Dense {
 
     fn set_capacity(&mut self, _: usize) {}
 
+    fn capacity(&self) -> usize {
+        usize::MAX
+    }
+
     fn bytes(&self) -> usize {
         self.values.capacity() * 8 + self.flags.capacity() + self.list.capacity() * 8
     }
@@ -388,6 +406,10 @@ impl Accumulation for Map {
 
     fn set_capacity(&mut self, _: usize) {}
 
+    fn capacity(&self) -> usize {
+        usize::MAX
+    }
+
     fn bytes(&self) -> usize {
         // A B-tree node per ~11 entries of 16 bytes, plus their links.
         self.map.len() * 24
@@ -408,7 +430,7 @@ pub fn next_capacity(capacity: usize) -> usize {
     match capacity {
         0..4096 => capacity * 4,
         4096..262_144 => capacity * 2,
-        _ => (capacity + capacity / 4).min(1 << 24),
+        _ => capacity.saturating_add(capacity / 4).min(1 << 24),
     }
 }
 
@@ -502,7 +524,9 @@ impl<P: Accumulation> Ism<P> {
         }
         self.merges += 1;
         if self.options.reallocation {
-            let capacity = next_capacity(self.batch.len().max(1));
+            // Grown from the capacity that filled (a batch of repeated
+            // labels is shorter than it).
+            let capacity = next_capacity(self.batch.len().max(self.policy.capacity()).max(1));
             self.policy.set_capacity(capacity);
         }
         self.peak_bytes = self.peak_bytes.max(self.bytes());
@@ -621,7 +645,7 @@ impl<P: Accumulation + Send + 'static> Pipelined<P> {
                 spare.clear();
                 merge_sorted(&all, &batch, &mut spare);
                 std::mem::swap(&mut all, &mut spare);
-                array.set_capacity(next_capacity(batch.len().max(1)));
+                array.set_capacity(next_capacity(batch.len().max(array.capacity()).max(1)));
                 // The inserting side may have finished: then nobody waits.
                 let _ = done.send(array);
             }

@@ -466,14 +466,10 @@ fn place_workspace(
     let name = |v: VarId| vars[v].name.clone();
     let var_named = |n: &str| vars.keys().find(|&v| vars[v].name == n).expect("a variable of the statement");
     let levels = &assembly.levels;
-    // A dense level takes random inserts only where every level below it
-    // is dense too; above a sparse level its children are appended.
     let output: Vec<OutputLevel> = levels
         .iter()
-        .enumerate()
-        .map(|(l, level)| {
-            let ability =
-                if levels[l..].iter().all(|b| b.format.locate()) { Ability::Insert } else { Ability::Append };
+        .map(|level| {
+            let ability = if level.format.locate() { Ability::Insert } else { Ability::Append };
             OutputLevel::new(&vars[level.var].name, ability)
         })
         .collect();
@@ -543,6 +539,17 @@ fn place_workspace(
                 "too large for a dense workspace",
             )
             .with_note("pick a sparse policy: workspace=hash (or bucket, coord, map, vector)".to_string()));
+        }
+        WorkspacePolicy::Use(Policy::Bucket) if levels[gathered].extent > 1 << 28 => {
+            return Err(refuse(
+                format!(
+                    "a bucket workspace keeps a bucket per coordinate of `{}`: {} buckets",
+                    over[0], levels[gathered].extent
+                ),
+                lhs.span,
+                "too many buckets",
+            )
+            .with_note("pick workspace=hash or coord".to_string()));
         }
         WorkspacePolicy::Use(p) => (WorkspaceKind::Ism(p), "asked".to_string()),
         // One level after a sum: coordinates repeat across the sum.
