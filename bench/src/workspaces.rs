@@ -157,6 +157,14 @@ pub struct WorkspacesSummary {
     pub goals_met: Vec<Option<bool>>,
 }
 
+/// The fastest of the ISM variants (every variant after the dense one).
+fn best_sparse(variants: &[Variant]) -> &Variant {
+    variants[1..]
+        .iter()
+        .min_by(|a, b| a.timing.median_ms.total_cmp(&b.timing.median_ms))
+        .expect("every policy ran")
+}
+
 impl MatrixRun {
     fn dense(&self) -> &Variant {
         &self.variants[0]
@@ -164,10 +172,7 @@ impl MatrixRun {
 
     /// The fastest ISM policy.
     pub fn best_sparse(&self) -> &Variant {
-        self.variants[1..]
-            .iter()
-            .min_by(|a, b| a.timing.median_ms.total_cmp(&b.timing.median_ms))
-            .expect("every policy ran")
+        best_sparse(&self.variants)
     }
 }
 
@@ -177,10 +182,7 @@ impl SweepPoint {
     }
 
     fn best_sparse(&self) -> &Variant {
-        self.variants[1..]
-            .iter()
-            .min_by(|a, b| a.timing.median_ms.total_cmp(&b.timing.median_ms))
-            .expect("every policy ran")
+        best_sparse(&self.variants)
     }
 
     /// Dense time / best sparse time (> 1: sparse wins).

@@ -475,18 +475,23 @@ static inline void spindle_ism_init(spindle_ism *w, int64_t range, int64_t leadi
     }
 }
 
+/* Two arrays trade places, with their capacities. */
+static inline void ism_swap(ism_c **a, int64_t *a_cap, ism_c **b, int64_t *b_cap) {
+    ism_c *t = *a;
+    *a = *b;
+    *b = t;
+    const int64_t c = *a_cap;
+    *a_cap = *b_cap;
+    *b_cap = c;
+}
+
 /* Sorts accumulation array `a` and merges it into the all array. */
 /* Out of line: the insert loop stays small. */
 __attribute__((noinline)) static void ism_merge(spindle_ism *w, ism_acc *a) {
     ism_reserve((void **)&w->batch, &w->batch_cap, a->n, sizeof(ism_c));
     const int64_t n = ism_acc_drain(a, w->batch);
     if (w->all_n == 0 && ISM_DOUBLE_BUFFER) {
-        ism_c *t = w->all;
-        w->all = w->batch;
-        w->batch = t;
-        const int64_t c = w->all_cap;
-        w->all_cap = w->batch_cap;
-        w->batch_cap = c;
+        ism_swap(&w->all, &w->all_cap, &w->batch, &w->batch_cap);
         w->all_n = n;
     } else {
         ism_reserve((void **)&w->spare, &w->spare_cap, w->all_n + n, sizeof(ism_c));
@@ -502,12 +507,7 @@ __attribute__((noinline)) static void ism_merge(spindle_ism *w, ism_acc *a) {
         while (i < w->all_n) w->spare[m++] = w->all[i++];
         while (j < n) w->spare[m++] = w->batch[j++];
         if (ISM_DOUBLE_BUFFER) {
-            ism_c *t = w->all;
-            w->all = w->spare;
-            w->spare = t;
-            const int64_t c = w->all_cap;
-            w->all_cap = w->spare_cap;
-            w->spare_cap = c;
+            ism_swap(&w->all, &w->all_cap, &w->spare, &w->spare_cap);
         } else {
             /* One all array: the merge went to a temporary, copied back. */
             ism_reserve((void **)&w->all, &w->all_cap, m, sizeof(ism_c));
