@@ -488,6 +488,7 @@ static inline void ism_swap(ism_c **a, int64_t *a_cap, ism_c **b, int64_t *b_cap
 /* Sorts accumulation array `a` and merges it into the all array. */
 /* Out of line: the insert loop stays small. */
 __attribute__((noinline)) static void ism_merge(spindle_ism *w, ism_acc *a) {
+    const int full = a->n >= a->cap;
     ism_reserve((void **)&w->batch, &w->batch_cap, a->n, sizeof(ism_c));
     const int64_t n = ism_acc_drain(a, w->batch);
     if (w->all_n == 0 && ISM_DOUBLE_BUFFER) {
@@ -516,9 +517,10 @@ __attribute__((noinline)) static void ism_merge(spindle_ism *w, ism_acc *a) {
         w->all_n = m;
     }
     w->merges++;
-    /* Grown from the capacity that filled (a batch of repeated labels is
-       shorter); the policies that are never full keep theirs. */
-    if (ISM_REALLOC && (ISM_BUCKET || ISM_HASH || ISM_COORD)) ism_acc_set_capacity(a, ism_next_capacity(n > a->cap ? n : a->cap));
+    /* An array that filled grows, from the capacity it filled (a batch of
+       repeated labels is shorter); a last, partial one keeps its size, and
+       the policies that are never full keep theirs. */
+    if (ISM_REALLOC && full && (ISM_BUCKET || ISM_HASH || ISM_COORD)) ism_acc_set_capacity(a, ism_next_capacity(a->cap));
     const int64_t b = ism_bytes(w, a);
     if (b > w->peak) w->peak = b;
 }

@@ -509,6 +509,7 @@ impl<P: Accumulation> Ism<P> {
 
     /// Sorts the accumulation array and merges it into the all array.
     fn merge(&mut self) {
+        let full = self.policy.is_full();
         self.batch.clear();
         self.policy.drain_sorted(&mut self.batch);
         self.spare.clear();
@@ -523,10 +524,11 @@ impl<P: Accumulation> Ism<P> {
             self.all.extend_from_slice(&merged);
         }
         self.merges += 1;
-        if self.options.reallocation {
-            // Grown from the capacity that filled (a batch of repeated
-            // labels is shorter than it).
-            let capacity = next_capacity(self.batch.len().max(self.policy.capacity()).max(1));
+        if self.options.reallocation && full {
+            // An array that filled grows, from the capacity it filled (a
+            // batch of repeated labels is shorter than it); a last, partial
+            // one keeps its size.
+            let capacity = next_capacity(self.policy.capacity());
             self.policy.set_capacity(capacity);
         }
         self.peak_bytes = self.peak_bytes.max(self.bytes());
@@ -645,7 +647,7 @@ impl<P: Accumulation + Send + 'static> Pipelined<P> {
                 spare.clear();
                 merge_sorted(&all, &batch, &mut spare);
                 std::mem::swap(&mut all, &mut spare);
-                array.set_capacity(next_capacity(batch.len().max(array.capacity()).max(1)));
+                array.set_capacity(next_capacity(array.capacity()));
                 // The inserting side may have finished: then nobody waits.
                 let _ = done.send(array);
             }
