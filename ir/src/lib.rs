@@ -5,6 +5,8 @@
 //! - [`eval`]: the reference evaluator every test compares against.
 //! - [`rewrite`]: the format-conscious rewrite of a format-agnostic Einsum
 //!   plus formats into an indirect Einsum over the formats' arrays (§5).
+//! - [`program`]: programs of several statements, split into three-address
+//!   form with inferred temporaries (the input of ReACT fusion).
 //!
 //! Still to come here: schedules and the tile-level kernel IR with its
 //! passes (native matmul, lazy broadcasting, reduction strategies, ReACT
@@ -15,6 +17,7 @@ pub mod hash;
 pub mod kernel;
 pub mod lang;
 pub mod level;
+pub mod program;
 pub mod rewrite;
 pub mod tensor;
 
