@@ -33,8 +33,8 @@ use crate::input::{Input, Loaded, load};
 #[derive(Clone, Debug)]
 pub struct Problem {
     statement: String,
-    inputs: Vec<(String, Input)>,
-    formats: Vec<(String, String)>,
+    pub(crate) inputs: Vec<(String, Input)>,
+    pub(crate) formats: Vec<(String, String)>,
 }
 
 impl Problem {

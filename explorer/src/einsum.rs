@@ -84,7 +84,10 @@ pub fn describe(e: &Einsum) -> String {
 /// The statement and data options `eval`, `compile` and `run` share.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DataArgs {
-    /// The statement, e.g. "C[m,n] += A[m,k] * B[k,n]".
+    /// The statement, e.g. "C[m,n] += A[m,k] * B[k,n]". For `run`, several
+    /// statements separated by `;` or newlines run as a program: split into
+    /// one product per statement (temporaries T1, T2, ... and undeclared
+    /// outputs get their shapes from their indices), one kernel each.
     pub statement: String,
     /// Data for a tensor: NAME=file.npy (dense values, or integer
     /// indices), NAME=file.mtx or NAME=file.tns (sparse).
@@ -311,6 +314,10 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         Target::Cuda => anyhow!("`--target cuda` needs an NVIDIA GPU: {e}"),
         _ => anyhow!(e),
     })?;
+    let problem = problem(args)?;
+    if problem.is_program() {
+        return run_program(&problem, backend.as_ref(), run);
+    }
     let prepared = prepare(args)?;
     let compiled = if run.schedule.trim().is_empty() {
         let mut tuner = Tuner::for_target(run.target).on_progress(|line| eprintln!("{line}"));
@@ -395,6 +402,42 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         Produced::Dense(r) => emit_output(&prepared.einsum, &r, run.out),
         Produced::Sparse(a) => emit_assembled(&prepared.einsum, &a, run.out),
     }
+}
+
+/// Several statements: split into three-address form and run one kernel
+/// per statement (ReACT's `fusion=none`), each timed and, with `--check`,
+/// compared with the reference evaluator.
+fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<'_>) -> Result<()> {
+    let mut schedule = schedule(run.schedule)?;
+    if run.threads != 0 {
+        schedule.threads = Some(run.threads);
+    }
+    let opts = TimingOptions { warmup: 2, repeats: run.repeats.max(1) };
+    let ran = problem.run_program(backend, &schedule, opts, run.check).map_err(reported)?;
+    for (n, (statement, timing)) in ran.statements.iter().zip(&ran.timings).enumerate() {
+        eprintln!("statement {}: {statement}: median {:.3} ms", n + 1, timing.median_ms);
+    }
+    eprintln!(
+        "ran {} statements on {} (fusion=none: one kernel each): {:.3} ms in all (sum of medians)",
+        ran.statements.len(),
+        run.target.title(),
+        ran.median_ms()
+    );
+    if run.check {
+        let worst = ran.checks.iter().map(|c| c.max_rel_error).fold(0.0f64, f64::max);
+        println!(
+            "check: max relative error {worst:.2e} against the reference evaluator, statement by statement"
+        );
+        if let Some(c) = ran.checks.iter().find(|c| !c.passed()) {
+            bail!(
+                "a kernel's result differs from the reference evaluator (max relative error {:.2e} > {:.0e})",
+                c.max_rel_error,
+                c.tolerance
+            );
+        }
+    }
+    let last = ran.last.as_ref().ok_or_else(|| anyhow!("the program ran no statement"))?;
+    emit_output(last, &ran.result, run.out)
 }
 
 /// What a run produced: a dense output, or a sparse one as the kernel
