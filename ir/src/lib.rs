@@ -7,6 +7,7 @@
 //!   plus formats into an indirect Einsum over the formats' arrays (§5).
 //! - [`program`]: programs of several statements, split into three-address
 //!   form with inferred temporaries (the input of ReACT fusion).
+//! - [`react`]: ReACT's index trees and dependence graph over a program.
 //!
 //! Still to come here: schedules and the tile-level kernel IR with its
 //! passes (native matmul, lazy broadcasting, reduction strategies, ReACT
@@ -18,6 +19,7 @@ pub mod kernel;
 pub mod lang;
 pub mod level;
 pub mod program;
+pub mod react;
 pub mod rewrite;
 pub mod tensor;
 

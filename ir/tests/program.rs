@@ -7,6 +7,7 @@ use spindle_ir::eval::evaluate;
 use spindle_ir::lang::einsum::declarations;
 use spindle_ir::lang::{check, parse};
 use spindle_ir::program::{evaluate_program, parse_program, split_program};
+use spindle_ir::react::{dependences, index_trees};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 /// Seeded values in ±[0.5, 1.5).
@@ -105,5 +106,70 @@ fn errors_point_into_the_whole_program() {
     assert!(
         text.contains("no operand of `H` fixes the extent of `h`") && text.contains("declare `H`"),
         "{text}"
+    );
+}
+
+/// Index trees and the dependence graph (paper 003 §4.1) of GNN kernel 2
+/// with A in CSR and of MTTKRP with X in CSF.
+#[test]
+fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
+    let decls = declarations(&[
+        ("Z", &[5, 5], "f32"),
+        ("A", &[5, 5], "f32"),
+        ("X", &[5, 5], "f32"),
+        ("Y", &[5, 5], "f32"),
+    ]);
+    let program =
+        split_program(&parse_program("Z[i,j] = (A[i,h] * (X[i,k] * Y[k,h])) * Y[h,j]").unwrap(), &decls)
+            .unwrap();
+    let formats = std::collections::BTreeMap::from([("A".to_string(), "csr".parse().unwrap())]);
+    let trees: Vec<String> = index_trees(&program, &formats).iter().map(|t| t.to_string()).collect();
+    assert_eq!(
+        trees,
+        [
+            "for i: for h: for k: T1[i,h] = X[i,k] * Y[k,h]",
+            "for i: for h (sparse): T2[i,h] = A[i,h] * T1[i,h]",
+            "for i: for j: for h: Z[i,j] = T2[i,h] * Y[h,j]",
+        ]
+    );
+    let edges: Vec<String> = dependences(&program).iter().map(|d| d.to_string()).collect();
+    assert_eq!(edges, ["S1 -> S2 flow T1", "S1 -> S3 input Y", "S2 -> S3 flow T2"]);
+
+    let decls = declarations(&[
+        ("A", &[4, 3], "f32"),
+        ("X", &[4, 5, 6], "f32"),
+        ("C", &[6, 3], "f32"),
+        ("B", &[5, 3], "f32"),
+    ]);
+    let program =
+        split_program(&parse_program("A[i,r] = X[i,j,k] * C[k,r] * B[j,r]").unwrap(), &decls).unwrap();
+    let formats = std::collections::BTreeMap::from([("X".to_string(), "csf".parse().unwrap())]);
+    let trees: Vec<String> = index_trees(&program, &formats).iter().map(|t| t.to_string()).collect();
+    assert_eq!(
+        trees,
+        [
+            "for i (sparse): for j (sparse): for r: for k (sparse): T1[i,j,r] = X[i,j,k] * C[k,r]",
+            "for i: for r: for j: A[i,r] = T1[i,j,r] * B[j,r]",
+        ]
+    );
+    // A statement that writes what an earlier one read (anti), one that
+    // writes the same tensor again (output), two that read one (input).
+    let decls = declarations(&[("A", &[4], "f32"), ("B", &[4], "f32")]);
+    let program = split_program(
+        &parse_program("B[i] = A[i] * 2; A[i] = B[i] * B[i]; B[i] = A[i] * A[i]").unwrap(),
+        &decls,
+    )
+    .unwrap();
+    let edges: Vec<String> = dependences(&program).iter().map(|d| d.to_string()).collect();
+    assert_eq!(
+        edges,
+        [
+            "S1 -> S2 flow B",
+            "S1 -> S2 anti A",
+            "S1 -> S3 output B",
+            "S1 -> S3 input A",
+            "S2 -> S3 flow A",
+            "S2 -> S3 anti B"
+        ]
     );
 }
