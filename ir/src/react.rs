@@ -1,9 +1,10 @@
 //! ReACT's first step (paper 003 §4.1): a program in three-address form
 //! ([`crate::program`]) as index trees — per statement, its loops in order,
 //! each with a dense or sparse iteration space, over a compute leaf — and
-//! the dependence graph between the statements. Iteration-space
-//! propagation, fusion and dimension reduction build on these; they are
-//! still to come.
+//! the dependence graph between the statements; then sparse iteration-space
+//! propagation (§4.2), which restricts the loops that compute a temporary to
+//! where its consumer needs it. Fusion and dimension reduction build on
+//! these; they are still to come.
 //!
 //! SDDMM with B in CSR: the product C·D runs over dense loops, the sampling
 //! statement's `j` loop walks B's compressed level, and the temporary
@@ -13,15 +14,19 @@
 //! use std::collections::BTreeMap;
 //! use spindle_ir::lang::einsum::declarations;
 //! use spindle_ir::program::{parse_program, split_program};
-//! use spindle_ir::react::{dependences, index_trees};
+//! use spindle_ir::react::{dependences, index_trees, propagate};
 //!
 //! let decls = declarations(&[("A", &[4, 5], "f32"), ("B", &[4, 5], "f32"),
 //!                            ("C", &[4, 3], "f32"), ("D", &[3, 5], "f32")]);
 //! let program = split_program(&parse_program("A[i,j] = B[i,j] * (C[i,k] * D[k,j])")?, &decls)?;
 //! let formats = BTreeMap::from([("B".to_string(), "csr".parse().unwrap())]);
-//! let trees: Vec<String> = index_trees(&program, &formats).iter().map(|t| t.to_string()).collect();
-//! assert_eq!(trees, ["for i: for j: for k: T1[i,j] = C[i,k] * D[k,j]",
-//!                    "for i: for j (sparse): A[i,j] = B[i,j] * T1[i,j]"]);
+//! let trees = index_trees(&program, &formats);
+//! let text: Vec<String> = trees.iter().map(|t| t.to_string()).collect();
+//! assert_eq!(text, ["for i: for j: for k: T1[i,j] = C[i,k] * D[k,j]",
+//!                   "for i: for j in B: A[i,j] = B[i,j] * T1[i,j]"]);
+//! // Propagated: T1 is needed only where B is stored (no dead values).
+//! let text: Vec<String> = propagate(&program, &trees).iter().map(|t| t.to_string()).collect();
+//! assert_eq!(text[0], "for i: for j in B: for k: T1[i,j] = C[i,k] * D[k,j]");
 //! let edges: Vec<String> = dependences(&program).iter().map(|d| d.to_string()).collect();
 //! assert_eq!(edges, ["S1 -> S2 flow T1"]);
 //! # Ok::<(), spindle_ir::lang::Diagnostic>(())
@@ -36,11 +41,13 @@ use crate::lang::{Einsum, Statement};
 use crate::program::Program;
 
 /// Whether a loop visits every coordinate or only stored ones.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Space {
     Dense,
-    /// The loop walks a compressed level of an operand stored sparse.
-    Sparse,
+    /// The loop walks the stored coordinates of this tensor's level that
+    /// holds the index: an operand stored sparse, or (after propagation) the
+    /// sparse operand that decides where a temporary is needed.
+    Sparse(String),
 }
 
 /// An index node: one loop of a statement's nest.
@@ -61,9 +68,9 @@ pub struct IndexTree {
 impl fmt::Display for IndexTree {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for l in &self.loops {
-            match l.space {
+            match &l.space {
                 Space::Dense => write!(f, "for {}: ", l.index)?,
-                Space::Sparse => write!(f, "for {} (sparse): ", l.index)?,
+                Space::Sparse(t) => write!(f, "for {} in {t}: ", l.index)?,
             }
         }
         write!(f, "{}", self.compute)
@@ -84,7 +91,7 @@ pub fn index_trees(program: &Program, formats: &BTreeMap<String, FormatSpec>) ->
                 .iter()
                 .map(|i| Loop {
                     index: i.name.clone(),
-                    space: if walks_sparse(einsum, formats, &i.name) { Space::Sparse } else { Space::Dense },
+                    space: sparse_walker(einsum, formats, &i.name).map_or(Space::Dense, Space::Sparse),
                 })
                 .collect(),
             compute: einsum.statement.clone(),
@@ -92,26 +99,133 @@ pub fn index_trees(program: &Program, formats: &BTreeMap<String, FormatSpec>) ->
         .collect()
 }
 
-/// Whether an operand of `einsum` stored in a format holds `index` at a
-/// level that is not dense.
-fn walks_sparse(einsum: &Einsum, formats: &BTreeMap<String, FormatSpec>, index: &str) -> bool {
-    einsum.statement.rhs.accesses().iter().any(|access| {
-        let Some(spec) = formats.get(&access.tensor.name) else { return false };
-        let Some(info) = einsum.tensors.get(&access.tensor.name) else { return false };
-        let Ok(levels) =
-            SparseTensor::from_coo(&Coo::<f64, i64>::empty(info.shape.clone()), spec).map(|t| t.levels())
-        else {
-            return false;
-        };
-        levels.iter().any(|level| {
-            !level.format.locate()
-                && access
-                    .subscripts
-                    .get(level.dim)
-                    .and_then(|s| s.as_index())
-                    .is_some_and(|i| i.name == index)
-        })
+/// The first operand of `einsum` stored in a format that holds `index` at
+/// a level that is not dense.
+fn sparse_walker(einsum: &Einsum, formats: &BTreeMap<String, FormatSpec>, index: &str) -> Option<String> {
+    einsum.statement.rhs.accesses().iter().find_map(|access| {
+        let spec = formats.get(&access.tensor.name)?;
+        let info = einsum.tensors.get(&access.tensor.name)?;
+        let levels = SparseTensor::from_coo(&Coo::<f64, i64>::empty(info.shape.clone()), spec).ok()?.levels();
+        levels
+            .iter()
+            .any(|level| {
+                !level.format.locate()
+                    && access
+                        .subscripts
+                        .get(level.dim)
+                        .and_then(|s| s.as_index())
+                        .is_some_and(|i| i.name == index)
+            })
+            .then(|| access.tensor.name.clone())
     })
+}
+
+/// Sparse iteration-space propagation (paper 003 §4.2), masks combined by
+/// `∧` through products (a sum, `∨`, needs every entry and stops it):
+///
+/// - backward: in a product, a factor walked sparse (an operand stored
+///   sparse, or a temporary already sparsified) decides where the other
+///   factors are needed; a temporary among them is needed only at that
+///   factor's stored coordinates, so its producer's loop over the index
+///   they share walks that factor's coordinates too;
+/// - forward: a temporary whose producer walks sparse coordinates in some
+///   of its dimensions holds entries only there, and its consumers' dense
+///   loops over those dimensions walk it.
+///
+/// Both repeat until nothing changes.
+pub fn propagate(program: &Program, trees: &[IndexTree]) -> Vec<IndexTree> {
+    let mut trees = trees.to_vec();
+    let products: Vec<bool> = program.statements.iter().map(|e| is_product(&e.statement.rhs)).collect();
+    let writer =
+        |t: &str, before: usize| (0..before).rev().find(|&s| program.statements[s].output().name == t);
+    let index_at = |access: &crate::lang::Access, at: usize| {
+        access.subscripts.get(at).and_then(|s| s.as_index()).map(|i| i.name.clone())
+    };
+    loop {
+        let mut changed = false;
+        // Backward, consumers first.
+        for s in (0..trees.len()).rev() {
+            if !products[s] {
+                continue;
+            }
+            let masks: Vec<(String, String)> = trees[s]
+                .loops
+                .iter()
+                .filter_map(|l| match &l.space {
+                    Space::Sparse(t) => Some((l.index.clone(), t.clone())),
+                    Space::Dense => None,
+                })
+                .collect();
+            for access in program.statements[s].statement.rhs.accesses() {
+                let Some(p) = writer(&access.tensor.name, s).filter(|&p| products[p]) else { continue };
+                let lhs = &program.statements[p].statement.lhs;
+                for (index, mask) in masks.iter().filter(|(_, m)| *m != access.tensor.name) {
+                    let Some(at) =
+                        (0..access.subscripts.len()).find(|&d| index_at(access, d).as_ref() == Some(index))
+                    else {
+                        continue;
+                    };
+                    // The producer writes that dimension with its own index.
+                    let Some(own) = index_at(lhs, at) else { continue };
+                    if let Some(l) =
+                        trees[p].loops.iter_mut().find(|l| l.index == own && l.space == Space::Dense)
+                    {
+                        l.space = Space::Sparse(mask.clone());
+                        changed = true;
+                    }
+                }
+            }
+        }
+        // Forward: a temporary computed over sparse coordinates in some of
+        // its dimensions holds entries only there.
+        for p in 0..trees.len() {
+            let lhs = &program.statements[p].statement.lhs;
+            let sparse_dims: Vec<usize> = (0..lhs.subscripts.len())
+                .filter(|&d| {
+                    index_at(lhs, d).is_some_and(|i| {
+                        trees[p].loops.iter().any(|l| l.index == i && matches!(l.space, Space::Sparse(_)))
+                    })
+                })
+                .collect();
+            if !products[p] || sparse_dims.is_empty() {
+                continue;
+            }
+            let name = lhs.tensor.name.clone();
+            for c in p + 1..trees.len() {
+                if !products[c] || writer(&name, c) != Some(p) {
+                    continue;
+                }
+                let reads: Vec<String> = program.statements[c]
+                    .statement
+                    .rhs
+                    .accesses()
+                    .iter()
+                    .filter(|a| a.tensor.name == name)
+                    .flat_map(|a| sparse_dims.iter().filter_map(|&d| index_at(a, d)))
+                    .collect();
+                for l in
+                    trees[c].loops.iter_mut().filter(|l| reads.contains(&l.index) && l.space == Space::Dense)
+                {
+                    l.space = Space::Sparse(name.clone());
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return trees;
+        }
+    }
+}
+
+/// Whether `e` is a product of factors (accesses, literals, negations).
+fn is_product(e: &crate::lang::Expr) -> bool {
+    use crate::lang::{BinOp, Expr};
+    match e {
+        Expr::Binary { op: BinOp::Mul, lhs, rhs, .. } => is_product(lhs) && is_product(rhs),
+        Expr::Neg { expr, .. } => is_product(expr),
+        Expr::Access(_) | Expr::Literal { .. } => true,
+        _ => false,
+    }
 }
 
 /// The kinds of dependence paper 003 keeps (input dependence included, as

@@ -7,7 +7,7 @@ use spindle_ir::eval::evaluate;
 use spindle_ir::lang::einsum::declarations;
 use spindle_ir::lang::{check, parse};
 use spindle_ir::program::{evaluate_program, parse_program, split_program};
-use spindle_ir::react::{dependences, index_trees};
+use spindle_ir::react::{dependences, index_trees, propagate};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 /// Seeded values in ±[0.5, 1.5).
@@ -123,13 +123,25 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
         split_program(&parse_program("Z[i,j] = (A[i,h] * (X[i,k] * Y[k,h])) * Y[h,j]").unwrap(), &decls)
             .unwrap();
     let formats = std::collections::BTreeMap::from([("A".to_string(), "csr".parse().unwrap())]);
-    let trees: Vec<String> = index_trees(&program, &formats).iter().map(|t| t.to_string()).collect();
+    let trees = index_trees(&program, &formats);
+    let text: Vec<String> = trees.iter().map(|t| t.to_string()).collect();
     assert_eq!(
-        trees,
+        text,
         [
             "for i: for h: for k: T1[i,h] = X[i,k] * Y[k,h]",
-            "for i: for h (sparse): T2[i,h] = A[i,h] * T1[i,h]",
+            "for i: for h in A: T2[i,h] = A[i,h] * T1[i,h]",
             "for i: for j: for h: Z[i,j] = T2[i,h] * Y[h,j]",
+        ]
+    );
+    // Propagated: T1 only where A is stored (backward, the SDDMM inside),
+    // and T2 holds A's pattern, so the last product walks it (forward).
+    let text: Vec<String> = propagate(&program, &trees).iter().map(|t| t.to_string()).collect();
+    assert_eq!(
+        text,
+        [
+            "for i: for h in A: for k: T1[i,h] = X[i,k] * Y[k,h]",
+            "for i: for h in A: T2[i,h] = A[i,h] * T1[i,h]",
+            "for i: for j: for h in T2: Z[i,j] = T2[i,h] * Y[h,j]",
         ]
     );
     let edges: Vec<String> = dependences(&program).iter().map(|d| d.to_string()).collect();
@@ -144,14 +156,28 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
     let program =
         split_program(&parse_program("A[i,r] = X[i,j,k] * C[k,r] * B[j,r]").unwrap(), &decls).unwrap();
     let formats = std::collections::BTreeMap::from([("X".to_string(), "csf".parse().unwrap())]);
-    let trees: Vec<String> = index_trees(&program, &formats).iter().map(|t| t.to_string()).collect();
+    let trees = index_trees(&program, &formats);
+    let text: Vec<String> = propagate(&program, &trees).iter().map(|t| t.to_string()).collect();
     assert_eq!(
-        trees,
+        text,
         [
-            "for i (sparse): for j (sparse): for r: for k (sparse): T1[i,j,r] = X[i,j,k] * C[k,r]",
-            "for i: for r: for j: A[i,r] = T1[i,j,r] * B[j,r]",
+            "for i in X: for j in X: for r: for k in X: T1[i,j,r] = X[i,j,k] * C[k,r]",
+            "for i in T1: for r: for j in T1: A[i,r] = T1[i,j,r] * B[j,r]",
         ]
     );
+    // A sum needs every entry: nothing propagates through it.
+    let decls = declarations(&[
+        ("A", &[4, 5], "f32"),
+        ("B", &[4, 5], "f32"),
+        ("C", &[4, 3], "f32"),
+        ("D", &[3, 5], "f32"),
+    ]);
+    let program =
+        split_program(&parse_program("T[i,j] = C[i,k] * D[k,j]; A[i,j] = B[i,j] + T[i,j]").unwrap(), &decls)
+            .unwrap();
+    let formats = std::collections::BTreeMap::from([("B".to_string(), "csr".parse().unwrap())]);
+    let trees = index_trees(&program, &formats);
+    assert_eq!(propagate(&program, &trees), trees);
     // A statement that writes what an earlier one read (anti), one that
     // writes the same tensor again (output), two that read one (input).
     let decls = declarations(&[("A", &[4], "f32"), ("B", &[4], "f32")]);
