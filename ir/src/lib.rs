@@ -7,8 +7,8 @@
 //!   plus formats into an indirect Einsum over the formats' arrays (§5).
 //! - [`program`]: programs of several statements, split into three-address
 //!   form with inferred temporaries (the input of ReACT fusion).
-//! - [`react`]: ReACT's index trees, dependence graph and sparse
-//!   iteration-space propagation over a program.
+//! - [`react`]: ReACT's index trees, dependence graph, sparse
+//!   iteration-space propagation and trie-like fusion over a program.
 //!
 //! Still to come here: schedules and the tile-level kernel IR with its
 //! passes (native matmul, lazy broadcasting, reduction strategies, ReACT

@@ -1,10 +1,12 @@
 //! ReACT's first step (paper 003 §4.1): a program in three-address form
 //! ([`crate::program`]) as index trees — per statement, its loops in order,
 //! each with a dense or sparse iteration space, over a compute leaf — and
-//! the dependence graph between the statements; then sparse iteration-space
+//! the dependence graph between the statements; sparse iteration-space
 //! propagation (§4.2), which restricts the loops that compute a temporary to
-//! where its consumer needs it. Fusion and dimension reduction build on
-//! these; they are still to come.
+//! where its consumer needs it; and trie-like fusion (§4.3, Algorithms 1 and
+//! 2) of the index trees into a forest that shares only common prefix loops.
+//! Dimension reduction of temporaries, code generation from the forest and
+//! the `fusion=` schedule item are still to come.
 //!
 //! SDDMM with B in CSR: the product C·D runs over dense loops, the sampling
 //! statement's `j` loop walks B's compressed level, and the temporary
@@ -130,7 +132,7 @@ fn sparse_walker(einsum: &Einsum, formats: &BTreeMap<String, FormatSpec>, index:
 ///   they share walks that factor's coordinates too;
 /// - forward: a temporary whose producer walks sparse coordinates in some
 ///   of its dimensions holds entries only there, and its consumers' dense
-///   loops over those dimensions walk it.
+///   loops over those dimensions walk the same coordinates.
 ///
 /// Both repeat until nothing changes.
 pub fn propagate(program: &Program, trees: &[IndexTree]) -> Vec<IndexTree> {
@@ -180,11 +182,12 @@ pub fn propagate(program: &Program, trees: &[IndexTree]) -> Vec<IndexTree> {
         // its dimensions holds entries only there.
         for p in 0..trees.len() {
             let lhs = &program.statements[p].statement.lhs;
-            let sparse_dims: Vec<usize> = (0..lhs.subscripts.len())
-                .filter(|&d| {
-                    index_at(lhs, d).is_some_and(|i| {
-                        trees[p].loops.iter().any(|l| l.index == i && matches!(l.space, Space::Sparse(_)))
-                    })
+            // Each sparse dimension with the coordinates its loop walks.
+            let sparse_dims: Vec<(usize, Space)> = (0..lhs.subscripts.len())
+                .filter_map(|d| {
+                    let i = index_at(lhs, d)?;
+                    let l = trees[p].loops.iter().find(|l| l.index == i)?;
+                    matches!(l.space, Space::Sparse(_)).then(|| (d, l.space.clone()))
                 })
                 .collect();
             if !products[p] || sparse_dims.is_empty() {
@@ -195,19 +198,22 @@ pub fn propagate(program: &Program, trees: &[IndexTree]) -> Vec<IndexTree> {
                 if !products[c] || writer(&name, c) != Some(p) {
                     continue;
                 }
-                let reads: Vec<String> = program.statements[c]
+                // The consumer walks the same coordinates.
+                let reads: Vec<(String, Space)> = program.statements[c]
                     .statement
                     .rhs
                     .accesses()
                     .iter()
                     .filter(|a| a.tensor.name == name)
-                    .flat_map(|a| sparse_dims.iter().filter_map(|&d| index_at(a, d)))
+                    .flat_map(|a| {
+                        sparse_dims.iter().filter_map(|(d, sp)| Some((index_at(a, *d)?, sp.clone())))
+                    })
                     .collect();
-                for l in
-                    trees[c].loops.iter_mut().filter(|l| reads.contains(&l.index) && l.space == Space::Dense)
-                {
-                    l.space = Space::Sparse(name.clone());
-                    changed = true;
+                for l in trees[c].loops.iter_mut().filter(|l| l.space == Space::Dense) {
+                    if let Some((_, sp)) = reads.iter().find(|(i, _)| *i == l.index) {
+                        l.space = sp.clone();
+                        changed = true;
+                    }
                 }
             }
         }
@@ -299,4 +305,152 @@ pub fn dependences(program: &Program) -> Vec<Dependence> {
         }
     }
     out
+}
+
+/// A node of a fused forest: a loop over its children, or a statement.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    Loop { index: String, extent: usize, space: Space, children: Vec<Node> },
+    Compute { statement: usize, text: String },
+}
+
+impl Node {
+    /// The statements below this node, by their position in the program.
+    fn statements(&self, out: &mut Vec<usize>) {
+        match self {
+            Node::Loop { children, .. } => children.iter().for_each(|c| c.statements(out)),
+            Node::Compute { statement, .. } => out.push(*statement),
+        }
+    }
+
+    fn text(&self, depth: usize, out: &mut String) {
+        let pad = "  ".repeat(depth);
+        match self {
+            Node::Loop { index, space, children, .. } => {
+                match space {
+                    Space::Dense => out.push_str(&format!("{pad}for {index}\n")),
+                    Space::Sparse(t) => out.push_str(&format!("{pad}for {index} in {t}\n")),
+                }
+                children.iter().for_each(|c| c.text(depth + 1, out));
+            }
+            Node::Compute { statement, text } => out.push_str(&format!("{pad}S{}: {text}\n", statement + 1)),
+        }
+    }
+}
+
+/// The forest as indented text, one node a line.
+pub fn forest_text(forest: &[Node]) -> String {
+    let mut out = String::new();
+    forest.iter().for_each(|n| n.text(0, &mut out));
+    out
+}
+
+/// Each statement's index tree as a chain of loop nodes (no fusion).
+pub fn unfused(program: &Program, trees: &[IndexTree]) -> Vec<Node> {
+    trees
+        .iter()
+        .enumerate()
+        .map(|(s, tree)| {
+            let extent = |i: &str| program.statements[s].index(i).map_or(0, |x| x.extent);
+            tree.loops.iter().rev().fold(
+                Node::Compute { statement: s, text: tree.compute.to_string() },
+                |inner, l| Node::Loop {
+                    index: l.index.clone(),
+                    extent: extent(&l.index),
+                    space: l.space.clone(),
+                    children: vec![inner],
+                },
+            )
+        })
+        .collect()
+}
+
+/// Trie-like fusion (paper 003 §4.3, Algorithms 1 and 2): at each level,
+/// sibling loops with the same index, extent and iteration space that a
+/// dependence joins are fused, only where no other path between them
+/// would turn into a cycle (Algorithm 1's groups); the first loop of a
+/// group hosts the others' children, and fusion goes on inside it. Only
+/// common prefixes fuse: a statement's deeper loops stay its own.
+pub fn trie_fuse(program: &Program, forest: Vec<Node>) -> Vec<Node> {
+    let deps = dependences(program);
+    fuse_level(forest, &deps)
+}
+
+fn fuse_level(nodes: Vec<Node>, deps: &[Dependence]) -> Vec<Node> {
+    let n = nodes.len();
+    let members: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|node| {
+            let mut s = Vec::new();
+            node.statements(&mut s);
+            s
+        })
+        .collect();
+    // Sibling a reaches sibling b (a < b) when a statement of a has a
+    // dependence into a statement of b.
+    let linked =
+        |a: usize, b: usize| deps.iter().any(|d| members[a].contains(&d.from) && members[b].contains(&d.to));
+    let same_space = |a: &Node, b: &Node| match (a, b) {
+        (
+            Node::Loop { index: i, extent: e, space: s, .. },
+            Node::Loop { index: j, extent: f, space: t, .. },
+        ) => i == j && e == f && s == t,
+        _ => false,
+    };
+    // Reachability between siblings along dependences (they only point
+    // forward, in program order).
+    let mut reach = vec![vec![false; n]; n];
+    for b in 0..n {
+        for a in (0..b).rev() {
+            reach[a][b] = linked(a, b) || (a + 1..b).any(|c| reach[a][c] && reach[c][b]);
+        }
+    }
+    // Algorithm 1, siblings in program order: a group takes a later sibling
+    // it depends into unless the edge is fusion-preventing (different
+    // loops) or another path joins them through a sibling outside the
+    // group (fusing would make a cycle).
+    let mut head: Vec<usize> = (0..n).collect();
+    for x in 0..n {
+        let g = head[x];
+        for child in x + 1..n {
+            let group: Vec<usize> = (0..n).filter(|&m| head[m] == g).collect();
+            if head[child] != child || !group.iter().any(|&m| linked(m, child)) {
+                continue;
+            }
+            if !same_space(&nodes[g], &nodes[child]) {
+                continue;
+            }
+            let other_path = (0..n)
+                .filter(|c| head[*c] != g && *c != child)
+                .any(|c| group.iter().any(|&m| reach[m][c]) && reach[c][child]);
+            if !other_path {
+                head[child] = g;
+            }
+        }
+    }
+    // Algorithm 2: hosts take their group's children, in program order.
+    let mut out: Vec<Node> = Vec::new();
+    let mut hosts: Vec<(usize, usize)> = Vec::new(); // (head, position in out)
+    for (x, node) in nodes.into_iter().enumerate() {
+        match hosts.iter().find(|(h, _)| *h == head[x]) {
+            Some(&(_, at)) => {
+                if let (Node::Loop { children: host, .. }, Node::Loop { children, .. }) = (&mut out[at], node)
+                {
+                    host.extend(children);
+                }
+            }
+            None => {
+                hosts.push((head[x], out.len()));
+                out.push(node);
+            }
+        }
+    }
+    out.into_iter()
+        .map(|node| match node {
+            Node::Loop { index, extent, space, children } => {
+                Node::Loop { index, extent, space, children: fuse_level(children, deps) }
+            }
+            compute => compute,
+        })
+        .collect()
 }

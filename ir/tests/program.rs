@@ -7,7 +7,7 @@ use spindle_ir::eval::evaluate;
 use spindle_ir::lang::einsum::declarations;
 use spindle_ir::lang::{check, parse};
 use spindle_ir::program::{evaluate_program, parse_program, split_program};
-use spindle_ir::react::{dependences, index_trees, propagate};
+use spindle_ir::react::{dependences, forest_text, index_trees, propagate, trie_fuse, unfused};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 /// Seeded values in ±[0.5, 1.5).
@@ -141,7 +141,7 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
         [
             "for i: for h in A: for k: T1[i,h] = X[i,k] * Y[k,h]",
             "for i: for h in A: T2[i,h] = A[i,h] * T1[i,h]",
-            "for i: for j: for h in T2: Z[i,j] = T2[i,h] * Y[h,j]",
+            "for i: for j: for h in A: Z[i,j] = T2[i,h] * Y[h,j]",
         ]
     );
     let edges: Vec<String> = dependences(&program).iter().map(|d| d.to_string()).collect();
@@ -162,7 +162,7 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
         text,
         [
             "for i in X: for j in X: for r: for k in X: T1[i,j,r] = X[i,j,k] * C[k,r]",
-            "for i in T1: for r: for j in T1: A[i,r] = T1[i,j,r] * B[j,r]",
+            "for i in X: for r: for j in X: A[i,r] = T1[i,j,r] * B[j,r]",
         ]
     );
     // A sum needs every entry: nothing propagates through it.
@@ -197,5 +197,57 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
             "S2 -> S3 flow A",
             "S2 -> S3 anti B"
         ]
+    );
+}
+
+/// Trie-like fusion (Algorithms 1 and 2): only common prefixes fuse.
+#[test]
+fn trie_fusion_shares_common_prefix_loops_only() {
+    let fused = |src: &str, decls: &[(&str, &[usize], &str)], formats: &[(&str, &str)]| {
+        let program = split_program(&parse_program(src).unwrap(), &declarations(decls)).unwrap();
+        let formats = formats.iter().map(|(t, f)| (t.to_string(), f.parse().unwrap())).collect();
+        let trees = propagate(&program, &index_trees(&program, &formats));
+        forest_text(&trie_fuse(&program, unfused(&program, &trees)))
+    };
+    // SDDMM: the k sum completes before the product with B (no reduction
+    // redundancy), inside the shared i and j loops over B's pattern.
+    let sddmm = fused(
+        "A[i,j] = B[i,j] * (C[i,k] * D[k,j])",
+        &[("A", &[4, 5], "f32"), ("B", &[4, 5], "f32"), ("C", &[4, 3], "f32"), ("D", &[3, 5], "f32")],
+        &[("B", "csr")],
+    );
+    assert_eq!(
+        sddmm,
+        "for i\n  for j in B\n    for k\n      S1: T1[i,j] = C[i,k] * D[k,j]\n    S2: A[i,j] = B[i,j] * T1[i,j]\n"
+    );
+    // GNN kernel 1: rows shared, then each statement's own loops (T1 a row
+    // at a time, not the whole intermediate matrix).
+    let gnn = fused(
+        "Z[i,j] = A[i,k] * X[k,h] * W[h,j]",
+        &[("Z", &[6, 3], "f32"), ("A", &[6, 7], "f32"), ("X", &[7, 4], "f32"), ("W", &[4, 3], "f32")],
+        &[("A", "csr")],
+    );
+    assert_eq!(
+        gnn,
+        "for i\n  for h\n    for k in A\n      S1: T1[i,h] = A[i,k] * X[k,h]\n  for j\n    for h\n      S2: Z[i,j] = T1[i,h] * W[h,j]\n"
+    );
+    // The paper's Listing 9: the scalar statement between two i loops
+    // cannot fuse with them (no loop), and fusing the first and the third
+    // without it would make a dependence cycle: all three stay apart.
+    let apart = fused(
+        "a = A[i] * B[i]; c = b * a; D[i] = c * A[i]",
+        &[("A", &[4], "f32"), ("B", &[4], "f32"), ("b", &[], "f32"), ("D", &[4], "f32")],
+        &[],
+    );
+    assert_eq!(apart, "for i\n  S1: a = A[i] * B[i]\nS2: c = b * a\nfor i\n  S3: D[i] = c * A[i]\n");
+    // Without the scalar in between, two readers of A share its loop.
+    let shared = fused(
+        "D[i] = A[i] * B[i]; E[i] = A[i] * B[i] * 2",
+        &[("A", &[4], "f32"), ("B", &[4], "f32"), ("D", &[4], "f32"), ("E", &[4], "f32")],
+        &[],
+    );
+    assert_eq!(
+        shared,
+        "for i\n  S1: D[i] = A[i] * B[i]\n  S2: T1[i] = A[i] * B[i]\n  S3: E[i] = T1[i] * 2\n"
     );
 }
