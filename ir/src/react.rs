@@ -4,9 +4,10 @@
 //! the dependence graph between the statements; sparse iteration-space
 //! propagation (§4.2), which restricts the loops that compute a temporary to
 //! where its consumer needs it; and trie-like fusion (§4.3, Algorithms 1 and
-//! 2) of the index trees into a forest that shares only common prefix loops.
-//! Dimension reduction of temporaries, code generation from the forest and
-//! the `fusion=` schedule item are still to come.
+//! 2) of the index trees into a forest that shares only common prefix loops;
+//! and dimension reduction of temporaries (§4.4, Algorithm 3). Code
+//! generation from the forest, input-sensitive fusion and the `fusion=`
+//! schedule item are still to come.
 //!
 //! SDDMM with B in CSR: the product C·D runs over dense loops, the sampling
 //! statement's `j` loop walks B's compressed level, and the temporary
@@ -453,4 +454,68 @@ fn fuse_level(nodes: Vec<Node>, deps: &[Dependence]) -> Vec<Node> {
             compute => compute,
         })
         .collect()
+}
+
+/// Dimension reduction (paper 003 §4.4, Algorithm 3): a temporary written
+/// and read only inside shared loops needs no dimension those loops index —
+/// each iteration holds one slice, reset when the loop moves on. Returns,
+/// per temporary of the program, the indices (the producer's names) it
+/// keeps; an empty list is a scalar.
+pub fn reduce_dimensions(program: &Program, forest: &[Node]) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    for name in program.temporaries.keys() {
+        let users: Vec<usize> = program
+            .statements
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| {
+                e.output().name == *name || e.statement.rhs.accesses().iter().any(|a| a.tensor.name == *name)
+            })
+            .map(|(s, _)| s)
+            .collect();
+        let Some(&producer) = users.iter().find(|&&s| program.statements[s].output().name == *name) else {
+            continue;
+        };
+        let lhs = &program.statements[producer].statement.lhs;
+        let at = |s: usize, d: usize| -> Vec<Option<String>> {
+            let e = &program.statements[s].statement;
+            let mut names = Vec::new();
+            if e.lhs.tensor.name == *name {
+                names.push(e.lhs.subscripts.get(d).and_then(|x| x.as_index()).map(|i| i.name.clone()));
+            }
+            for a in e.rhs.accesses().iter().filter(|a| a.tensor.name == *name) {
+                names.push(a.subscripts.get(d).and_then(|x| x.as_index()).map(|i| i.name.clone()));
+            }
+            names
+        };
+        // The loops around every user, outermost first.
+        let shared = shared_loops(forest, &users);
+        let kept: Vec<String> = (0..lhs.subscripts.len())
+            .filter_map(|d| {
+                let own = lhs.subscripts[d].as_index()?.name.clone();
+                let reducible = shared.iter().any(|index| {
+                    users.iter().all(|&s| at(s, d).iter().all(|n| n.as_deref() == Some(index.as_str())))
+                });
+                (!reducible).then_some(own)
+            })
+            .collect();
+        out.insert(name.clone(), kept);
+    }
+    out
+}
+
+/// The indices of the loops that enclose every statement of `users`.
+fn shared_loops(forest: &[Node], users: &[usize]) -> Vec<String> {
+    let contains = |node: &Node| {
+        let mut s = Vec::new();
+        node.statements(&mut s);
+        users.iter().all(|u| s.contains(u))
+    };
+    let mut path = Vec::new();
+    let mut level = forest;
+    while let Some(Node::Loop { index, children, .. }) = level.iter().find(|n| contains(n)) {
+        path.push(index.clone());
+        level = children;
+    }
+    path
 }

@@ -7,7 +7,9 @@ use spindle_ir::eval::evaluate;
 use spindle_ir::lang::einsum::declarations;
 use spindle_ir::lang::{check, parse};
 use spindle_ir::program::{evaluate_program, parse_program, split_program};
-use spindle_ir::react::{dependences, forest_text, index_trees, propagate, trie_fuse, unfused};
+use spindle_ir::react::{
+    dependences, forest_text, index_trees, propagate, reduce_dimensions, trie_fuse, unfused,
+};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 /// Seeded values in ±[0.5, 1.5).
@@ -250,4 +252,37 @@ fn trie_fusion_shares_common_prefix_loops_only() {
         shared,
         "for i\n  S1: D[i] = A[i] * B[i]\n  S2: T1[i] = A[i] * B[i]\n  S3: E[i] = T1[i] * 2\n"
     );
+}
+
+/// Dimension reduction (Algorithm 3): temporaries lose the dimensions of the
+/// loops shared by their producer and every consumer.
+#[test]
+fn temporaries_keep_only_dimensions_not_shared_with_their_users() {
+    let reduced = |src: &str, decls: &[(&str, &[usize], &str)], formats: &[(&str, &str)]| {
+        let program = split_program(&parse_program(src).unwrap(), &declarations(decls)).unwrap();
+        let formats = formats.iter().map(|(t, f)| (t.to_string(), f.parse().unwrap())).collect();
+        let trees = propagate(&program, &index_trees(&program, &formats));
+        reduce_dimensions(&program, &trie_fuse(&program, unfused(&program, &trees)))
+    };
+    // SDDMM: T1 is one value per (i, j).
+    let sddmm = reduced(
+        "A[i,j] = B[i,j] * (C[i,k] * D[k,j])",
+        &[("A", &[4, 5], "f32"), ("B", &[4, 5], "f32"), ("C", &[4, 3], "f32"), ("D", &[3, 5], "f32")],
+        &[("B", "csr")],
+    );
+    assert_eq!(sddmm["T1"], Vec::<String>::new());
+    // GNN kernel 1: T1 is one row, indexed by h.
+    let gnn = reduced(
+        "Z[i,j] = A[i,k] * X[k,h] * W[h,j]",
+        &[("Z", &[6, 3], "f32"), ("A", &[6, 7], "f32"), ("X", &[7, 4], "f32"), ("W", &[4, 3], "f32")],
+        &[("A", "csr")],
+    );
+    assert_eq!(gnn["T1"], ["h"]);
+    // Statements whose outer loops differ share none: H keeps both.
+    let apart = reduced(
+        "H[i,h] = A[i,k] * X[k,h]; Z[h,j] = H[i,h] * W[i,j]",
+        &[("A", &[6, 7], "f32"), ("X", &[7, 4], "f32"), ("W", &[6, 3], "f32")],
+        &[],
+    );
+    assert_eq!(apart["H"], ["i", "h"]);
 }
