@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use ndarray::ArrayD;
 use spindle_ir::kernel::schedule::Schedule;
 use spindle_ir::lang::{Declaration, Declarations, Einsum, ElemType};
-use spindle_ir::program::{parse_program, split_program};
+use spindle_ir::program::{Program, parse_program, split_program};
 
 use crate::backend::Backend;
 use crate::check::Check;
@@ -61,6 +61,36 @@ impl ProgramRun {
 }
 
 impl Problem {
+    /// The text split into three-address form (one product per statement,
+    /// temporaries and undeclared outputs declared by inference), checked
+    /// against the data's shapes and dtypes.
+    pub fn program(&self) -> Result<Program> {
+        let src = self.statement();
+        let statements = parse_program(src).map_err(|d| Error::statement(d, src))?;
+        let mut declarations = Declarations::new();
+        for (name, input) in &self.inputs {
+            let loaded = load(input).map_err(|e| e.context(&format!("tensor {name}")))?;
+            let dtype = input.dtype.unwrap_or(match &loaded {
+                Loaded::Dense(spindle_ir::tensor::TensorValue::Indices(_)) => {
+                    ElemType::Index(spindle_formats::IType::I32)
+                }
+                _ => ElemType::Value(spindle_formats::DType::F32),
+            });
+            declarations.insert(name.clone(), Declaration { shape: loaded.shape().to_vec(), dtype });
+        }
+        split_program(&statements, &declarations).map_err(|d| Error::statement(d, src))
+    }
+
+    /// The formats given, parsed.
+    pub fn formats(&self) -> Result<BTreeMap<String, spindle_formats::FormatSpec>> {
+        self.formats
+            .iter()
+            .map(|(n, f)| {
+                f.parse().map(|f| (n.clone(), f)).map_err(|e| Error::input(format!("format of {n}: {e}")))
+            })
+            .collect()
+    }
+
     /// Whether the text holds several statements.
     pub fn is_program(&self) -> bool {
         parse_program(self.statement()).is_ok_and(|s| s.len() > 1)
@@ -77,20 +107,7 @@ impl Problem {
         opts: TimingOptions,
         check: bool,
     ) -> Result<ProgramRun> {
-        let src = self.statement();
-        let statements = parse_program(src).map_err(|d| Error::statement(d, src))?;
-        let mut declarations = Declarations::new();
-        for (name, input) in &self.inputs {
-            let loaded = load(input).map_err(|e| e.context(&format!("tensor {name}")))?;
-            let dtype = input.dtype.unwrap_or(match &loaded {
-                Loaded::Dense(spindle_ir::tensor::TensorValue::Indices(_)) => {
-                    ElemType::Index(spindle_formats::IType::I32)
-                }
-                _ => ElemType::Value(spindle_formats::DType::F32),
-            });
-            declarations.insert(name.clone(), Declaration { shape: loaded.shape().to_vec(), dtype });
-        }
-        let program = split_program(&statements, &declarations).map_err(|d| Error::statement(d, src))?;
+        let program = self.program()?;
         for einsum in &program.statements {
             let out = &einsum.output().name;
             if self.formats.iter().any(|(n, _)| n == out) {

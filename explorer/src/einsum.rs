@@ -216,6 +216,10 @@ pub enum Emit {
     /// The CUDA printer's plan: block size, inlined values and shared
     /// tiles, Tensor Core products, where the accumulator lives.
     Plan,
+    /// ReACT's view of the statements (one or several): three-address form,
+    /// index trees after sparse iteration-space propagation, the trie-fused
+    /// loop forest and the dimensions each temporary keeps.
+    Fusion,
 }
 
 /// A GPU architecture to compile CUDA for.
@@ -244,6 +248,9 @@ pub struct CompileArgs<'a> {
 }
 
 pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
+    if c.emit == Emit::Fusion {
+        return emit_fusion(args);
+    }
     let prepared = prepare(args)?;
     let schedule = schedule(c.schedule)?;
     if schedule.path == spindle_ir::kernel::schedule::Path::Levels || prepared.tile_refusal.is_some() {
@@ -255,6 +262,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
                 print!("{}", spindle::print_levels_cuda(&lowered.kernel).map_err(reported)?)
             }
             (Emit::Plan, _) => bail!("the level path has no CUDA plan: --emit cuda shows its warp per row"),
+            (Emit::Fusion, _) => unreachable!("--emit fusion returns before lowering"),
         }
         return Ok(());
     }
@@ -266,6 +274,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         (Emit::Cuda, _) => print!("{}", source(Target::Cuda)?),
         (Emit::Source, target) => print!("{}", source(target)?),
         (Emit::Plan, _) => print!("{}", spindle::cuda_plan(&kernel, &schedule)),
+        (Emit::Fusion, _) => unreachable!("--emit fusion returns before lowering"),
     }
     if c.resources {
         if c.target != Target::Cuda {
@@ -289,6 +298,38 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         }
         for dot in &report.dots {
             eprintln!("dot {}: {:?}", dot.dot, dot.path);
+        }
+    }
+    Ok(())
+}
+
+/// `--emit fusion`: the program ReACT's passes see and make.
+fn emit_fusion(args: &DataArgs) -> Result<()> {
+    use spindle_ir::react::{forest_text, index_trees, propagate, reduce_dimensions, trie_fuse, unfused};
+    let problem = problem(args)?;
+    let program = problem.program().map_err(reported)?;
+    let formats = problem.formats().map_err(reported)?;
+    println!("three-address form:");
+    for (n, e) in program.statements.iter().enumerate() {
+        println!("  S{}: {}", n + 1, e.statement);
+    }
+    let trees = propagate(&program, &index_trees(&program, &formats));
+    println!("index trees (sparse iteration spaces propagated):");
+    for (n, t) in trees.iter().enumerate() {
+        println!("  S{}: {t}", n + 1);
+    }
+    let forest = trie_fuse(&program, unfused(&program, &trees));
+    println!("trie-like fusion:");
+    for line in forest_text(&forest).lines() {
+        println!("  {line}");
+    }
+    let reduced = reduce_dimensions(&program, &forest);
+    if !reduced.is_empty() {
+        println!("temporaries:");
+        for (name, kept) in &reduced {
+            let shape = &program.temporaries[name].shape;
+            let kept = if kept.is_empty() { "a scalar".to_string() } else { format!("[{}]", kept.join(",")) };
+            println!("  {name} {shape:?} -> {kept}");
         }
     }
     Ok(())

@@ -565,3 +565,33 @@ fn programs_of_several_statements_run_statement_by_statement() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).contains("fixes the extent of `h`"), "{}", stderr(&bad));
 }
+
+/// `--emit fusion`: ReACT's view of a compound statement.
+#[test]
+fn compile_emits_the_fused_forest_of_a_program() {
+    let out = spindle(&[
+        "compile",
+        "A[i,j] = B[i,j] * (C[i,k] * D[k,j])",
+        "--rand",
+        "B=20x24:f32:1",
+        "--rand",
+        "C=20x6:f32:2",
+        "--rand",
+        "D=6x24:f32:3",
+        "--format",
+        "B=csr",
+        "--emit",
+        "fusion",
+    ]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for line in [
+        "S1: T1[i,j] = C[i,k] * D[k,j]",
+        "S1: for i: for j in B: for k: T1[i,j] = C[i,k] * D[k,j]",
+        "    for j in B\n      for k\n        S1",
+        "T1 [20, 24] -> a scalar",
+    ] {
+        assert!(text.contains(line), "missing {line:?}:\n{text}");
+    }
+    assert!(!text.contains("  A ["), "the result is no temporary:\n{text}");
+}

@@ -459,7 +459,8 @@ fn fuse_level(nodes: Vec<Node>, deps: &[Dependence]) -> Vec<Node> {
 /// Dimension reduction (paper 003 §4.4, Algorithm 3): a temporary written
 /// and read only inside shared loops needs no dimension those loops index —
 /// each iteration holds one slice, reset when the loop moves on. Returns,
-/// per temporary of the program, the indices (the producer's names) it
+/// per temporary of the program that a later statement reads (what nothing
+/// reads is a result, kept whole), the indices (the producer's names) it
 /// keeps; an empty list is a scalar.
 pub fn reduce_dimensions(program: &Program, forest: &[Node]) -> BTreeMap<String, Vec<String>> {
     let mut out = BTreeMap::new();
@@ -476,6 +477,10 @@ pub fn reduce_dimensions(program: &Program, forest: &[Node]) -> BTreeMap<String,
         let Some(&producer) = users.iter().find(|&&s| program.statements[s].output().name == *name) else {
             continue;
         };
+        // Nothing reads it: a result of the program, kept whole.
+        if users.len() < 2 {
+            continue;
+        }
         let lhs = &program.statements[producer].statement.lhs;
         let at = |s: usize, d: usize| -> Vec<Option<String>> {
             let e = &program.statements[s].statement;

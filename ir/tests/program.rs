@@ -271,6 +271,7 @@ fn temporaries_keep_only_dimensions_not_shared_with_their_users() {
         &[("B", "csr")],
     );
     assert_eq!(sddmm["T1"], Vec::<String>::new());
+    assert!(!sddmm.contains_key("A"), "a result is kept whole: {sddmm:?}");
     // GNN kernel 1: T1 is one row, indexed by h.
     let gnn = reduced(
         "Z[i,j] = A[i,k] * X[k,h] * W[h,j]",
