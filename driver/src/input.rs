@@ -147,6 +147,15 @@ impl Loaded {
 }
 
 /// Reads or generates an input's data.
+/// The dtype `input` has in a kernel: the one asked for, else i32 for
+/// index data and f32 for values.
+pub(crate) fn kernel_dtype(input: &Input, loaded: &Loaded) -> ElemType {
+    input.dtype.unwrap_or(match loaded {
+        Loaded::Dense(TensorValue::Indices(_)) => ElemType::Index(spindle_formats::IType::I32),
+        _ => ElemType::Value(spindle_formats::DType::F32),
+    })
+}
+
 pub(crate) fn load(input: &Input) -> Result<Loaded> {
     Ok(match &input.data {
         InputData::Dense(v) => Loaded::Dense(v.clone()),

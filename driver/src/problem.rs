@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use ndarray::ArrayD;
-use spindle_formats::{Coo, DType, FormatSpec};
+use spindle_formats::{Coo, FormatSpec};
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::lang::{
@@ -14,7 +14,7 @@ use spindle_ir::lang::{
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::error::{Error, Result};
-use crate::input::{Input, Loaded, load};
+use crate::input::{Input, Loaded, kernel_dtype, load};
 
 /// A statement and its data, before checking: the builder every front end
 /// fills.
@@ -133,10 +133,7 @@ impl Problem {
         for (name, input) in &self.inputs {
             let loaded = load(input).map_err(|e| e.context(&format!("tensor {name}")))?;
             let shape = loaded.shape().to_vec();
-            let dtype = input.dtype.unwrap_or(match &loaded {
-                Loaded::Dense(TensorValue::Indices(_)) => ElemType::Index(spindle_formats::IType::I32),
-                _ => ElemType::Value(DType::F32),
-            });
+            let dtype = kernel_dtype(input, &loaded);
             declarations.insert(name.clone(), Declaration { shape, dtype });
             match loaded {
                 Loaded::Dense(value) => {

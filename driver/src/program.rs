@@ -26,13 +26,13 @@ use std::collections::BTreeMap;
 
 use ndarray::ArrayD;
 use spindle_ir::kernel::schedule::Schedule;
-use spindle_ir::lang::{Declaration, Declarations, Einsum, ElemType};
+use spindle_ir::lang::{Declaration, Declarations, Einsum};
 use spindle_ir::program::{Program, parse_program, split_program};
 
 use crate::backend::Backend;
 use crate::check::Check;
 use crate::error::{Error, Result};
-use crate::input::{Input, Loaded, load};
+use crate::input::{Input, kernel_dtype, load};
 use crate::problem::Problem;
 use crate::timing::{Timing, TimingOptions};
 
@@ -70,12 +70,7 @@ impl Problem {
         let mut declarations = Declarations::new();
         for (name, input) in &self.inputs {
             let loaded = load(input).map_err(|e| e.context(&format!("tensor {name}")))?;
-            let dtype = input.dtype.unwrap_or(match &loaded {
-                Loaded::Dense(spindle_ir::tensor::TensorValue::Indices(_)) => {
-                    ElemType::Index(spindle_formats::IType::I32)
-                }
-                _ => ElemType::Value(spindle_formats::DType::F32),
-            });
+            let dtype = kernel_dtype(input, &loaded);
             declarations.insert(name.clone(), Declaration { shape: loaded.shape().to_vec(), dtype });
         }
         split_program(&statements, &declarations).map_err(|d| Error::statement(d, src))

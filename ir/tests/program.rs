@@ -202,14 +202,24 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
     );
 }
 
+/// `src` split, its index trees propagated with `formats`, trie-fused.
+fn fused_forest(
+    src: &str,
+    decls: &[(&str, &[usize], &str)],
+    formats: &[(&str, &str)],
+) -> (spindle_ir::program::Program, Vec<spindle_ir::react::Node>) {
+    let program = split_program(&parse_program(src).unwrap(), &declarations(decls)).unwrap();
+    let formats = formats.iter().map(|(t, f)| (t.to_string(), f.parse().unwrap())).collect();
+    let trees = propagate(&program, &index_trees(&program, &formats));
+    let forest = trie_fuse(&program, unfused(&program, &trees));
+    (program, forest)
+}
+
 /// Trie-like fusion (Algorithms 1 and 2): only common prefixes fuse.
 #[test]
 fn trie_fusion_shares_common_prefix_loops_only() {
     let fused = |src: &str, decls: &[(&str, &[usize], &str)], formats: &[(&str, &str)]| {
-        let program = split_program(&parse_program(src).unwrap(), &declarations(decls)).unwrap();
-        let formats = formats.iter().map(|(t, f)| (t.to_string(), f.parse().unwrap())).collect();
-        let trees = propagate(&program, &index_trees(&program, &formats));
-        forest_text(&trie_fuse(&program, unfused(&program, &trees)))
+        forest_text(&fused_forest(src, decls, formats).1)
     };
     // SDDMM: the k sum completes before the product with B (no reduction
     // redundancy), inside the shared i and j loops over B's pattern.
@@ -259,10 +269,8 @@ fn trie_fusion_shares_common_prefix_loops_only() {
 #[test]
 fn temporaries_keep_only_dimensions_not_shared_with_their_users() {
     let reduced = |src: &str, decls: &[(&str, &[usize], &str)], formats: &[(&str, &str)]| {
-        let program = split_program(&parse_program(src).unwrap(), &declarations(decls)).unwrap();
-        let formats = formats.iter().map(|(t, f)| (t.to_string(), f.parse().unwrap())).collect();
-        let trees = propagate(&program, &index_trees(&program, &formats));
-        reduce_dimensions(&program, &trie_fuse(&program, unfused(&program, &trees)))
+        let (program, forest) = fused_forest(src, decls, formats);
+        reduce_dimensions(&program, &forest)
     };
     // SDDMM: T1 is one value per (i, j).
     let sddmm = reduced(
