@@ -27,8 +27,8 @@
 //! Spindle's dense workspace holds, per thread, a value (8 bytes) and a list
 //! slot (8 bytes) per column of C, a mark bit per column and a summary bit
 //! per 64 marks, beside the per-row counts (8 bytes per row) that size the
-//! output: [`workspace_bytes`]. With `--workspace hash` it is a table of
-//! twice the longest row's entries instead: [`hash_workspace_bytes`].
+//! output: [`workspace_bytes`]. With an ISM policy (`--workspace hash`,
+//! ...) it is the kernel's own count of the most its workspace held.
 //!
 //! # Check
 //!
@@ -99,7 +99,8 @@ pub struct SpgemmResult {
     pub products: usize,
     pub spindle_one_thread: Timing,
     pub spindle_all_threads: Timing,
-    /// Peak bytes of the dense workspace, on one thread.
+    /// Peak bytes of the workspace, on one thread (the dense one computed
+    /// from the columns; an ISM's as the kernel counted it).
     pub workspace_bytes: usize,
     /// Max |ours − sprs| over max |sprs|.
     pub max_rel_error_vs_sprs: f64,
@@ -284,12 +285,14 @@ fn one(name: &str, a: &Coo<f64, i64>, opts: &SpgemmOptions, env: Option<&PythonE
     let backend = CBackend::new();
     let mut ours = Vec::new();
     let mut assembled = None;
+    let mut ism_peak = None;
     for threads in [1, opts.threads] {
         let schedule: Schedule =
             format!("path=levels threads={threads} workspace={}", opts.workspace).parse()?;
         let compiled = prepared.compile(&backend, &schedule)?;
-        let (out, timing) = compiled.assemble_and_time(opts.timing)?;
+        let (out, timing, peak) = compiled.assemble_time_and_measure(opts.timing)?;
         assembled.get_or_insert(out);
+        ism_peak = ism_peak.or(peak);
         ours.push(timing);
     }
     let ours_coo = spindle::check::entries(&assembled.expect("ran"))?;
@@ -353,11 +356,7 @@ fn one(name: &str, a: &Coo<f64, i64>, opts: &SpgemmOptions, env: Option<&PythonE
         products,
         spindle_one_thread: ours[0].clone(),
         spindle_all_threads: ours[1].clone(),
-        workspace_bytes: match opts.workspace.as_str() {
-            "hash" => hash_workspace_bytes(&ours_coo),
-            "auto" if cols > spindle::ir::level::DENSE_WORKSPACE_LIMIT => hash_workspace_bytes(&ours_coo),
-            _ => workspace_bytes(cols),
-        },
+        workspace_bytes: ism_peak.unwrap_or_else(|| workspace_bytes(cols)),
         max_rel_error_vs_sprs,
         baselines,
         add,
@@ -403,19 +402,6 @@ fn add(a: &Coo<f64, i64>, opts: &SpgemmOptions, backend: &CBackend) -> Result<Ad
 /// (one spare slot), marks and their summary, as the C printer allocates it.
 pub fn workspace_bytes(cols: usize) -> usize {
     8 * cols + 8 * (cols + 1) + 8 * cols.div_ceil(64) + 8 * cols.div_ceil(4096)
-}
-
-/// The hash workspace of one thread at its largest: a table of twice the
-/// longest row's entries (a power of two, at least 1024) of key, slot and
-/// value, and the list the row is sorted in.
-pub fn hash_workspace_bytes(c: &Coo<f64, i64>) -> usize {
-    let mut per_row = std::collections::BTreeMap::new();
-    for &i in &c.crd[0] {
-        *per_row.entry(i).or_insert(0usize) += 1;
-    }
-    let longest = per_row.values().copied().max().unwrap_or(0);
-    let cap = (2 * (longest + 1)).next_power_of_two().max(1024);
-    cap * (8 + 8 + 8) + cap * 8
 }
 
 /// Times `f` as the driver times kernels.
