@@ -13,7 +13,9 @@ use std::fmt::Write as _;
 use spindle_ir::formats::{Assembled, AssembledLevel, DType, Level, LevelCapabilities};
 use spindle_ir::kernel::{BinaryOp, TensorId};
 use spindle_ir::lang::{BinOp, ElemType, Func};
-use spindle_ir::level::{Assembly, Expr, LevelKernel, LevelRef, Node, Position, Reach, VarId, WorkspaceKind};
+use spindle_ir::level::{
+    Assembly, Expr, LevelKernel, LevelRef, Node, Place, Position, Reach, Target, VarId, WorkspaceKind,
+};
 
 use ndarray::ArrayD;
 use spindle_ir::tensor::Tensors;
@@ -97,6 +99,9 @@ pub fn print_level_warps<D: Dialect>(
     if kernel.assembly.is_some() {
         return Err(refuse("sparse outputs are assembled on the C backend only so far"));
     }
+    if !kernel.locals.is_empty() {
+        return Err(refuse("program kernels with temporaries run on the C backend only so far"));
+    }
     if !kernel.parallel {
         return Err(refuse(
             "a warp per row needs an outermost loop whose iterations own their output rows (CSR, DCSR, CSF \
@@ -149,7 +154,7 @@ fn updates_at(kernel: &LevelKernel) -> Option<Vec<VarId>> {
                     walk(body, out)
                 }
                 Node::Merge { points, .. } => points.iter().for_each(|p| walk(&p.body, out)),
-                Node::Locate { .. } | Node::Accumulate { .. } => {}
+                Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => {}
             }
         }
     }
@@ -171,7 +176,11 @@ fn find_dense(nodes: &[Node], found: &mut Option<VarId>, wanted: &dyn Fn(VarId) 
             }
             Node::Merge { points, .. } => points.iter().for_each(|p| find_dense(&p.body, found, wanted)),
             Node::Entry { body, .. } | Node::Workspace { body } => find_dense(body, found, wanted),
-            Node::Locate { .. } | Node::Update { .. } | Node::Accumulate { .. } => {}
+            Node::Locate { .. }
+            | Node::Update { .. }
+            | Node::Accumulate { .. }
+            | Node::Store { .. }
+            | Node::Clear { .. } => {}
         }
     }
 }
@@ -186,7 +195,7 @@ fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
                 Node::Update { .. } => 1,
                 Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => count(body),
                 Node::Merge { points, .. } => points.iter().map(|p| count(&p.body)).sum(),
-                Node::Locate { .. } | Node::Accumulate { .. } => 0,
+                Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => 0,
             })
             .sum()
     }
@@ -217,6 +226,8 @@ struct Printer<'k, D: Dialect> {
     d: D,
     tensors: Vec<String>,
     vars: Vec<String>,
+    /// A program kernel's temporaries.
+    locals: Vec<String>,
     out: String,
     /// Printing a sparse output's count phase: entries are counted, not
     /// written, and no value is computed.
@@ -249,7 +260,7 @@ fn find_update(nodes: &[Node]) -> Option<&[VarId]> {
         Node::Update { at, .. } => Some(&at[..]),
         Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => find_update(body),
         Node::Merge { points, .. } => points.iter().find_map(|p| find_update(&p.body)),
-        Node::Locate { .. } | Node::Accumulate { .. } => None,
+        Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => None,
     })
 }
 
@@ -258,17 +269,27 @@ fn has_workspace(nodes: &[Node]) -> bool {
         Node::Workspace { .. } => true,
         Node::Dense { body, .. } | Node::Entry { body, .. } => has_workspace(body),
         Node::Merge { points, .. } => points.iter().any(|p| has_workspace(&p.body)),
-        Node::Locate { .. } | Node::Update { .. } | Node::Accumulate { .. } => false,
+        Node::Locate { .. }
+        | Node::Update { .. }
+        | Node::Accumulate { .. }
+        | Node::Store { .. }
+        | Node::Clear { .. } => false,
     })
 }
 
 impl<'k, D: Dialect> Printer<'k, D> {
     fn new(k: &'k LevelKernel, d: D, tensors: Vec<String>, vars: Vec<String>) -> Self {
+        let mut namer = Namer::default();
+        tensors.iter().chain(&vars).for_each(|n| {
+            namer.fresh("", n);
+        });
+        let locals = k.locals.values().map(|l| namer.fresh("l_", &l.name)).collect();
         Printer {
             k,
             d,
             tensors,
             vars,
+            locals,
             out: String::new(),
             counting: false,
             in_ws: false,
@@ -348,7 +369,13 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(1, "(void)nthreads;");
         }
         let Some(a) = &k.assembly else {
+            self.declare_locals(1);
             self.body(1, workspace);
+            for (id, local) in &k.locals {
+                if !local.shape.is_empty() {
+                    self.line(1, &format!("free({});", self.local(id)));
+                }
+            }
             self.line(0, "}");
             return;
         };
@@ -399,6 +426,37 @@ impl<'k, D: Dialect> Printer<'k, D> {
         }
         self.line(1, "}");
         self.line(0, "}");
+    }
+
+    /// A program kernel's temporaries: a scalar in a register, or zeroed
+    /// memory allocated on every launch (its cost is the kernel's).
+    fn declare_locals(&mut self, depth: usize) {
+        let real = self.d.real();
+        for (id, local) in &self.k.locals {
+            let name = self.local(id).to_string();
+            match local.shape.is_empty() {
+                true => self.line(depth, &format!("{real} {name} = 0;")),
+                false => self.line(
+                    depth,
+                    &format!("{real} *restrict {name} = calloc({}, sizeof({real}));", local.len()),
+                ),
+            }
+        }
+    }
+
+    fn local(&self, l: spindle_ir::level::LocalId) -> &str {
+        &self.locals[l.as_u32() as usize]
+    }
+
+    /// A temporary's element.
+    fn local_at(&self, l: spindle_ir::level::LocalId, at: &Place) -> String {
+        let name = self.local(l);
+        let shape = &self.k.local(l).shape;
+        match at {
+            _ if shape.is_empty() => name.to_string(),
+            Place::Coords(vars) => format!("{name}[{}]", self.row_major(shape, vars)),
+            Place::Position(p) => format!("{name}[{}]", Self::position(p)),
+        }
     }
 
     /// The loop tree once: on threads when the outermost loop owns its
@@ -896,6 +954,26 @@ impl<'k, D: Dialect> Printer<'k, D> {
             Node::Entry { level, body } => self.entry(*level, body, depth),
             Node::Workspace { body } => self.workspace(body, depth),
             Node::Accumulate { value } => self.accumulate(value, depth),
+            Node::Store { target, at, value } => {
+                let into = match (target, at) {
+                    (Target::Local(local), _) => self.local_at(*local, at),
+                    (Target::Output, Place::Position(p)) => {
+                        format!("{}[{}]", self.tensor(self.k.output), Self::position(p))
+                    }
+                    (Target::Output, Place::Coords(vars)) => {
+                        format!("{}[{}]", self.tensor(self.k.output), self.dense_address(self.k.output, vars))
+                    }
+                };
+                let line = format!("{into} += {};", self.expr(value));
+                self.line(depth, &line);
+            }
+            Node::Clear { local } => {
+                let (name, len) = (self.local(*local).to_string(), self.k.local(*local).len());
+                match self.k.local(*local).shape.is_empty() {
+                    true => self.line(depth, &format!("{name} = 0;")),
+                    false => self.line(depth, &format!("for (int64_t c = 0; c < {len}; c++) {name}[c] = 0;")),
+                }
+            }
             Node::Update { at, value } => {
                 let out = self.tensor(self.k.output).to_string();
                 let address = self.dense_address(self.k.output, at);
@@ -1066,7 +1144,11 @@ impl<'k, D: Dialect> Printer<'k, D> {
 
     /// The row-major address of a dense tensor at loop variables.
     fn dense_address(&self, t: TensorId, at: &[VarId]) -> String {
-        let shape = &self.k.tensor(t).shape;
+        self.row_major(&self.k.tensor(t).shape, at)
+    }
+
+    /// The row-major offset of `at` in an array of `shape`.
+    fn row_major(&self, shape: &[usize], at: &[VarId]) -> String {
         let mut address = String::new();
         for (dim, v) in at.iter().enumerate() {
             let stride: usize = shape[dim + 1..].iter().product();
@@ -1091,6 +1173,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 self.tensor(*tensor),
                 &self.dense_address(*tensor, at),
             ),
+            Expr::Local { local, at } => self.local_at(*local, at),
             Expr::Neg(x) => format!("(-{})", self.expr(x)),
             Expr::Binary { op, lhs, rhs } => {
                 let op = match op {

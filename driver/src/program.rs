@@ -1,63 +1,99 @@
-//! Programs of several statements (`;` or newlines between them), run as
-//! ReACT's `fusion=none` does: split into three-address form
-//! ([`spindle_ir::program`]), each statement a kernel through the same
-//! pipeline as a single statement, its output the dense input of the
-//! statements after it.
+//! Programs of several statements (`;` or newlines between them), or one
+//! compound statement over sparse operands, run as the schedule's
+//! `fusion=` says (paper 003): split into three-address form
+//! ([`spindle_ir::program`]), then
 //!
-//! GNN kernel 1 as two statements, `H` a temporary whose shape is inferred:
+//! - `trie` (the default): ReACT's forest, loops shared only where the
+//!   statements' prefixes agree, temporaries reduced, one kernel;
+//! - `none`: one loop nest per statement in one kernel, temporaries whole
+//!   (in a sparse operand's pattern where propagation puts them there);
+//! - `maximal`: the statements substituted into one, TACO's fully fused
+//!   nest, through the single-statement pipeline.
+//!
+//! `none` and `trie` kernels run on the C backend; elsewhere each statement
+//! runs as its own kernel through the single-statement pipeline.
+//!
+//! GNN kernel 1 with `A` in CSR, under every policy, checked against the
+//! reference evaluator:
 //!
 //! ```
 //! use spindle::{CBackend, Input, Problem, Schedule, TimingOptions};
-//! use spindle_formats::DType;
+//! use spindle_formats::{Coo, DType, generate::uniform};
 //!
-//! let problem = Problem::new("H[i,h] = A[i,k] * X[k,h]; Z[i,j] = H[i,h] * W[h,j]")
-//!     .tensor("A", Input::random(&[30, 20], DType::F32, 1))
-//!     .tensor("X", Input::random(&[20, 8], DType::F32, 2))
-//!     .tensor("W", Input::random(&[8, 4], DType::F32, 3));
+//! let a: Coo<f64, i64> = uniform(30, 30, 90, 1)?;
+//! let problem = Problem::new("Z[i,j] = A[i,k] * X[k,h] * W[h,j]")
+//!     .tensor("A", a)
+//!     .tensor("X", Input::random(&[30, 8], DType::F64, 2))
+//!     .tensor("W", Input::random(&[8, 4], DType::F64, 3))
+//!     .format("A", "csr");
 //! assert!(problem.is_program());
-//! let run = problem.run_program(&CBackend::new(), &Schedule::default(), TimingOptions { warmup: 0, repeats: 1 }, true)?;
-//! assert_eq!(run.statements, ["H[i,h] = A[i,k] * X[k,h]", "Z[i,j] = H[i,h] * W[h,j]"]);
-//! assert_eq!((run.output.as_str(), run.result.shape()), ("Z", &[30, 4][..]));
-//! assert!(run.checks.iter().all(|c| c.passed()));
-//! # Ok::<(), spindle::Error>(())
+//! for fusion in ["none", "maximal", "trie"] {
+//!     let schedule: Schedule = format!("fusion={fusion}").parse()?;
+//!     let run = problem.run_program(&CBackend::new(), &schedule, TimingOptions { warmup: 0, repeats: 1 }, true)?;
+//!     assert!(run.checks.iter().all(|c| c.passed()), "{fusion}");
+//!     assert_eq!((run.output.as_str(), run.result.shape()), ("Z", &[30, 4][..]));
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::collections::BTreeMap;
 
 use ndarray::ArrayD;
-use spindle_ir::kernel::schedule::Schedule;
-use spindle_ir::lang::{Declaration, Declarations, Einsum};
-use spindle_ir::program::{Program, parse_program, split_program};
+use spindle_formats::{Assembled, Coo, FormatSpec, SparseTensor};
+use spindle_ir::kernel::schedule::{Fusion, Path, Schedule};
+use spindle_ir::lang::{Declaration, Declarations, Einsum, Expr, Statement};
+use spindle_ir::level::lower_program;
+use spindle_ir::program::{Program, evaluate_program, inline, parse_program, split_program};
+use spindle_ir::react::{forest_text, fused_forest};
+use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::backend::Backend;
-use crate::check::Check;
+use crate::check::{Check, expand, max_rel_error, tolerance};
 use crate::error::{Error, Result};
-use crate::input::{Input, kernel_dtype, load};
-use crate::problem::Problem;
+use crate::input::{Input, Loaded, kernel_dtype, load};
+use crate::problem::{MAX_DENSE_ELEMENTS, Problem};
+use crate::target::Target;
 use crate::timing::{Timing, TimingOptions};
 
 /// What a program's run produced.
 #[derive(Clone, Debug)]
 pub struct ProgramRun {
-    /// The statements that ran, in three-address form, in order.
+    /// The policy that made the kernels.
+    pub fusion: Fusion,
+    /// The statements in three-address form, in order (under `maximal`,
+    /// the one statement they were substituted into).
     pub statements: Vec<String>,
-    /// Each statement's timing, in order.
+    /// The forest of loops the kernel follows (`none`, `trie`), as text.
+    pub forest: String,
+    /// Each kernel's loop tree (or tile program), as text.
+    pub kernels: Vec<String>,
+    /// Each kernel's timing, in order.
     pub timings: Vec<Timing>,
-    /// Each statement's kernel against the reference evaluator on the same
-    /// inputs (the earlier kernels' outputs), where asked.
+    /// Each kernel's output against the reference evaluator, where asked.
     pub checks: Vec<Check>,
-    /// The last statement's output and its values.
+    /// The last statement's output and its values (dense; empty when a
+    /// sparse output would not fit dense).
     pub output: String,
     pub result: ArrayD<f64>,
+    /// A sparse output as the kernel wrote it.
+    pub assembled: Option<Assembled>,
     /// The last statement, checked (its output's name, shape and dtype).
     pub last: Option<Einsum>,
 }
 
 impl ProgramRun {
-    /// The sum of the statements' medians.
+    /// The sum of the kernels' medians.
     pub fn median_ms(&self) -> f64 {
         self.timings.iter().map(|t| t.median_ms).sum()
     }
+}
+
+/// A program's inputs: dense values, sparse entries of the tensors with a
+/// format, and every input's declaration.
+struct ProgramData {
+    dense: Tensors,
+    sparse: BTreeMap<String, Coo<f64, i64>>,
+    declarations: Declarations,
 }
 
 impl Problem {
@@ -65,19 +101,46 @@ impl Problem {
     /// temporaries and undeclared outputs declared by inference), checked
     /// against the data's shapes and dtypes.
     pub fn program(&self) -> Result<Program> {
+        let data = self.program_data()?;
+        self.split(&data)
+    }
+
+    fn split(&self, data: &ProgramData) -> Result<Program> {
         let src = self.statement();
         let statements = parse_program(src).map_err(|d| Error::statement(d, src))?;
-        let mut declarations = Declarations::new();
+        split_program(&statements, &data.declarations).map_err(|d| Error::statement(d, src))
+    }
+
+    fn program_data(&self) -> Result<ProgramData> {
+        let formats = self.formats()?;
+        let mut data =
+            ProgramData { dense: Tensors::new(), sparse: BTreeMap::new(), declarations: Declarations::new() };
         for (name, input) in &self.inputs {
             let loaded = load(input).map_err(|e| e.context(&format!("tensor {name}")))?;
             let dtype = kernel_dtype(input, &loaded);
-            declarations.insert(name.clone(), Declaration { shape: loaded.shape().to_vec(), dtype });
+            data.declarations.insert(name.clone(), Declaration { shape: loaded.shape().to_vec(), dtype });
+            match loaded {
+                Loaded::Dense(TensorValue::Values(v)) if formats.contains_key(name) => {
+                    data.sparse.insert(name.clone(), Coo::from_ndarray(&v)?);
+                }
+                Loaded::Dense(value) => {
+                    data.dense.insert(name.clone(), value);
+                }
+                Loaded::Sparse(coo) if formats.contains_key(name) => {
+                    data.sparse.insert(name.clone(), coo);
+                }
+                Loaded::Sparse(coo) => {
+                    let dense = dense_copy(name, &coo)?;
+                    data.dense.insert(name.clone(), TensorValue::Values(dense));
+                }
+                Loaded::Shape(_) => {}
+            }
         }
-        split_program(&statements, &declarations).map_err(|d| Error::statement(d, src))
+        Ok(data)
     }
 
     /// The formats given, parsed.
-    pub fn formats(&self) -> Result<BTreeMap<String, spindle_formats::FormatSpec>> {
+    pub fn formats(&self) -> Result<BTreeMap<String, FormatSpec>> {
         self.formats
             .iter()
             .map(|(n, f)| {
@@ -86,15 +149,31 @@ impl Problem {
             .collect()
     }
 
-    /// Whether the text holds several statements.
+    /// Whether the text runs as a program: several statements, or one
+    /// compound product (a product inside a product) over an operand with
+    /// a format and no indirect subscripts, its output dense or in the
+    /// format of an operand.
     pub fn is_program(&self) -> bool {
-        parse_program(self.statement()).is_ok_and(|s| s.len() > 1)
+        let Ok(statements) = parse_program(self.statement()) else { return false };
+        match &statements[..] {
+            [one] => {
+                let output = &one.lhs.tensor.name;
+                let format_of = |name: &str| self.formats.iter().find(|(n, _)| n == name).map(|(_, f)| f);
+                let inputs: Vec<&String> =
+                    self.formats.iter().filter(|(n, _)| n != output).map(|(_, f)| f).collect();
+                // A sparse output only in an input's format: the pattern
+                // of the operand that masks it (SDDMM's).
+                let output_fits = format_of(output).is_none_or(|f| inputs.contains(&f));
+                !inputs.is_empty() && output_fits && compound(&one.rhs) && !indirect(one)
+            }
+            _ => true,
+        }
     }
 
-    /// Runs the program statement by statement on `backend` under
-    /// `schedule`, each timed with `opts` and, with `check`, compared with
-    /// the reference evaluator. Formats apply to the tensors the program
-    /// reads; what it writes stays dense.
+    /// Runs the program under `schedule`'s `fusion=` on `backend`, each
+    /// kernel timed with `opts` and, with `check`, its output compared with
+    /// the reference evaluator's run of the program. Formats apply to the
+    /// tensors the program reads; what it writes stays dense.
     pub fn run_program(
         &self,
         backend: &dyn Backend,
@@ -102,22 +181,146 @@ impl Problem {
         opts: TimingOptions,
         check: bool,
     ) -> Result<ProgramRun> {
-        let program = self.program()?;
-        for einsum in &program.statements {
-            let out = &einsum.output().name;
-            if self.formats.iter().any(|(n, _)| n == out) {
-                return Err(Error::input(format!(
-                    "`{out}` is written by the program and has a format: a program's outputs are dense for now"
-                )));
+        let data = self.program_data()?;
+        let program = self.split(&data)?;
+        let last = program.statements.last().expect("a program has a statement").clone();
+        let reference = || -> Result<ArrayD<f64>> {
+            let mut all = data.dense.clone();
+            for (name, coo) in &data.sparse {
+                all.insert(name.clone(), TensorValue::Values(dense_copy(name, coo)?));
             }
+            let written =
+                evaluate_program(&program, &all).map_err(|d| Error::statement(d, self.statement()))?;
+            match &written[&last.output().name] {
+                TensorValue::Values(v) => Ok(v.clone()),
+                TensorValue::Indices(_) => unreachable!("outputs hold values"),
+            }
+        };
+        let mut run = match schedule.fusion {
+            Fusion::Maximal => self.run_maximal(&program, backend, schedule, opts)?,
+            _ if backend.target() != Target::C => {
+                return self.run_each_statement(&program, backend, schedule, opts, check);
+            }
+            fusion => {
+                let formats = self.formats()?;
+                let forest = fused_forest(&program, &formats, fusion, &schedule.order);
+                let lowered = lower_program(&program, &forest, &formats, &data.sparse, "spindle")
+                    .map_err(|d| Error::statement(d, self.statement()))?;
+                let executable = backend.compile_levels(&lowered, schedule)?;
+                let mut uploaded = executable.upload(&data.dense)?;
+                uploaded.launch()?;
+                let values = uploaded.output()?;
+                let timing = uploaded.time(opts)?;
+                // An output in a sparse operand's pattern: its structure
+                // with the kernel's values.
+                let (result, assembled) = match &lowered.pattern {
+                    None => (values, None),
+                    Some(t) => {
+                        let pattern = SparseTensor::from_coo(&data.sparse[t], &formats[t])?;
+                        let assembled = pattern.with_values(values.iter().copied().collect());
+                        (expand(&assembled).unwrap_or_else(|_| ArrayD::zeros(vec![0])), Some(assembled))
+                    }
+                };
+                ProgramRun {
+                    fusion,
+                    statements: program.statements.iter().map(|e| e.statement.to_string()).collect(),
+                    forest: forest_text(&forest),
+                    kernels: vec![lowered.kernel.to_string()],
+                    timings: vec![timing],
+                    checks: Vec::new(),
+                    output: last.output().name.clone(),
+                    result,
+                    assembled,
+                    last: Some(last.clone()),
+                }
+            }
+        };
+        if check {
+            let want = reference()?;
+            let got = match &run.assembled {
+                Some(a) => expand(a)?,
+                None => run.result.clone(),
+            };
+            let stored = run.assembled.as_ref().map(Assembled::nnz);
+            run.checks = vec![Check {
+                max_rel_error: max_rel_error(&got, &want),
+                tolerance: tolerance(&last),
+                stored,
+            }];
         }
+        Ok(run)
+    }
+
+    /// `fusion=maximal`: the statements substituted into one, run as a
+    /// single statement (on the level path where operands have formats).
+    fn run_maximal(
+        &self,
+        program: &Program,
+        backend: &dyn Backend,
+        schedule: &Schedule,
+        opts: TimingOptions,
+    ) -> Result<ProgramRun> {
+        let statement = inline(program).map_err(|d| Error::statement(d, self.statement()))?;
+        let text = statement.to_string();
+        let mut problem = Problem::new(text.as_str());
+        for (name, input) in self.inputs.iter().filter(|(n, _)| mentions(&statement, n)) {
+            problem = problem.tensor(name.as_str(), input.clone());
+        }
+        for (name, spec) in self.formats.iter().filter(|(n, _)| mentions(&statement, n)) {
+            problem = problem.format(name.as_str(), spec.as_str());
+        }
+        let prepared = problem.prepare()?;
+        let mut schedule = schedule.clone();
+        if !self.formats.is_empty() {
+            schedule.path = Path::Levels;
+        }
+        let compiled = prepared.compile(backend, &schedule)?;
+        let (result, assembled, timing) = match compiled.assembles() {
+            true => {
+                let (assembled, timing) = compiled.assemble_and_time(opts)?;
+                (expand(&assembled).unwrap_or_else(|_| ArrayD::zeros(vec![0])), Some(assembled), timing)
+            }
+            false => {
+                let (result, timing) = compiled.run_and_time(opts)?;
+                (result, None, timing)
+            }
+        };
+        Ok(ProgramRun {
+            fusion: Fusion::Maximal,
+            statements: vec![text],
+            forest: String::new(),
+            kernels: vec![compiled.kernel.to_string()],
+            timings: vec![timing],
+            checks: Vec::new(),
+            output: prepared.einsum.output().name.clone(),
+            result,
+            assembled,
+            last: Some(prepared.einsum.clone()),
+        })
+    }
+
+    /// Each statement its own kernel through the single-statement pipeline
+    /// (backends without program kernels), its output the dense input of
+    /// the statements after it; each checked on its own inputs.
+    fn run_each_statement(
+        &self,
+        program: &Program,
+        backend: &dyn Backend,
+        schedule: &Schedule,
+        opts: TimingOptions,
+        check: bool,
+    ) -> Result<ProgramRun> {
         let mut written: BTreeMap<String, ArrayD<f64>> = BTreeMap::new();
         let mut run = ProgramRun {
+            fusion: Fusion::None,
             statements: Vec::new(),
+            forest: String::new(),
+            kernels: Vec::new(),
             timings: Vec::new(),
             checks: Vec::new(),
             output: String::new(),
             result: ArrayD::zeros(vec![0]),
+            assembled: None,
             last: None,
         };
         for einsum in &program.statements {
@@ -144,6 +347,7 @@ impl Problem {
                 run.checks.push(compiled.compare(&result)?);
             }
             run.statements.push(text);
+            run.kernels.push(compiled.kernel.to_string());
             run.timings.push(timing);
             written.insert(out.clone(), result.clone());
             run.output = out;
@@ -152,4 +356,45 @@ impl Problem {
         }
         Ok(run)
     }
+}
+
+/// A sparse tensor's dense copy, refused past [`MAX_DENSE_ELEMENTS`].
+fn dense_copy(name: &str, coo: &Coo<f64, i64>) -> Result<ArrayD<f64>> {
+    let elements = coo.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
+        return Err(Error::input(format!(
+            "`{name}` would need a dense copy of more than {MAX_DENSE_ELEMENTS} elements; give it a format, or check a smaller problem"
+        )));
+    }
+    Ok(coo.to_ndarray()?)
+}
+
+/// Whether `e` holds a product inside a product (three-address form splits
+/// it).
+fn compound(e: &Expr) -> bool {
+    use spindle_ir::lang::BinOp;
+    let product = |x: &Expr| matches!(x, Expr::Binary { op: BinOp::Mul, .. });
+    match e {
+        Expr::Binary { op: BinOp::Mul, lhs, rhs, .. } => {
+            product(lhs) || product(rhs) || compound(lhs) || compound(rhs)
+        }
+        Expr::Binary { lhs, rhs, .. } => compound(lhs) || compound(rhs),
+        Expr::Neg { expr, .. } => compound(expr),
+        Expr::Call { args, .. } => args.iter().any(compound),
+        Expr::Access(_) | Expr::Literal { .. } => false,
+    }
+}
+
+/// Whether a subscript of `s` reads an index tensor.
+fn indirect(s: &Statement) -> bool {
+    std::iter::once(&s.lhs).chain(s.rhs.accesses()).any(|a| {
+        a.subscripts
+            .iter()
+            .any(|x| x.terms.iter().any(|t| matches!(t.atom, spindle_ir::lang::Atom::Indirect(_))))
+    })
+}
+
+/// Whether `s` names tensor `name`.
+fn mentions(s: &Statement, name: &str) -> bool {
+    s.lhs.tensor.name == name || s.rhs.accesses().iter().any(|a| a.tensor.name == name)
 }

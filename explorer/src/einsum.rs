@@ -305,7 +305,9 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
 
 /// `--emit fusion`: the program ReACT's passes see and make.
 fn emit_fusion(args: &DataArgs) -> Result<()> {
-    use spindle_ir::react::{forest_text, index_trees, propagate, reduce_dimensions, trie_fuse, unfused};
+    use spindle_ir::react::{
+        forest_text, index_trees, order_loops, propagate, reduce_dimensions, trie_fuse, unfused,
+    };
     let problem = problem(args)?;
     let program = problem.program().map_err(reported)?;
     let formats = problem.formats().map_err(reported)?;
@@ -313,8 +315,8 @@ fn emit_fusion(args: &DataArgs) -> Result<()> {
     for (n, e) in program.statements.iter().enumerate() {
         println!("  S{}: {}", n + 1, e.statement);
     }
-    let trees = propagate(&program, &index_trees(&program, &formats));
-    println!("index trees (sparse iteration spaces propagated):");
+    let trees = order_loops(&program, &propagate(&program, &index_trees(&program, &formats)), &formats, &[]);
+    println!("index trees (sparse iteration spaces propagated, loops ordered):");
     for (n, t) in trees.iter().enumerate() {
         println!("  S{}: {t}", n + 1);
     }
@@ -445,9 +447,10 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
     }
 }
 
-/// Several statements: split into three-address form and run one kernel
-/// per statement (ReACT's `fusion=none`), each timed and, with `--check`,
-/// compared with the reference evaluator.
+/// A program (several statements, or one compound statement over sparse
+/// operands): split into three-address form and run as the schedule's
+/// `fusion=` says (trie unless told), timed and, with `--check`, compared
+/// with the reference evaluator's run of the program.
 fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<'_>) -> Result<()> {
     let mut schedule = schedule(run.schedule)?;
     if run.threads != 0 {
@@ -455,20 +458,29 @@ fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<
     }
     let opts = TimingOptions { warmup: 2, repeats: run.repeats.max(1) };
     let ran = problem.run_program(backend, &schedule, opts, run.check).map_err(reported)?;
-    for (n, (statement, timing)) in ran.statements.iter().zip(&ran.timings).enumerate() {
-        eprintln!("statement {}: {statement}: median {:.3} ms", n + 1, timing.median_ms);
+    for (n, statement) in ran.statements.iter().enumerate() {
+        eprintln!("S{}: {statement}", n + 1);
     }
+    if !ran.forest.is_empty() {
+        eprintln!("loops (fusion={}):", ran.fusion);
+        for line in ran.forest.lines() {
+            eprintln!("  {line}");
+        }
+    }
+    let kernels = match ran.timings.len() {
+        1 => "one kernel".to_string(),
+        n => format!("{n} kernels, one per statement"),
+    };
     eprintln!(
-        "ran {} statements on {} (fusion=none: one kernel each): {:.3} ms in all (sum of medians)",
-        ran.statements.len(),
+        "ran the program on {} (fusion={}: {kernels}): median {:.3} ms{}",
         run.target.title(),
-        ran.median_ms()
+        ran.fusion,
+        ran.median_ms(),
+        if ran.timings.len() > 1 { " in all (sum of medians)" } else { "" }
     );
     if run.check {
         let worst = ran.checks.iter().map(|c| c.max_rel_error).fold(0.0f64, f64::max);
-        println!(
-            "check: max relative error {worst:.2e} against the reference evaluator, statement by statement"
-        );
+        println!("check: max relative error {worst:.2e} against the reference evaluator");
         if let Some(c) = ran.checks.iter().find(|c| !c.passed()) {
             bail!(
                 "a kernel's result differs from the reference evaluator (max relative error {:.2e} > {:.0e})",
@@ -478,7 +490,10 @@ fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<
         }
     }
     let last = ran.last.as_ref().ok_or_else(|| anyhow!("the program ran no statement"))?;
-    emit_output(last, &ran.result, run.out)
+    match &ran.assembled {
+        Some(a) => emit_assembled(last, a, run.out),
+        None => emit_output(last, &ran.result, run.out),
+    }
 }
 
 /// What a run produced: a dense output, or a sparse one as the kernel

@@ -526,9 +526,10 @@ fn sparse_outputs_are_assembled_checked_and_written() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Several statements: split into three-address form, one kernel each,
-/// each checked; an output whose shape nothing fixes is refused with a
-/// caret into the whole program.
+/// Several statements: split into three-address form, trie-fused into one
+/// kernel (or one nest each with `fusion=none`), checked against the
+/// reference evaluator's run of the program; an output whose shape nothing
+/// fixes is refused with a caret into the whole program.
 #[test]
 fn programs_of_several_statements_run_statement_by_statement() {
     let run = spindle(&[
@@ -544,22 +545,32 @@ fn programs_of_several_statements_run_statement_by_statement() {
     ]);
     let (out, err) = (stdout(&run), stderr(&run));
     assert!(run.status.success(), "{err}");
-    assert!(err.contains("statement 1: H[i,h] = A[i,k] * X[k,h]") && err.contains("fusion=none"), "{err}");
+    assert!(err.contains("S1: H[i,h] = A[i,k] * X[k,h]") && err.contains("fusion=trie: one kernel"), "{err}");
     assert!(out.contains("check: max relative error") && out.contains("40x5"), "{out}");
-    // A compound product splits too: SDDMM as two kernels.
-    let run = spindle(&[
-        "run",
-        "A[i,j] = B[i,j] * (C[i,k] * D[k,j]);\nE[i,j] = A[i,j] * 2",
-        "--rand",
-        "B=20x24:f32:1",
-        "--rand",
-        "C=20x6:f32:2",
-        "--rand",
-        "D=6x24:f32:3",
-        "--check",
-    ]);
-    assert!(run.status.success(), "{}", stderr(&run));
-    assert!(stderr(&run).contains("T1[i,j] = C[i,k] * D[k,j]"), "{}", stderr(&run));
+    // A compound product splits too: SDDMM, its output in B's pattern,
+    // under every policy.
+    for fusion in ["none", "maximal", "trie"] {
+        let run = spindle(&[
+            "run",
+            "A[i,j] = B[i,j] * (C[i,k] * D[k,j])",
+            "--rand",
+            "B=20x24:f32:1",
+            "--rand",
+            "C=20x6:f32:2",
+            "--rand",
+            "D=6x24:f32:3",
+            "--format",
+            "B=csr",
+            "--format",
+            "A=csr",
+            "--schedule",
+            &format!("fusion={fusion}"),
+            "--check",
+        ]);
+        assert!(run.status.success(), "{}", stderr(&run));
+        assert!(stderr(&run).contains(&format!("fusion={fusion}")), "{}", stderr(&run));
+        assert!(stdout(&run).contains("check: max relative error"), "{}", stdout(&run));
+    }
     // H's extent of h comes from nothing declared.
     let bad = spindle(&["run", "H[i,h] = A[i,k] * X[k,h]; Z[i] = H[i,h]", "--rand", "A=4x3:f32:1"]);
     assert_eq!(bad.status.code(), Some(1));

@@ -229,6 +229,40 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
         }
     }
 
+    /// This tensor's structure (levels, positions, coordinates) with other
+    /// values, one per stored entry: what a kernel that writes an output in
+    /// this tensor's pattern (SDDMM's) produced.
+    ///
+    /// ```
+    /// use spindle_formats::{Coo, FormatSpec, SparseTensor};
+    ///
+    /// let b = Coo::<f64, i64>::from_triplets(2, 3, &[(0, 2, 1.0), (1, 0, 2.0)])?;
+    /// let csr = SparseTensor::from_coo(&b, &FormatSpec::Csr)?;
+    /// let a = csr.with_values(vec![10.0, 20.0]).to_coo()?;
+    /// assert_eq!((a.crd, a.val), (vec![vec![0, 1], vec![2, 0]], vec![10.0, 20.0]));
+    /// # Ok::<(), spindle_formats::FormatError>(())
+    /// ```
+    pub fn with_values(&self, val: Vec<f64>) -> crate::Assembled {
+        let arrays: Vec<(String, ArrayData<'_, V, I>)> = self.arrays();
+        let ints = |name: &Option<String>| {
+            let name = name.as_ref()?;
+            arrays.iter().find(|(n, _)| n == name).and_then(|(_, a)| match a {
+                ArrayData::Index(ix) => Some(ix.iter().map(|x| x.to_usize() as i64).collect()),
+                ArrayData::Value(_) => None,
+            })
+        };
+        crate::Assembled {
+            shape: self.shape().to_vec(),
+            levels: self.levels(),
+            arrays: self
+                .level_arrays()
+                .iter()
+                .map(|l| crate::AssembledLevel { pos: ints(&l.pos), crd: ints(&l.crd) })
+                .collect(),
+            val,
+        }
+    }
+
     /// Every stored array by the name the design uses (`pos`, `crd`, `val`,
     /// `grp`, …), in order.
     pub fn arrays(&self) -> Vec<(String, ArrayData<'_, V, I>)> {

@@ -301,3 +301,171 @@ fn shift_statement(s: &mut Statement, by: usize) {
         }
     }
 }
+
+/// Maximal fusion's one statement (TACO's fully fused nest): each
+/// temporary's product substituted where it is read, its summed indices
+/// renamed apart. A temporary must be a product written once with `=` and
+/// read as a factor (or hold no sum): a sum distributes over a product, not
+/// over a sum. Every statement but the last must feed the last.
+///
+/// GNN kernel 1 split and put back:
+///
+/// ```
+/// use spindle_ir::lang::einsum::declarations;
+/// use spindle_ir::program::{inline, parse_program, split_program};
+///
+/// let decls = declarations(&[("Z", &[4, 2], "f32"), ("A", &[4, 4], "f32"),
+///                            ("X", &[4, 3], "f32"), ("W", &[3, 2], "f32")]);
+/// let program = split_program(&parse_program("H[i,h] = A[i,k] * X[k,h]; Z[i,j] = H[i,h] * W[h,j]")?, &decls)?;
+/// assert_eq!(inline(&program)?.to_string(), "Z[i,j] = A[i,k] * X[k,h] * W[h,j]");
+/// # Ok::<(), spindle_ir::lang::Diagnostic>(())
+/// ```
+pub fn inline(program: &Program) -> Result<Statement, Diagnostic> {
+    let statements = &program.statements;
+    let last = statements.last().expect("a program has a statement");
+    // Each substitutable output: its subscripts' index names and product.
+    let mut bodies: BTreeMap<String, (Vec<String>, Expr)> = BTreeMap::new();
+    let mut rhs = Expr::Literal { value: 0.0, span: last.statement.span };
+    for (s, e) in statements.iter().enumerate() {
+        let st = &e.statement;
+        let mut used: BTreeSet<String> = indices_of(&st.rhs);
+        used.extend(lhs_indices(&st.lhs));
+        let substituted = substitute(&st.rhs, &bodies, true, &mut used)?;
+        if s + 1 == statements.len() {
+            rhs = substituted;
+            break;
+        }
+        let name = &st.lhs.tensor.name;
+        let refuse = |why: &str| {
+            Diagnostic::new(format!("maximal fusion cannot substitute `{name}`: {why}"), st.lhs.span)
+                .with_label("not substituted")
+                .with_note("run the program with fusion=trie or fusion=none")
+        };
+        if st.op != AssignOp::Assign || bodies.contains_key(name) {
+            return Err(refuse("it is written more than once, or with `+=`"));
+        }
+        if !statements[s + 1..]
+            .iter()
+            .any(|later| later.statement.rhs.accesses().iter().any(|a| a.tensor.name == *name))
+        {
+            return Err(refuse(
+                "no later statement reads it, and maximal fusion keeps only the last statement's output",
+            ));
+        }
+        let indices: Option<Vec<String>> =
+            st.lhs.subscripts.iter().map(|x| x.as_index().map(|i| i.name.clone())).collect();
+        let Some(indices) = indices else { return Err(refuse("its subscripts are not plain indices")) };
+        bodies.insert(name.clone(), (indices, substituted));
+    }
+    Ok(Statement { rhs, ..last.statement.clone() })
+}
+
+/// `e` with every access to a tensor in `bodies` replaced by its product
+/// (parenthesised), its indices renamed to the access's and its summed
+/// ones to names `e` does not use. `factor`: whether `e` sits where a sum
+/// inside it distributes (a factor of the statement's product).
+fn substitute(
+    e: &Expr,
+    bodies: &BTreeMap<String, (Vec<String>, Expr)>,
+    factor: bool,
+    used: &mut BTreeSet<String>,
+) -> Result<Expr, Diagnostic> {
+    Ok(match e {
+        Expr::Access(a) => match bodies.get(&a.tensor.name) {
+            None => e.clone(),
+            Some((free, body)) => {
+                let summed: Vec<String> =
+                    ordered_indices(body).into_iter().filter(|i| !free.contains(i)).collect();
+                if !factor && !summed.is_empty() {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "maximal fusion cannot substitute `{}` here: it sums over {}, and it is read outside a product",
+                            a.tensor.name,
+                            summed.join(", ")
+                        ),
+                        a.span,
+                    )
+                    .with_label("not a factor")
+                    .with_note("run the program with fusion=trie or fusion=none"));
+                }
+                let mut map = BTreeMap::new();
+                for (name, sub) in free.iter().zip(&a.subscripts) {
+                    let Some(i) = sub.as_index() else {
+                        return Err(Diagnostic::new(
+                            format!("maximal fusion substitutes `{}` only at plain indices", a.tensor.name),
+                            sub.span,
+                        )
+                        .with_label("not a plain index"));
+                    };
+                    map.insert(name.clone(), i.name.clone());
+                }
+                for name in summed {
+                    let mut fresh = name.clone();
+                    let mut n = 0;
+                    while used.contains(&fresh) {
+                        n += 1;
+                        fresh = format!("{name}{n}");
+                    }
+                    used.insert(fresh.clone());
+                    map.insert(name, fresh);
+                }
+                rename(body, &map)
+            }
+        },
+        Expr::Literal { .. } => e.clone(),
+        Expr::Neg { expr, span } => {
+            Expr::Neg { expr: Box::new(substitute(expr, bodies, factor, used)?), span: *span }
+        }
+        Expr::Binary { op, lhs, rhs, span } => {
+            let (l, r) = match op {
+                BinOp::Mul => (factor, factor),
+                BinOp::Div => (factor, false),
+                _ => (false, false),
+            };
+            Expr::Binary {
+                op: *op,
+                lhs: Box::new(substitute(lhs, bodies, l, used)?),
+                rhs: Box::new(substitute(rhs, bodies, r, used)?),
+                span: *span,
+            }
+        }
+        Expr::Call { func, args, span } => Expr::Call {
+            func: *func,
+            args: args.iter().map(|a| substitute(a, bodies, false, used)).collect::<Result<_, _>>()?,
+            span: *span,
+        },
+    })
+}
+
+/// `e` with its indices renamed by `map` (others kept).
+fn rename(e: &Expr, map: &BTreeMap<String, String>) -> Expr {
+    fn access(a: &mut Access, map: &BTreeMap<String, String>) {
+        for s in &mut a.subscripts {
+            for t in &mut s.terms {
+                match &mut t.atom {
+                    crate::lang::Atom::Index(i) => {
+                        if let Some(to) = map.get(&i.name) {
+                            i.name = to.clone();
+                        }
+                    }
+                    crate::lang::Atom::Indirect(inner) => access(inner, map),
+                }
+            }
+        }
+    }
+    fn walk(e: &mut Expr, map: &BTreeMap<String, String>) {
+        match e {
+            Expr::Literal { .. } => {}
+            Expr::Access(a) => access(a, map),
+            Expr::Neg { expr, .. } => walk(expr, map),
+            Expr::Binary { lhs, rhs, .. } => {
+                walk(lhs, map);
+                walk(rhs, map);
+            }
+            Expr::Call { args, .. } => args.iter_mut().for_each(|a| walk(a, map)),
+        }
+    }
+    let mut out = e.clone();
+    walk(&mut out, map);
+    out
+}

@@ -82,7 +82,7 @@ impl fmt::Display for IndexTree {
 
 /// The initial index tree of every statement: its indices in the checked
 /// order (the output's first, then by first appearance); a loop is sparse
-/// where an operand stored in one of `formats` holds its index at a level
+/// where a factor stored in one of `formats` holds its index at a level
 /// that is not dense.
 pub fn index_trees(program: &Program, formats: &BTreeMap<String, FormatSpec>) -> Vec<IndexTree> {
     program
@@ -102,10 +102,102 @@ pub fn index_trees(program: &Program, formats: &BTreeMap<String, FormatSpec>) ->
         .collect()
 }
 
-/// The first operand of `einsum` stored in a format that holds `index` at
-/// a level that is not dense.
+/// Each tree's loops reordered, one loop at a time among those whose
+/// stored levels above are bound (a level is reached from its parent):
+/// the indices `hint` lists first, in its order; then the loop that is
+/// the contiguous (last) dimension of the fewest dense accesses, a loop
+/// over stored coordinates counting none (it gathers), so the innermost
+/// loop walks rows of dense operands; ties in the tree's order. SDDMM's
+/// product `T1[i,j] = C[i,k] * D[k,j]` over B's pattern keeps i, j, k (the
+/// sum innermost, in a register); GNN kernel 1's `T1[i,h] = A[i,k] *
+/// X[k,h]` runs i, k, h (rows of X).
+pub fn order_loops(
+    program: &Program,
+    trees: &[IndexTree],
+    formats: &BTreeMap<String, FormatSpec>,
+    hint: &[String],
+) -> Vec<IndexTree> {
+    // Each stored operand's index names in level order, as the program
+    // reads it.
+    let mut chains: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for einsum in &program.statements {
+        for access in einsum.statement.rhs.accesses() {
+            let (Some(spec), Some(info)) =
+                (formats.get(&access.tensor.name), einsum.tensors.get(&access.tensor.name))
+            else {
+                continue;
+            };
+            let Ok(tensor) = SparseTensor::from_coo(&Coo::<f64, i64>::empty(info.shape.clone()), spec) else {
+                continue;
+            };
+            let names = tensor
+                .levels()
+                .iter()
+                .filter_map(|l| {
+                    access.subscripts.get(l.dim).and_then(|s| s.as_index()).map(|i| i.name.clone())
+                })
+                .collect();
+            chains.entry(access.tensor.name.clone()).or_insert(names);
+        }
+    }
+    trees
+        .iter()
+        .map(|tree| {
+            let st = &tree.compute;
+            let mut contiguous: BTreeMap<&str, usize> = BTreeMap::new();
+            for access in std::iter::once(&st.lhs).chain(st.rhs.accesses()) {
+                if formats.contains_key(&access.tensor.name) {
+                    continue;
+                }
+                if let Some(last) = access.subscripts.last().and_then(|s| s.as_index()) {
+                    *contiguous.entry(last.name.as_str()).or_default() += 1;
+                }
+            }
+            let walked: Vec<&Vec<String>> = st
+                .rhs
+                .accesses()
+                .iter()
+                .map(|a| a.tensor.name.clone())
+                .chain(tree.loops.iter().filter_map(|l| match &l.space {
+                    Space::Sparse(t) => Some(t.clone()),
+                    Space::Dense => None,
+                }))
+                .filter_map(|t| chains.get(&t))
+                .collect();
+            let mut left = tree.loops.clone();
+            let mut out: Vec<Loop> = Vec::new();
+            while !left.is_empty() {
+                let ready = |l: &Loop| {
+                    walked.iter().all(|c| match c.iter().position(|y| *y == l.index) {
+                        Some(at) => c[..at].iter().all(|above| {
+                            out.iter().any(|o| o.index == *above) || !left.iter().any(|x| x.index == *above)
+                        }),
+                        None => true,
+                    })
+                };
+                let score = |l: &Loop| match l.space {
+                    Space::Sparse(_) => 0,
+                    Space::Dense => contiguous.get(l.index.as_str()).copied().unwrap_or(0),
+                };
+                let at = hint
+                    .iter()
+                    .find_map(|h| left.iter().position(|l| l.index == *h && ready(l)))
+                    .or_else(|| {
+                        (0..left.len()).filter(|&x| ready(&left[x])).min_by_key(|&x| (score(&left[x]), x))
+                    })
+                    .unwrap_or(0);
+                out.push(left.remove(at));
+            }
+            IndexTree { loops: out, compute: tree.compute.clone() }
+        })
+        .collect()
+}
+
+/// The first factor of `einsum` stored in a format that holds `index` at a
+/// level that is not dense: where it has no entry the statement adds
+/// nothing (a mask, `∧`); an operand of a sum masks nothing (`∨`).
 fn sparse_walker(einsum: &Einsum, formats: &BTreeMap<String, FormatSpec>, index: &str) -> Option<String> {
-    einsum.statement.rhs.accesses().iter().find_map(|access| {
+    factors(&einsum.statement.rhs).into_iter().find_map(|access| {
         let spec = formats.get(&access.tensor.name)?;
         let info = einsum.tensors.get(&access.tensor.name)?;
         let levels = SparseTensor::from_coo(&Coo::<f64, i64>::empty(info.shape.clone()), spec).ok()?.levels();
@@ -121,6 +213,23 @@ fn sparse_walker(einsum: &Einsum, formats: &BTreeMap<String, FormatSpec>, index:
             })
             .then(|| access.tensor.name.clone())
     })
+}
+
+/// The accesses `e` is zero without: its factors (a sum or a function of
+/// an operand is not zero where that operand is, so it has none).
+fn factors(e: &crate::lang::Expr) -> Vec<&crate::lang::Access> {
+    use crate::lang::{BinOp, Expr};
+    match e {
+        Expr::Access(a) => vec![a],
+        Expr::Neg { expr, .. } => factors(expr),
+        Expr::Binary { op: BinOp::Mul, lhs, rhs, .. } => {
+            let mut out = factors(lhs);
+            out.extend(factors(rhs));
+            out
+        }
+        Expr::Binary { op: BinOp::Div, lhs, .. } => factors(lhs),
+        _ => Vec::new(),
+    }
 }
 
 /// Sparse iteration-space propagation (paper 003 §4.2), masks combined by
@@ -346,6 +455,26 @@ pub fn forest_text(forest: &[Node]) -> String {
     out
 }
 
+/// The forest a fusion policy arranges `program` in: index trees with
+/// sparse iteration spaces propagated, then each statement its own nest
+/// (`none`) or trie-fused (`trie`). `maximal` substitutes the statements
+/// into one instead ([`crate::program::inline`]); here it is `trie`'s
+/// forest.
+pub fn fused_forest(
+    program: &Program,
+    formats: &BTreeMap<String, FormatSpec>,
+    fusion: crate::kernel::schedule::Fusion,
+    order: &[String],
+) -> Vec<Node> {
+    let trees = propagate(program, &index_trees(program, formats));
+    let trees = order_loops(program, &trees, formats, order);
+    let forest = unfused(program, &trees);
+    match fusion {
+        crate::kernel::schedule::Fusion::None => forest,
+        _ => trie_fuse(program, forest),
+    }
+}
+
 /// Each statement's index tree as a chain of loop nodes (no fusion).
 pub fn unfused(program: &Program, trees: &[IndexTree]) -> Vec<Node> {
     trees
@@ -374,10 +503,30 @@ pub fn unfused(program: &Program, trees: &[IndexTree]) -> Vec<Node> {
 /// common prefixes fuse: a statement's deeper loops stay its own.
 pub fn trie_fuse(program: &Program, forest: Vec<Node>) -> Vec<Node> {
     let deps = dependences(program);
-    fuse_level(forest, &deps)
+    fuse_level(program, forest, &deps)
 }
 
-fn fuse_level(nodes: Vec<Node>, deps: &[Dependence]) -> Vec<Node> {
+/// Whether dependence `d` stays inside one iteration of a fused loop over
+/// `index`: both statements reach the tensor with `index` at the same
+/// dimension, so no iteration reads what another writes. Reads alone
+/// never prevent fusion; a producer that sums over `index` does.
+fn loop_independent(program: &Program, d: &Dependence, index: &str) -> bool {
+    if d.kind == DependenceKind::Input {
+        return true;
+    }
+    let dims = |s: usize| -> Vec<Option<usize>> {
+        let st = &program.statements[s].statement;
+        std::iter::once(&st.lhs)
+            .chain(st.rhs.accesses())
+            .filter(|a| a.tensor.name == d.tensor)
+            .map(|a| a.subscripts.iter().position(|x| x.as_index().is_some_and(|i| i.name == index)))
+            .collect()
+    };
+    let all: Vec<Option<usize>> = dims(d.from).into_iter().chain(dims(d.to)).collect();
+    all.first().is_some_and(|first| first.is_some() && all.iter().all(|x| x == first))
+}
+
+fn fuse_level(program: &Program, nodes: Vec<Node>, deps: &[Dependence]) -> Vec<Node> {
     let n = nodes.len();
     let members: Vec<Vec<usize>> = nodes
         .iter()
@@ -391,11 +540,21 @@ fn fuse_level(nodes: Vec<Node>, deps: &[Dependence]) -> Vec<Node> {
     // dependence into a statement of b.
     let linked =
         |a: usize, b: usize| deps.iter().any(|d| members[a].contains(&d.from) && members[b].contains(&d.to));
-    let same_space = |a: &Node, b: &Node| match (a, b) {
+    // Fusion-preventing: another iteration space, or a dependence the
+    // fused loop would carry.
+    let fusible = |a: usize, b: usize| match (&nodes[a], &nodes[b]) {
         (
             Node::Loop { index: i, extent: e, space: s, .. },
             Node::Loop { index: j, extent: f, space: t, .. },
-        ) => i == j && e == f && s == t,
+        ) => {
+            i == j
+                && e == f
+                && s == t
+                && deps
+                    .iter()
+                    .filter(|d| members[a].contains(&d.from) && members[b].contains(&d.to))
+                    .all(|d| loop_independent(program, d, i))
+        }
         _ => false,
     };
     // Reachability between siblings along dependences (they only point
@@ -418,7 +577,7 @@ fn fuse_level(nodes: Vec<Node>, deps: &[Dependence]) -> Vec<Node> {
             if head[child] != child || !group.iter().any(|&m| linked(m, child)) {
                 continue;
             }
-            if !same_space(&nodes[g], &nodes[child]) {
+            if !group.iter().all(|&m| fusible(m, child) || !linked(m, child)) || !fusible(g, child) {
                 continue;
             }
             let other_path = (0..n)
@@ -449,7 +608,7 @@ fn fuse_level(nodes: Vec<Node>, deps: &[Dependence]) -> Vec<Node> {
     out.into_iter()
         .map(|node| match node {
             Node::Loop { index, extent, space, children } => {
-                Node::Loop { index, extent, space, children: fuse_level(children, deps) }
+                Node::Loop { index, extent, space, children: fuse_level(program, children, deps) }
             }
             compute => compute,
         })

@@ -8,7 +8,7 @@ use spindle_ir::lang::einsum::declarations;
 use spindle_ir::lang::{check, parse};
 use spindle_ir::program::{evaluate_program, parse_program, split_program};
 use spindle_ir::react::{
-    dependences, forest_text, index_trees, propagate, reduce_dimensions, trie_fuse, unfused,
+    dependences, forest_text, index_trees, order_loops, propagate, reduce_dimensions, trie_fuse, unfused,
 };
 use spindle_ir::tensor::{TensorValue, Tensors};
 
@@ -294,4 +294,39 @@ fn temporaries_keep_only_dimensions_not_shared_with_their_users() {
         &[],
     );
     assert_eq!(apart["H"], ["i", "h"]);
+}
+
+/// Loop order after propagation: the loop that is the contiguous dimension
+/// of the most dense accesses goes innermost, a walk over stored
+/// coordinates counting none; stored levels stay in order; `order=` first.
+#[test]
+fn loops_are_ordered_for_rows_of_dense_operands() {
+    let ordered = |src: &str, decls: &[(&str, &[usize], &str)], formats: &[(&str, &str)], hint: &[&str]| {
+        let program = split_program(&parse_program(src).unwrap(), &declarations(decls)).unwrap();
+        let formats = formats.iter().map(|(t, f)| (t.to_string(), f.parse().unwrap())).collect();
+        let hint: Vec<String> = hint.iter().map(|h| h.to_string()).collect();
+        let trees = propagate(&program, &index_trees(&program, &formats));
+        order_loops(&program, &trees, &formats, &hint).iter().map(|t| t.to_string()).collect::<Vec<_>>()
+    };
+    let gnn =
+        [("Z", &[6, 3][..], "f32"), ("A", &[6, 7], "f32"), ("X", &[7, 4], "f32"), ("W", &[4, 3], "f32")];
+    assert_eq!(
+        ordered("Z[i,j] = A[i,k] * X[k,h] * W[h,j]", &gnn, &[("A", "csr")], &[]),
+        [
+            "for i: for k in A: for h: T1[i,h] = A[i,k] * X[k,h]",
+            "for i: for h: for j: Z[i,j] = T1[i,h] * W[h,j]"
+        ]
+    );
+    // SDDMM's sum stays innermost: j walks B's pattern (a gather).
+    let sddmm =
+        [("A", &[4, 5][..], "f32"), ("B", &[4, 5], "f32"), ("C", &[4, 3], "f32"), ("D", &[3, 5], "f32")];
+    assert_eq!(
+        ordered("A[i,j] = B[i,j] * (C[i,k] * D[k,j])", &sddmm, &[("B", "csr")], &[])[0],
+        "for i: for j in B: for k: T1[i,j] = C[i,k] * D[k,j]"
+    );
+    // `order=k` puts k first where B's levels allow: i still comes before j.
+    assert_eq!(
+        ordered("A[i,j] = B[i,j] * (C[i,k] * D[k,j])", &sddmm, &[("B", "csr")], &["k", "j"])[0],
+        "for k: for i: for j in B: T1[i,j] = C[i,k] * D[k,j]"
+    );
 }

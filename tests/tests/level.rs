@@ -17,27 +17,7 @@ use spindle_ir::lang::einsum::declarations;
 use spindle_ir::lang::{Einsum, check, parse};
 use spindle_ir::level::lower;
 use spindle_ir::tensor::{TensorValue, Tensors};
-
-/// A random sparse tensor of `shape` with about `density` of its entries
-/// stored, values in ±[0.5, 1.5).
-fn sparse(shape: &[usize], density: f64, seed: u64) -> Coo<f64, i64> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let total: usize = shape.iter().product();
-    let mut crd = vec![Vec::new(); shape.len()];
-    let mut val = Vec::new();
-    for flat in 0..total {
-        if rng.random::<f64>() < density {
-            let mut rest = flat;
-            for d in (0..shape.len()).rev() {
-                crd[d].push((rest % shape[d]) as i64);
-                rest /= shape[d];
-            }
-            let sign = if rng.random::<bool>() { 1.0 } else { -1.0 };
-            val.push(sign * rng.random_range(0.5..1.5));
-        }
-    }
-    Coo::new(shape.to_vec(), crd, val).unwrap()
-}
+use spindle_tests::random_sparse as sparse;
 
 fn dense(shape: &[usize], seed: u64) -> ArrayD<f64> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

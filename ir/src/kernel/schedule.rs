@@ -44,6 +44,40 @@ pub enum WorkspacePolicy {
     Use(Policy),
 }
 
+/// How a program of several statements becomes kernels
+/// (`fusion=none|maximal|trie`, paper 003).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Fusion {
+    /// One loop nest per statement, each temporary whole in memory (in
+    /// the pattern of the sparse operand that masks it, where one does).
+    None,
+    /// TACO's: the statements substituted into one statement, one loop
+    /// nest.
+    Maximal,
+    /// ReACT's: loop nests share only common prefix loops, temporaries
+    /// reduced to the dimensions those loops do not index.
+    #[default]
+    Trie,
+}
+
+impl Fusion {
+    pub const ALL: [Fusion; 3] = [Fusion::None, Fusion::Maximal, Fusion::Trie];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fusion::None => "none",
+            Fusion::Maximal => "maximal",
+            Fusion::Trie => "trie",
+        }
+    }
+}
+
+impl fmt::Display for Fusion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     /// `path=tiles|levels`.
@@ -54,6 +88,8 @@ pub struct Schedule {
     /// `ws.indexing|realloc|double_buffer|pipeline=on|off`: the ISM's
     /// optimizations.
     pub ws: IsmOptions,
+    /// `fusion=none|maximal|trie`: how a program's statements share loops.
+    pub fusion: Fusion,
     /// Tile size per index name; others get [`Schedule::DEFAULT_TILE`]
     /// (or the extent's next power of two when smaller).
     pub tiles: BTreeMap<String, usize>,
@@ -87,6 +123,7 @@ impl Default for Schedule {
             path: Path::Tiles,
             workspace: WorkspacePolicy::Auto,
             ws: IsmOptions::default(),
+            fusion: Fusion::Trie,
             tiles: BTreeMap::new(),
             strategy: Strategy::AccumulateThenAtomic,
             broadcasting: Broadcasting::Lazy,
@@ -125,7 +162,7 @@ pub struct ScheduleError {
 }
 
 pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
-ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
+ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
 block=N (CUDA)";
 
@@ -157,6 +194,12 @@ impl FromStr for Schedule {
                 ("workspace", "auto") => s.workspace = WorkspacePolicy::Auto,
                 ("workspace", v) => {
                     s.workspace = WorkspacePolicy::Use(v.parse().map_err(|e: String| bad(&e))?)
+                }
+                ("fusion", v) => {
+                    s.fusion = Fusion::ALL
+                        .into_iter()
+                        .find(|f| f.name() == v)
+                        .ok_or_else(|| bad("fusion is none, maximal or trie"))?
                 }
                 (k, v) if k.starts_with("ws.") => s.ws.set(&k["ws.".len()..], v).map_err(|e| bad(&e))?,
                 ("reduce", "atomic") => s.strategy = Strategy::AtomicPerElement,
@@ -229,6 +272,9 @@ impl fmt::Display for Schedule {
         }
         if let WorkspacePolicy::Use(p) = self.workspace {
             write!(f, " workspace={p}")?;
+        }
+        if self.fusion != Fusion::Trie {
+            write!(f, " fusion={}", self.fusion)?;
         }
         let default = IsmOptions::default().items();
         for ((name, on), (_, was)) in self.ws.items().into_iter().zip(default) {

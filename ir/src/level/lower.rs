@@ -30,25 +30,28 @@ pub struct Lowered {
     pub arrays: Tensors,
     /// The stored tensors the kernel reads through their arrays.
     pub replaced: Vec<String>,
+    /// A program kernel's output held in a stored operand's pattern: that
+    /// operand; the output argument holds one value per entry of it.
+    pub pattern: Option<String>,
 }
 
 /// One level of a stored operand: the variable it holds and how it is
 /// reached.
 #[derive(Clone, Debug)]
-struct StoredLevel {
-    var: VarId,
-    reach: Reach,
+pub(super) struct StoredLevel {
+    pub(super) var: VarId,
+    pub(super) reach: Reach,
     ordered: bool,
     unique: bool,
-    extent: usize,
+    pub(super) extent: usize,
 }
 
 #[derive(Clone, Debug)]
-struct Stored {
-    levels: Vec<StoredLevel>,
-    val: TensorId,
+pub(super) struct Stored {
+    pub(super) levels: Vec<StoredLevel>,
+    pub(super) val: TensorId,
     /// The access in the statement, for diagnostics.
-    access: Access,
+    pub(super) access: Access,
 }
 
 /// The right-hand side over stored operands, before lowering.
@@ -195,6 +198,7 @@ pub fn lower(
         reduction,
         init,
         parallel: false,
+        locals: PrimaryMap::new(),
         body: Vec::new(),
     };
     let lowerer = Lowerer {
@@ -220,12 +224,15 @@ pub fn lower(
         a.bound = walks_each_entry_once(&kernel.body, &a.levels, &order, &out_at).then_some(stored_entries);
     }
     kernel.assembly = assembly;
-    Ok(Lowered { kernel, arrays, replaced })
+    Ok(Lowered { kernel, arrays, replaced, pattern: None })
 }
 
 /// The variables of an access whose subscripts are distinct plain
 /// indices; anything else is refused at its subscript.
-fn plain_indices(access: &Access, var_of: &BTreeMap<String, VarId>) -> Result<Vec<VarId>, Diagnostic> {
+pub(super) fn plain_indices(
+    access: &Access,
+    var_of: &BTreeMap<String, VarId>,
+) -> Result<Vec<VarId>, Diagnostic> {
     let mut seen = BTreeSet::new();
     access
         .subscripts
@@ -260,7 +267,7 @@ fn plain_indices(access: &Access, var_of: &BTreeMap<String, VarId>) -> Result<Ve
 /// (`{tname}_{array}`) with their data in `arrays`; returns its levels, as
 /// the statement's variables `at` index them, and its value array.
 #[allow(clippy::too_many_arguments)]
-fn store(
+pub(super) fn store(
     tname: &str,
     spec: &FormatSpec,
     coo: &Coo<f64, i64>,
@@ -443,7 +450,11 @@ fn walks_each_entry_once(body: &[Node], levels: &[OutLevel], order: &[VarId], ou
             }
             Node::Entry { body, .. } => walks(body, sparse),
             Node::Workspace { .. } => false,
-            Node::Locate { .. } | Node::Update { .. } | Node::Accumulate { .. } => true,
+            Node::Locate { .. }
+            | Node::Update { .. }
+            | Node::Accumulate { .. }
+            | Node::Store { .. }
+            | Node::Clear { .. } => true,
         })
     }
     let sparse: Vec<VarId> = levels.iter().filter(|l| !l.format.locate()).map(|l| l.var).collect();
@@ -594,7 +605,7 @@ fn owns_its_outputs(body: &[Node], stored: &BTreeMap<String, Stored>, out_at: &[
 }
 
 /// Why a statement cannot take the level path, at `span`.
-fn refuse(message: String, span: Span, label: &str) -> Diagnostic {
+pub(super) fn refuse(message: String, span: Span, label: &str) -> Diagnostic {
     Diagnostic::new(message, span).with_label(label)
 }
 

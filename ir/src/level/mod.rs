@@ -37,8 +37,10 @@
 
 mod lower;
 mod print;
+mod program;
 
 pub use lower::{Lowered, lower};
+pub use program::lower_program;
 
 use cranelift_entity::PrimaryMap;
 
@@ -56,6 +58,49 @@ cranelift_entity::entity_impl!(VarId, "var");
 pub struct Var {
     pub name: String,
     pub extent: usize,
+}
+
+/// A temporary of a program kernel ([`lower_program`]): allocated, zeroed
+/// and freed by the kernel itself, never an argument.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LocalId(u32);
+cranelift_entity::entity_impl!(LocalId, "local");
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Local {
+    pub name: String,
+    /// The dimensions it keeps (after dimension reduction; empty: a scalar
+    /// in a register), row-major; or one dimension, the positions of a
+    /// stored level, for a temporary held in a sparse operand's pattern.
+    pub shape: Vec<usize>,
+}
+
+impl Local {
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What a [`Node::Store`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Local(LocalId),
+    /// The kernel's output: its values at the positions of a stored level
+    /// ([`Lowered::pattern`]).
+    Output,
+}
+
+/// Where a temporary's element is: at the loop variables' coordinates of
+/// the dimensions it keeps, or at a stored level's position (a temporary
+/// computed only where a sparse operand has entries, held in its pattern).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Place {
+    Coords(Vec<VarId>),
+    Position(Position),
 }
 
 /// A level of a stored tensor, as the kernel reads it.
@@ -107,6 +152,11 @@ pub enum Expr {
         tensor: TensorId,
         at: Vec<VarId>,
     },
+    /// A temporary of a program kernel.
+    Local {
+        local: LocalId,
+        at: Place,
+    },
     Neg(Box<Expr>),
     Binary {
         op: BinOp,
@@ -142,6 +192,12 @@ pub enum Node {
     /// Adds `value` to the output entry being assembled (or to the
     /// workspace at the gathered levels' coordinates).
     Accumulate { value: Expr },
+    /// `target[at] += value`: a program kernel's statement into a
+    /// temporary, or into an output held in a sparse operand's pattern.
+    Store { target: Target, at: Place, value: Expr },
+    /// Zeroes a temporary: where it is reduced to a slice, at the start of
+    /// each iteration of the innermost loop it shares with its readers.
+    Clear { local: LocalId },
 }
 
 /// A level of a sparse output.
@@ -247,6 +303,8 @@ pub struct LevelKernel {
     /// The outermost loop runs on CPU threads: its iterations write
     /// disjoint output elements.
     pub parallel: bool,
+    /// A program kernel's temporaries.
+    pub locals: PrimaryMap<LocalId, Local>,
     pub body: Vec<Node>,
 }
 
@@ -257,5 +315,9 @@ impl LevelKernel {
 
     pub fn tensor(&self, t: TensorId) -> &TensorParam {
         &self.tensors[t]
+    }
+
+    pub fn local(&self, l: LocalId) -> &Local {
+        &self.locals[l]
     }
 }

@@ -37,6 +37,7 @@ impl LevelKernel {
                 let vars: Vec<&str> = at.iter().map(|&v| self.var(v).name.as_str()).collect();
                 format!("{}[{}]", self.tensor(*tensor).name, vars.join(","))
             }
+            Expr::Local { local, at } => self.local_text(*local, at),
             Expr::Neg(x) => format!("-({})", self.expr_text(x)),
             Expr::Binary { op, lhs, rhs } => {
                 format!("({} {} {})", self.expr_text(lhs), op.symbol(), self.expr_text(rhs))
@@ -45,6 +46,18 @@ impl LevelKernel {
                 let args: Vec<String> = args.iter().map(|a| self.expr_text(a)).collect();
                 format!("{}({})", func.name(), args.join(", "))
             }
+        }
+    }
+
+    fn local_text(&self, local: LocalId, at: &Place) -> String {
+        let name = &self.local(local).name;
+        match at {
+            Place::Coords(vars) if vars.is_empty() => name.clone(),
+            Place::Coords(vars) => {
+                let vars: Vec<&str> = vars.iter().map(|&v| self.var(v).name.as_str()).collect();
+                format!("{name}[{}]", vars.join(","))
+            }
+            Place::Position(p) => format!("{name}[{}]", p.name()),
         }
     }
 
@@ -120,6 +133,26 @@ impl LevelKernel {
                 let vars: Vec<&str> = by_dim.iter().map(|l| self.var(l.var).name.as_str()).collect();
                 let _ = writeln!(out, "{pad}{}[{}] += {}", a.tensor, vars.join(","), self.expr_text(value));
             }
+            Node::Store { target: Target::Local(local), at, value } => {
+                let _ = writeln!(out, "{pad}{} += {}", self.local_text(*local, at), self.expr_text(value));
+            }
+            Node::Store { target: Target::Output, at, value } => {
+                let at = match at {
+                    Place::Position(p) => p.name(),
+                    Place::Coords(vars) => {
+                        vars.iter().map(|&v| self.var(v).name.as_str()).collect::<Vec<_>>().join(",")
+                    }
+                };
+                let _ = writeln!(
+                    out,
+                    "{pad}{}[{at}] += {}",
+                    self.tensor(self.output).name,
+                    self.expr_text(value)
+                );
+            }
+            Node::Clear { local } => {
+                let _ = writeln!(out, "{pad}clear {}", self.local(*local).name);
+            }
             Node::Update { at, value } => {
                 let vars: Vec<&str> = at.iter().map(|&v| self.var(v).name.as_str()).collect();
                 let _ = writeln!(
@@ -163,6 +196,13 @@ impl fmt::Display for LevelKernel {
         }
         if self.parallel {
             writeln!(f, "  parallel outermost loop")?;
+        }
+        for local in self.locals.values() {
+            let dims: Vec<String> = local.shape.iter().map(usize::to_string).collect();
+            match dims.is_empty() {
+                true => writeln!(f, "  local {} (a scalar)", local.name)?,
+                false => writeln!(f, "  local {}[{}]", local.name, dims.join("x"))?,
+            }
         }
         let mut body = String::new();
         for n in &self.body {

@@ -1,0 +1,692 @@
+//! Program kernels (paper 003): a program in three-address form, its
+//! statements arranged in a forest of loops by ReACT's passes
+//! ([`crate::react::fused_forest`]), lowered into one loop tree. Shared
+//! loops are emitted once; each statement's own loops below them; a
+//! statement into a temporary is a [`Node::Store`] into a [`Local`] the
+//! kernel allocates, reduced to the dimensions its loops do not share
+//! (a scalar in SDDMM, a row in GNN kernel 1) and cleared at the start of
+//! each iteration of the innermost loop its users share. A temporary
+//! computed only where a sparse operand has entries, and read only there,
+//! is held in that operand's pattern (one value per stored position). The
+//! last statement's output is the kernel's dense output.
+//!
+//! Each loop walks at most one sparse operand (the index tree's iteration
+//! space); a statement that would co-iterate two is refused, and runs
+//! under `fusion=maximal` through the level path's merges instead.
+//!
+//! SDDMM under trie fusion: `T1` is a scalar, cleared for every stored
+//! entry of `B`, summed over `k`, then scaled once:
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use spindle_formats::Coo;
+//! use spindle_ir::kernel::schedule::Fusion;
+//! use spindle_ir::lang::einsum::declarations;
+//! use spindle_ir::level::lower_program;
+//! use spindle_ir::program::{parse_program, split_program};
+//! use spindle_ir::react::fused_forest;
+//!
+//! let decls = declarations(&[("A", &[4, 5], "f64"), ("B", &[4, 5], "f64"),
+//!                            ("C", &[4, 3], "f64"), ("D", &[3, 5], "f64")]);
+//! let program = split_program(&parse_program("A[i,j] = B[i,j] * (C[i,k] * D[k,j])")?, &decls)?;
+//! let formats = BTreeMap::from([("B".to_string(), "csr".parse().unwrap())]);
+//! let b = Coo::new(vec![4, 5], vec![vec![0, 2, 3], vec![1, 3, 4]], vec![1.0, 2.0, 3.0]).unwrap();
+//! let sparse = BTreeMap::from([("B".to_string(), b)]);
+//! let forest = fused_forest(&program, &formats, Fusion::Trie, &[]);
+//! let lowered = lower_program(&program, &forest, &formats, &sparse, "sddmm")?;
+//! let text = lowered.kernel.to_string();
+//! assert!(text.contains("local T1 (a scalar)"), "{text}");
+//! assert!(text.contains("clear T1"), "{text}");
+//! assert!(text.contains("A[i,j] += (B_val[pB1] * T1)"), "{text}");
+//! # Ok::<(), spindle_ir::lang::Diagnostic>(())
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cranelift_entity::PrimaryMap;
+use spindle_formats::{Coo, FormatSpec, SparseTensor};
+
+use super::lower::{Lowered, Stored, plain_indices, refuse, store};
+use super::{
+    Expr, LevelKernel, LevelRef, Local, LocalId, Node, Place, Point, Position, Reach, Target, Var, VarId,
+};
+use crate::kernel::{OutputInit, Reduction, TensorId, TensorParam};
+use crate::lang::{Access, AssignOp, BinOp, Diagnostic, ElemType, Expr as Ast, Role, Span};
+use crate::program::Program;
+use crate::react::{self, Space};
+use crate::tensor::Tensors;
+
+/// A temporary bigger than this many elements is refused: it would not be
+/// allocated.
+pub const MAX_LOCAL_ELEMENTS: usize = 1 << 28;
+
+/// How a temporary's elements are addressed.
+#[derive(Clone, Debug)]
+enum Addressing {
+    /// By the coordinates of the dimensions it keeps (by position in its
+    /// subscripts).
+    Coords(Vec<usize>),
+    /// By the position of a stored level.
+    Position(Position),
+}
+
+/// Lowers `program`, arranged as `forest` (from [`react::fused_forest`]),
+/// with the operands in `formats` stored in them (their entries in
+/// `sparse`), into one loop tree: the kernel writes the last statement's
+/// output; the other outputs are its temporaries.
+pub fn lower_program(
+    program: &Program,
+    forest: &[react::Node],
+    formats: &BTreeMap<String, FormatSpec>,
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+    name: &str,
+) -> Result<Lowered, Diagnostic> {
+    let statements = &program.statements;
+    let last = statements.last().ok_or_else(|| {
+        Diagnostic::new("the program has no statement", Span::new(0, 0)).with_label("empty")
+    })?;
+    let output = last.output().name.clone();
+
+    // Every statement sums into its output; a temporary has one writer.
+    let mut writers: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (s, e) in statements.iter().enumerate() {
+        let st = &e.statement;
+        if !matches!(st.op, AssignOp::Assign | AssignOp::AddAssign) {
+            return Err(refuse(
+                format!("`{}` in a program kernel: its statements sum into their outputs", st.op.as_str()),
+                st.op_span,
+                "not a sum",
+            ));
+        }
+        writers.entry(e.output().name.clone()).or_default().push(s);
+    }
+    for (tensor, ws) in &writers {
+        let again = ws.iter().skip(1).find(|&&s| statements[s].statement.op == AssignOp::Assign);
+        if let Some(&s) = again.or(if *tensor != output && ws.len() > 1 { ws.get(1) } else { None }) {
+            let st = &statements[s].statement;
+            return Err(refuse(
+                format!(
+                    "`{tensor}` is written again by statement {}; a program kernel writes a temporary once and its result with `=` once",
+                    s + 1
+                ),
+                st.lhs.span,
+                "written again",
+            ));
+        }
+        if formats.contains_key(tensor) && *tensor != output {
+            let st = &statements[ws[0]].statement;
+            return Err(refuse(
+                format!(
+                    "`{tensor}` is a temporary of the program and has a format: the compiler lays temporaries out"
+                ),
+                st.lhs.span,
+                "a sparse output",
+            ));
+        }
+    }
+
+    // One variable per index name.
+    let mut vars: PrimaryMap<VarId, Var> = PrimaryMap::new();
+    let mut var_of: BTreeMap<String, VarId> = BTreeMap::new();
+    for e in statements {
+        for ix in &e.indices {
+            match var_of.get(&ix.name) {
+                Some(&v) if vars[v].extent != ix.extent => {
+                    return Err(refuse(
+                        format!(
+                            "`{}` has extent {} here and {} in an earlier statement; a program kernel gives an index one extent",
+                            ix.name, ix.extent, vars[v].extent
+                        ),
+                        e.statement.span,
+                        "another extent",
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    var_of
+                        .insert(ix.name.clone(), vars.push(Var { name: ix.name.clone(), extent: ix.extent }));
+                }
+            }
+        }
+    }
+    let plain = |a: &Access| plain_indices(a, &var_of);
+
+    // The stored operands, each read at one subscript throughout.
+    let mut tensors: PrimaryMap<TensorId, TensorParam> = PrimaryMap::new();
+    let mut arrays = Tensors::new();
+    let mut stored: BTreeMap<String, Stored> = BTreeMap::new();
+    let mut replaced = Vec::new();
+    for e in statements {
+        for access in e.statement.rhs.accesses() {
+            let tname = &access.tensor.name;
+            let Some(spec) = formats.get(tname) else { continue };
+            if let Some(first) = stored.get(tname) {
+                if first
+                    .access
+                    .subscripts
+                    .iter()
+                    .map(|s| s.to_string())
+                    .eq(access.subscripts.iter().map(|s| s.to_string()))
+                {
+                    continue;
+                }
+                return Err(refuse(
+                    format!(
+                        "`{tname}` is read at two subscripts; a program kernel walks a stored operand by one set of indices"
+                    ),
+                    access.span,
+                    "another subscript",
+                ));
+            }
+            let coo = sparse.get(tname).ok_or_else(|| {
+                refuse(format!("`{tname}` has a format but no entries"), access.span, "no data")
+            })?;
+            let info = &e.tensors[tname];
+            let ElemType::Value(dtype) = info.dtype else {
+                return Err(refuse(format!("`{tname}` holds indices"), access.span, "not a value tensor"));
+            };
+            let at = plain(access)?;
+            let (levels, val) =
+                store(tname, spec, coo, dtype, &info.shape, &at, access, &mut tensors, &mut arrays)?;
+            replaced.push(tname.clone());
+            stored.insert(tname.clone(), Stored { levels, val, access: access.clone() });
+        }
+    }
+
+    // Dense inputs and the output are arguments; other outputs are locals.
+    let mut dense: BTreeMap<String, TensorId> = BTreeMap::new();
+    for e in statements {
+        for (tname, info) in &e.tensors {
+            let temporary = writers.contains_key(tname) && *tname != output;
+            let sparse_output = *tname == output && formats.contains_key(tname);
+            if stored.contains_key(tname) || temporary || sparse_output || dense.contains_key(tname) {
+                continue;
+            }
+            if info.role == Role::Index {
+                return Err(refuse(
+                    format!("`{tname}` is an index tensor; indirect subscripts run on the tile path"),
+                    e.statement.span,
+                    "an indirect read",
+                ));
+            }
+            let id = tensors.push(TensorParam {
+                name: tname.clone(),
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                output: *tname == output,
+            });
+            dense.insert(tname.clone(), id);
+        }
+    }
+
+    let kept = react::reduce_dimensions(program, forest);
+    let mut locals: PrimaryMap<LocalId, Local> = PrimaryMap::new();
+    let mut local_of: BTreeMap<String, (LocalId, Addressing)> = BTreeMap::new();
+    for (tname, ws) in writers.iter().filter(|(t, _)| **t != output) {
+        let producer = &statements[ws[0]];
+        let lhs = &producer.statement.lhs;
+        let dims = plain(lhs)?;
+        let keep: Vec<usize> = match kept.get(tname) {
+            Some(names) => (0..dims.len()).filter(|&d| names.contains(&vars[dims[d]].name)).collect(),
+            None => (0..dims.len()).collect(),
+        };
+        // A scalar where the loops share every dimension; else, where a
+        // sparse operand's pattern holds it, one value per stored position
+        // (every position belongs to one iteration of the shared loops, so
+        // nothing is cleared); else the kept dimensions, cleared.
+        let addressing = match in_pattern(program, forest, tname, &dims, &vars, &stored) {
+            Some(p) if !keep.is_empty() => Addressing::Position(p),
+            _ => Addressing::Coords(keep),
+        };
+        let shape = match &addressing {
+            Addressing::Coords(keep) => keep.iter().map(|&d| vars[dims[d]].extent).collect(),
+            Addressing::Position(Position::Level { tensor, level }) => {
+                vec![positions(&stored[tensor], *level)]
+            }
+            Addressing::Position(Position::Root) => Vec::new(),
+        };
+        let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if elements.is_none_or(|n| n > MAX_LOCAL_ELEMENTS) {
+            return Err(refuse(
+                format!("the temporary `{tname}` would hold more than {MAX_LOCAL_ELEMENTS} elements"),
+                lhs.span,
+                "too large",
+            )
+            .with_note("fusion=trie reduces temporaries to the dimensions their loops do not share"));
+        }
+        let id = locals.push(Local { name: tname.clone(), shape });
+        local_of.insert(tname.clone(), (id, addressing));
+    }
+
+    // A sparse output takes the pattern of the operand that masks it.
+    let pattern = match formats.get(&output) {
+        None => None,
+        Some(spec) => {
+            let lhs = &last.statement.lhs;
+            let dims = plain(lhs)?;
+            let info = &last.tensors[&output];
+            let found = in_pattern(program, forest, &output, &dims, &vars, &stored).and_then(|p| match p {
+                Position::Level { tensor, level }
+                    if level + 1 == stored[&tensor].levels.len()
+                        && formats.get(&tensor) == Some(spec)
+                        && stored[&tensor].levels.iter().map(|l| l.var).eq(level_vars(
+                            spec,
+                            &info.shape,
+                            &dims,
+                        )) =>
+                {
+                    Some(tensor)
+                }
+                _ => None,
+            });
+            let Some(t) = found else {
+                return Err(refuse(
+                    format!(
+                        "`{output}` has a format: a program's sparse output takes the pattern of a sparse operand that masks it, in the same format (SDDMM's `A` has `B`'s), and none does here"
+                    ),
+                    lhs.span,
+                    "no pattern",
+                )
+                .with_note(format!("drop the format of `{output}` for a dense output")));
+            };
+            let len = positions(&stored[&t], stored[&t].levels.len() - 1);
+            let id = tensors.push(TensorParam {
+                name: output.clone(),
+                dtype: info.dtype,
+                shape: vec![len],
+                output: true,
+            });
+            dense.insert(output.clone(), id);
+            Some(t)
+        }
+    };
+    let init = match statements[writers[&output][0]].statement.op {
+        AssignOp::Assign => OutputInit::Zero,
+        _ => OutputInit::Keep,
+    };
+    let lowerer = ProgramLowerer {
+        program,
+        var_of: &var_of,
+        stored: &stored,
+        dense: &dense,
+        local_of: &local_of,
+        output: &output,
+        pattern: pattern.as_deref(),
+    };
+    let body = lowerer.nodes(forest, &BTreeSet::new())?;
+    let kernel = LevelKernel {
+        name: name.to_string(),
+        tensors,
+        vars,
+        output: dense[&output],
+        assembly: None,
+        reduction: Reduction::Sum,
+        init,
+        parallel: false,
+        locals,
+        body,
+    };
+    Ok(Lowered { kernel, arrays, replaced, pattern })
+}
+
+/// The variables of a tensor stored in `spec`, written at `dims`, in level
+/// order.
+fn level_vars(spec: &FormatSpec, shape: &[usize], dims: &[VarId]) -> Vec<VarId> {
+    SparseTensor::from_coo(&Coo::<f64, i64>::empty(shape.to_vec()), spec)
+        .map(|t| t.levels().iter().map(|l| dims[l.dim]).collect())
+        .unwrap_or_default()
+}
+
+/// The stored level whose positions hold a temporary written at `dims`,
+/// where every statement that writes or reads it walks that operand's
+/// levels over exactly those dimensions (so the position is bound wherever
+/// the temporary is reached): the temporary then takes one value per
+/// stored position instead of one per coordinate.
+fn in_pattern(
+    program: &Program,
+    forest: &[react::Node],
+    tname: &str,
+    dims: &[VarId],
+    vars: &PrimaryMap<VarId, Var>,
+    stored: &BTreeMap<String, Stored>,
+) -> Option<Position> {
+    let users: Vec<usize> = program
+        .statements
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| {
+            e.output().name == tname || e.statement.rhs.accesses().iter().any(|a| a.tensor.name == tname)
+        })
+        .map(|(s, _)| s)
+        .collect();
+    let producer = users[0];
+    let lhs = &program.statements[producer].statement.lhs;
+    let same = |a: &Access| {
+        a.subscripts.iter().map(|s| s.to_string()).eq(lhs.subscripts.iter().map(|s| s.to_string()))
+    };
+    let read_alike = users.iter().skip(1).all(|&s| {
+        program.statements[s]
+            .statement
+            .rhs
+            .accesses()
+            .iter()
+            .filter(|a| a.tensor.name == tname)
+            .all(|a| same(a))
+    });
+    if !read_alike {
+        return None;
+    }
+    let wanted: BTreeSet<VarId> = dims.iter().copied().collect();
+    stored.iter().find_map(|(t, s)| {
+        let depth = (1..=s.levels.len())
+            .find(|&n| s.levels[..n].iter().map(|l| l.var).collect::<BTreeSet<_>>() == wanted)?;
+        let walked: Vec<&super::lower::StoredLevel> =
+            s.levels[..depth].iter().filter(|l| !matches!(l.reach, Reach::Dense)).collect();
+        if walked.is_empty() {
+            return None;
+        }
+        let walks_t = |s: usize| {
+            let loops = loops_of(forest, s);
+            walked.iter().all(|l| loops.contains(&(vars[l.var].name.clone(), Space::Sparse(t.clone()))))
+        };
+        users.iter().all(|&s| walks_t(s)).then(|| Position::Level { tensor: t.clone(), level: depth - 1 })
+    })
+}
+
+/// The loops around statement `s` in `forest`, outermost first.
+fn loops_of(forest: &[react::Node], s: usize) -> Vec<(String, Space)> {
+    fn walk(nodes: &[react::Node], s: usize, path: &mut Vec<(String, Space)>) -> bool {
+        for n in nodes {
+            match n {
+                react::Node::Compute { statement, .. } if *statement == s => return true,
+                react::Node::Compute { .. } => {}
+                react::Node::Loop { index, space, children, .. } => {
+                    path.push((index.clone(), space.clone()));
+                    if walk(children, s, path) {
+                        return true;
+                    }
+                    path.pop();
+                }
+            }
+        }
+        false
+    }
+    let mut path = Vec::new();
+    walk(forest, s, &mut path);
+    path
+}
+
+/// The number of positions of a stored operand's level `level`.
+fn positions(s: &Stored, level: usize) -> usize {
+    let mut n = 1usize;
+    for l in &s.levels[..=level] {
+        n = match &l.reach {
+            Reach::Dense => n * l.extent,
+            Reach::Compressed { len, .. } => *len,
+            Reach::Singleton { .. } => n,
+            Reach::Padded { g, .. } => n * g,
+        };
+    }
+    n
+}
+
+struct ProgramLowerer<'a> {
+    program: &'a Program,
+    var_of: &'a BTreeMap<String, VarId>,
+    stored: &'a BTreeMap<String, Stored>,
+    dense: &'a BTreeMap<String, TensorId>,
+    local_of: &'a BTreeMap<String, (LocalId, Addressing)>,
+    output: &'a str,
+    /// The operand whose pattern a sparse output takes.
+    pattern: Option<&'a str>,
+}
+
+type Reached = BTreeSet<(String, usize)>;
+
+impl ProgramLowerer<'_> {
+    fn level_ref(&self, tensor: &str, level: usize) -> LevelRef {
+        let l = &self.stored[tensor].levels[level];
+        LevelRef { tensor: tensor.to_string(), level, extent: l.extent, kind: l.reach.clone() }
+    }
+
+    fn nodes(&self, nodes: &[react::Node], reached: &Reached) -> Result<Vec<Node>, Diagnostic> {
+        let mut out = Vec::new();
+        for n in nodes {
+            match n {
+                react::Node::Compute { statement, .. } => out.push(self.compute(*statement, reached)?),
+                react::Node::Loop { index, space, children, .. } => {
+                    out.push(self.lower_loop(n, index, space, children, reached)?)
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A loop of the forest: the levels it locates or walks, the
+    /// temporaries cleared for each of its iterations, then its children.
+    fn lower_loop(
+        &self,
+        node: &react::Node,
+        index: &str,
+        space: &Space,
+        children: &[react::Node],
+        reached: &Reached,
+    ) -> Result<Node, Diagnostic> {
+        let var = self.var_of[index];
+        let under = statements_under(node);
+        let span = self.program.statements[under[0]].statement.span;
+        // The stored operands read or walked below.
+        let mut used: BTreeSet<String> = BTreeSet::new();
+        for &s in &under {
+            for a in self.program.statements[s].statement.rhs.accesses() {
+                if self.stored.contains_key(&a.tensor.name) {
+                    used.insert(a.tensor.name.clone());
+                }
+            }
+        }
+        masks_under(node, &mut used);
+        let mut reached = reached.clone();
+        let mut body = Vec::new();
+        let mut walk = None;
+        for t in &used {
+            let levels = &self.stored[t].levels;
+            for (l, level) in levels.iter().enumerate() {
+                let ready = l == 0 || reached.contains(&(t.clone(), l - 1));
+                if level.var != var || !ready || reached.contains(&(t.clone(), l)) {
+                    continue;
+                }
+                match (&level.reach, space) {
+                    (Reach::Dense, _) => {
+                        body.push(Node::Locate { level: self.level_ref(t, l), var });
+                        reached.insert((t.clone(), l));
+                    }
+                    (_, Space::Sparse(w)) if w == t => walk = Some((t.clone(), l)),
+                    _ => {
+                        return Err(refuse(
+                            format!(
+                                "the loop over `{index}` would walk `{t}`'s stored coordinates together with {}; a program kernel walks one sparse operand per loop",
+                                match space {
+                                    Space::Sparse(w) => format!("`{w}`'s"),
+                                    Space::Dense => "every coordinate".to_string(),
+                                }
+                            ),
+                            span,
+                            "co-iteration",
+                        )
+                        .with_note("run it with fusion=maximal, whose level path co-iterates"));
+                    }
+                }
+            }
+        }
+        if let Space::Sparse(t) = space {
+            let Some(walked) = walk.clone() else {
+                return Err(refuse(
+                    format!("the loop over `{index}` walks `{t}`, but the loops above do not reach its level holding `{index}`"),
+                    span,
+                    "discordant",
+                )
+                .with_note(format!("store `{t}` with its levels in the order of the loops")));
+            };
+            reached.insert(walked);
+        }
+        body.extend(self.clears(node));
+        body.extend(self.nodes(children, &reached)?);
+        Ok(match walk {
+            None => Node::Dense { var, body },
+            Some((t, l)) => Node::Merge {
+                var,
+                levels: vec![self.level_ref(&t, l)],
+                full: false,
+                points: vec![Point { present: vec![true], body }],
+            },
+        })
+    }
+
+    /// The temporaries whose users all sit under `node` and under none of
+    /// its child loops: reduced to a slice of this loop's iteration.
+    fn clears(&self, node: &react::Node) -> Vec<Node> {
+        let react::Node::Loop { children, .. } = node else { return Vec::new() };
+        let encloses = |n: &react::Node, users: &[usize]| {
+            let under = statements_under(n);
+            users.iter().all(|u| under.contains(u))
+        };
+        self.local_of
+            .iter()
+            .filter(|(name, (_, addressing))| {
+                let users = self.users(name);
+                matches!(addressing, Addressing::Coords(_))
+                    && encloses(node, &users)
+                    && !children.iter().any(|c| matches!(c, react::Node::Loop { .. }) && encloses(c, &users))
+            })
+            .map(|(_, (id, _))| Node::Clear { local: *id })
+            .collect()
+    }
+
+    /// The statements that write or read `tensor`.
+    fn users(&self, tensor: &str) -> Vec<usize> {
+        self.program
+            .statements
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| {
+                e.output().name == tensor
+                    || e.statement.rhs.accesses().iter().any(|a| a.tensor.name == tensor)
+            })
+            .map(|(s, _)| s)
+            .collect()
+    }
+
+    fn compute(&self, s: usize, reached: &Reached) -> Result<Node, Diagnostic> {
+        let st = &self.program.statements[s].statement;
+        let value = self.expr(&st.rhs, reached)?;
+        let name = &st.lhs.tensor.name;
+        if name == self.output {
+            let Some(t) = self.pattern else {
+                return Ok(Node::Update { at: plain_indices(&st.lhs, self.var_of)?, value });
+            };
+            let level = self.stored[t].levels.len() - 1;
+            if !reached.contains(&(t.to_string(), level)) {
+                return Err(refuse(
+                    format!("`{name}` is held in `{t}`'s pattern, which this statement's loops do not walk"),
+                    st.lhs.span,
+                    "not walked",
+                ));
+            }
+            let at = Place::Position(Position::Level { tensor: t.to_string(), level });
+            return Ok(Node::Store { target: Target::Output, at, value });
+        }
+        let (local, _) = &self.local_of[name];
+        Ok(Node::Store { target: Target::Local(*local), at: self.place(&st.lhs, reached)?, value })
+    }
+
+    /// Where a temporary's access lands.
+    fn place(&self, a: &Access, reached: &Reached) -> Result<Place, Diagnostic> {
+        let (_, addressing) = &self.local_of[&a.tensor.name];
+        match addressing {
+            Addressing::Coords(keep) => {
+                let vars = plain_indices(a, self.var_of)?;
+                Ok(Place::Coords(keep.iter().map(|&d| vars[d]).collect()))
+            }
+            Addressing::Position(p) => {
+                let Position::Level { tensor, level } = p else { return Ok(Place::Position(p.clone())) };
+                if !reached.contains(&(tensor.clone(), *level)) {
+                    return Err(refuse(
+                        format!(
+                            "`{}` is held in `{tensor}`'s pattern, which this statement's loops do not walk",
+                            a.tensor.name
+                        ),
+                        a.span,
+                        "not walked",
+                    ));
+                }
+                Ok(Place::Position(p.clone()))
+            }
+        }
+    }
+
+    fn expr(&self, e: &Ast, reached: &Reached) -> Result<Expr, Diagnostic> {
+        let go = |e: &Ast| self.expr(e, reached);
+        Ok(match e {
+            Ast::Literal { value, .. } => Expr::Const(*value),
+            Ast::Access(a) if self.local_of.contains_key(&a.tensor.name) => {
+                Expr::Local { local: self.local_of[&a.tensor.name].0, at: self.place(a, reached)? }
+            }
+            Ast::Access(a) if self.stored.contains_key(&a.tensor.name) => {
+                let s = &self.stored[&a.tensor.name];
+                let last = s.levels.len() - 1;
+                if !reached.contains(&(a.tensor.name.clone(), last)) {
+                    return Err(refuse(
+                        format!(
+                            "`{}` is read where the loops above do not reach its entries: the loop order is discordant with its format",
+                            a.tensor.name
+                        ),
+                        a.span,
+                        "not reached",
+                    ));
+                }
+                Expr::Stored {
+                    val: s.val,
+                    at: Position::Level { tensor: a.tensor.name.clone(), level: last },
+                }
+            }
+            Ast::Access(a) => {
+                Expr::Dense { tensor: self.dense[&a.tensor.name], at: plain_indices(a, self.var_of)? }
+            }
+            Ast::Neg { expr, .. } => Expr::Neg(Box::new(go(expr)?)),
+            Ast::Binary { op, lhs, rhs, span } => {
+                if *op == BinOp::Div
+                    && rhs.accesses().iter().any(|a| self.stored.contains_key(&a.tensor.name))
+                {
+                    return Err(refuse(
+                        "dividing by a stored operand divides by its zeros, which iteration skips"
+                            .to_string(),
+                        rhs.span().to(*span),
+                        "a stored divisor",
+                    ));
+                }
+                Expr::Binary { op: *op, lhs: Box::new(go(lhs)?), rhs: Box::new(go(rhs)?) }
+            }
+            Ast::Call { func, args, .. } => {
+                Expr::Call { func: *func, args: args.iter().map(go).collect::<Result<_, _>>()? }
+            }
+        })
+    }
+}
+
+/// The statements below a node of the forest.
+fn statements_under(node: &react::Node) -> Vec<usize> {
+    match node {
+        react::Node::Compute { statement, .. } => vec![*statement],
+        react::Node::Loop { children, .. } => children.iter().flat_map(statements_under).collect(),
+    }
+}
+
+/// The sparse operands the loops below a node walk.
+fn masks_under(node: &react::Node, out: &mut BTreeSet<String>) {
+    if let react::Node::Loop { space, children, .. } = node {
+        if let Space::Sparse(t) = space {
+            out.insert(t.clone());
+        }
+        children.iter().for_each(|c| masks_under(c, out));
+    }
+}
