@@ -26,6 +26,7 @@
 pub mod formats;
 pub mod gpu;
 pub mod python;
+pub mod react;
 pub mod rows;
 pub mod spgemm;
 pub mod spmm;

@@ -411,16 +411,9 @@ impl SpgemmInputs {
         b: &spindle_formats::Compressed<f64, i64>,
         d: &spindle_formats::Compressed<f64, i64>,
     ) -> Result<SpgemmInputs> {
-        use spindle_formats::io::{write_npy_indices, write_npy_values};
-        let safe: String =
-            tag.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-        let dir = std::env::temp_dir().join(format!("spindle-spgemm-{}-{safe}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let dir = work_dir("spgemm", tag)?;
         for (name, m) in [("a", a), ("b", b), ("d", d)] {
-            write_npy_indices(&dir.join(format!("{name}_indptr.npy")), &[m.pos.len()], &m.pos)?;
-            write_npy_indices(&dir.join(format!("{name}_indices.npy")), &[m.crd.len()], &m.crd)?;
-            write_npy_values(&dir.join(format!("{name}_data.npy")), &[m.val.len()], &m.val)?;
+            write_csr(&dir, name, m)?;
         }
         Ok(SpgemmInputs { dir, shapes: [(a.shape[0], a.shape[1]), (b.shape[0], b.shape[1])] })
     }
@@ -448,6 +441,77 @@ pub fn run_spgemm(
         .arg("--dir")
         .arg(&inputs.dir)
         .args(["--a-shape", &shape(inputs.shapes[0]), "--b-shape", &shape(inputs.shapes[1])])
+        .args(["--warmup", &timing.warmup.to_string(), "--repeats", &timing.repeats.max(1).to_string()]);
+    run_script(env, command)
+}
+
+/// A fresh folder for one suite's inputs, named after `tag`.
+fn work_dir(suite: &str, tag: &str) -> Result<PathBuf> {
+    let safe: String =
+        tag.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    let dir = std::env::temp_dir().join(format!("spindle-{suite}-{}-{safe}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// A CSR matrix as `{name}_indptr.npy`, `_indices.npy`, `_data.npy`.
+fn write_csr(dir: &Path, name: &str, m: &spindle_formats::Compressed<f64, i64>) -> Result<()> {
+    use spindle_formats::io::{write_npy_indices, write_npy_values};
+    write_npy_indices(&dir.join(format!("{name}_indptr.npy")), &[m.pos.len()], &m.pos)?;
+    write_npy_indices(&dir.join(format!("{name}_indices.npy")), &[m.crd.len()], &m.crd)?;
+    write_npy_values(&dir.join(format!("{name}_data.npy")), &[m.val.len()], &m.val)?;
+    Ok(())
+}
+
+/// The ReACT baselines' script (`spindle bench react`).
+const REACT_SCRIPT: &str = include_str!("../python/react_baselines.py");
+
+/// The operands of one ReACT kernel as `.npy` in a fresh folder (removed
+/// when dropped): A's CSR and the dense operands by name.
+#[derive(Debug)]
+pub struct ReactInputs {
+    dir: PathBuf,
+    shape: (usize, usize),
+}
+
+impl ReactInputs {
+    pub fn write(
+        tag: &str,
+        a: &spindle_formats::Compressed<f64, i64>,
+        dense: &[(&str, &ndarray::ArrayD<f64>)],
+    ) -> Result<ReactInputs> {
+        let dir = work_dir("react", tag)?;
+        write_csr(&dir, "a", a)?;
+        for (name, values) in dense {
+            let data: Vec<f64> = values.iter().copied().collect();
+            spindle_formats::io::write_npy_values(&dir.join(format!("{name}.npy")), values.shape(), &data)?;
+        }
+        Ok(ReactInputs { dir, shape: (a.shape[0], a.shape[1]) })
+    }
+}
+
+impl Drop for ReactInputs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs SciPy's version of `kernel` (`sddmm`, `gnn1`, `gnn2`) on `inputs`
+/// on one thread.
+pub fn run_react(
+    env: &PythonEnv,
+    inputs: &ReactInputs,
+    kernel: &str,
+    timing: spindle::TimingOptions,
+) -> Result<ScriptOutput> {
+    let script = inputs.dir.join("react_baselines.py");
+    std::fs::write(&script, REACT_SCRIPT).with_context(|| format!("writing {}", script.display()))?;
+    let mut command = script_command(env, &script, 1)?;
+    command
+        .arg("--dir")
+        .arg(&inputs.dir)
+        .args(["--kernel", kernel, "--a-shape", &format!("{}x{}", inputs.shape.0, inputs.shape.1)])
         .args(["--warmup", &timing.warmup.to_string(), "--repeats", &timing.repeats.max(1).to_string()]);
     run_script(env, command)
 }

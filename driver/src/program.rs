@@ -67,6 +67,8 @@ pub struct ProgramRun {
     pub forest: String,
     /// Each kernel's loop tree (or tile program), as text.
     pub kernels: Vec<String>,
+    /// Each kernel's printed source.
+    pub sources: Vec<String>,
     /// Each kernel's timing, in order.
     pub timings: Vec<Timing>,
     /// Each kernel's output against the reference evaluator, where asked.
@@ -184,18 +186,6 @@ impl Problem {
         let data = self.program_data()?;
         let program = self.split(&data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
-        let reference = || -> Result<ArrayD<f64>> {
-            let mut all = data.dense.clone();
-            for (name, coo) in &data.sparse {
-                all.insert(name.clone(), TensorValue::Values(dense_copy(name, coo)?));
-            }
-            let written =
-                evaluate_program(&program, &all).map_err(|d| Error::statement(d, self.statement()))?;
-            match &written[&last.output().name] {
-                TensorValue::Values(v) => Ok(v.clone()),
-                TensorValue::Indices(_) => unreachable!("outputs hold values"),
-            }
-        };
         let mut run = match schedule.fusion {
             Fusion::Maximal => self.run_maximal(&program, backend, schedule, opts)?,
             _ if backend.target() != Target::C => {
@@ -226,6 +216,7 @@ impl Problem {
                     statements: program.statements.iter().map(|e| e.statement.to_string()).collect(),
                     forest: forest_text(&forest),
                     kernels: vec![lowered.kernel.to_string()],
+                    sources: vec![executable.source().to_string()],
                     timings: vec![timing],
                     checks: Vec::new(),
                     output: last.output().name.clone(),
@@ -236,7 +227,7 @@ impl Problem {
             }
         };
         if check {
-            let want = reference()?;
+            let want = self.reference_of(&program, &data)?;
             let got = match &run.assembled {
                 Some(a) => expand(a)?,
                 None => run.result.clone(),
@@ -262,14 +253,7 @@ impl Problem {
     ) -> Result<ProgramRun> {
         let statement = inline(program).map_err(|d| Error::statement(d, self.statement()))?;
         let text = statement.to_string();
-        let mut problem = Problem::new(text.as_str());
-        for (name, input) in self.inputs.iter().filter(|(n, _)| mentions(&statement, n)) {
-            problem = problem.tensor(name.as_str(), input.clone());
-        }
-        for (name, spec) in self.formats.iter().filter(|(n, _)| mentions(&statement, n)) {
-            problem = problem.format(name.as_str(), spec.as_str());
-        }
-        let prepared = problem.prepare()?;
+        let prepared = self.substituted(program, &statement, true).prepare()?;
         let mut schedule = schedule.clone();
         if !self.formats.is_empty() {
             schedule.path = Path::Levels;
@@ -290,6 +274,7 @@ impl Problem {
             statements: vec![text],
             forest: String::new(),
             kernels: vec![compiled.kernel.to_string()],
+            sources: vec![compiled.source().to_string()],
             timings: vec![timing],
             checks: Vec::new(),
             output: prepared.einsum.output().name.clone(),
@@ -297,6 +282,55 @@ impl Problem {
             assembled,
             last: Some(prepared.einsum.clone()),
         })
+    }
+
+    /// The statements substituted into `statement` as a problem of its
+    /// own: the inputs it reads, the program's output (declared or
+    /// inferred), and the formats of what it reads (and of the output,
+    /// with `output_format`).
+    fn substituted(&self, program: &Program, statement: &Statement, output_format: bool) -> Problem {
+        let text = statement.to_string();
+        let mut problem = Problem::new(text.as_str());
+        for (name, input) in self.inputs.iter().filter(|(n, _)| mentions(statement, n)) {
+            problem = problem.tensor(name.as_str(), input.clone());
+        }
+        let out = program.statements.last().expect("a program has a statement").output();
+        if !self.inputs.iter().any(|(n, _)| *n == out.name) {
+            problem = problem.tensor(out.name.as_str(), Input::shape(&out.shape, out.dtype));
+        }
+        for (name, spec) in self.formats.iter().filter(|(n, _)| mentions(statement, n)) {
+            if output_format || *name != out.name {
+                problem = problem.format(name.as_str(), spec.as_str());
+            }
+        }
+        problem
+    }
+
+    /// The program's output by the reference evaluator: the statements
+    /// substituted into one, evaluated as any statement is (over its
+    /// operands' format arrays where the rewrite takes them, so the walk
+    /// visits stored entries only); where they do not substitute, the
+    /// three-address statements one by one over dense copies.
+    pub fn program_reference(&self) -> Result<ArrayD<f64>> {
+        let data = self.program_data()?;
+        let program = self.split(&data)?;
+        self.reference_of(&program, &data)
+    }
+
+    fn reference_of(&self, program: &Program, data: &ProgramData) -> Result<ArrayD<f64>> {
+        if let Ok(statement) = inline(program) {
+            return self.substituted(program, &statement, false).prepare()?.reference();
+        }
+        let mut all = data.dense.clone();
+        for (name, coo) in &data.sparse {
+            all.insert(name.clone(), TensorValue::Values(dense_copy(name, coo)?));
+        }
+        let written = evaluate_program(program, &all).map_err(|d| Error::statement(d, self.statement()))?;
+        let last = program.statements.last().expect("a program has a statement");
+        match &written[&last.output().name] {
+            TensorValue::Values(v) => Ok(v.clone()),
+            TensorValue::Indices(_) => unreachable!("outputs hold values"),
+        }
     }
 
     /// Each statement its own kernel through the single-statement pipeline
@@ -316,6 +350,7 @@ impl Problem {
             statements: Vec::new(),
             forest: String::new(),
             kernels: Vec::new(),
+            sources: Vec::new(),
             timings: Vec::new(),
             checks: Vec::new(),
             output: String::new(),
@@ -348,6 +383,7 @@ impl Problem {
             }
             run.statements.push(text);
             run.kernels.push(compiled.kernel.to_string());
+            run.sources.push(compiled.source().to_string());
             run.timings.push(timing);
             written.insert(out.clone(), result.clone());
             run.output = out;

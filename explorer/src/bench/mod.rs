@@ -4,6 +4,7 @@
 
 mod formats;
 pub(crate) mod gpu;
+mod react;
 mod rows;
 mod spgemm;
 pub(crate) mod spmm;
@@ -52,6 +53,11 @@ pub enum Suite {
     /// synthetic row-wise and outer-product sweeps (plotted with --record),
     /// the optimizations' ablation, and the parallel ISM.
     Workspaces(workspaces::WorkspacesArgs),
+    /// ReACT's kernels (paper 003): SDDMM (NK 16/32/64), GNN kernels 1 and
+    /// 2 (NH 128/256, NJ 16) on the shared matrices and MTTKRP (R 16/32) on
+    /// the FROSTT tensors, each under fusion=none, maximal and trie, with
+    /// SciPy where it can express the kernel; one thread, f64.
+    React(react::ReactArgs),
     /// Block-sparse SpMM on the GPU: A 4096x4096 with 32x32 blocks at
     /// sparsity 50-99% in BlockGroupCOO (Tensor Cores, f16) against
     /// cuSPARSE BSR and cuBLAS dense GEMM.
@@ -69,6 +75,7 @@ pub fn run(suite: Suite) -> Result<()> {
         Suite::Spgemm(args) => spgemm::run(args),
         Suite::Rows(args) => rows::run(args),
         Suite::Workspaces(args) => workspaces::run(args),
+        Suite::React(args) => react::run(args),
         Suite::Bsr(args) => gpu::bsr(&args),
         Suite::SetupPython => {
             let env =

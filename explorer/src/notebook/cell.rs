@@ -14,7 +14,8 @@
 //!                                              an output with no data is assembled in it
 //! schedule ITEMS                               tile.INDEX=N reduce=... broadcast=... matmul=...
 //! sweep PARAM in [V, V, ...]                   g, reduce, broadcast, matmul, path, workspace, ws.ITEM,
-//!                                              tile.INDEX, format.NAME
+//!                                              fusion (the statements run as one program), tile.INDEX,
+//!                                              format.NAME
 //! threads N | repeats N | resources first|all|off
 //! anything else                                an Einsum statement, e.g. C[m,n] += A[m,k] * B[k,n]
 //! ```
@@ -150,6 +151,9 @@ pub enum SweepParam {
     /// `workspace` or `ws.ITEM`: the level path's workspace policy or one
     /// of the ISM's options, as the schedule item of that key.
     Workspace(String),
+    /// `fusion`: how the cell's statements share loops (ReACT); the cell
+    /// then runs as one program.
+    Fusion,
 }
 
 impl SweepParam {
@@ -164,6 +168,7 @@ impl SweepParam {
             SweepParam::Tile(i) => format!("tile.{i}"),
             SweepParam::Format(t) => format!("format.{t}"),
             SweepParam::Workspace(key) => key.clone(),
+            SweepParam::Fusion => "fusion".into(),
         }
     }
 }
@@ -412,11 +417,12 @@ fn sweep_line(src: &str, words: &[Word<'_>], span: Span) -> Result<SweepDecl, Di
         t if t.starts_with("tile.") && is_ident(&t[5..]) => SweepParam::Tile(t[5..].to_string()),
         t if t.starts_with("format.") && is_ident(&t[7..]) => SweepParam::Format(t[7..].to_string()),
         t if t == "workspace" || t.starts_with("ws.") => SweepParam::Workspace(t.to_string()),
+        "fusion" => SweepParam::Fusion,
         _ => {
             return Err(Diagnostic::new(format!("cannot sweep `{}`", param.text), param.span)
                 .with_label("unknown sweep parameter")
                 .with_note(
-                    "sweep g, reduce, broadcast, matmul, path, workspace, ws.ITEM, tile.INDEX or format.TENSOR",
+                    "sweep g, reduce, broadcast, matmul, path, workspace, ws.ITEM, fusion, tile.INDEX or format.TENSOR",
                 ));
         }
     };
@@ -511,6 +517,8 @@ fn check_sweep_value(param: &SweepParam, v: &Spanned<String>) -> Result<(), Diag
         SweepParam::Matmul => Err(bad(format!("matmul is on or off, not `{s}`"))),
         SweepParam::Path if ["tiles", "levels"].contains(&s) => Ok(()),
         SweepParam::Path => Err(bad(format!("path is tiles or levels, not `{s}`"))),
+        SweepParam::Fusion if ["none", "maximal", "trie"].contains(&s) => Ok(()),
+        SweepParam::Fusion => Err(bad(format!("fusion is none, maximal or trie, not `{s}`"))),
         SweepParam::Tile(_) => match s.parse::<usize>() {
             Ok(n) if n.is_power_of_two() && n <= Schedule::MAX_TILE => Ok(()),
             _ => Err(bad(format!("tile sizes are powers of two up to {}, not `{s}`", Schedule::MAX_TILE))),

@@ -25,6 +25,7 @@ use super::output::{CellOutput, Progress, SweepPoint};
 
 mod baselines;
 mod data;
+mod program;
 mod report;
 mod sweep;
 
@@ -208,7 +209,12 @@ impl Run<'_> {
         let statements = program.statements.len();
         let nvrtc = self.nvrtc_plan(&program, points.len());
         let gpu_steps = if gpu_available() { statements * points.len() } else { 0 };
-        self.total = 1 + statements * points.len() * 2 + gpu_steps + statements + nvrtc * statements + 1;
+        let as_program = program.sweeps.iter().any(|s| s.param.value == SweepParam::Fusion);
+        self.total = match as_program {
+            // Data, the reference, then each point.
+            true => 2 + points.len(),
+            false => 1 + statements * points.len() * 2 + gpu_steps + statements + nvrtc * statements + 1,
+        };
         self.step("making the data")?;
         let mut data = self.make_data(&program)?;
 
@@ -233,6 +239,9 @@ impl Run<'_> {
             ));
         }
 
+        if as_program {
+            return self.run_program_points(&program, &data, &points, threads, repeats);
+        }
         // Per point: (time, error) summed / maxed over statements.
         let mut measured: Vec<Measured> = vec![(Some(0.0), Some(0.0), Vec::new(), None); points.len()];
         // The same on the GPU, when there is one.
@@ -552,6 +561,37 @@ sweep tile.i in [4, 8]
         assert_eq!(out.rewritten.len(), 2);
         assert_eq!(out.c_source.len(), 2);
         assert!(out.sweep.baselines.is_empty());
+    }
+
+    #[test]
+    fn a_fusion_sweep_runs_the_statements_as_one_program() {
+        let out = run("\
+A = gen:powerlaw:rows=40,cols=40,nnz=160,seed=1
+X = rand 40x8 f64 seed=2
+W = rand 8x4 f64 seed=3
+format A = csr
+Z[i,j] = A[i,k] * X[k,h] * W[h,j]
+sweep fusion in [none, maximal, trie]
+");
+        assert_eq!(out.error, None, "{out:#?}");
+        assert_eq!(out.sweep.parameters, ["fusion"]);
+        assert_eq!(out.sweep.points.len(), 3);
+        for p in &out.sweep.points {
+            assert!(p.max_rel_error.is_some_and(|e| e < 1e-5) && p.median_ms.is_some(), "{p:?}");
+        }
+        assert_eq!(out.rewritten, ["T1[i,h] = A[i,k] * X[k,h]", "Z[i,j] = T1[i,h] * W[h,j]"]);
+        assert!(out.ir[2].contains("fusion=trie") && out.ir[2].contains("local T1[8]"), "{}", out.ir[2]);
+        // A value the sweep does not know is refused where it is written.
+        let bad = run("\
+A = rand 4x4 seed=1
+x = rand 4 seed=2
+y[i] = A[i,j] * x[j]
+sweep fusion in [most]
+");
+        assert!(
+            bad.error.as_deref().is_some_and(|e| e.contains("fusion is none, maximal or trie")),
+            "{bad:?}"
+        );
     }
 
     #[test]

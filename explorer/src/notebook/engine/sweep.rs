@@ -97,22 +97,11 @@ impl Run<'_> {
         Ok(&cache[&key])
     }
 
-    /// A point's schedules to try in order: the cell's with the sweep's
-    /// items and the automatic tiles (a group as one tile of q, a tile of p
-    /// that divides its extent) unless the schedule names them; the same
-    /// with smaller tiles of p; then the cell's as written with the sweep's
-    /// items. The first that lowers and compiles runs: tiles have size
-    /// limits, and the automatic ones must not make a cell fail.
-    pub(super) fn point_schedules(
-        &self,
-        program: &CellProgram,
-        point: &Point,
-        einsum: &Einsum,
-    ) -> Vec<Schedule> {
+    /// The cell's schedule with a point's sweep items applied.
+    pub(super) fn point_items(&self, program: &CellProgram, point: &Point) -> Schedule {
         let base = program.schedule.as_ref().map_or("", |s| s.value.as_str());
         // Checked when the cell was parsed.
         let mut schedule: Schedule = base.parse().unwrap_or_default();
-        let mut names_q = schedule.tiles.contains_key("q");
         for (sweep, value) in program.sweeps.iter().zip(&point.values) {
             match &sweep.param.value {
                 SweepParam::Reduce => {
@@ -131,7 +120,6 @@ impl Run<'_> {
                     schedule.path = if value == "levels" { Path::Levels } else { Path::Tiles }
                 }
                 SweepParam::Tile(index) => {
-                    names_q |= index == "q";
                     schedule.tiles.insert(index.clone(), value.parse().unwrap_or(1));
                 }
                 SweepParam::Workspace(key) => {
@@ -144,9 +132,31 @@ impl Run<'_> {
                         None => schedule.workspace = item.workspace,
                     }
                 }
+                SweepParam::Fusion => {
+                    // Checked when the cell was parsed.
+                    schedule.fusion =
+                        format!("fusion={value}").parse::<Schedule>().map(|s| s.fusion).unwrap_or_default()
+                }
                 SweepParam::G | SweepParam::Format(_) => {}
             }
         }
+        schedule
+    }
+
+    /// A point's schedules to try in order: the cell's with the sweep's
+    /// items and the automatic tiles (a group as one tile of q, a tile of p
+    /// that divides its extent) unless the schedule names them; the same
+    /// with smaller tiles of p; then the cell's as written with the sweep's
+    /// items. The first that lowers and compiles runs: tiles have size
+    /// limits, and the automatic ones must not make a cell fail.
+    pub(super) fn point_schedules(
+        &self,
+        program: &CellProgram,
+        point: &Point,
+        einsum: &Einsum,
+    ) -> Vec<Schedule> {
+        let mut schedule = self.point_items(program, point);
+        let names_q = schedule.tiles.contains_key("q");
         // One schedule serves every statement of the cell: each takes the
         // items about its own indices. (With one statement an unknown index
         // stays, so the lowering says which.)

@@ -1,0 +1,370 @@
+//! The ReACT suite (paper 003's evaluation, its four kernels), every kernel
+//! through the driver as `spindle run` builds it, under `fusion=none`,
+//! `maximal` and `trie`, in one process on one thread, f64:
+//!
+//! - **SDDMM** `A[i,j] = B[i,j] * (C[i,k] * D[k,j])`, B a shared matrix in
+//!   CSR, A in B's pattern, NK = 16, 32, 64;
+//! - **GNN kernel 1** `Z[i,j] = A[i,k] * X[k,h] * W[h,j]`, NH = 128, 256,
+//!   NJ = 16;
+//! - **GNN kernel 2** `Z[i,j] = (A[i,h] * (X[i,k] * Y[k,h])) * V[h,j]`, NK
+//!   (the features X·Y sums over) = 128, 256, NJ = 16 (the issue's second
+//!   `Y` is `V` here: one matrix cannot be NK × NI and NI × NJ);
+//! - **MTTKRP** `A[i,r] = X[i,j,k] * C[k,r] * B[j,r]`, X a shared FROSTT
+//!   tensor in CSF, R = 16, 32.
+//!
+//! SciPy joins for the first three (`python/react_baselines.py`: one
+//! library call per operation, intermediates in full). Dense operands are
+//! seeded random values in ±[0.1, 1). The policies' outputs are compared
+//! with each other, and SciPy's by the sum of its values. Every launch
+//! starts from a zeroed output (outside the clock, the same for every
+//! policy); each kernel allocates its temporaries inside it; SciPy's calls
+//! allocate everything; medians.
+
+use anyhow::{Context, Result};
+use ndarray::ArrayD;
+use serde::{Deserialize, Serialize};
+use spindle::{CBackend, Input, Problem, ProgramRun, Schedule, Timing, TimingOptions};
+use spindle_formats::{Compressed, Coo};
+
+use crate::python::{self, PythonEnv};
+use crate::{Machine, geomean, loadavg, machine, wanted};
+
+pub const GOALS: [&str; 4] = [
+    "trie >= 1.5x maximal on SDDMM",
+    "GNN kernel 1 under trie is asymptotically faster than maximal: the ratio grows with NH",
+    "trie is never slower than none by more than 5%",
+    "the closing note has the paper's Table 2 (predicted) beside what was measured",
+];
+
+pub const FUSIONS: [&str; 3] = ["none", "maximal", "trie"];
+
+pub const SDDMM: &str = "A[i,j] = B[i,j] * (C[i,k] * D[k,j])";
+pub const GNN1: &str = "Z[i,j] = A[i,k] * X[k,h] * W[h,j]";
+pub const GNN2: &str = "Z[i,j] = (A[i,h] * (X[i,k] * Y[k,h])) * V[h,j]";
+pub const MTTKRP: &str = "A[i,r] = X[i,j,k] * C[k,r] * B[j,r]";
+
+#[derive(Clone, Debug)]
+pub struct ReactOptions {
+    pub timing: TimingOptions,
+    pub python: bool,
+    /// Only these inputs (file stems).
+    pub filter: Vec<String>,
+    /// Only these kernels (`sddmm`, `gnn1`, `gnn2`, `mttkrp`).
+    pub kernels: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReactReport {
+    pub suite: String,
+    pub machine: Machine,
+    pub loadavg_before: Option<String>,
+    pub loadavg_after: Option<String>,
+    pub warmup: usize,
+    pub repeats: usize,
+    pub timing_protocol: String,
+    pub goals: Vec<String>,
+    pub notes: Vec<String>,
+    pub runs: Vec<KernelRun>,
+    pub summary: ReactSummary,
+}
+
+/// One kernel on one input at one size, under every policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelRun {
+    pub kernel: String,
+    pub input: String,
+    /// The swept size's name (NK, NH, R) and value.
+    pub size_name: String,
+    pub size: usize,
+    pub nnz: usize,
+    /// In [`FUSIONS`] order.
+    pub policies: Vec<PolicyRun>,
+    pub scipy_ms: Option<f64>,
+    pub scipy_error: Option<String>,
+    /// Max |x − trie| / max |trie| over the other policies' outputs.
+    pub max_rel_error_between_policies: f64,
+    /// |sum(trie) − sum(SciPy)| / sqrt(sum of squares(SciPy)).
+    pub scipy_sum_rel_diff: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicyRun {
+    pub fusion: String,
+    pub timing: Timing,
+    /// Loop nests (`none`: one per statement) in its one kernel.
+    pub statements: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReactSummary {
+    /// maximal / trie, geomean over SDDMM's runs.
+    pub sddmm_trie_over_maximal: Option<f64>,
+    /// (NH, maximal / trie geomean over the matrices) for GNN kernel 1.
+    pub gnn1_trie_over_maximal_by_nh: Vec<(usize, f64)>,
+    /// The largest trie / none over every run, and where.
+    pub worst_trie_over_none: Option<(String, f64)>,
+    /// Geomean of SciPy / trie per kernel where SciPy ran.
+    pub scipy_over_trie: Vec<(String, f64)>,
+}
+
+/// The shared matrices (or a generated one where the folder is absent).
+fn matrices(filter: &[String], progress: &mut dyn FnMut(&str)) -> Result<Vec<(String, Coo<f64, i64>)>> {
+    crate::spgemm::inputs(filter, &mut *progress)
+}
+
+/// The shared FROSTT tensors of order 3.
+fn tensors(filter: &[String], progress: &mut dyn FnMut(&str)) -> Result<Vec<(String, Coo<f64, i64>)>> {
+    let Some(dir) = spindle_formats::data::shared_data_dir() else {
+        progress("(shared data folder not found: MTTKRP runs on a generated 200x300x400 tensor)");
+        let coo = random_tensor(&[200, 300, 400], 20_000, 7)?;
+        return Ok(vec![("random-3d".to_string(), coo)]);
+    };
+    let mut out = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("tensors"))
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.sort();
+    for path in files.into_iter().filter(|p| p.extension().is_some_and(|e| e == "tns")) {
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        if !wanted(filter, &name) {
+            continue;
+        }
+        let coo: Coo<f64, i64> =
+            spindle_formats::io::read_tensor(&path).with_context(|| format!("reading {}", path.display()))?;
+        if coo.order() == 3 {
+            out.push((name, coo));
+        }
+    }
+    Ok(out)
+}
+
+/// Seeded dense values in ±[0.1, 1).
+fn dense(shape: &[usize], seed: u64) -> Result<ArrayD<f64>> {
+    match spindle::input::random(shape, seed, None)? {
+        spindle_ir::tensor::TensorValue::Values(v) => Ok(v),
+        spindle_ir::tensor::TensorValue::Indices(_) => unreachable!("values were asked for"),
+    }
+}
+
+/// A run's output values in a fixed order: a sparse output's in
+/// coordinate order, a dense one's row-major.
+fn values(run: &ProgramRun) -> Result<Vec<f64>> {
+    match &run.assembled {
+        Some(a) => Ok(spindle::check::entries(a)?.canonicalize().val),
+        None => Ok(run.result.iter().copied().collect()),
+    }
+}
+
+pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactReport> {
+    let loadavg_before = loadavg();
+    let env: Option<PythonEnv> = match opts.python {
+        false => None,
+        true => match python::ensure(&mut *progress) {
+            Ok(env) => Some(env),
+            Err(why) => {
+                progress(&format!("(Python baselines skipped: {why})"));
+                None
+            }
+        },
+    };
+    let want_kernel = |k: &str| opts.kernels.is_empty() || opts.kernels.iter().any(|x| x == k);
+    let mut runs = Vec::new();
+    let mut notes = vec![
+        "one thread; f64; the output zeroed outside the clock before every launch, for every policy"
+            .to_string(),
+        "fusion=none and trie are one C kernel each (none: one loop nest per statement); maximal is the \
+         statements substituted into one, through the level path"
+            .to_string(),
+    ];
+    let matrices = matrices(&opts.filter, &mut *progress)?;
+    for (name, coo) in &matrices {
+        let (ni, nj) = (coo.shape[0], coo.shape[1]);
+        let csr = Compressed::from_coo(coo, 0)?;
+        let sizes: [(&str, &str, &[usize]); 3] =
+            [("sddmm", "NK", &[16, 32, 64]), ("gnn1", "NH", &[128, 256]), ("gnn2", "NK", &[128, 256])];
+        for (kernel, size_name, sizes) in sizes {
+            if !want_kernel(kernel) {
+                continue;
+            }
+            for &n in sizes {
+                let (statement, operands): (&str, Vec<(&str, ArrayD<f64>)>) = match kernel {
+                    "sddmm" => (SDDMM, vec![("C", dense(&[ni, n], 1)?), ("D", dense(&[n, nj], 2)?)]),
+                    "gnn1" => (GNN1, vec![("X", dense(&[nj, n], 3)?), ("W", dense(&[n, 16], 4)?)]),
+                    _ => (
+                        GNN2,
+                        vec![
+                            ("X", dense(&[ni, n], 5)?),
+                            ("Y", dense(&[n, nj], 6)?),
+                            ("V", dense(&[nj, 16], 7)?),
+                        ],
+                    ),
+                };
+                let sparse = if kernel == "sddmm" { "B" } else { "A" };
+                let mut problem = Problem::new(statement).tensor(sparse, coo.clone()).format(sparse, "csr");
+                if kernel == "sddmm" {
+                    problem = problem.format("A", "csr");
+                }
+                for (t, v) in &operands {
+                    problem = problem.tensor(*t, Input::from(v.clone()));
+                }
+                progress(&format!("{kernel} {name} {size_name}={n}"));
+                let mut run = measure(&problem, kernel, name, size_name, n, coo.nnz(), opts.timing)?;
+                if let Some(env) = &env {
+                    let lower: Vec<(String, ArrayD<f64>)> =
+                        operands.iter().map(|(t, v)| (t.to_lowercase(), v.clone())).collect();
+                    let named: Vec<(&str, &ArrayD<f64>)> =
+                        lower.iter().map(|(t, v)| (t.as_str(), v)).collect();
+                    let inputs = python::ReactInputs::write(&format!("{kernel}-{name}-{n}"), &csr, &named)?;
+                    match python::run_react(env, &inputs, kernel, opts.timing) {
+                        Ok(out) => match out.results.first() {
+                            Some(r) if r.error.is_none() => {
+                                run.report.scipy_ms = (!r.times_ms.is_empty())
+                                    .then(|| Timing::of(r.times_ms.clone(), 1).median_ms);
+                                if let (Some(sum), Some(squares)) = (r.sum, r.sum_squares) {
+                                    let ours: f64 = run.trie_values.iter().sum();
+                                    run.report.scipy_sum_rel_diff =
+                                        Some((ours - sum).abs() / squares.sqrt().max(1e-300));
+                                }
+                            }
+                            Some(r) => run.report.scipy_error = r.error.clone(),
+                            None => run.report.scipy_error = out.error.clone(),
+                        },
+                        Err(e) => run.report.scipy_error = Some(e.to_string()),
+                    }
+                }
+                runs.push(run.report);
+            }
+        }
+    }
+    if want_kernel("mttkrp") {
+        for (name, coo) in tensors(&opts.filter, &mut *progress)? {
+            for r in [16, 32] {
+                let problem = Problem::new(MTTKRP)
+                    .tensor("X", coo.clone())
+                    .format("X", "csf")
+                    .tensor("C", Input::from(dense(&[coo.shape[2], r], 8)?))
+                    .tensor("B", Input::from(dense(&[coo.shape[1], r], 9)?));
+                progress(&format!("mttkrp {name} R={r}"));
+                runs.push(measure(&problem, "mttkrp", &name, "R", r, coo.nnz(), opts.timing)?.report);
+            }
+        }
+    }
+    notes.push("SciPy cannot express MTTKRP (paper 003's Table 2 says so too)".to_string());
+    let summary = summarize(&runs);
+    Ok(ReactReport {
+        suite: "react".to_string(),
+        machine: machine(),
+        loadavg_before,
+        loadavg_after: loadavg(),
+        warmup: opts.timing.warmup,
+        repeats: opts.timing.repeats,
+        timing_protocol:
+            "medians of --repeats timed launches after --warmup; outputs zeroed outside the clock".to_string(),
+        goals: GOALS.iter().map(|g| g.to_string()).collect(),
+        notes,
+        runs,
+        summary,
+    })
+}
+
+/// A run being measured: the report and the trie policy's values (for
+/// SciPy's check).
+struct Measured {
+    report: KernelRun,
+    trie_values: Vec<f64>,
+}
+
+fn measure(
+    problem: &Problem,
+    kernel: &str,
+    input: &str,
+    size_name: &str,
+    size: usize,
+    nnz: usize,
+    timing: TimingOptions,
+) -> Result<Measured> {
+    let mut policies = Vec::new();
+    let mut outputs = Vec::new();
+    for fusion in FUSIONS {
+        let schedule: Schedule = format!("fusion={fusion} threads=1").parse()?;
+        let ran = problem
+            .run_program(&CBackend::new(), &schedule, timing, false)
+            .with_context(|| format!("{kernel} on {input}, fusion={fusion}"))?;
+        outputs.push(values(&ran)?);
+        policies.push(PolicyRun {
+            fusion: fusion.to_string(),
+            timing: ran.timings[0].clone(),
+            statements: ran.statements.len(),
+        });
+    }
+    let trie = outputs.pop().expect("three policies");
+    let max_rel_error_between_policies = outputs
+        .iter()
+        .map(|o| if o.len() == trie.len() { crate::rel_error(o, &trie) } else { f64::INFINITY })
+        .fold(0.0, f64::max);
+    Ok(Measured {
+        report: KernelRun {
+            kernel: kernel.to_string(),
+            input: input.to_string(),
+            size_name: size_name.to_string(),
+            size,
+            nnz,
+            policies,
+            scipy_ms: None,
+            scipy_error: None,
+            max_rel_error_between_policies,
+            scipy_sum_rel_diff: None,
+        },
+        trie_values: trie,
+    })
+}
+
+fn ms(run: &KernelRun, fusion: &str) -> f64 {
+    run.policies.iter().find(|p| p.fusion == fusion).map_or(f64::NAN, |p| p.timing.median_ms)
+}
+
+fn summarize(runs: &[KernelRun]) -> ReactSummary {
+    fn of<'a>(runs: &'a [KernelRun], kernel: &'a str) -> impl Iterator<Item = &'a KernelRun> {
+        runs.iter().filter(move |r| r.kernel == kernel)
+    }
+    let sddmm_trie_over_maximal = geomean(of(runs, "sddmm").map(|r| ms(r, "maximal") / ms(r, "trie")));
+    let mut nhs: Vec<usize> = of(runs, "gnn1").map(|r| r.size).collect();
+    nhs.sort();
+    nhs.dedup();
+    let gnn1_trie_over_maximal_by_nh = nhs
+        .into_iter()
+        .filter_map(|nh| {
+            geomean(of(runs, "gnn1").filter(|r| r.size == nh).map(|r| ms(r, "maximal") / ms(r, "trie")))
+                .map(|g| (nh, g))
+        })
+        .collect();
+    let worst_trie_over_none = runs
+        .iter()
+        .map(|r| {
+            (format!("{} {} {}={}", r.kernel, r.input, r.size_name, r.size), ms(r, "trie") / ms(r, "none"))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let scipy_over_trie = ["sddmm", "gnn1", "gnn2"]
+        .iter()
+        .filter_map(|k| {
+            geomean(of(runs, k).filter_map(|r| r.scipy_ms.map(|s| s / ms(r, "trie"))))
+                .map(|g| (k.to_string(), g))
+        })
+        .collect();
+    ReactSummary {
+        sddmm_trie_over_maximal,
+        gnn1_trie_over_maximal_by_nh,
+        worst_trie_over_none,
+        scipy_over_trie,
+    }
+}
+
+/// `nnz` seeded random coordinates of `shape` (duplicates summed), values
+/// in ±[0.1, 1).
+fn random_tensor(shape: &[usize], nnz: usize, seed: u64) -> Result<Coo<f64, i64>> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let crd = shape.iter().map(|&n| (0..nnz).map(|_| rng.random_range(0..n as i64)).collect()).collect();
+    let val = (0..nnz).map(|_| rng.random_range(0.1..1.0)).collect();
+    Ok(Coo::new(shape.to_vec(), crd, val)?.canonicalize())
+}

@@ -1,0 +1,95 @@
+//! A cell that sweeps `fusion`: its statements run as one program (paper
+//! 003) through the driver at every point — split into three-address
+//! form, then trie-fused, unfused or substituted into one statement — each
+//! point checked against the reference evaluator's run of the program.
+
+use spindle::{CBackend, Input, Problem, TimingOptions};
+use spindle_ir::lang::ElemType;
+use spindle_ir::tensor::TensorValue;
+
+use crate::notebook::cell::CellProgram;
+
+use super::*;
+
+impl Run<'_> {
+    pub(super) fn run_program_points(
+        &mut self,
+        program: &CellProgram,
+        data: &Data,
+        points: &[Point],
+        threads: usize,
+        repeats: usize,
+    ) -> Step<()> {
+        let text: Vec<&str> = program.statements.iter().map(|s| s.value.as_str()).collect();
+        let text = text.join("\n");
+        let mut problem = Problem::new(text.as_str());
+        for (name, value) in &data.dense {
+            let (TensorValue::Values(v), Some(d)) = (value, data.declarations.get(name)) else { continue };
+            problem = problem.tensor(name.as_str(), Input::from(v.clone()).with_dtype(d.dtype));
+        }
+        for (name, coo) in &data.sparse {
+            let dtype =
+                data.declarations.get(name).map_or(ElemType::Value(spindle_formats::DType::F32), |d| d.dtype);
+            problem = problem.tensor(name.as_str(), Input::from(coo.clone()).with_dtype(dtype));
+        }
+        for f in &program.formats {
+            problem = problem.format(f.tensor.value.as_str(), f.spec.value.to_string());
+        }
+        self.out.notes.push(
+            "the statements run as one program (fusion swept): the time is the program's, its output checked \
+             against the reference evaluator's run of the program"
+                .to_string(),
+        );
+        self.step("the reference evaluator's run of the program")?;
+        let want = match problem.program_reference() {
+            Ok(want) => Some(want),
+            Err(e) => {
+                self.out
+                    .notes
+                    .push(format!("not checked: {}", e.to_string().lines().next().unwrap_or_default()));
+                None
+            }
+        };
+        let mut measured: Vec<Measured> = Vec::new();
+        for point in points {
+            self.step(format!("{}: compiling and running the program", point.label))?;
+            let schedule = spindle::Schedule { threads: Some(threads), ..self.point_items(program, point) };
+            let opts = TimingOptions { warmup: 1, repeats };
+            match problem.run_program(&CBackend::new(), &schedule, opts, false) {
+                Ok(ran) => {
+                    let got = match &ran.assembled {
+                        Some(a) => spindle::check::expand(a).ok(),
+                        None => Some(ran.result.clone()),
+                    };
+                    let err = want.as_ref().zip(got).map(|(w, g)| spindle::check::max_rel_error(&g, w));
+                    let tolerance = ran.last.as_ref().map_or(1e-3, spindle::check::tolerance);
+                    let mut errors = Vec::new();
+                    if let Some(e) = err.filter(|e| *e > tolerance) {
+                        errors.push(format!(
+                            "max relative error {e:.2e} against the reference evaluator (above {tolerance:.0e})"
+                        ));
+                    }
+                    if self.out.ir.is_empty() {
+                        self.out.rewritten = ran.statements.clone();
+                    }
+                    self.out.ir.push(format!(
+                        "// fusion={} ({})\n{}",
+                        ran.fusion,
+                        point.label,
+                        ran.kernels.join("\n")
+                    ));
+                    self.out.c_source.extend(ran.sources.iter().cloned());
+                    measured.push((Some(ran.median_ms()), err, errors, None));
+                }
+                Err(e) => measured.push((None, None, vec![e.render(false)], None)),
+            }
+        }
+        if measured.iter().all(|m| m.0.is_none()) {
+            let first = measured.iter().find_map(|m| m.2.first().cloned()).unwrap_or_default();
+            return Err(Stop::Error(first));
+        }
+        let none: Vec<Measured> = Vec::new();
+        self.finish_points(points, &measured, &none);
+        Ok(())
+    }
+}
