@@ -38,6 +38,9 @@ pub const GOALS: [&str; 4] = [
 
 pub const FUSIONS: [&str; 3] = ["none", "maximal", "trie"];
 
+/// SciPy's intermediates larger than this many values are not made.
+pub const SCIPY_DENSE_LIMIT: usize = 1 << 26;
+
 pub const SDDMM: &str = "A[i,j] = B[i,j] * (C[i,k] * D[k,j])";
 pub const GNN1: &str = "Z[i,j] = A[i,k] * X[k,h] * W[h,j]";
 pub const GNN2: &str = "Z[i,j] = (A[i,h] * (X[i,k] * Y[k,h])) * V[h,j]";
@@ -91,8 +94,12 @@ pub struct KernelRun {
 pub struct PolicyRun {
     pub fusion: String,
     pub timing: Timing,
-    /// Loop nests (`none`: one per statement) in its one kernel.
+    /// Statements in three-address form (maximal: the one they were
+    /// substituted into).
     pub statements: usize,
+    /// What the policy decided beyond its name (input-sensitive fusion).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -209,7 +216,15 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
                 }
                 progress(&format!("{kernel} {name} {size_name}={n}"));
                 let mut run = measure(&problem, kernel, name, size_name, n, coo.nnz(), opts.timing)?;
-                if let Some(env) = &env {
+                // SciPy's SDDMM and GNN kernel 2 hold a dense NI x NJ
+                // intermediate: past this, it is not run.
+                let dense_intermediate = kernel != "gnn1" && ni * nj > SCIPY_DENSE_LIMIT;
+                if dense_intermediate && env.is_some() {
+                    run.report.scipy_error = Some(format!(
+                        "not run: its dense intermediate would hold {ni} x {nj} values (more than {SCIPY_DENSE_LIMIT})"
+                    ));
+                }
+                if let Some(env) = env.as_ref().filter(|_| !dense_intermediate) {
                     let lower: Vec<(String, ArrayD<f64>)> =
                         operands.iter().map(|(t, v)| (t.to_lowercase(), v.clone())).collect();
                     let named: Vec<(&str, &ArrayD<f64>)> =
@@ -295,6 +310,7 @@ fn measure(
             fusion: fusion.to_string(),
             timing: ran.timings[0].clone(),
             statements: ran.statements.len(),
+            notes: ran.notes.clone(),
         });
     }
     let trie = outputs.pop().expect("three policies");

@@ -455,7 +455,11 @@ impl<'k, D: Dialect> Printer<'k, D> {
         match at {
             _ if shape.is_empty() => name.to_string(),
             Place::Coords(vars) => format!("{name}[{}]", self.row_major(shape, vars)),
-            Place::Position(p) => format!("{name}[{}]", Self::position(p)),
+            Place::Position(p, then) if then.is_empty() => format!("{name}[{}]", Self::position(p)),
+            Place::Position(p, then) => {
+                let stride: usize = shape[1..].iter().product();
+                format!("{name}[{} * {stride} + {}]", Self::position(p), self.row_major(&shape[1..], then))
+            }
         }
     }
 
@@ -957,7 +961,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             Node::Store { target, at, value } => {
                 let into = match (target, at) {
                     (Target::Local(local), _) => self.local_at(*local, at),
-                    (Target::Output, Place::Position(p)) => {
+                    (Target::Output, Place::Position(p, _)) => {
                         format!("{}[{}]", self.tensor(self.k.output), Self::position(p))
                     }
                     (Target::Output, Place::Coords(vars)) => {

@@ -69,6 +69,8 @@ pub struct ProgramRun {
     pub kernels: Vec<String>,
     /// Each kernel's printed source.
     pub sources: Vec<String>,
+    /// What the policy decided beyond its name (input-sensitive fusion).
+    pub notes: Vec<String>,
     /// Each kernel's timing, in order.
     pub timings: Vec<Timing>,
     /// Each kernel's output against the reference evaluator, where asked.
@@ -186,13 +188,26 @@ impl Problem {
         let data = self.program_data()?;
         let program = self.split(&data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
+        let formats = self.formats()?;
+        let once = match schedule.fusion {
+            Fusion::Trie => sums_run_once(&program, &formats, &data.sparse),
+            _ => None,
+        };
         let mut run = match schedule.fusion {
             Fusion::Maximal => self.run_maximal(&program, backend, schedule, opts)?,
+            Fusion::Trie if once.is_some() && inline(&program).is_ok() => {
+                let mut run = self.run_maximal(&program, backend, schedule, opts)?;
+                run.fusion = Fusion::Trie;
+                run.notes.push(format!(
+                    "input-sensitive fusion (paper 003 §4.3.3): {}, so a temporary saves nothing; fused maximally",
+                    once.unwrap_or_default()
+                ));
+                run
+            }
             _ if backend.target() != Target::C => {
                 return self.run_each_statement(&program, backend, schedule, opts, check);
             }
             fusion => {
-                let formats = self.formats()?;
                 let forest = fused_forest(&program, &formats, fusion, &schedule.order);
                 let lowered = lower_program(&program, &forest, &formats, &data.sparse, "spindle")
                     .map_err(|d| Error::statement(d, self.statement()))?;
@@ -217,6 +232,7 @@ impl Problem {
                     forest: forest_text(&forest),
                     kernels: vec![lowered.kernel.to_string()],
                     sources: vec![executable.source().to_string()],
+                    notes: Vec::new(),
                     timings: vec![timing],
                     checks: Vec::new(),
                     output: last.output().name.clone(),
@@ -275,6 +291,7 @@ impl Problem {
             forest: String::new(),
             kernels: vec![compiled.kernel.to_string()],
             sources: vec![compiled.source().to_string()],
+            notes: Vec::new(),
             timings: vec![timing],
             checks: Vec::new(),
             output: prepared.einsum.output().name.clone(),
@@ -351,6 +368,7 @@ impl Problem {
             forest: String::new(),
             kernels: Vec::new(),
             sources: Vec::new(),
+            notes: Vec::new(),
             timings: Vec::new(),
             checks: Vec::new(),
             output: String::new(),
@@ -433,4 +451,71 @@ fn indirect(s: &Statement) -> bool {
 /// Whether `s` names tensor `name`.
 fn mentions(s: &Statement, name: &str) -> bool {
     s.lhs.tensor.name == name || s.rhs.accesses().iter().any(|a| a.tensor.name == name)
+}
+
+/// Input-sensitive fusion (paper 003 §4.3.3): why every temporary's sum
+/// runs about once per element it makes (a dense loop of extent 1, or a
+/// loop over a stored level whose fibers hold 1.5 entries or fewer on
+/// average), where that is so; then a temporary costs its stores and
+/// saves nothing. `None` where a sum is longer, or nothing is a
+/// temporary.
+fn sums_run_once(
+    program: &Program,
+    formats: &BTreeMap<String, FormatSpec>,
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+) -> Option<String> {
+    use spindle_ir::react::{Space, index_trees, propagate};
+    let trees = propagate(program, &index_trees(program, formats));
+    let last = &program.statements.last()?.output().name;
+    let mut why = Vec::new();
+    for (einsum, tree) in program.statements.iter().zip(&trees) {
+        let lhs = &einsum.statement.lhs;
+        if lhs.tensor.name == *last {
+            continue;
+        }
+        let summed = tree.loops.iter().filter(|l| !lhs.index_uses().iter().any(|u| u.ident.name == l.index));
+        for l in summed {
+            let trip = match &l.space {
+                Space::Dense => einsum.index(&l.index).map_or(f64::INFINITY, |x| x.extent as f64),
+                Space::Sparse(t) => fiber_length(t, &l.index, program, formats, sparse)?,
+            };
+            if trip > 1.5 {
+                return None;
+            }
+            why.push(format!("the sum over `{}` runs {trip:.2} times on average", l.index));
+        }
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// The average number of entries per fiber of the level of stored operand
+/// `t` that holds `index`: its positions over its parent's.
+fn fiber_length(
+    t: &str,
+    index: &str,
+    program: &Program,
+    formats: &BTreeMap<String, FormatSpec>,
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+) -> Option<f64> {
+    let access =
+        program.statements.iter().flat_map(|e| e.statement.rhs.accesses()).find(|a| a.tensor.name == t)?;
+    let tensor = SparseTensor::from_coo(sparse.get(t)?, formats.get(t)?).ok()?;
+    let assembled = tensor.with_values(Vec::new());
+    let levels = tensor.levels();
+    let at = levels.iter().position(|l| {
+        access.subscripts.get(l.dim).and_then(|s| s.as_index()).is_some_and(|i| i.name == index)
+    })?;
+    // Positions per level: a dense level multiplies its parent's, others
+    // have one per coordinate stored.
+    let mut count = vec![0f64; levels.len()];
+    let mut parent = 1f64;
+    for (l, level) in levels.iter().enumerate() {
+        count[l] = match &assembled.arrays[l].crd {
+            Some(crd) => crd.len() as f64,
+            None => parent * assembled.shape[level.dim] as f64,
+        };
+        parent = count[l];
+    }
+    let above = if at == 0 { 1.0 } else { count[at - 1] };
+    Some(count[at] / above.max(1.0))
 }

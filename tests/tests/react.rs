@@ -238,3 +238,25 @@ fn co_iteration_is_refused_with_a_way_out() {
         .render(false);
     assert!(err.contains("takes the pattern") && err.contains("no pattern"), "{err}");
 }
+
+/// Input-sensitive fusion (§4.3.3): where the sum a temporary holds runs
+/// about once (MTTKRP on a tensor whose (i, j) fibers hold one entry), trie
+/// fuses maximally and says so; with longer fibers it keeps its temporary.
+#[test]
+fn input_sensitive_fusion_skips_temporaries_of_one_term_sums() {
+    let mttkrp = |density: f64| {
+        problem(
+            "A[i,r] = X[i,j,k] * C[k,r] * B[j,r]",
+            &[("C", &[12, 4]), ("B", &[10, 4])],
+            &[("X", &[8, 10, 12], density, "csf")],
+            &[],
+        )
+    };
+    let short = run(&mttkrp(0.01), "trie");
+    assert!(short.checks[0].passed());
+    assert!(short.notes.iter().any(|n| n.contains("input-sensitive")), "{:?}", short.notes);
+    let long = run(&mttkrp(0.5), "trie");
+    assert!(long.checks[0].passed());
+    assert!(long.notes.is_empty(), "{:?}", long.notes);
+    assert!(long.kernels[0].contains("local T1[4]"), "{}", long.kernels[0]);
+}

@@ -96,11 +96,13 @@ pub enum Target {
 
 /// Where a temporary's element is: at the loop variables' coordinates of
 /// the dimensions it keeps, or at a stored level's position (a temporary
-/// computed only where a sparse operand has entries, held in its pattern).
+/// computed only where a sparse operand has entries, held in its pattern),
+/// then at the coordinates of its other dimensions (row-major within each
+/// position).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Place {
     Coords(Vec<VarId>),
-    Position(Position),
+    Position(Position, Vec<VarId>),
 }
 
 /// A level of a stored tensor, as the kernel reads it.

@@ -57,7 +57,11 @@ impl LevelKernel {
                 let vars: Vec<&str> = vars.iter().map(|&v| self.var(v).name.as_str()).collect();
                 format!("{name}[{}]", vars.join(","))
             }
-            Place::Position(p) => format!("{name}[{}]", p.name()),
+            Place::Position(p, then) => {
+                let mut at = vec![p.name()];
+                at.extend(then.iter().map(|&v| self.var(v).name.clone()));
+                format!("{name}[{}]", at.join(","))
+            }
         }
     }
 
@@ -138,7 +142,7 @@ impl LevelKernel {
             }
             Node::Store { target: Target::Output, at, value } => {
                 let at = match at {
-                    Place::Position(p) => p.name(),
+                    Place::Position(p, _) => p.name(),
                     Place::Coords(vars) => {
                         vars.iter().map(|&v| self.var(v).name.as_str()).collect::<Vec<_>>().join(",")
                     }

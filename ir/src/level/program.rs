@@ -66,8 +66,9 @@ enum Addressing {
     /// By the coordinates of the dimensions it keeps (by position in its
     /// subscripts).
     Coords(Vec<usize>),
-    /// By the position of a stored level.
-    Position(Position),
+    /// By the position of a stored level, then the coordinates of the
+    /// other dimensions (by position in its subscripts).
+    Position(Position, Vec<usize>),
 }
 
 /// Lowers `program`, arranged as `forest` (from [`react::fused_forest`]),
@@ -230,20 +231,30 @@ pub fn lower_program(
             Some(names) => (0..dims.len()).filter(|&d| names.contains(&vars[dims[d]].name)).collect(),
             None => (0..dims.len()).collect(),
         };
-        // A scalar where the loops share every dimension; else, where a
-        // sparse operand's pattern holds it, one value per stored position
-        // (every position belongs to one iteration of the shared loops, so
-        // nothing is cleared); else the kept dimensions, cleared.
+        // A scalar where the loops share every dimension; the kept
+        // dimensions, cleared per iteration of the shared loops, where they
+        // are dense loops; else, where a sparse operand's pattern holds it,
+        // values per stored position (every position belongs to one
+        // iteration of the shared loops, so nothing is cleared, and a
+        // sparse dimension never costs its whole extent); else the kept
+        // dimensions.
+        let loops = loops_of(forest, ws[0]);
+        let walked = |d: usize| loops.iter().any(|(i, sp)| *i == vars[dims[d]].name && *sp != Space::Dense);
+        let reduced_dense = keep.len() < dims.len() && !keep.iter().any(|&d| walked(d));
         let addressing = match in_pattern(program, forest, tname, &dims, &vars, &stored) {
-            Some(p) if !keep.is_empty() => Addressing::Position(p),
+            Some((p, then)) if !keep.is_empty() && !reduced_dense => Addressing::Position(p, then),
             _ => Addressing::Coords(keep),
         };
         let shape = match &addressing {
             Addressing::Coords(keep) => keep.iter().map(|&d| vars[dims[d]].extent).collect(),
-            Addressing::Position(Position::Level { tensor, level }) => {
-                vec![positions(&stored[tensor], *level)]
+            Addressing::Position(p, then) => {
+                let Position::Level { tensor, level } = p else {
+                    unreachable!("a pattern is a stored level")
+                };
+                let mut shape = vec![positions(&stored[tensor], *level)];
+                shape.extend(then.iter().map(|&d| vars[dims[d]].extent));
+                shape
             }
-            Addressing::Position(Position::Root) => Vec::new(),
         };
         let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
         if elements.is_none_or(|n| n > MAX_LOCAL_ELEMENTS) {
@@ -266,8 +277,9 @@ pub fn lower_program(
             let dims = plain(lhs)?;
             let info = &last.tensors[&output];
             let found = in_pattern(program, forest, &output, &dims, &vars, &stored).and_then(|p| match p {
-                Position::Level { tensor, level }
-                    if level + 1 == stored[&tensor].levels.len()
+                (Position::Level { tensor, level }, then)
+                    if then.is_empty()
+                        && level + 1 == stored[&tensor].levels.len()
                         && formats.get(&tensor) == Some(spec)
                         && stored[&tensor].levels.iter().map(|l| l.var).eq(level_vars(
                             spec,
@@ -339,9 +351,9 @@ fn level_vars(spec: &FormatSpec, shape: &[usize], dims: &[VarId]) -> Vec<VarId> 
 
 /// The stored level whose positions hold a temporary written at `dims`,
 /// where every statement that writes or reads it walks that operand's
-/// levels over exactly those dimensions (so the position is bound wherever
-/// the temporary is reached): the temporary then takes one value per
-/// stored position instead of one per coordinate.
+/// levels over those of its dimensions (so the position is bound wherever
+/// the temporary is reached), and the temporary's other dimensions: it
+/// then takes values per stored position instead of per coordinate.
 fn in_pattern(
     program: &Program,
     forest: &[react::Node],
@@ -349,7 +361,7 @@ fn in_pattern(
     dims: &[VarId],
     vars: &PrimaryMap<VarId, Var>,
     stored: &BTreeMap<String, Stored>,
-) -> Option<Position> {
+) -> Option<(Position, Vec<usize>)> {
     let users: Vec<usize> = program
         .statements
         .iter()
@@ -376,10 +388,10 @@ fn in_pattern(
     if !read_alike {
         return None;
     }
-    let wanted: BTreeSet<VarId> = dims.iter().copied().collect();
     stored.iter().find_map(|(t, s)| {
-        let depth = (1..=s.levels.len())
-            .find(|&n| s.levels[..n].iter().map(|l| l.var).collect::<BTreeSet<_>>() == wanted)?;
+        // The deepest run of the operand's first levels whose variables are
+        // all dimensions of the temporary; the others follow each position.
+        let depth = (1..=s.levels.len()).take_while(|&n| dims.contains(&s.levels[n - 1].var)).last()?;
         let walked: Vec<&super::lower::StoredLevel> =
             s.levels[..depth].iter().filter(|l| !matches!(l.reach, Reach::Dense)).collect();
         if walked.is_empty() {
@@ -389,7 +401,12 @@ fn in_pattern(
             let loops = loops_of(forest, s);
             walked.iter().all(|l| loops.contains(&(vars[l.var].name.clone(), Space::Sparse(t.clone()))))
         };
-        users.iter().all(|&s| walks_t(s)).then(|| Position::Level { tensor: t.clone(), level: depth - 1 })
+        let then: Vec<usize> =
+            (0..dims.len()).filter(|&d| !s.levels[..depth].iter().any(|l| l.var == dims[d])).collect();
+        users
+            .iter()
+            .all(|&s| walks_t(s))
+            .then(|| (Position::Level { tensor: t.clone(), level: depth - 1 }, then))
     })
 }
 
@@ -592,7 +609,7 @@ impl ProgramLowerer<'_> {
                     "not walked",
                 ));
             }
-            let at = Place::Position(Position::Level { tensor: t.to_string(), level });
+            let at = Place::Position(Position::Level { tensor: t.to_string(), level }, Vec::new());
             return Ok(Node::Store { target: Target::Output, at, value });
         }
         let (local, _) = &self.local_of[name];
@@ -607,8 +624,10 @@ impl ProgramLowerer<'_> {
                 let vars = plain_indices(a, self.var_of)?;
                 Ok(Place::Coords(keep.iter().map(|&d| vars[d]).collect()))
             }
-            Addressing::Position(p) => {
-                let Position::Level { tensor, level } = p else { return Ok(Place::Position(p.clone())) };
+            Addressing::Position(p, then) => {
+                let Position::Level { tensor, level } = p else {
+                    unreachable!("a pattern is a stored level")
+                };
                 if !reached.contains(&(tensor.clone(), *level)) {
                     return Err(refuse(
                         format!(
@@ -619,7 +638,8 @@ impl ProgramLowerer<'_> {
                         "not walked",
                     ));
                 }
-                Ok(Place::Position(p.clone()))
+                let vars = plain_indices(a, self.var_of)?;
+                Ok(Place::Position(p.clone(), then.iter().map(|&d| vars[d]).collect()))
             }
         }
     }
