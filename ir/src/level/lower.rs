@@ -116,38 +116,9 @@ pub fn lower(
     let mut arrays = Tensors::new();
     let mut replaced = Vec::new();
     for access in st.rhs.accesses() {
-        let tname = &access.tensor.name;
-        let Some(spec) = formats.get(tname) else { continue };
-        if let Some(first) = stored.get(tname) {
-            // The same read again is the same entry at every point.
-            if first
-                .access
-                .subscripts
-                .iter()
-                .map(|s| s.to_string())
-                .eq(access.subscripts.iter().map(|s| s.to_string()))
-            {
-                continue;
-            }
-            return Err(refuse(
-                format!("`{tname}` is read at two subscripts; the level path walks each stored operand once"),
-                access.span,
-                "a second read",
-            ));
-        }
-        let coo = sparse.get(tname).ok_or_else(|| {
-            refuse(format!("`{tname}` has a format but no entries"), access.span, "no data")
-        })?;
-        let at = plain(access)?;
-        let info = &einsum.tensors[tname];
-        let ElemType::Value(dtype) = info.dtype else {
-            return Err(refuse(format!("`{tname}` holds indices"), access.span, "not a value tensor"));
-        };
-        let (levels, val) =
-            store(tname, spec, coo, dtype, &info.shape, &at, access, &mut tensors, &mut arrays)?;
-        replaced.push(tname.clone());
-        stored.insert(tname.clone(), Stored { levels, val, access: access.clone() });
+        store_operand(access, einsum, formats, sparse, &var_of, &mut tensors, &mut arrays, &mut stored)?;
     }
+    replaced.extend(stored.keys().cloned());
 
     // Dense operands and the output keep their names.
     let mut dense: BTreeMap<String, TensorId> = BTreeMap::new();
@@ -261,6 +232,54 @@ pub(super) fn plain_indices(
             )),
         })
         .collect()
+}
+
+/// The stored operand `access` reads, where it has a format and is not
+/// stored yet: its arrays become arguments (data in `arrays`) and its
+/// levels go into `stored`. A stored operand is read at one subscript: the
+/// same read again is the same entry at every point.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn store_operand(
+    access: &Access,
+    einsum: &Einsum,
+    formats: &BTreeMap<String, FormatSpec>,
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+    var_of: &BTreeMap<String, VarId>,
+    tensors: &mut PrimaryMap<TensorId, TensorParam>,
+    arrays: &mut Tensors,
+    stored: &mut BTreeMap<String, Stored>,
+) -> Result<(), Diagnostic> {
+    let tname = &access.tensor.name;
+    let Some(spec) = formats.get(tname) else { return Ok(()) };
+    if let Some(first) = stored.get(tname) {
+        if first
+            .access
+            .subscripts
+            .iter()
+            .map(|s| s.to_string())
+            .eq(access.subscripts.iter().map(|s| s.to_string()))
+        {
+            return Ok(());
+        }
+        return Err(refuse(
+            format!(
+                "`{tname}` is read at two subscripts; the level path walks each stored operand by one set of indices"
+            ),
+            access.span,
+            "a second read",
+        ));
+    }
+    let coo = sparse
+        .get(tname)
+        .ok_or_else(|| refuse(format!("`{tname}` has a format but no entries"), access.span, "no data"))?;
+    let at = plain_indices(access, var_of)?;
+    let info = &einsum.tensors[tname];
+    let ElemType::Value(dtype) = info.dtype else {
+        return Err(refuse(format!("`{tname}` holds indices"), access.span, "not a value tensor"));
+    };
+    let (levels, val) = store(tname, spec, coo, dtype, &info.shape, &at, access, tensors, arrays)?;
+    stored.insert(tname.clone(), Stored { levels, val, access: access.clone() });
+    Ok(())
 }
 
 /// Stores `coo` in `spec` as `tname`: its arrays become kernel arguments

@@ -46,12 +46,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use cranelift_entity::PrimaryMap;
 use spindle_formats::{Coo, FormatSpec, SparseTensor};
 
-use super::lower::{Lowered, Stored, plain_indices, refuse, store};
+use super::lower::{Lowered, Stored, plain_indices, refuse, store_operand};
 use super::{
     Expr, LevelKernel, LevelRef, Local, LocalId, Node, Place, Point, Position, Reach, Target, Var, VarId,
 };
 use crate::kernel::{OutputInit, Reduction, TensorId, TensorParam};
-use crate::lang::{Access, AssignOp, BinOp, Diagnostic, ElemType, Expr as Ast, Role, Span};
+use crate::lang::{Access, AssignOp, BinOp, Diagnostic, Expr as Ast, Role, Span};
 use crate::program::Program;
 use crate::react::{self, Space};
 use crate::tensor::Tensors;
@@ -159,40 +159,10 @@ pub fn lower_program(
     let mut replaced = Vec::new();
     for e in statements {
         for access in e.statement.rhs.accesses() {
-            let tname = &access.tensor.name;
-            let Some(spec) = formats.get(tname) else { continue };
-            if let Some(first) = stored.get(tname) {
-                if first
-                    .access
-                    .subscripts
-                    .iter()
-                    .map(|s| s.to_string())
-                    .eq(access.subscripts.iter().map(|s| s.to_string()))
-                {
-                    continue;
-                }
-                return Err(refuse(
-                    format!(
-                        "`{tname}` is read at two subscripts; a program kernel walks a stored operand by one set of indices"
-                    ),
-                    access.span,
-                    "another subscript",
-                ));
-            }
-            let coo = sparse.get(tname).ok_or_else(|| {
-                refuse(format!("`{tname}` has a format but no entries"), access.span, "no data")
-            })?;
-            let info = &e.tensors[tname];
-            let ElemType::Value(dtype) = info.dtype else {
-                return Err(refuse(format!("`{tname}` holds indices"), access.span, "not a value tensor"));
-            };
-            let at = plain(access)?;
-            let (levels, val) =
-                store(tname, spec, coo, dtype, &info.shape, &at, access, &mut tensors, &mut arrays)?;
-            replaced.push(tname.clone());
-            stored.insert(tname.clone(), Stored { levels, val, access: access.clone() });
+            store_operand(access, e, formats, sparse, &var_of, &mut tensors, &mut arrays, &mut stored)?;
         }
     }
+    replaced.extend(stored.keys().cloned());
 
     // Dense inputs and the output are arguments; other outputs are locals.
     let mut dense: BTreeMap<String, TensorId> = BTreeMap::new();
