@@ -369,13 +369,11 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(1, "(void)nthreads;");
         }
         let Some(a) = &k.assembly else {
-            self.declare_locals(1);
+            // Private temporaries of a kernel on threads are each thread's.
+            let shared = !self.threads;
+            self.declare_locals(1, |l| shared || !l.private);
             self.body(1, workspace);
-            for (id, local) in &k.locals {
-                if !local.shape.is_empty() {
-                    self.line(1, &format!("free({});", self.local(id)));
-                }
-            }
+            self.free_locals(1, |l| shared || !l.private);
             self.line(0, "}");
             return;
         };
@@ -430,9 +428,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
 
     /// A program kernel's temporaries: a scalar in a register, or zeroed
     /// memory allocated on every launch (its cost is the kernel's).
-    fn declare_locals(&mut self, depth: usize) {
+    fn declare_locals(&mut self, depth: usize, which: impl Fn(&spindle_ir::level::Local) -> bool) {
         let real = self.d.real();
-        for (id, local) in &self.k.locals {
+        for (id, local) in self.k.locals.iter().filter(|(_, l)| which(l)) {
             let name = self.local(id).to_string();
             match local.shape.is_empty() {
                 true => self.line(depth, &format!("{real} {name} = 0;")),
@@ -440,6 +438,14 @@ impl<'k, D: Dialect> Printer<'k, D> {
                     depth,
                     &format!("{real} *restrict {name} = calloc({}, sizeof({real}));", local.len()),
                 ),
+            }
+        }
+    }
+
+    fn free_locals(&mut self, depth: usize, which: impl Fn(&spindle_ir::level::Local) -> bool) {
+        for (id, local) in self.k.locals.iter().filter(|(_, l)| which(l)) {
+            if !local.shape.is_empty() {
+                self.line(depth, &format!("free({});", self.local(id)));
             }
         }
     }
@@ -470,23 +476,37 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let threads = "num_threads(nthreads) if(nthreads > 1)";
         let schedule = format!("schedule(dynamic, {CHUNK})");
         let mut d = depth;
-        if workspace {
+        // Each thread's own temporaries, in the parallel region.
+        let private = self.threads && k.locals.values().any(|l| l.private);
+        let region = workspace || private;
+        if region {
             if self.threads {
                 self.line(d, &format!("#pragma omp parallel {threads}"));
             }
             self.line(d, "{");
             d += 1;
-            self.workspace_arrays(d);
+            if workspace {
+                self.workspace_arrays(d);
+            }
+            if private {
+                self.declare_locals(d, |l| l.private);
+            }
         }
         if self.threads && !self.one_pass {
             self.line(d, "// Each iteration of the outermost loop writes its own output elements.");
-            match workspace {
+            match region {
                 true => self.line(d, &format!("#pragma omp for {schedule}")),
                 false => self.line(d, &format!("#pragma omp parallel for {threads} {schedule}")),
             }
         }
         for n in &k.body {
             self.node(n, d);
+        }
+        if private {
+            self.free_locals(d, |l| l.private);
+            if !workspace {
+                self.line(depth, "}");
+            }
         }
         if workspace {
             if self.ism().is_some() {

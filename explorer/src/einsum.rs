@@ -85,9 +85,11 @@ pub fn describe(e: &Einsum) -> String {
 #[derive(Debug, Clone, clap::Args)]
 pub struct DataArgs {
     /// The statement, e.g. "C[m,n] += A[m,k] * B[k,n]". For `run`, several
-    /// statements separated by `;` or newlines run as a program: split into
-    /// one product per statement (temporaries T1, T2, ... and undeclared
-    /// outputs get their shapes from their indices), one kernel each.
+    /// statements separated by `;` or newlines (or one compound product over
+    /// an operand with a format) run as a program: split into one product
+    /// per statement (temporaries T1, T2, ... and undeclared outputs get
+    /// their shapes from their indices) and fused as the schedule's
+    /// fusion=none|maximal|trie says (trie unless told).
     pub statement: String,
     /// Data for a tensor: NAME=file.npy (dense values, or integer
     /// indices), NAME=file.mtx or NAME=file.tns (sparse).

@@ -117,7 +117,9 @@ fn every_policy_matches_the_reference() {
         ),
     ];
     for (what, p) in &cases {
-        for fusion in ["none", "maximal", "trie"] {
+        // One thread, and two: a trie-fused kernel whose rows write apart
+        // runs its outer loop on threads, each with its own temporaries.
+        for fusion in ["none", "maximal", "trie", "none threads=2", "trie threads=2"] {
             let ran = run(p, fusion);
             assert_eq!(ran.checks.len(), 1, "{what}, fusion={fusion}");
             assert!(
@@ -187,6 +189,12 @@ fn trie_fusion_removes_loop_invariant_redundancy() {
     let trie = &run(&p, "trie").kernels[0];
     assert!(!under(trie, "W[h,j]", "k"), "{trie}");
     assert!(trie.contains("local T1[8]"), "T1 is one row of h: {trie}");
+    // Rows write apart: the row loop runs on threads, each with its row.
+    assert!(trie.contains("parallel outermost loop"), "{trie}");
+    let source = &run(&p, "trie threads=2").sources[0];
+    let region = source.find("#pragma omp parallel").expect("a parallel region");
+    let local = source.find("l_T1 = calloc").expect("T1 allocated");
+    assert!(local > region && source[region..].contains("#pragma omp for"), "{source}");
 }
 
 /// Dead-value redundancy: the product C·D is computed only where B has an

@@ -73,6 +73,10 @@ pub struct Local {
     /// in a register), row-major; or one dimension, the positions of a
     /// stored level, for a temporary held in a sparse operand's pattern.
     pub shape: Vec<usize>,
+    /// Each thread needs its own (a slice cleared per iteration) when the
+    /// outermost loop runs on threads; otherwise the iterations write
+    /// disjoint parts of it (a sparse operand's pattern under each row).
+    pub private: bool,
 }
 
 impl Local {

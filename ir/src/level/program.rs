@@ -235,7 +235,8 @@ pub fn lower_program(
             )
             .with_note("fusion=trie reduces temporaries to the dimensions their loops do not share"));
         }
-        let id = locals.push(Local { name: tname.clone(), shape });
+        let private = matches!(addressing, Addressing::Coords(_));
+        let id = locals.push(Local { name: tname.clone(), shape, private });
         local_of.insert(tname.clone(), (id, addressing));
     }
 
@@ -296,6 +297,7 @@ pub fn lower_program(
         pattern: pattern.as_deref(),
     };
     let body = lowerer.nodes(forest, &BTreeSet::new())?;
+    let parallel = rows_apart(&body, &local_of, &stored, pattern.as_deref());
     let kernel = LevelKernel {
         name: name.to_string(),
         tensors,
@@ -304,11 +306,76 @@ pub fn lower_program(
         assembly: None,
         reduction: Reduction::Sum,
         init,
-        parallel: false,
+        parallel,
         locals,
         body,
     };
     Ok(Lowered { kernel, arrays, replaced, pattern })
+}
+
+/// Whether the iterations of the one outermost loop (a dense loop, or a
+/// walk of a unique level) write apart: every update of the output at the
+/// loop's variable in its first dimension, every temporary a slice of the
+/// iteration (kept without that variable) or held in the pattern of an
+/// operand whose first level the loop binds (positions apart per row), and
+/// so the output held in a pattern. Then the loop runs on threads, each
+/// with its own slices.
+fn rows_apart(
+    body: &[Node],
+    local_of: &BTreeMap<String, (LocalId, Addressing)>,
+    stored: &BTreeMap<String, Stored>,
+    pattern: Option<&str>,
+) -> bool {
+    let var = match body {
+        [Node::Dense { var, .. }] => *var,
+        [Node::Merge { var, levels, full: false, .. }] if levels.len() == 1 => *var,
+        _ => return false,
+    };
+    let rows_of = |t: &str| stored.get(t).is_some_and(|s| s.levels[0].var == var);
+    let slices = local_of.values().all(|(id, addressing)| match addressing {
+        Addressing::Coords(_) => !kept_var(body, *id, var),
+        Addressing::Position(Position::Level { tensor, .. }, _) => rows_of(tensor),
+        Addressing::Position(Position::Root, _) => false,
+    });
+    slices && pattern.is_none_or(rows_of) && updates_at_row(body, var)
+}
+
+/// Whether some access of local `id` in `nodes` is at `var`.
+fn kept_var(nodes: &[Node], id: LocalId, var: VarId) -> bool {
+    fn expr(e: &Expr, id: LocalId, var: VarId) -> bool {
+        match e {
+            Expr::Local { local, at: Place::Coords(at) } => *local == id && at.contains(&var),
+            Expr::Local { .. } | Expr::Const(_) | Expr::Stored { .. } | Expr::Dense { .. } => false,
+            Expr::Neg(x) => expr(x, id, var),
+            Expr::Binary { lhs, rhs, .. } => expr(lhs, id, var) || expr(rhs, id, var),
+            Expr::Call { args, .. } => args.iter().any(|a| expr(a, id, var)),
+        }
+    }
+    nodes.iter().any(|n| match n {
+        Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => {
+            kept_var(body, id, var)
+        }
+        Node::Merge { points, .. } => points.iter().any(|p| kept_var(&p.body, id, var)),
+        Node::Store { target, at, value } => {
+            (*target == Target::Local(id) && matches!(at, Place::Coords(at) if at.contains(&var)))
+                || expr(value, id, var)
+        }
+        Node::Update { value, .. } | Node::Accumulate { value } => expr(value, id, var),
+        Node::Locate { .. } | Node::Clear { .. } => false,
+    })
+}
+
+/// Whether every update of the dense output is at `var` in its first
+/// dimension.
+fn updates_at_row(nodes: &[Node], var: VarId) -> bool {
+    nodes.iter().all(|n| match n {
+        Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => {
+            updates_at_row(body, var)
+        }
+        Node::Merge { points, .. } => points.iter().all(|p| updates_at_row(&p.body, var)),
+        Node::Update { at, .. } => at.first() == Some(&var),
+        _ => true,
+    })
 }
 
 /// The variables of a tensor stored in `spec`, written at `dims`, in level
