@@ -42,7 +42,7 @@ use ndarray::ArrayD;
 use spindle_formats::{Assembled, Coo, FormatSpec, SparseTensor};
 use spindle_ir::kernel::schedule::{Fusion, Path, Schedule};
 use spindle_ir::lang::{Declaration, Declarations, Einsum, Expr, Statement};
-use spindle_ir::level::lower_program;
+use spindle_ir::level::{Lowered, lower_program};
 use spindle_ir::program::{Program, evaluate_program, inline, parse_program, split_program};
 use spindle_ir::react::{forest_text, fused_forest};
 use spindle_ir::tensor::{TensorValue, Tensors};
@@ -209,8 +209,7 @@ impl Problem {
             }
             fusion => {
                 let forest = fused_forest(&program, &formats, fusion, &schedule.order);
-                let lowered = lower_program(&program, &forest, &formats, &data.sparse, "spindle")
-                    .map_err(|d| Error::statement(d, self.statement()))?;
+                let lowered = self.lower_forest(&program, &forest, &formats, &data)?;
                 let executable = backend.compile_levels(&lowered, schedule)?;
                 let mut uploaded = executable.upload(&data.dense)?;
                 uploaded.launch()?;
@@ -256,6 +255,46 @@ impl Problem {
             }];
         }
         Ok(run)
+    }
+
+    /// The program's kernel under `schedule`'s `fusion=`, lowered and not
+    /// run (what `spindle compile` shows): `none` and `trie` from their
+    /// forest; `maximal`, or `trie` where input-sensitive fusion decides
+    /// so, the substituted statement's level-path kernel. With what the
+    /// policy decided.
+    pub fn program_kernel(&self, schedule: &Schedule) -> Result<(Lowered, Vec<String>)> {
+        let data = self.program_data()?;
+        let program = self.split(&data)?;
+        let formats = self.formats()?;
+        let once = match schedule.fusion {
+            Fusion::Trie => {
+                sums_run_once(&program, &formats, &data.sparse).filter(|_| inline(&program).is_ok())
+            }
+            _ => None,
+        };
+        if schedule.fusion == Fusion::Maximal || once.is_some() {
+            let statement = inline(&program).map_err(|d| Error::statement(d, self.statement()))?;
+            let prepared = self.substituted(&program, &statement, true).prepare()?;
+            let levels = Schedule { path: Path::Levels, ..schedule.clone() };
+            let notes = once
+                .map(|why| format!("input-sensitive fusion: {why}; fused maximally"))
+                .into_iter()
+                .collect();
+            return Ok((prepared.lower_levels(&levels)?, notes));
+        }
+        let forest = fused_forest(&program, &formats, schedule.fusion, &schedule.order);
+        Ok((self.lower_forest(&program, &forest, &formats, &data)?, Vec::new()))
+    }
+
+    fn lower_forest(
+        &self,
+        program: &Program,
+        forest: &[spindle_ir::react::Node],
+        formats: &BTreeMap<String, FormatSpec>,
+        data: &ProgramData,
+    ) -> Result<Lowered> {
+        lower_program(program, forest, formats, &data.sparse, "spindle")
+            .map_err(|d| Error::statement(d, self.statement()))
     }
 
     /// `fusion=maximal`: the statements substituted into one, run as a

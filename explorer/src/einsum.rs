@@ -253,10 +253,30 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     if c.emit == Emit::Fusion {
         return emit_fusion(args);
     }
-    let prepared = prepare(args)?;
     let schedule = schedule(c.schedule)?;
-    if schedule.path == spindle_ir::kernel::schedule::Path::Levels || prepared.tile_refusal.is_some() {
-        let lowered = prepared.lower_levels(&schedule).map_err(reported)?;
+    let problem = problem(args)?;
+    // A program's kernel is the one `run` runs: its fusion's loop tree.
+    let program = match problem.is_program() {
+        true => {
+            let (lowered, notes) = problem.program_kernel(&schedule).map_err(reported)?;
+            notes.iter().for_each(|n| eprintln!("note: {n}"));
+            Some(lowered)
+        }
+        false => None,
+    };
+    let prepared = match program {
+        Some(_) => None,
+        None => Some(prepare(args)?),
+    };
+    let levels = |p: &spindle::Prepared| {
+        schedule.path == spindle_ir::kernel::schedule::Path::Levels || p.tile_refusal.is_some()
+    };
+    if program.is_some() || prepared.as_ref().is_some_and(levels) {
+        let lowered = match (program, &prepared) {
+            (Some(lowered), _) => lowered,
+            (None, Some(p)) => p.lower_levels(&schedule).map_err(reported)?,
+            (None, None) => unreachable!("a statement or a program"),
+        };
         match (c.emit, c.target) {
             (Emit::Ir, _) => print!("{}", lowered.kernel),
             (Emit::C, _) | (Emit::Source, Target::C) => print!("{}", spindle::print_levels(&lowered.kernel)?),
@@ -268,6 +288,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         }
         return Ok(());
     }
+    let prepared = prepared.expect("a statement");
     let kernel = prepared.lower(&schedule).map_err(reported)?;
     let source = |target| spindle::print(&kernel, &schedule, target).map_err(reported);
     match (c.emit, c.target) {

@@ -605,4 +605,21 @@ fn compile_emits_the_fused_forest_of_a_program() {
         assert!(text.contains(line), "missing {line:?}:\n{text}");
     }
     assert!(!text.contains("  A ["), "the result is no temporary:\n{text}");
+    // `--emit ir` shows the kernel `run` runs: the trie-fused loop tree.
+    let out = spindle(&[
+        "compile",
+        "A[i,j] = B[i,j] * (C[i,k] * D[k,j])",
+        "--rand",
+        "B=20x24:f32:1",
+        "--rand",
+        "C=20x6:f32:2",
+        "--rand",
+        "D=6x24:f32:3",
+        "--format",
+        "B=csr",
+        "--emit",
+        "ir",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("local T1 (a scalar)"), "{}", stdout(&out));
 }
