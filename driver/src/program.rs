@@ -189,19 +189,13 @@ impl Problem {
         let program = self.split(&data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
-        let once = match schedule.fusion {
-            Fusion::Trie => sums_run_once(&program, &formats, &data.sparse),
-            _ => None,
-        };
+        let once = input_sensitive(&program, &formats, &data, schedule.fusion);
         let mut run = match schedule.fusion {
             Fusion::Maximal => self.run_maximal(&program, backend, schedule, opts)?,
-            Fusion::Trie if once.is_some() && inline(&program).is_ok() => {
+            Fusion::Trie if once.is_some() => {
                 let mut run = self.run_maximal(&program, backend, schedule, opts)?;
                 run.fusion = Fusion::Trie;
-                run.notes.push(format!(
-                    "input-sensitive fusion (paper 003 §4.3.3): {}, so a temporary saves nothing; fused maximally",
-                    once.unwrap_or_default()
-                ));
+                run.notes.extend(once);
                 run
             }
             _ if backend.target() != Target::C => {
@@ -266,21 +260,12 @@ impl Problem {
         let data = self.program_data()?;
         let program = self.split(&data)?;
         let formats = self.formats()?;
-        let once = match schedule.fusion {
-            Fusion::Trie => {
-                sums_run_once(&program, &formats, &data.sparse).filter(|_| inline(&program).is_ok())
-            }
-            _ => None,
-        };
+        let once = input_sensitive(&program, &formats, &data, schedule.fusion);
         if schedule.fusion == Fusion::Maximal || once.is_some() {
             let statement = inline(&program).map_err(|d| Error::statement(d, self.statement()))?;
             let prepared = self.substituted(&program, &statement, true).prepare()?;
             let levels = Schedule { path: Path::Levels, ..schedule.clone() };
-            let notes = once
-                .map(|why| format!("input-sensitive fusion: {why}; fused maximally"))
-                .into_iter()
-                .collect();
-            return Ok((prepared.lower_levels(&levels)?, notes));
+            return Ok((prepared.lower_levels(&levels)?, once.into_iter().collect()));
         }
         let forest = fused_forest(&program, &formats, schedule.fusion, &schedule.order);
         Ok((self.lower_forest(&program, &forest, &formats, &data)?, Vec::new()))
@@ -490,6 +475,23 @@ fn indirect(s: &Statement) -> bool {
 /// Whether `s` names tensor `name`.
 fn mentions(s: &Statement, name: &str) -> bool {
     s.lhs.tensor.name == name || s.rhs.accesses().iter().any(|a| a.tensor.name == name)
+}
+
+/// Whether `fusion=trie` fuses maximally instead (input-sensitive fusion,
+/// where the statements substitute into one), and the note that says why.
+fn input_sensitive(
+    program: &Program,
+    formats: &BTreeMap<String, FormatSpec>,
+    data: &ProgramData,
+    fusion: Fusion,
+) -> Option<String> {
+    if fusion != Fusion::Trie || inline(program).is_err() {
+        return None;
+    }
+    let why = sums_run_once(program, formats, &data.sparse)?;
+    Some(format!(
+        "input-sensitive fusion (paper 003 §4.3.3): {why}, so a temporary saves nothing; fused maximally"
+    ))
 }
 
 /// Input-sensitive fusion (paper 003 §4.3.3): why every temporary's sum
