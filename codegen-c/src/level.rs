@@ -29,6 +29,8 @@ use crate::namer::{Namer, valid_symbol};
 use crate::print::{PrintError, SERIAL_WORK, c_type, preamble};
 use crate::runtime::{Buffer, BufferKind};
 
+mod subsect;
+
 /// Rows handed to a thread at a time: small enough to balance power-law
 /// rows, large enough that the hand-out is rare.
 const CHUNK: usize = 32;
@@ -102,6 +104,11 @@ pub fn print_level_warps<D: Dialect>(
     if !kernel.locals.is_empty() {
         return Err(refuse("program kernels with temporaries run on the C backend only so far"));
     }
+    if !kernel.affine.is_empty() {
+        return Err(refuse(
+            "subsection loops (affine subscripts on stored operands) run on the C backend only so far",
+        ));
+    }
     if !kernel.parallel {
         return Err(refuse(
             "a warp per row needs an outermost loop whose iterations own their output rows (CSR, DCSR, CSF \
@@ -150,9 +157,11 @@ fn updates_at(kernel: &LevelKernel) -> Option<Vec<VarId>> {
         for n in nodes {
             match n {
                 Node::Update { at, .. } => out.push(at.clone()),
-                Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => {
-                    walk(body, out)
-                }
+                Node::Dense { body, .. }
+                | Node::Entry { body, .. }
+                | Node::Workspace { body }
+                | Node::Subsect { body, .. }
+                | Node::Resolve { body, .. } => walk(body, out),
                 Node::Merge { points, .. } => points.iter().for_each(|p| walk(&p.body, out)),
                 Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => {}
             }
@@ -175,7 +184,10 @@ fn find_dense(nodes: &[Node], found: &mut Option<VarId>, wanted: &dyn Fn(VarId) 
                 find_dense(body, found, wanted);
             }
             Node::Merge { points, .. } => points.iter().for_each(|p| find_dense(&p.body, found, wanted)),
-            Node::Entry { body, .. } | Node::Workspace { body } => find_dense(body, found, wanted),
+            Node::Entry { body, .. }
+            | Node::Workspace { body }
+            | Node::Subsect { body, .. }
+            | Node::Resolve { body, .. } => find_dense(body, found, wanted),
             Node::Locate { .. }
             | Node::Update { .. }
             | Node::Accumulate { .. }
@@ -193,7 +205,11 @@ fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
             .iter()
             .map(|n| match n {
                 Node::Update { .. } => 1,
-                Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => count(body),
+                Node::Dense { body, .. }
+                | Node::Entry { body, .. }
+                | Node::Workspace { body }
+                | Node::Subsect { body, .. }
+                | Node::Resolve { body, .. } => count(body),
                 Node::Merge { points, .. } => points.iter().map(|p| count(&p.body)).sum(),
                 Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => 0,
             })
@@ -245,6 +261,12 @@ struct Printer<'k, D: Dialect> {
     /// Inside the lanes' split: updates are each lane's own (dense) or
     /// summed in a register (positions).
     in_split: Option<LaneSplit>,
+    /// The variables bound by the loops around the node being printed.
+    bound: Vec<VarId>,
+    /// Per affine operand, how many of its levels are resolved there.
+    resolved: Vec<usize>,
+    /// The number of the next subsection or resolve loop (its names).
+    ss_next: usize,
 }
 
 /// Whether a workspace over `extent` coordinates always drains through its
@@ -258,7 +280,11 @@ fn summary_drain_only(extent: usize) -> bool {
 fn find_update(nodes: &[Node]) -> Option<&[VarId]> {
     nodes.iter().find_map(|n| match n {
         Node::Update { at, .. } => Some(&at[..]),
-        Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => find_update(body),
+        Node::Dense { body, .. }
+        | Node::Entry { body, .. }
+        | Node::Workspace { body }
+        | Node::Subsect { body, .. }
+        | Node::Resolve { body, .. } => find_update(body),
         Node::Merge { points, .. } => points.iter().find_map(|p| find_update(&p.body)),
         Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => None,
     })
@@ -267,7 +293,10 @@ fn find_update(nodes: &[Node]) -> Option<&[VarId]> {
 fn has_workspace(nodes: &[Node]) -> bool {
     nodes.iter().any(|n| match n {
         Node::Workspace { .. } => true,
-        Node::Dense { body, .. } | Node::Entry { body, .. } => has_workspace(body),
+        Node::Dense { body, .. }
+        | Node::Entry { body, .. }
+        | Node::Subsect { body, .. }
+        | Node::Resolve { body, .. } => has_workspace(body),
         Node::Merge { points, .. } => points.iter().any(|p| has_workspace(&p.body)),
         Node::Locate { .. }
         | Node::Update { .. }
@@ -297,6 +326,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
             threads: k.parallel,
             split: None,
             in_split: None,
+            bound: Vec::new(),
+            resolved: vec![0; k.affine.len()],
+            ss_next: 0,
         }
     }
 
@@ -358,6 +390,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 WorkspaceKind::Ism(p) => p,
             };
             self.out.push_str(&runtime::prelude(policy, a.options, self.d.real()));
+        }
+        if !k.affine.is_empty() {
+            self.out.push_str(subsect::HELPERS);
         }
         self.line(0, &format!("void {symbol}(void *const *args, int64_t nthreads) {{"));
         for (i, (id, t)) in k.tensors.iter().enumerate() {
@@ -478,7 +513,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let mut d = depth;
         // Each thread's own temporaries, in the parallel region.
         let private = self.threads && k.locals.values().any(|l| l.private);
-        let region = workspace || private;
+        let buffers = self.has_subsect_buffers();
+        let region = workspace || private || buffers;
         if region {
             if self.threads {
                 self.line(d, &format!("#pragma omp parallel {threads}"));
@@ -491,6 +527,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
             if private {
                 self.declare_locals(d, |l| l.private);
             }
+            if buffers {
+                self.subsect_buffers(d);
+            }
         }
         if self.threads && !self.one_pass {
             self.line(d, "// Each iteration of the outermost loop writes its own output elements.");
@@ -502,11 +541,14 @@ impl<'k, D: Dialect> Printer<'k, D> {
         for n in &k.body {
             self.node(n, d);
         }
+        if buffers {
+            self.free_subsect_buffers(d);
+        }
         if private {
             self.free_locals(d, |l| l.private);
-            if !workspace {
-                self.line(depth, "}");
-            }
+        }
+        if (private || buffers) && !workspace {
+            self.line(depth, "}");
         }
         if workspace {
             if self.ism().is_some() {
@@ -945,6 +987,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
 
     fn node(&mut self, n: &Node, depth: usize) {
         match n {
+            Node::Subsect { var, operand, level, body } => self.subsect(*var, *operand, *level, body, depth),
+            Node::Resolve { var, operand, level, body } => self.resolve(*var, *operand, *level, body, depth),
             Node::Dense { var, body } => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 if self.split == Some(LaneSplit::Dense(*var)) {
@@ -963,7 +1007,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
                         self.line(depth, "#pragma omp simd");
                     }
                     self.line(depth, &format!("for (int64_t {v} = 0; {v} < {extent}; {v}++) {{"));
+                    self.bound.push(*var);
                     body.iter().for_each(|b| self.node(b, depth + 1));
+                    self.bound.pop();
                 }
                 self.line(depth, "}");
             }

@@ -1,8 +1,19 @@
-//! `spindle-conv`: sparse convolution through affine subscripts.
+//! `spindle-conv`: sparse convolution through affine subscripts (DESIGN.md
+//! §7, paper 002).
 //!
-//! This crate will own non-empty subsection iteration over level formats
-//! (subsect_begin / next / offset / end), sparse convolution in one to three
-//! dimensions with strides, and kernel maps for point clouds.
-//! See `DESIGN.md` §7.
+//! A statement such as `O[i,j] += I[i+p, j+q] * F[p,q]` with `I` stored
+//! sparse reads `I` at affine subscripts. [`lower`] turns it into a loop
+//! tree of the level path whose loops over `I` are *non-empty subsection*
+//! loops: a variable that reduces a subscript (`i` in `i+p` when `p` is
+//! bound later) visits only the values whose window of the level holds an
+//! entry. [`subsect`] has the primitives (begin, next, offset, end) over
+//! level formats, and [`execute`] runs a lowered kernel in Rust, without a C
+//! compiler; the C backend prints the same tree.
 
+pub mod exec;
+pub mod lower;
+pub mod subsect;
+
+pub use exec::{ExecError, execute};
+pub use lower::{default_order, lower, reads_affine};
 pub use spindle_ir as ir;

@@ -257,9 +257,13 @@ impl Prepared {
             Ok(rewritten) => rewritten,
             Err(refusal) => {
                 // What the rewrite cannot express (co-iteration, CSC,
-                // DCSR, CSF) the level path may still take.
+                // DCSR, CSF, affine subscripts) the level path may still
+                // take; for affine subscripts its reason is the one to give.
                 let levels = Schedule { path: Path::Levels, ..Schedule::default() };
-                if spindle_ir::level::lower(original, formats, sparse, &levels, "spindle").is_err() {
+                if spindle_conv::reads_affine(original, formats) {
+                    spindle_conv::lower(original, formats, sparse, &levels, "spindle")
+                        .map_err(|d| Error::statement(d, text))?;
+                } else if spindle_ir::level::lower(original, formats, sparse, &levels, "spindle").is_err() {
                     return Err(Error::statement(refusal, text));
                 }
                 return Ok(Prepared {
@@ -319,14 +323,20 @@ impl Prepared {
     }
 
     /// The level path's loop tree of the statement as written, over its
-    /// stored operands' levels (`path=levels`), with their arrays.
+    /// stored operands' levels (`path=levels`), with their arrays; stored
+    /// operands read at affine subscripts are walked by subsection loops
+    /// (`spindle_conv`).
     pub fn lower_levels(&self, schedule: &Schedule) -> Result<spindle_ir::level::Lowered> {
         let Some(stored) = &self.stored else {
             return Err(Error::input(
                 "path=levels iterates over stored operands: give an operand a format (--format A=csr)",
             ));
         };
-        spindle_ir::level::lower(&stored.original, &stored.formats, &stored.entries, schedule, "spindle")
+        let lower = match spindle_conv::reads_affine(&stored.original, &stored.formats) {
+            true => spindle_conv::lower,
+            false => spindle_ir::level::lower,
+        };
+        lower(&stored.original, &stored.formats, &stored.entries, schedule, "spindle")
             .map_err(|d| Error::statement(d, &stored.text))
     }
 

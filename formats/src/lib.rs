@@ -1,7 +1,8 @@
 //! `spindle-formats`: sparse tensor formats for Spindle.
 //!
 //! Level formats and concrete formats (Dense, COO, CSR, CSC, DCSR, DCSC, CSF,
-//! ELL, BCSR, GroupCOO, BlockGroupCOO), conversion between all of them,
+//! ELL, BCSR, GroupCOO, BlockGroupCOO, and d/c level lists such as `dddc`),
+//! conversion between all of them,
 //! Matrix Market / FROSTT / `.npy` I/O, statistics (padding, occupancy,
 //! bytes, F(g), g*) and seeded generators. See `DESIGN.md` §4.
 //!
@@ -34,6 +35,7 @@ pub mod group;
 pub mod interop;
 pub mod io;
 pub mod level;
+pub mod levels;
 pub mod scalar;
 pub mod spec;
 pub mod stats;
@@ -49,6 +51,7 @@ pub use ell::Ell;
 pub use error::{FormatError, MAX_ARRAY_BYTES, Result, check_array};
 pub use group::GroupCoo;
 pub use level::{Children, DimPart, Level, LevelArrays, LevelCapabilities, LevelFormat};
+pub use levels::LevelTensor;
 pub use scalar::{DType, IType, Index, Value, narrow};
 pub use spec::{FormatSpec, GroupSize};
 pub use stats::Stats;

@@ -1,5 +1,6 @@
 //! Format specifications as users write them: `csr`, `groupcoo:dim=0,g=auto`,
-//! `blockgroupcoo:bm=32,bk=32,dim=0,g=4`, `bcsr:bm=4,bk=4`, `csf:modes=2-0-1`.
+//! `blockgroupcoo:bm=32,bk=32,dim=0,g=4`, `bcsr:bm=4,bk=4`, `csf:modes=2-0-1`,
+//! and level lists such as `dddc` or `dc:modes=1-0`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -51,15 +52,25 @@ pub enum FormatSpec {
         dim: usize,
         g: GroupSize,
     },
+    /// A level list (`dddc`, `dccc`, `dc`, …): level `l` is dense when
+    /// `dense[l]`, compressed otherwise, and stores dimension `modes[l]`
+    /// (identity when `modes` is empty). See [`LevelTensor`](crate::LevelTensor).
+    Levels {
+        dense: Vec<bool>,
+        modes: Vec<usize>,
+    },
 }
 
 /// Every format name the parser knows, with its parameters, for error
 /// messages and the CLI's help.
 pub const FORMAT_SYNTAX: &str = "dense, coo, csr, csc, dcsr, dcsc, csf[:modes=0-1-2], ell, \
-bcsr:bm=B,bk=B, groupcoo[:dim=D,g=G|auto], blockgroupcoo:bm=B,bk=B[,dim=D,g=G|auto]";
+bcsr:bm=B,bk=B, groupcoo[:dim=D,g=G|auto], blockgroupcoo:bm=B,bk=B[,dim=D,g=G|auto], \
+d/c level lists (one letter per dimension: dddc, dccc, dcc[:modes=2-0-1])";
 
 impl FormatSpec {
-    /// The short name (`groupcoo`), as in the syntax.
+    /// The short name (`groupcoo`), as in the syntax. A level list's name
+    /// is its letters, which are not static: it answers `levels`, and its
+    /// `Display` writes the letters (`dddc`).
     pub fn name(&self) -> &'static str {
         match self {
             FormatSpec::Dense => "dense",
@@ -73,6 +84,7 @@ impl FormatSpec {
             FormatSpec::Bcsr { .. } => "bcsr",
             FormatSpec::GroupCoo { .. } => "groupcoo",
             FormatSpec::BlockGroupCoo { .. } => "blockgroupcoo",
+            FormatSpec::Levels { .. } => "levels",
         }
     }
 
@@ -80,16 +92,23 @@ impl FormatSpec {
     pub fn matrix_only(&self) -> bool {
         !matches!(
             self,
-            FormatSpec::Dense | FormatSpec::Coo | FormatSpec::Csf { .. } | FormatSpec::GroupCoo { .. }
+            FormatSpec::Dense
+                | FormatSpec::Coo
+                | FormatSpec::Csf { .. }
+                | FormatSpec::GroupCoo { .. }
+                | FormatSpec::Levels { .. }
         )
     }
 }
 
 impl fmt::Display for FormatSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())?;
         match self {
-            FormatSpec::Csf { modes } if !modes.is_empty() => {
+            FormatSpec::Levels { dense, .. } => f.write_str(&crate::levels::letters(dense))?,
+            _ => f.write_str(self.name())?,
+        }
+        match self {
+            FormatSpec::Csf { modes } | FormatSpec::Levels { modes, .. } if !modes.is_empty() => {
                 let modes: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
                 write!(f, ":modes={}", modes.join("-"))
             }
@@ -156,6 +175,18 @@ impl<'a> Params<'a> {
         }
     }
 
+    /// `modes=2-0-1`, empty when absent.
+    fn modes(&mut self) -> Result<Vec<usize>, FormatError> {
+        match self.take("modes") {
+            None => Ok(Vec::new()),
+            Some(v) => v
+                .split('-')
+                .map(|m| m.trim().parse::<usize>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| bad(self.spec, format!("modes must look like 2-0-1, found `{v}`"))),
+        }
+    }
+
     fn finish(self, expected: &str) -> Result<(), FormatError> {
         match self.pairs.first() {
             None => Ok(()),
@@ -182,17 +213,7 @@ impl FromStr for FormatSpec {
             "dcsr" => (FormatSpec::Dcsr, "none"),
             "dcsc" => (FormatSpec::Dcsc, "none"),
             "ell" => (FormatSpec::Ell, "none"),
-            "csf" => {
-                let modes = match p.take("modes") {
-                    None => Vec::new(),
-                    Some(v) => v
-                        .split('-')
-                        .map(|m| m.trim().parse::<usize>())
-                        .collect::<Result<_, _>>()
-                        .map_err(|_| bad(spec, format!("modes must look like 2-0-1, found `{v}`")))?,
-                };
-                (FormatSpec::Csf { modes }, "modes")
-            }
+            "csf" => (FormatSpec::Csf { modes: p.modes()? }, "modes"),
             "bcsr" => {
                 let bm = p.positive("bm", None)?;
                 let bk = p.positive("bk", None)?;
@@ -209,6 +230,23 @@ impl FromStr for FormatSpec {
                 let dim = p.dim()?;
                 let g = p.group()?;
                 (FormatSpec::BlockGroupCoo { bm, bk, dim, g }, "bm, bk, dim, g")
+            }
+            // No other format's name is made of `d` and `c` alone.
+            letters if !letters.is_empty() && letters.bytes().all(|b| b == b'd' || b == b'c') => {
+                let dense: Vec<bool> = letters.bytes().map(|b| b == b'd').collect();
+                let modes = p.modes()?;
+                if !modes.is_empty() && crate::coo::check_permutation(&modes, dense.len()).is_err() {
+                    let found: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
+                    return Err(bad(
+                        spec,
+                        format!(
+                            "modes must be a permutation of 0..{} (one per level), found `{}`",
+                            dense.len(),
+                            found.join("-")
+                        ),
+                    ));
+                }
+                (FormatSpec::Levels { dense, modes }, "modes")
             }
             other => {
                 return Err(bad(spec, format!("unknown format `{other}`; known formats: {FORMAT_SYNTAX}")));
@@ -239,6 +277,14 @@ mod tests {
             "groupcoo:dim=1,g=8",
             "groupcoo:dim=0,g=auto",
             "blockgroupcoo:bm=32,bk=32,dim=0,g=4",
+            "d",
+            "c",
+            "dc",
+            "cc",
+            "dc:modes=1-0",
+            "dddc",
+            "dccc",
+            "dcc:modes=2-0-1",
         ] {
             let spec: FormatSpec = text.parse().unwrap();
             assert_eq!(spec.to_string(), text);
@@ -247,6 +293,39 @@ mod tests {
             "groupcoo".parse::<FormatSpec>().unwrap(),
             FormatSpec::GroupCoo { dim: 0, g: GroupSize::Auto }
         );
+    }
+
+    #[test]
+    fn level_lists_parse_from_their_letters() {
+        assert_eq!(
+            "DddC".parse::<FormatSpec>().unwrap(),
+            FormatSpec::Levels { dense: vec![true, true, true, false], modes: vec![] }
+        );
+        assert_eq!(
+            "cd:modes=1-0".parse::<FormatSpec>().unwrap(),
+            FormatSpec::Levels { dense: vec![false, true], modes: vec![1, 0] }
+        );
+        assert_eq!("dc".parse::<FormatSpec>().unwrap().name(), "levels");
+        // The named formats keep their meaning.
+        for name in ["dense", "coo", "csr", "csc", "dcsr", "dcsc", "csf", "ell"] {
+            assert_eq!(name.parse::<FormatSpec>().unwrap().name(), name);
+        }
+        let msg = |s: &str| s.parse::<FormatSpec>().unwrap_err().to_string();
+        assert_eq!(
+            msg("dcc:modes=0-1"),
+            "invalid format `dcc:modes=0-1`: modes must be a permutation of 0..3 (one per level), found `0-1`"
+        );
+        assert_eq!(
+            msg("dc:modes=1-1"),
+            "invalid format `dc:modes=1-1`: modes must be a permutation of 0..2 (one per level), found `1-1`"
+        );
+        assert_eq!(
+            msg("dc:modes=a-b"),
+            "invalid format `dc:modes=a-b`: modes must look like 2-0-1, found `a-b`"
+        );
+        assert_eq!(msg("dc:g=2"), "invalid format `dc:g=2`: unknown parameter `g` (expected modes)");
+        assert!(msg("dcx").contains("unknown format `dcx`"));
+        assert!(msg(":modes=0").contains("unknown format ``"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::dense::Dense;
 use crate::ell::Ell;
 use crate::group::GroupCoo;
 use crate::level::{DimPart, Level, LevelArrays, LevelFormat};
+use crate::levels::LevelTensor;
 use crate::scalar::{Index, Value};
 use crate::spec::FormatSpec;
 use crate::stats::{ArrayInfo, GroupAnalysis, Occupancy, Stats};
@@ -27,6 +28,8 @@ pub enum SparseTensor<V, I = i32> {
     Bcsr(Bcsr<V, I>),
     GroupCoo(GroupCoo<V, I>),
     BlockGroupCoo(BlockGroupCoo<V, I>),
+    /// A d/c level list (`dddc`, `dccc`, …).
+    Levels(LevelTensor<V, I>),
 }
 
 /// A borrowed format array, for writing out.
@@ -61,11 +64,15 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
             FormatSpec::BlockGroupCoo { bm, bk, dim, g } => {
                 SparseTensor::BlockGroupCoo(BlockGroupCoo::from_coo(coo, *bm, *bk, *dim, *g)?)
             }
+            FormatSpec::Levels { dense, modes } => {
+                SparseTensor::Levels(LevelTensor::from_coo(coo, modes, dense)?)
+            }
         })
     }
 
     /// Canonical COO. Formats that store fill (dense, ELL, the block
-    /// formats) drop zero values; the others keep explicit zeros.
+    /// formats, level lists whose last level is dense) drop zero values;
+    /// the others keep explicit zeros.
     pub fn to_coo(&self) -> Result<Coo<V, I>> {
         match self {
             SparseTensor::Dense(d) => d.to_coo(),
@@ -77,6 +84,7 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
             SparseTensor::Bcsr(b) => b.to_coo(),
             SparseTensor::GroupCoo(g) => Ok(g.to_coo()),
             SparseTensor::BlockGroupCoo(b) => b.to_coo(),
+            SparseTensor::Levels(t) => t.to_coo(),
         }
     }
 
@@ -118,10 +126,13 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
             SparseTensor::Bcsr(b) => b.shape.to_vec(),
             SparseTensor::GroupCoo(g) => g.shape.clone(),
             SparseTensor::BlockGroupCoo(b) => b.shape.to_vec(),
+            SparseTensor::Levels(t) => t.shape.clone(),
         }
     }
 
-    /// The format this tensor is stored in, with resolved parameters.
+    /// The format this tensor is stored in, with resolved parameters (a
+    /// level list in identity order leaves `modes` empty, so it reads
+    /// `dddc`, not `dddc:modes=0-1-2-3`).
     pub fn spec(&self) -> FormatSpec {
         use crate::spec::GroupSize::Fixed;
         match self {
@@ -135,6 +146,11 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
             SparseTensor::GroupCoo(g) => FormatSpec::GroupCoo { dim: g.dim, g: Fixed(g.g) },
             SparseTensor::BlockGroupCoo(b) => {
                 FormatSpec::BlockGroupCoo { bm: b.bm, bk: b.bk, dim: b.dim, g: Fixed(b.g) }
+            }
+            SparseTensor::Levels(t) => {
+                let identity = t.modes.iter().enumerate().all(|(l, &d)| l == d);
+                let modes = if identity { Vec::new() } else { t.modes.clone() };
+                FormatSpec::Levels { dense: t.dense.clone(), modes }
             }
         }
     }
@@ -185,6 +201,12 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
                     block(1, DimPart::BlockInner(b.bk), Dense),
                 ]
             }
+            SparseTensor::Levels(t) => t
+                .modes
+                .iter()
+                .zip(&t.dense)
+                .map(|(&d, &dense)| whole(d, if dense { Dense } else { Compressed { unique: true } }))
+                .collect(),
         }
     }
 
@@ -226,6 +248,9 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
                 levels
             }
             SparseTensor::BlockGroupCoo(_) => vec![crd("grp".into()), crd("crd".into()), none(), none()],
+            SparseTensor::Levels(t) => (0..t.order())
+                .map(|l| if t.dense[l] { none() } else { both(format!("pos{l}"), format!("crd{l}")) })
+                .collect(),
         }
     }
 
@@ -312,6 +337,15 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
             SparseTensor::BlockGroupCoo(b) => {
                 vec![named("grp", Ix(&b.grp)), named("crd", Ix(&b.crd)), named("val", Vx(&b.val))]
             }
+            SparseTensor::Levels(t) => {
+                let mut arrays = Vec::new();
+                for l in (0..t.order()).filter(|&l| !t.dense[l]) {
+                    arrays.push((format!("pos{l}"), Ix(&t.pos[l][..])));
+                    arrays.push((format!("crd{l}"), Ix(&t.crd[l][..])));
+                }
+                arrays.push(named("val", Vx(&t.val)));
+                arrays
+            }
         }
     }
 
@@ -325,6 +359,7 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
             (SparseTensor::GroupCoo(g), n) if n != "grp" => vec![g.groups(), g.g],
             (SparseTensor::BlockGroupCoo(b), "crd") => vec![b.groups(), b.g],
             (SparseTensor::BlockGroupCoo(b), "val") => vec![b.groups(), b.g, b.bm, b.bk],
+            (SparseTensor::Levels(t), "val") => t.val_shape(),
             _ => vec![len],
         }
     }
@@ -347,6 +382,7 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
             SparseTensor::DoublyCompressed(d) => d.nnz(),
             SparseTensor::Csf(c) => c.nnz(),
             SparseTensor::GroupCoo(g) => g.nnz(),
+            SparseTensor::Levels(t) => t.nnz(),
             SparseTensor::Ell(Ell { val, .. })
             | SparseTensor::Bcsr(Bcsr { val, .. })
             | SparseTensor::BlockGroupCoo(BlockGroupCoo { val, .. }) => {
@@ -435,6 +471,8 @@ mod tests {
         assert_eq!(levels("csc"), "dense(d1) compressed(d0)");
         assert_eq!(levels("dcsr"), "compressed(d0) compressed(d1)");
         assert_eq!(levels("csf:modes=1-0"), "compressed(d1) compressed(d0)");
+        assert_eq!(levels("dc"), "dense(d0) compressed(d1)");
+        assert_eq!(levels("cd:modes=1-0"), "compressed(d1) dense(d0)");
         assert_eq!(levels("ell"), "dense(d0) padded(2)(d1)");
         assert_eq!(levels("bcsr:bm=2,bk=3"), "dense(d0/2) compressed(d1/3) dense(d0%2) dense(d1%3)");
         assert_eq!(levels("groupcoo:dim=1,g=4"), "compressed(nonunique)(d1) padded(4)(d0)");

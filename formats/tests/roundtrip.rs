@@ -21,6 +21,11 @@ const MATRIX_SPECS: &[&str] = &[
     "groupcoo:dim=1,g=2",
     "blockgroupcoo:bm=2,bk=2,dim=0,g=2",
     "blockgroupcoo:bm=3,bk=1,dim=1,g=auto",
+    "dc",
+    "cc",
+    "dc:modes=1-0",
+    "cd",
+    "dd:modes=1-0",
 ];
 
 const TENSOR_SPECS: &[&str] = &[
@@ -31,6 +36,9 @@ const TENSOR_SPECS: &[&str] = &[
     "groupcoo:dim=0,g=2",
     "groupcoo:dim=1,g=3",
     "groupcoo:dim=2,g=auto",
+    "dcc",
+    "ccd:modes=2-0-1",
+    "ddc:modes=1-2-0",
 ];
 
 fn specs(list: &[&str]) -> Vec<FormatSpec> {
@@ -109,13 +117,24 @@ fn empty_matrices_round_trip() {
 fn formats_without_fill_keep_explicit_zeros() {
     let coo =
         Coo::<f64, i32>::from_triplets(3, 3, &[(0, 0, 0.0), (0, 2, 1.0), (2, 1, 0.0), (2, 2, 2.0)]).unwrap();
-    let keep = ["coo", "csr", "csc", "dcsr", "dcsc", "csf", "groupcoo:dim=0,g=4", "groupcoo:dim=1,g=1"];
+    let keep = [
+        "coo",
+        "csr",
+        "csc",
+        "dcsr",
+        "dcsc",
+        "csf",
+        "groupcoo:dim=0,g=4",
+        "groupcoo:dim=1,g=1",
+        "dc",
+        "cc:modes=1-0",
+    ];
     for spec in specs(&keep) {
         let t = SparseTensor::from_coo(&coo, &spec).unwrap();
         assert_eq!(t.to_coo().unwrap(), coo, "{spec}");
         assert_eq!(t.nnz(), 4, "{spec}");
     }
-    let fill = ["dense", "ell", "bcsr:bm=2,bk=2", "blockgroupcoo:bm=2,bk=2,dim=0,g=2"];
+    let fill = ["dense", "ell", "bcsr:bm=2,bk=2", "blockgroupcoo:bm=2,bk=2,dim=0,g=2", "cd", "dd"];
     for spec in specs(&fill) {
         let t = SparseTensor::from_coo(&coo, &spec).unwrap();
         assert_eq!(t.to_coo().unwrap(), coo.clone().without_zeros(), "{spec}");
@@ -164,7 +183,7 @@ fn hypersparse_matrices_need_no_per_row_storage() {
         vec![1.0, 2.0, 3.0],
     )
     .unwrap();
-    for spec in ["coo", "dcsr", "dcsc", "csf", "groupcoo:dim=1,g=2"] {
+    for spec in ["coo", "dcsr", "dcsc", "csf", "groupcoo:dim=1,g=2", "cc", "cc:modes=1-0"] {
         let spec: FormatSpec = spec.parse().unwrap();
         let t = SparseTensor::from_coo(&coo, &spec).unwrap();
         assert_eq!(t.to_coo().unwrap(), coo.clone().canonicalize(), "{spec}");

@@ -170,6 +170,7 @@ pub fn lower(
         init,
         parallel: false,
         locals: PrimaryMap::new(),
+        affine: Vec::new(),
         body: Vec::new(),
     };
     let lowerer = Lowerer {
@@ -297,6 +298,45 @@ pub(super) fn store(
     tensors: &mut PrimaryMap<TensorId, TensorParam>,
     arrays: &mut Tensors,
 ) -> Result<(Vec<StoredLevel>, TensorId), Diagnostic> {
+    let (levels, val) = store_levels(tname, spec, coo, dtype, shape, access, tensors, arrays)?;
+    let levels = levels
+        .into_iter()
+        .map(|l| StoredLevel {
+            var: at[l.dim],
+            reach: l.level.kind,
+            ordered: l.ordered,
+            unique: l.unique,
+            extent: l.level.extent,
+        })
+        .collect();
+    Ok((levels, val))
+}
+
+/// A level of a stored operand as a kernel reads it, with the dimension
+/// it stores.
+#[derive(Clone, Debug)]
+pub struct OperandLevel {
+    pub dim: usize,
+    pub level: LevelRef,
+    /// Its coordinates ascend under each parent.
+    pub ordered: bool,
+    pub unique: bool,
+}
+
+/// Stores `coo` in `spec` as `tname` (read by `access`, for diagnostics):
+/// its arrays become kernel arguments (`{tname}_{array}`) with their data
+/// in `arrays`; returns its levels, outermost first, and its value array.
+#[allow(clippy::too_many_arguments)]
+pub fn store_levels(
+    tname: &str,
+    spec: &FormatSpec,
+    coo: &Coo<f64, i64>,
+    dtype: spindle_formats::DType,
+    shape: &[usize],
+    access: &Access,
+    tensors: &mut PrimaryMap<TensorId, TensorParam>,
+    arrays: &mut Tensors,
+) -> Result<(Vec<OperandLevel>, TensorId), Diagnostic> {
     let tensor = SparseTensor::from_coo(coo, spec)
         .map_err(|e| refuse(format!("`{tname}` in {}: {e}", spec.name()), access.span, "cannot store"))?;
     let mut ids: BTreeMap<String, TensorId> = BTreeMap::new();
@@ -343,12 +383,16 @@ pub(super) fn store(
             (_, Children::Fixed(g), Some(crd)) => Reach::Padded { g, crd },
             (_, _, None) => unreachable!("a stored level has coordinates"),
         };
-        levels.push(StoredLevel {
-            var: at[level.dim],
-            reach,
+        levels.push(OperandLevel {
+            dim: level.dim,
+            level: LevelRef {
+                tensor: tname.to_string(),
+                level: levels.len(),
+                extent: shape[level.dim],
+                kind: reach,
+            },
             ordered: f.ordered(),
             unique: f.unique(),
-            extent: shape[level.dim],
         });
     }
     Ok((levels, val))
@@ -468,7 +512,7 @@ fn walks_each_entry_once(body: &[Node], levels: &[OutLevel], order: &[VarId], ou
                 !(*full && sparse.contains(var)) && points.iter().all(|p| walks(&p.body, sparse))
             }
             Node::Entry { body, .. } => walks(body, sparse),
-            Node::Workspace { .. } => false,
+            Node::Workspace { .. } | Node::Subsect { .. } | Node::Resolve { .. } => false,
             Node::Locate { .. }
             | Node::Update { .. }
             | Node::Accumulate { .. }
@@ -624,7 +668,8 @@ fn owns_its_outputs(body: &[Node], stored: &BTreeMap<String, Stored>, out_at: &[
 }
 
 /// Why a statement cannot take the level path, at `span`.
-pub(super) fn refuse(message: String, span: Span, label: &str) -> Diagnostic {
+/// A diagnostic at `span` with `label` under it.
+pub fn refuse(message: String, span: Span, label: &str) -> Diagnostic {
     Diagnostic::new(message, span).with_label(label)
 }
 

@@ -39,7 +39,7 @@ mod lower;
 mod print;
 mod program;
 
-pub use lower::{Lowered, lower};
+pub use lower::{Lowered, OperandLevel, lower, refuse, store_levels};
 pub use program::lower_program;
 
 use cranelift_entity::PrimaryMap;
@@ -204,6 +204,67 @@ pub enum Node {
     /// Zeroes a temporary: where it is reduced to a slice, at the start of
     /// each iteration of the innermost loop it shares with its readers.
     Clear { local: LocalId },
+    /// A non-empty subsection loop (paper 002 §3.1, §5.2): `var` reduces
+    /// the affine subscript of level `level` of [`LevelKernel::affine`]
+    /// operand `operand` (other variables of that subscript are bound
+    /// later). It visits, in increasing order, exactly the values of `var`
+    /// whose window of the level (the subscript's range over the unbound
+    /// variables) holds a stored coordinate under the positions the levels
+    /// above it can still reach; over a dense level, every value whose
+    /// window meets the dimension.
+    Subsect { var: VarId, operand: usize, level: usize, body: Vec<Node> },
+    /// `var` resolves (binds the last variable of) the affine subscript of
+    /// level `level` of affine operand `operand`, every level above it
+    /// resolved: a dense level locates the coordinate, a compressed one
+    /// walks its entries under the parent position from the window's start
+    /// and breaks past its end, binding `var` where the coordinate is hit.
+    Resolve { var: VarId, operand: usize, level: usize, body: Vec<Node> },
+}
+
+/// An affine coordinate `Σ coeff·var + offset` (coefficients positive):
+/// the subscript of a stored operand's dimension in a convolution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Affine {
+    pub terms: Vec<(VarId, i64)>,
+    pub offset: i64,
+}
+
+impl Affine {
+    /// The coefficient of `var` (0 where it does not appear).
+    pub fn coeff(&self, var: VarId) -> i64 {
+        self.terms.iter().find(|(v, _)| *v == var).map_or(0, |(_, c)| *c)
+    }
+}
+
+/// A stored operand read at affine subscripts, for subsection loops: its
+/// levels (storage order) and the subscript of the dimension each stores.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AffineOperand {
+    pub tensor: String,
+    pub levels: Vec<LevelRef>,
+    pub subscripts: Vec<Affine>,
+}
+
+impl AffineOperand {
+    /// The window of level `level` with the variables in `bound` bound to
+    /// their values and the others free over `0..extent`: the lowest and
+    /// the highest coordinate the subscript can take.
+    pub fn window(
+        &self,
+        level: usize,
+        vars: &PrimaryMap<VarId, Var>,
+        bound: impl Fn(VarId) -> Option<i64>,
+    ) -> (i64, i64) {
+        let s = &self.subscripts[level];
+        let (mut lo, mut span) = (s.offset, 0);
+        for &(v, c) in &s.terms {
+            match bound(v) {
+                Some(x) => lo += c * x,
+                None => span += c * (vars[v].extent as i64 - 1),
+            }
+        }
+        (lo, lo + span)
+    }
 }
 
 /// A level of a sparse output.
@@ -311,6 +372,9 @@ pub struct LevelKernel {
     pub parallel: bool,
     /// A program kernel's temporaries.
     pub locals: PrimaryMap<LocalId, Local>,
+    /// The stored operands read at affine subscripts, which
+    /// [`Node::Subsect`] and [`Node::Resolve`] walk.
+    pub affine: Vec<AffineOperand>,
     pub body: Vec<Node>,
 }
 

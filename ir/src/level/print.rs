@@ -78,9 +78,66 @@ impl LevelKernel {
         format!("{} = {} from {} ({kind})", l.position().name(), l.tensor, l.parent().name())
     }
 
+    /// `2*i+p-1`.
+    pub fn affine_text(&self, a: &Affine) -> String {
+        let mut text = String::new();
+        for &(v, c) in &a.terms {
+            if !text.is_empty() {
+                text.push('+');
+            }
+            if c != 1 {
+                let _ = write!(text, "{c}*");
+            }
+            text.push_str(&self.var(v).name);
+        }
+        match a.offset {
+            0 if !text.is_empty() => {}
+            b if b < 0 || text.is_empty() => {
+                let _ = write!(text, "{b}");
+            }
+            b => {
+                let _ = write!(text, "+{b}");
+            }
+        }
+        text
+    }
+
+    fn affine_level_text(&self, operand: usize, level: usize) -> String {
+        let op = &self.affine[operand];
+        let l = &op.levels[level];
+        let kind = match l.kind {
+            Reach::Dense => "dense",
+            _ => "compressed",
+        };
+        format!("{} level {level} ({kind}) at {}", op.tensor, self.affine_text(&op.subscripts[level]))
+    }
+
     fn node_text(&self, n: &Node, depth: usize, out: &mut String) {
         let pad = "  ".repeat(depth);
         match n {
+            Node::Subsect { var, operand, level, body } => {
+                let v = self.var(*var);
+                let _ = writeln!(
+                    out,
+                    "{pad}subsections {} in 0..{} of {}",
+                    v.name,
+                    v.extent,
+                    self.affine_level_text(*operand, *level)
+                );
+                body.iter().for_each(|b| self.node_text(b, depth + 1, out));
+            }
+            Node::Resolve { var, operand, level, body } => {
+                let v = self.var(*var);
+                let position = self.affine[*operand].levels[*level].position().name();
+                let _ = writeln!(
+                    out,
+                    "{pad}resolve {} in 0..{}: {position} = {}",
+                    v.name,
+                    v.extent,
+                    self.affine_level_text(*operand, *level)
+                );
+                body.iter().for_each(|b| self.node_text(b, depth + 1, out));
+            }
             Node::Dense { var, body } => {
                 let v = self.var(*var);
                 let _ = writeln!(out, "{pad}for {} in 0..{}", v.name, v.extent);

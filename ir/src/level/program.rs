@@ -308,6 +308,7 @@ pub fn lower_program(
         init,
         parallel,
         locals,
+        affine: Vec::new(),
         body,
     };
     Ok(Lowered { kernel, arrays, replaced, pattern })
@@ -352,9 +353,11 @@ fn kept_var(nodes: &[Node], id: LocalId, var: VarId) -> bool {
         }
     }
     nodes.iter().any(|n| match n {
-        Node::Dense { body, .. } | Node::Entry { body, .. } | Node::Workspace { body } => {
-            kept_var(body, id, var)
-        }
+        Node::Dense { body, .. }
+        | Node::Entry { body, .. }
+        | Node::Workspace { body }
+        | Node::Subsect { body, .. }
+        | Node::Resolve { body, .. } => kept_var(body, id, var),
         Node::Merge { points, .. } => points.iter().any(|p| kept_var(&p.body, id, var)),
         Node::Store { target, at, value } => {
             (*target == Target::Local(id) && matches!(at, Place::Coords(at) if at.contains(&var)))

@@ -1,0 +1,406 @@
+//! Printing subsection loops ([`Node::Subsect`], [`Node::Resolve`]): the C
+//! twin of `spindle_conv::subsect` and its executor, statement for
+//! statement, so the two agree.
+//!
+//! A subsection loop over a compressed level gathers the position ranges it
+//! looks in (one when every level above is resolved; otherwise the children
+//! of every position the unresolved levels reach within their windows, into
+//! buffers allocated once per kernel or thread), then steps its variable to
+//! each value whose window holds a coordinate, moving each range's cursor
+//! forward only. A resolve loop walks the level's entries under its parent
+//! from the window's start (a binary search) and breaks past its end.
+
+use spindle_ir::level::{AffineOperand, Node, Position, Reach, VarId};
+
+use super::Printer;
+use crate::dialect::Dialect;
+use crate::print::c_type;
+
+/// `static inline` helpers the subsection loops call.
+pub(super) const HELPERS: &str = "\
+static inline int64_t spindle_ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+static inline int64_t spindle_floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+#define SPINDLE_LOWER_BOUND(crd, lo, hi, x) ({ \\
+    int64_t l_ = (lo), h_ = (hi); const int64_t x_ = (x); \\
+    while (l_ < h_) { const int64_t m_ = l_ + (h_ - l_) / 2; if ((int64_t)(crd)[m_] < x_) l_ = m_ + 1; else h_ = m_; } \\
+    l_; })
+";
+
+/// Values of a subsection loop's variable handed to a thread at a time are
+/// about its extent over this many.
+const CHUNKS: usize = 256;
+
+/// Where a subsection loop looks: one range, or several in buffers.
+pub(super) fn buffered(first_unresolved: usize, level: usize) -> bool {
+    first_unresolved < level
+}
+
+impl<D: Dialect> Printer<'_, D> {
+    fn operand(&self, operand: usize) -> &AffineOperand {
+        &self.k.affine[operand]
+    }
+
+    /// The window of `level` under the bound variables: the C expression of
+    /// its lowest coordinate and the constant its highest lies above that.
+    fn window(&self, operand: usize, level: usize) -> (String, i64) {
+        let s = &self.operand(operand).subscripts[level];
+        let mut lo = s.offset.to_string();
+        let mut span = 0;
+        for &(v, c) in &s.terms {
+            if self.bound.contains(&v) {
+                lo = match c {
+                    1 => format!("{lo} + {}", self.var(v)),
+                    c => format!("{lo} + {c} * {}", self.var(v)),
+                };
+            } else {
+                span += c * (self.k.var(v).extent as i64 - 1);
+            }
+        }
+        (lo, span)
+    }
+
+    fn crd_of(&self, operand: usize, level: usize) -> (String, String) {
+        let l = &self.operand(operand).levels[level];
+        let crd = match &l.kind {
+            Reach::Compressed { crd, .. } | Reach::Singleton { crd } => *crd,
+            _ => unreachable!("walked levels have coordinates"),
+        };
+        (self.tensor(crd).to_string(), c_type(self.k.tensor(crd).dtype).to_string())
+    }
+
+    /// The first and end positions of `parent`'s children at `level`.
+    fn children(&self, operand: usize, level: usize, parent: &str) -> (String, String) {
+        let l = &self.operand(operand).levels[level];
+        match &l.kind {
+            Reach::Compressed { pos: Some(pos), .. } => {
+                let pos = self.tensor(*pos);
+                (format!("{pos}[{parent}]"), format!("{pos}[{parent} + 1]"))
+            }
+            Reach::Compressed { pos: None, len, .. } => ("0".to_string(), len.to_string()),
+            Reach::Singleton { .. } => (parent.to_string(), format!("{parent} + 1")),
+            Reach::Dense | Reach::Padded { .. } => unreachable!("dense levels are located"),
+        }
+    }
+
+    fn parent(&self, operand: usize, level: usize) -> String {
+        match level {
+            0 => "0".to_string(),
+            l => Self::position(&Position::Level {
+                tensor: self.operand(operand).tensor.clone(),
+                level: l - 1,
+            }),
+        }
+    }
+
+    fn bind(&mut self, var: VarId) {
+        self.bound.push(var);
+    }
+
+    fn unbind(&mut self) {
+        self.bound.pop();
+    }
+
+    /// The buffers of every subsection loop that gathers several ranges,
+    /// sized by the positions of its level's parents.
+    pub(super) fn subsect_buffers(&mut self, depth: usize) {
+        let mut found = Vec::new();
+        collect(&self.k.body, &mut vec![0; self.k.affine.len()], &mut found);
+        for (n, operand, level) in found {
+            let parents = match level {
+                0 => 1,
+                l => positions(&self.operand(operand).levels[..l], self.k),
+            };
+            let line = format!(
+                "int64_t *restrict s{n}_cur = malloc({parents} * sizeof(int64_t)), *restrict s{n}_end = \
+                 malloc({parents} * sizeof(int64_t));"
+            );
+            self.line(depth, &line);
+        }
+    }
+
+    /// Whether a subsection loop gathers several ranges into buffers.
+    pub(super) fn has_subsect_buffers(&self) -> bool {
+        let mut found = Vec::new();
+        collect(&self.k.body, &mut vec![0; self.k.affine.len()], &mut found);
+        !found.is_empty()
+    }
+
+    pub(super) fn free_subsect_buffers(&mut self, depth: usize) {
+        let mut found = Vec::new();
+        collect(&self.k.body, &mut vec![0; self.k.affine.len()], &mut found);
+        for (n, ..) in found {
+            self.line(depth, &format!("free(s{n}_cur); free(s{n}_end);"));
+        }
+    }
+
+    /// Whether a loop is the kernel's outermost on threads: it must be a
+    /// bare `for` right after the `omp for` pragma.
+    fn outermost(&self) -> bool {
+        self.threads && self.bound.is_empty()
+    }
+
+    pub(super) fn subsect(&mut self, var: VarId, operand: usize, level: usize, body: &[Node], depth: usize) {
+        let n = self.ss_next;
+        self.ss_next += 1;
+        let v = self.var(var).to_string();
+        let extent = self.k.var(var).extent;
+        let coeff = self.operand(operand).subscripts[level].coeff(var);
+        let (base, span_all) = self.window(operand, level);
+        let span = span_all - coeff * (extent as i64 - 1);
+        let outermost = self.outermost();
+        let (from, to) = if outermost {
+            // On threads: each chunk of values begins its own subsections.
+            let per = extent.div_ceil(CHUNKS);
+            let chunks = extent.div_ceil(per);
+            self.line(
+                depth,
+                &format!("for (int64_t s{n}_chunk = 0; s{n}_chunk < {chunks}; s{n}_chunk++) {{"),
+            );
+            self.line(depth + 1, &format!("const int64_t s{n}_from = s{n}_chunk * {per};"));
+            let to = format!("s{n}_from + {per} < {extent} ? s{n}_from + {per} : {extent}");
+            self.line(depth + 1, &format!("const int64_t s{n}_to = {to};"));
+            (format!("s{n}_from"), format!("s{n}_to"))
+        } else {
+            self.line(depth, "{");
+            ("0".to_string(), extent.to_string())
+        };
+        let d = depth + 1;
+        self.line(d, &format!("const int64_t s{n}_base = {base};"));
+        if let Reach::Dense = self.operand(operand).levels[level].kind {
+            // Every coordinate is stored: the values whose window meets
+            // the dimension.
+            let n_level = self.operand(operand).levels[level].extent;
+            let first = format!("spindle_ceil_div(-s{n}_base - {span}, {coeff})");
+            let last = format!("spindle_floor_div({} - s{n}_base, {coeff}) + 1", n_level as i64 - 1);
+            self.line(d, &format!("const int64_t s{n}_first = {first} > {from} ? {first} : {from};"));
+            self.line(d, &format!("const int64_t s{n}_last = {last} < {to} ? {last} : {to};"));
+            self.line(d, &format!("for (int64_t {v} = s{n}_first; {v} < s{n}_last; {v}++) {{"));
+            self.bind(var);
+            body.iter().for_each(|b| self.node(b, d + 1));
+            self.unbind();
+            self.line(d, "}");
+            self.line(depth, "}");
+            return;
+        }
+        let first_unresolved = self.resolved[operand];
+        let (crd, _) = self.crd_of(operand, level);
+        let start = format!("s{n}_base + {coeff} * {from}");
+        let buffers = buffered(first_unresolved, level);
+        if buffers {
+            self.line(d, &format!("int64_t s{n}_ranges = 0;"));
+            let opened = self.gather(n, operand, first_unresolved, level, &start, d);
+            for k in (0..opened).rev() {
+                self.line(d + k, "}");
+            }
+        } else {
+            let parent = self.parent(operand, level);
+            let (b, e) = self.children(operand, level, &parent);
+            self.line(d, &format!("int64_t s{n}_cur = SPINDLE_LOWER_BOUND({crd}, {b}, {e}, {start});"));
+            self.line(d, &format!("const int64_t s{n}_end = {e};"));
+        }
+        self.line(d, &format!("int64_t {v} = {from};"));
+        self.line(d, &format!("while ({v} < {to}) {{"));
+        let e = d + 1;
+        // Expire the coordinates below the window, then find the smallest
+        // left.
+        self.line(e, &format!("const int64_t s{n}_lo = s{n}_base + {coeff} * {v};"));
+        self.line(e, &format!("int64_t s{n}_min = INT64_MAX;"));
+        let (cur, end) = match buffers {
+            true => {
+                self.line(e, &format!("for (int64_t r = 0; r < s{n}_ranges; r++) {{"));
+                (format!("s{n}_cur[r]"), format!("s{n}_end[r]"))
+            }
+            false => (format!("s{n}_cur"), format!("s{n}_end")),
+        };
+        let f = if buffers { e + 1 } else { e };
+        self.line(f, &format!("while ({cur} < {end} && {crd}[{cur}] < s{n}_lo) {cur}++;"));
+        self.line(f, &format!("if ({cur} < {end} && {crd}[{cur}] < s{n}_min) s{n}_min = {crd}[{cur}];"));
+        if buffers {
+            self.line(e, "}");
+        }
+        self.line(e, &format!("if (s{n}_min == INT64_MAX) break;"));
+        // The window does not reach it: jump to the first that does.
+        self.line(e, &format!("if (s{n}_min - {span} > s{n}_lo) {{"));
+        self.line(e + 1, &format!("{v} = spindle_ceil_div(s{n}_min - {span} - s{n}_base, {coeff});"));
+        self.line(e + 1, "continue;");
+        self.line(e, "}");
+        self.bind(var);
+        body.iter().for_each(|b| self.node(b, e));
+        self.unbind();
+        self.line(e, &format!("{v}++;"));
+        self.line(d, "}");
+        self.line(depth, "}");
+    }
+
+    /// The loops that gather subsection loop `n`'s ranges at `level`: over
+    /// levels `m..level` within their windows. Returns how many loops it
+    /// opened (the caller closes them).
+    fn gather(
+        &mut self,
+        n: usize,
+        operand: usize,
+        m: usize,
+        level: usize,
+        start: &str,
+        depth: usize,
+    ) -> usize {
+        let parent = match m {
+            0 => "0".to_string(),
+            _ if m == self.resolved[operand] => self.parent(operand, m),
+            _ => format!("g{n}_{}", m - 1),
+        };
+        if m == level {
+            let (crd, _) = self.crd_of(operand, level);
+            let (b, e) = self.children(operand, level, &parent);
+            self.line(
+                depth,
+                &format!("s{n}_cur[s{n}_ranges] = SPINDLE_LOWER_BOUND({crd}, {b}, {e}, {start});"),
+            );
+            self.line(depth, &format!("s{n}_end[s{n}_ranges++] = {e};"));
+            return 0;
+        }
+        let (lo, span) = self.window(operand, m);
+        let l = &self.operand(operand).levels[m];
+        match &l.kind {
+            Reach::Dense => {
+                let extent = l.extent;
+                let x = format!("x{n}_{m}");
+                self.line(depth, &format!("for (int64_t {x} = ({lo}) > 0 ? ({lo}) : 0; {x} <= ({lo}) + {span} && {x} < {extent}; {x}++) {{"));
+                self.line(depth + 1, &format!("const int64_t g{n}_{m} = {parent} * {extent} + {x};"));
+            }
+            _ => {
+                let (crd, _) = self.crd_of(operand, m);
+                let (b, e) = self.children(operand, m, &parent);
+                let g = format!("g{n}_{m}");
+                self.line(depth, &format!("for (int64_t {g} = SPINDLE_LOWER_BOUND({crd}, {b}, {e}, {lo}), {g}_end = {e}; {g} < {g}_end && {crd}[{g}] <= ({lo}) + {span}; {g}++) {{"));
+            }
+        }
+        1 + self.gather(n, operand, m + 1, level, start, depth + 1)
+    }
+
+    pub(super) fn resolve(&mut self, var: VarId, operand: usize, level: usize, body: &[Node], depth: usize) {
+        let n = self.ss_next;
+        self.ss_next += 1;
+        let v = self.var(var).to_string();
+        let extent = self.k.var(var).extent as i64;
+        let coeff = self.operand(operand).subscripts[level].coeff(var);
+        let (base, _) = self.window(operand, level);
+        let parent = self.parent(operand, level);
+        let tensor = self.operand(operand).tensor.clone();
+        let p = Self::position(&Position::Level { tensor, level });
+        let dense = matches!(self.operand(operand).levels[level].kind, Reach::Dense);
+        let was = self.resolved[operand];
+        if dense && self.outermost() {
+            // Nothing is bound yet: the window is a constant, and the loop
+            // a bare `for` for the `omp for` above it.
+            let base: i64 = self.operand(operand).subscripts[level].offset;
+            let n_level = self.operand(operand).levels[level].extent as i64;
+            let first = (-base).div_euclid(coeff) + i64::from((-base).rem_euclid(coeff) != 0);
+            let last = ((n_level - 1 - base).div_euclid(coeff) + 1).min(extent);
+            self.line(depth, &format!("for (int64_t {v} = {}; {v} < {last}; {v}++) {{", first.max(0)));
+            let at = affine_at(&parent, n_level, &base.to_string(), coeff, &v);
+            self.line(depth + 1, &format!("const int64_t {p} = {at};"));
+            self.resolved[operand] = level + 1;
+            self.bind(var);
+            body.iter().for_each(|b| self.node(b, depth + 1));
+            self.unbind();
+            self.resolved[operand] = was;
+            self.line(depth, "}");
+            return;
+        }
+        self.line(depth, "{");
+        let d = depth + 1;
+        self.line(d, &format!("const int64_t r{n}_base = {base};"));
+        self.resolved[operand] = level + 1;
+        self.bind(var);
+        if dense {
+            let n_level = self.operand(operand).levels[level].extent as i64;
+            let first = format!("spindle_ceil_div(-r{n}_base, {coeff})");
+            let last = format!("spindle_floor_div({} - r{n}_base, {coeff}) + 1", n_level - 1);
+            self.line(d, &format!("const int64_t r{n}_first = {first} > 0 ? {first} : 0;"));
+            self.line(d, &format!("const int64_t r{n}_last = {last} < {extent} ? {last} : {extent};"));
+            self.line(d, &format!("for (int64_t {v} = r{n}_first; {v} < r{n}_last; {v}++) {{"));
+            let at = affine_at(&parent, n_level, &format!("r{n}_base"), coeff, &v);
+            self.line(d + 1, &format!("const int64_t {p} = {at};"));
+        } else {
+            let (crd, _) = self.crd_of(operand, level);
+            let (b, e) = self.children(operand, level, &parent);
+            // A plain index starts at its parent's first child.
+            let s = &self.operand(operand).subscripts[level];
+            let begin = match (&s.terms[..], s.offset) {
+                ([_], 0) => b,
+                _ => format!("SPINDLE_LOWER_BOUND({crd}, {b}, {e}, r{n}_base)"),
+            };
+            self.line(d, &format!("const int64_t r{n}_end = {e};"));
+            self.line(d, &format!("for (int64_t {p} = {begin}; {p} < r{n}_end; {p}++) {{"));
+            self.line(d + 1, &format!("const int64_t r{n}_d = {crd}[{p}] - r{n}_base;"));
+            self.line(d + 1, &format!("if (r{n}_d > {}) break;", coeff * (extent - 1)));
+            if coeff != 1 {
+                self.line(d + 1, &format!("if (r{n}_d % {coeff}) continue;"));
+                self.line(d + 1, &format!("const int64_t {v} = r{n}_d / {coeff};"));
+            } else {
+                self.line(d + 1, &format!("const int64_t {v} = r{n}_d;"));
+            }
+        }
+        body.iter().for_each(|b| self.node(b, d + 1));
+        self.line(d, "}");
+        self.unbind();
+        self.resolved[operand] = was;
+        self.line(depth, "}");
+    }
+}
+
+/// The position a dense level locates: `parent * n + base + coeff * v`.
+fn affine_at(parent: &str, n: i64, base: &str, coeff: i64, v: &str) -> String {
+    let step = if coeff == 1 { v.to_string() } else { format!("{coeff} * {v}") };
+    match parent {
+        "0" => format!("{base} + {step}"),
+        p => format!("{p} * {n} + {base} + {step}"),
+    }
+}
+
+/// The subsection loops of `nodes` that gather several ranges, numbered in
+/// the order the printer meets every subsection and resolve loop:
+/// (number, operand, level).
+fn collect(nodes: &[Node], resolved: &mut Vec<usize>, found: &mut Vec<(usize, usize, usize)>) {
+    // The printer numbers subsection and resolve loops in pre-order.
+    fn walk(
+        nodes: &[Node],
+        resolved: &mut Vec<usize>,
+        count: &mut usize,
+        found: &mut Vec<(usize, usize, usize)>,
+    ) {
+        for n in nodes {
+            match n {
+                Node::Subsect { operand, level, body, .. } => {
+                    if buffered(resolved[*operand], *level) {
+                        found.push((*count, *operand, *level));
+                    }
+                    *count += 1;
+                    walk(body, resolved, count, found);
+                }
+                Node::Resolve { operand, level, body, .. } => {
+                    *count += 1;
+                    let was = resolved[*operand];
+                    resolved[*operand] = level + 1;
+                    walk(body, resolved, count, found);
+                    resolved[*operand] = was;
+                }
+                Node::Dense { body, .. } => walk(body, resolved, count, found),
+                _ => {}
+            }
+        }
+    }
+    walk(nodes, resolved, &mut 0, found);
+}
+
+/// Positions of the last of `levels` (a prefix of an operand's levels):
+/// the parents a range of the next level can have.
+fn positions(levels: &[spindle_ir::level::LevelRef], k: &spindle_ir::level::LevelKernel) -> usize {
+    levels.iter().fold(1, |parents, l| match &l.kind {
+        Reach::Dense => parents * l.extent,
+        Reach::Compressed { crd, .. } | Reach::Singleton { crd } | Reach::Padded { crd, .. } => {
+            k.tensor(*crd).shape[0]
+        }
+    })
+}

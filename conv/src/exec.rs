@@ -1,0 +1,282 @@
+//! A Rust executor for the loop trees [`lower`](crate::lower) makes: a
+//! convolution runs for a library user without a C compiler, and the C
+//! backend's kernel is checked against it (both walk the same tree with the
+//! same primitives).
+
+use ndarray::ArrayD;
+use spindle_ir::kernel::{OutputInit, Reduction};
+use spindle_ir::lang::BinOp;
+use spindle_ir::level::{AffineOperand, Expr, LevelKernel, Node, Position, Reach, VarId};
+use spindle_ir::tensor::{TensorValue, Tensors};
+
+use crate::subsect::{LevelView, Subsections, dense_values, lower_bound, ranges};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("argument `{0}` of the kernel has no data")]
+    Missing(String),
+    #[error("argument `{name}` has {got} elements; the kernel reads {want}")]
+    Shape { name: String, got: usize, want: usize },
+    #[error("the executor runs subsection loop trees; this kernel has {0}")]
+    Unsupported(&'static str),
+}
+
+/// Runs `kernel` on `data` (its arguments by name: the stored operands'
+/// format arrays and the dense tensors, with the output's values where the
+/// kernel accumulates into them) and returns the output.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use spindle_formats::{Coo, FormatSpec};
+/// use spindle_ir::kernel::schedule::Schedule;
+/// use spindle_ir::lang::{check, declarations, parse};
+/// use spindle_ir::tensor::{TensorValue, Tensors};
+///
+/// // A 1-D convolution over a sparse signal with entries at 2 and 8.
+/// let st = parse("O[i] += I[i+p] * F[p]").unwrap();
+/// let decl = declarations(&[("O", &[8], "f64"), ("I", &[10], "f64"), ("F", &[3], "f64")]);
+/// let einsum = check(&st, &decl).unwrap();
+/// let signal = Coo::new(vec![10], vec![vec![2, 8]], vec![1.0, 2.0]).unwrap();
+/// let sparse = BTreeMap::from([("I".to_string(), signal)]);
+/// let formats = BTreeMap::from([("I".to_string(), FormatSpec::Coo)]);
+/// let lowered = spindle_conv::lower(&einsum, &formats, &sparse, &Schedule::default(), "conv").unwrap();
+/// let mut data = lowered.arrays.clone();
+/// data.insert("F".into(), TensorValue::Values(ndarray::arr1(&[1.0, 10.0, 100.0]).into_dyn()));
+/// let out = spindle_conv::execute(&lowered.kernel, &data).unwrap();
+/// assert_eq!(out.as_slice().unwrap(), [100.0, 10.0, 1.0, 0.0, 0.0, 0.0, 200.0, 20.0]);
+/// ```
+pub fn execute(kernel: &LevelKernel, data: &Tensors) -> Result<ArrayD<f64>, ExecError> {
+    let mut values = Vec::new();
+    let mut indices = Vec::new();
+    for t in kernel.tensors.values() {
+        let (v, i) = match data.get(&t.name) {
+            Some(TensorValue::Values(a)) => (Some(standard(a.as_slice(), &t.name)?), None),
+            Some(TensorValue::Indices(a)) => (None, Some(standard(a.as_slice(), &t.name)?)),
+            None if t.output => (None, None),
+            None => return Err(ExecError::Missing(t.name.clone())),
+        };
+        let want: usize = t.shape.iter().product();
+        let got = v.map(<[f64]>::len).or(i.map(<[i64]>::len)).unwrap_or(want);
+        if got != want {
+            return Err(ExecError::Shape { name: t.name.clone(), got, want });
+        }
+        values.push(v);
+        indices.push(i);
+    }
+    if kernel.assembly.is_some() || !kernel.locals.is_empty() {
+        return Err(ExecError::Unsupported("a sparse output or temporaries"));
+    }
+    let views = kernel
+        .affine
+        .iter()
+        .map(|o| {
+            o.levels
+                .iter()
+                .map(|l| {
+                    let index = |t: spindle_ir::kernel::TensorId| indices[t.as_u32() as usize].unwrap_or(&[]);
+                    match &l.kind {
+                        Reach::Dense => Ok(LevelView::Dense { extent: l.extent }),
+                        Reach::Compressed { pos, crd, .. } => {
+                            Ok(LevelView::Compressed { pos: pos.map(index), crd: index(*crd) })
+                        }
+                        Reach::Singleton { crd } => Ok(LevelView::Singleton { crd: index(*crd) }),
+                        Reach::Padded { .. } => Err(ExecError::Unsupported("a padded level")),
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let out_param = &kernel.tensors[kernel.output];
+    let mut out = ArrayD::<f64>::zeros(out_param.shape.clone());
+    if kernel.init == OutputInit::Keep
+        && let Some(TensorValue::Values(a)) = data.get(&out_param.name)
+    {
+        out.assign(a);
+    }
+    let mut run = Run {
+        k: kernel,
+        values,
+        views,
+        at: vec![0; kernel.vars.len()],
+        bound: vec![false; kernel.vars.len()],
+        resolved: vec![0; kernel.affine.len()],
+        pos: kernel.affine.iter().map(|o| vec![0; o.levels.len()]).collect(),
+        out: out.as_slice_mut().expect("a new array is contiguous"),
+    };
+    run.nodes(&kernel.body)?;
+    Ok(out)
+}
+
+fn standard<'a, T>(slice: Option<&'a [T]>, name: &str) -> Result<&'a [T], ExecError> {
+    slice.ok_or_else(|| ExecError::Missing(format!("{name} (in row-major order)")))
+}
+
+struct Run<'a> {
+    k: &'a LevelKernel,
+    values: Vec<Option<&'a [f64]>>,
+    views: Vec<Vec<LevelView<'a>>>,
+    /// The bound variables' values.
+    at: Vec<i64>,
+    bound: Vec<bool>,
+    /// Per affine operand: how many of its levels are resolved, and the
+    /// position each resolved level is at.
+    resolved: Vec<usize>,
+    pos: Vec<Vec<i64>>,
+    out: &'a mut [f64],
+}
+
+impl Run<'_> {
+    fn nodes(&mut self, nodes: &[Node]) -> Result<(), ExecError> {
+        nodes.iter().try_for_each(|n| self.node(n))
+    }
+
+    fn bind(&mut self, var: VarId, value: i64) {
+        self.at[var.as_u32() as usize] = value;
+        self.bound[var.as_u32() as usize] = true;
+    }
+
+    fn unbind(&mut self, var: VarId) {
+        self.bound[var.as_u32() as usize] = false;
+    }
+
+    /// The window of a level of an operand under the bound variables.
+    fn window(&self, o: &AffineOperand, level: usize) -> (i64, i64) {
+        o.window(level, &self.k.vars, |v| {
+            self.bound[v.as_u32() as usize].then(|| self.at[v.as_u32() as usize])
+        })
+    }
+
+    fn parent(&self, operand: usize, level: usize) -> i64 {
+        if level == 0 { 0 } else { self.pos[operand][level - 1] }
+    }
+
+    fn node(&mut self, n: &Node) -> Result<(), ExecError> {
+        match n {
+            Node::Dense { var, body } => {
+                for x in 0..self.k.var(*var).extent as i64 {
+                    self.bind(*var, x);
+                    self.nodes(body)?;
+                }
+                self.unbind(*var);
+            }
+            Node::Subsect { var, operand, level, body } => {
+                let o = &self.k.affine[*operand];
+                let (lo, hi) = self.window(o, *level);
+                let (coeff, extent) = (o.subscripts[*level].coeff(*var), self.k.var(*var).extent);
+                let span = hi - lo - coeff * (extent as i64 - 1);
+                let first = self.resolved[*operand];
+                match self.views[*operand][*level] {
+                    LevelView::Dense { extent: n } => {
+                        for v in dense_values(n, lo, coeff, span, extent) {
+                            self.bind(*var, v);
+                            self.nodes(body)?;
+                        }
+                    }
+                    view => {
+                        let windows: Vec<(i64, i64)> = (0..=*level).map(|m| self.window(o, m)).collect();
+                        let parent = self.parent(*operand, first);
+                        let found = ranges(&self.views[*operand], first, parent, &windows, *level);
+                        let mut ss = Subsections::begin(view.crd(), found, lo, coeff, span, extent, 0);
+                        while !ss.end() {
+                            self.bind(*var, ss.offset());
+                            self.nodes(body)?;
+                            ss.next();
+                        }
+                    }
+                }
+                self.unbind(*var);
+            }
+            Node::Resolve { var, operand, level, body } => {
+                let o = &self.k.affine[*operand];
+                let (base, _) = self.window(o, *level);
+                let (coeff, extent) = (o.subscripts[*level].coeff(*var), self.k.var(*var).extent);
+                let parent = self.parent(*operand, *level);
+                self.resolved[*operand] = level + 1;
+                match self.views[*operand][*level] {
+                    LevelView::Dense { extent: n } => {
+                        for v in dense_values(n, base, coeff, 0, extent) {
+                            self.bind(*var, v);
+                            self.pos[*operand][*level] = parent * n as i64 + base + coeff * v;
+                            self.nodes(body)?;
+                        }
+                    }
+                    view => {
+                        let crd = view.crd();
+                        let (b, e) = view.children(parent);
+                        let last = base + coeff * (extent as i64 - 1);
+                        let mut p = lower_bound(crd, b, e, base);
+                        while p < e && crd[p as usize] <= last {
+                            let d = crd[p as usize] - base;
+                            if d % coeff == 0 {
+                                self.bind(*var, d / coeff);
+                                self.pos[*operand][*level] = p;
+                                self.nodes(body)?;
+                            }
+                            p += 1;
+                        }
+                    }
+                }
+                self.resolved[*operand] = *level;
+                self.unbind(*var);
+            }
+            Node::Update { at, value } => {
+                let shape = &self.k.tensors[self.k.output].shape;
+                let address = self.address(shape, at);
+                let v = self.expr(value);
+                let slot = &mut self.out[address];
+                *slot = match self.k.reduction {
+                    Reduction::Sum => *slot + v,
+                    Reduction::Max => slot.max(v),
+                    Reduction::Min => slot.min(v),
+                };
+            }
+            Node::Merge { .. } => return Err(ExecError::Unsupported("a merge")),
+            Node::Locate { .. } => return Err(ExecError::Unsupported("a located level")),
+            Node::Entry { .. } | Node::Workspace { .. } | Node::Accumulate { .. } => {
+                return Err(ExecError::Unsupported("a sparse output"));
+            }
+            Node::Store { .. } | Node::Clear { .. } => return Err(ExecError::Unsupported("temporaries")),
+        }
+        Ok(())
+    }
+
+    fn address(&self, shape: &[usize], at: &[VarId]) -> usize {
+        at.iter().zip(shape).fold(0, |a, (v, &n)| a * n + self.at[v.as_u32() as usize] as usize)
+    }
+
+    fn expr(&self, e: &Expr) -> f64 {
+        match e {
+            Expr::Const(c) => *c,
+            Expr::Stored { val, at } => {
+                let p = match at {
+                    Position::Root => 0,
+                    Position::Level { tensor, level } => {
+                        let operand =
+                            self.k.affine.iter().position(|o| &o.tensor == tensor).expect("a walked operand");
+                        self.pos[operand][*level]
+                    }
+                };
+                self.values[val.as_u32() as usize].expect("values")[p as usize]
+            }
+            Expr::Dense { tensor, at } => {
+                let shape = &self.k.tensors[*tensor].shape;
+                self.values[tensor.as_u32() as usize].expect("values")[self.address(shape, at)]
+            }
+            Expr::Local { .. } => unreachable!("the executor refuses temporaries"),
+            Expr::Neg(x) => -self.expr(x),
+            Expr::Binary { op, lhs, rhs } => {
+                let (a, b) = (self.expr(lhs), self.expr(rhs));
+                match op {
+                    BinOp::Add => a + b,
+                    BinOp::Sub => a - b,
+                    BinOp::Mul => a * b,
+                    BinOp::Div => a / b,
+                }
+            }
+            Expr::Call { func, args } => {
+                let args: Vec<f64> = args.iter().map(|a| self.expr(a)).collect();
+                func.apply(&args)
+            }
+        }
+    }
+}

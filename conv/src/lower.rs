@@ -1,0 +1,477 @@
+//! Lowering a statement whose stored operands are read at affine subscripts
+//! (`O[i,j] += I[i+p, j+q] * F[p,q]` with `I` in CSR) into a loop tree of
+//! subsection loops (paper 002 §3–§5).
+//!
+//! Each loop binds one index variable, in the schedule's order. For a
+//! stored operand, the variables of a level's subscript are handled in that
+//! order: every one but the last *reduces* the subscript — a
+//! [`Node::Subsect`] visits only the values whose window of the level holds
+//! an entry — and the last *resolves* it — a [`Node::Resolve`] walks the
+//! level's entries the subscript hits, binding the level's position. A
+//! level is reached from its parent's position, so an operand's levels
+//! resolve in storage order; every order that does is legal, and the
+//! others are refused with the reason. Variables of no stored operand get
+//! dense loops.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cranelift_entity::PrimaryMap;
+use spindle_formats::{Coo, FormatSpec};
+use spindle_ir::kernel::schedule::Schedule;
+use spindle_ir::kernel::{OutputInit, Reduction, TensorId, TensorParam};
+use spindle_ir::lang::{
+    Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, ElemType, Expr as Ast, Func, Role, Subscript,
+};
+use spindle_ir::level::{
+    Affine, AffineOperand, Expr, LevelKernel, Lowered, Node, Position, Reach, Var, VarId, refuse,
+    store_levels,
+};
+use spindle_ir::tensor::Tensors;
+
+/// Whether `einsum` reads an operand with a format at a subscript that is
+/// not a plain index variable: a statement for [`lower`].
+pub fn reads_affine(einsum: &Einsum, formats: &BTreeMap<String, FormatSpec>) -> bool {
+    einsum.statement.rhs.accesses().iter().any(|a| {
+        formats.contains_key(&a.tensor.name)
+            && a.subscripts.iter().any(|s| !matches!(&s.terms[..], [t] if t.coeff == 1 && s.offset == 0))
+    })
+}
+
+/// Lowers `einsum`, its operands in `formats` stored in them (entries in
+/// `sparse`) and read at affine subscripts, into subsection loops in the
+/// order `schedule.order` gives (the rest in [`default_order`]'s).
+pub fn lower(
+    einsum: &Einsum,
+    formats: &BTreeMap<String, FormatSpec>,
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+    schedule: &Schedule,
+    name: &str,
+) -> Result<Lowered, Diagnostic> {
+    let st = &einsum.statement;
+    let (reduction, init) = match st.op {
+        AssignOp::Assign => (Reduction::Sum, OutputInit::Zero),
+        AssignOp::AddAssign => (Reduction::Sum, OutputInit::Keep),
+        AssignOp::MaxAssign | AssignOp::MinAssign => {
+            return Err(refuse(
+                format!(
+                    "`{}` over a stored operand: subsection loops skip its zeros, but the reduction sees them",
+                    st.op.as_str()
+                ),
+                st.op_span,
+                "a max/min reduction",
+            ));
+        }
+    };
+    let out_name = &st.lhs.tensor.name;
+    if formats.contains_key(out_name) {
+        return Err(refuse(
+            format!("a convolution writes a dense output; `{out_name}` has a format"),
+            st.lhs.span,
+            "a sparse output",
+        )
+        .with_note(format!("drop the format of `{out_name}`")));
+    }
+
+    let mut vars: PrimaryMap<VarId, Var> = PrimaryMap::new();
+    let mut var_of: BTreeMap<String, VarId> = BTreeMap::new();
+    for ix in &einsum.indices {
+        var_of.insert(ix.name.clone(), vars.push(Var { name: ix.name.clone(), extent: ix.extent }));
+    }
+    let out_at = plain(&st.lhs, &var_of)?;
+
+    // The stored operands: their arrays become arguments, their levels
+    // subsection loops.
+    let mut tensors: PrimaryMap<TensorId, TensorParam> = PrimaryMap::new();
+    let mut arrays = Tensors::new();
+    let mut affine: Vec<AffineOperand> = Vec::new();
+    // Each operand's access, and the dimension each of its levels stores.
+    let mut reads: Vec<(Access, Vec<usize>)> = Vec::new();
+    let mut vals: BTreeMap<String, TensorId> = BTreeMap::new();
+    for access in st.rhs.accesses() {
+        let tname = &access.tensor.name;
+        let Some(spec) = formats.get(tname) else { continue };
+        if let Some((first, _)) = reads.iter().find(|(a, _)| &a.tensor.name == tname) {
+            if first.to_string() == access.to_string() {
+                continue;
+            }
+            return Err(refuse(
+                format!("`{tname}` is read at two subscripts; a stored operand is walked by one"),
+                access.span,
+                "a second read",
+            ));
+        }
+        let coo = sparse.get(tname).ok_or_else(|| {
+            refuse(format!("`{tname}` has a format but no entries"), access.span, "no data")
+        })?;
+        let info = &einsum.tensors[tname];
+        let ElemType::Value(dtype) = info.dtype else {
+            return Err(refuse(format!("`{tname}` holds indices"), access.span, "not a value tensor"));
+        };
+        let subscripts =
+            access.subscripts.iter().map(|s| affine_of(s, &var_of)).collect::<Result<Vec<_>, _>>()?;
+        let mut seen = BTreeSet::new();
+        for (s, a) in access.subscripts.iter().zip(&subscripts) {
+            if let Some((v, _)) = a.terms.iter().find(|(v, _)| !seen.insert(*v)) {
+                return Err(refuse(
+                    format!("`{}` indexes two dimensions of `{tname}`", vars[*v].name),
+                    s.span,
+                    "a repeated index",
+                ));
+            }
+            if a.terms.is_empty() {
+                return Err(refuse(
+                    format!(
+                        "a constant subscript of `{tname}`: each dimension of a stored operand needs an index"
+                    ),
+                    s.span,
+                    "a constant subscript",
+                ));
+            }
+        }
+        let (levels, val) =
+            store_levels(tname, spec, coo, dtype, &info.shape, access, &mut tensors, &mut arrays)?;
+        for l in &levels {
+            if !l.ordered || matches!(l.level.kind, Reach::Padded { .. }) {
+                return Err(refuse(
+                    format!(
+                        "level {} of `{tname}` in {} does not keep its coordinates in order; subsection loops \
+                         find the next non-empty window from the smallest coordinate left",
+                        l.level.level,
+                        spec.name()
+                    ),
+                    access.span,
+                    "unordered coordinates",
+                )
+                .with_note("store it in csr, dcsr, csf, coo or a d/c level list"));
+            }
+        }
+        reads.push(((*access).clone(), levels.iter().map(|l| l.dim).collect()));
+        affine.push(AffineOperand {
+            tensor: tname.clone(),
+            subscripts: levels.iter().map(|l| subscripts[l.dim].clone()).collect(),
+            levels: levels.into_iter().map(|l| l.level).collect(),
+        });
+        vals.insert(tname.clone(), val);
+    }
+    // One operand's subsections per variable: co-iterating them is the
+    // generalized merge lattice's job.
+    for v in vars.keys() {
+        let holders: Vec<&AffineOperand> =
+            affine.iter().filter(|o| o.subscripts.iter().any(|s| s.coeff(v) != 0)).collect();
+        if let [_, second, ..] = &holders[..] {
+            let (access, _) =
+                reads.iter().find(|(a, _)| a.tensor.name == second.tensor).expect("every operand was read");
+            return Err(refuse(
+                format!(
+                    "`{}` indexes two stored operands; co-iterating subsections is not built yet",
+                    vars[v].name
+                ),
+                access.span,
+                "a second stored operand",
+            )
+            .with_note("store one of them densely"));
+        }
+    }
+
+    // Dense operands and the output keep their names.
+    let mut dense: BTreeMap<String, TensorId> = BTreeMap::new();
+    for (tname, info) in &einsum.tensors {
+        if vals.contains_key(tname) {
+            continue;
+        }
+        if info.role == Role::Index {
+            let span = st.rhs.accesses().iter().find(|a| &a.tensor.name == tname).map_or(st.span, |a| a.span);
+            return Err(refuse(
+                format!("`{tname}` is an index tensor; indirect subscripts run on the tile path"),
+                span,
+                "an indirect read",
+            ));
+        }
+        let id = tensors.push(TensorParam {
+            name: tname.clone(),
+            dtype: info.dtype,
+            shape: info.shape.clone(),
+            output: info.role == Role::Output,
+        });
+        dense.insert(tname.clone(), id);
+    }
+    let last_level: BTreeMap<&str, usize> =
+        affine.iter().map(|o| (o.tensor.as_str(), o.levels.len() - 1)).collect();
+    let value = expr(&st.rhs, &vals, &last_level, &dense, &var_of)?;
+    for (access, _) in &reads {
+        if !masks(&st.rhs, &access.tensor.name) {
+            return Err(refuse(
+                format!(
+                    "the statement is not zero where `{}` is: its subsections would skip terms \
+                     (a sum needs the generalized merge lattice, not built yet)",
+                    access.tensor.name
+                ),
+                st.rhs.span(),
+                "not a product with the stored operand",
+            ));
+        }
+    }
+
+    let order = loop_order(einsum, &vars, &var_of, &affine, &out_at, schedule)?;
+    legal(&order, &affine, &reads, &vars)?;
+    let body = tree(&order, &affine, &out_at, value);
+    let parallel = match body.first() {
+        Some(Node::Dense { var, .. } | Node::Subsect { var, .. }) => out_at.contains(var),
+        Some(Node::Resolve { var, operand, level, .. }) => {
+            out_at.contains(var) && affine[*operand].levels[*level].kind == Reach::Dense
+        }
+        _ => false,
+    };
+    let kernel = LevelKernel {
+        name: name.to_string(),
+        tensors,
+        vars,
+        output: dense[out_name],
+        assembly: None,
+        reduction,
+        init,
+        parallel,
+        locals: PrimaryMap::new(),
+        affine,
+        body,
+    };
+    Ok(Lowered { kernel, arrays, replaced: vals.keys().cloned().collect(), pattern: None })
+}
+
+/// The variables of an access whose subscripts are distinct plain indices.
+fn plain(access: &Access, var_of: &BTreeMap<String, VarId>) -> Result<Vec<VarId>, Diagnostic> {
+    let mut seen = BTreeSet::new();
+    access
+        .subscripts
+        .iter()
+        .map(|s| match &s.terms[..] {
+            [t] if t.coeff == 1 && s.offset == 0 => match &t.atom {
+                Atom::Index(id) if seen.insert(id.name.clone()) => Ok(var_of[&id.name]),
+                Atom::Index(id) => Err(refuse(
+                    format!("`{}` indexes two dimensions of `{}`", id.name, access.tensor.name),
+                    s.span,
+                    "a repeated index",
+                )),
+                Atom::Indirect(_) => Err(refuse(
+                    "indirect subscripts run on the tile path".to_string(),
+                    s.span,
+                    "not a plain index",
+                )),
+            },
+            _ => Err(refuse(
+                format!(
+                    "`{}` has no format, so it is read at plain indices here; affine subscripts are walked \
+                     on stored operands",
+                    access.tensor.name
+                ),
+                s.span,
+                "not a plain index",
+            )
+            .with_note(format!(
+                "give `{}` a format, or drop every format to run the statement densely",
+                access.tensor.name
+            ))),
+        })
+        .collect()
+}
+
+/// A subscript as `Σ coeff·var + offset` with positive coefficients.
+fn affine_of(s: &Subscript, var_of: &BTreeMap<String, VarId>) -> Result<Affine, Diagnostic> {
+    let mut terms = Vec::new();
+    for t in &s.terms {
+        let Atom::Index(id) = &t.atom else {
+            return Err(refuse(
+                "an indirect subscript on a stored operand; indirect subscripts run on the tile path"
+                    .to_string(),
+                t.span,
+                "an indirect subscript",
+            ));
+        };
+        if t.coeff <= 0 {
+            return Err(refuse(
+                format!(
+                    "`{}` has coefficient {}; subsection loops walk coordinates upwards, so coefficients are positive",
+                    id.name, t.coeff
+                ),
+                t.span,
+                "a coefficient below 1",
+            ));
+        }
+        terms.push((var_of[&id.name], t.coeff));
+    }
+    Ok(Affine { terms, offset: s.offset })
+}
+
+/// The right-hand side over the stored operands' values (at their last
+/// level's position) and dense operands.
+fn expr(
+    e: &Ast,
+    vals: &BTreeMap<String, TensorId>,
+    last_level: &BTreeMap<&str, usize>,
+    dense: &BTreeMap<String, TensorId>,
+    var_of: &BTreeMap<String, VarId>,
+) -> Result<Expr, Diagnostic> {
+    let go = |e: &Ast| expr(e, vals, last_level, dense, var_of);
+    Ok(match e {
+        Ast::Literal { value, .. } => Expr::Const(*value),
+        Ast::Access(a) => match vals.get(&a.tensor.name) {
+            Some(&val) => Expr::Stored {
+                val,
+                at: Position::Level {
+                    tensor: a.tensor.name.clone(),
+                    level: last_level[a.tensor.name.as_str()],
+                },
+            },
+            None => Expr::Dense { tensor: dense[&a.tensor.name], at: plain(a, var_of)? },
+        },
+        Ast::Neg { expr, .. } => Expr::Neg(Box::new(go(expr)?)),
+        Ast::Binary { op, lhs, rhs, .. } => {
+            Expr::Binary { op: *op, lhs: Box::new(go(lhs)?), rhs: Box::new(go(rhs)?) }
+        }
+        Ast::Call { func, args, .. } => {
+            Expr::Call { func: *func, args: args.iter().map(go).collect::<Result<_, _>>()? }
+        }
+    })
+}
+
+/// Whether `e` is zero wherever `tensor` is: only then may its loops skip
+/// the windows `tensor` has no entries in.
+fn masks(e: &Ast, tensor: &str) -> bool {
+    match e {
+        Ast::Literal { .. } => false,
+        Ast::Access(a) => a.tensor.name == tensor,
+        Ast::Neg { expr, .. } => masks(expr, tensor),
+        Ast::Binary { op: BinOp::Mul, lhs, rhs, .. } => masks(lhs, tensor) || masks(rhs, tensor),
+        Ast::Binary { op: BinOp::Div, lhs, .. } => masks(lhs, tensor),
+        Ast::Binary { lhs, rhs, .. } => masks(lhs, tensor) && masks(rhs, tensor),
+        Ast::Call { func: Func::Relu | Func::Abs | Func::Sqrt, args, .. } => masks(&args[0], tensor),
+        Ast::Call { .. } => false,
+    }
+}
+
+/// The loop order: the schedule's `order=` first, then
+/// [`default_order`]'s for the rest.
+fn loop_order(
+    einsum: &Einsum,
+    vars: &PrimaryMap<VarId, Var>,
+    var_of: &BTreeMap<String, VarId>,
+    affine: &[AffineOperand],
+    out_at: &[VarId],
+    schedule: &Schedule,
+) -> Result<Vec<VarId>, Diagnostic> {
+    let mut order: Vec<VarId> = Vec::new();
+    for name in &schedule.order {
+        let Some(&v) = var_of.get(name) else {
+            return Err(refuse(
+                format!(
+                    "`order={}` names `{name}`, which is not an index of the statement",
+                    schedule.order.join("+")
+                ),
+                einsum.statement.span,
+                "the statement",
+            ));
+        };
+        if !order.contains(&v) {
+            order.push(v);
+        }
+    }
+    for v in default_order(vars, affine, out_at) {
+        if !order.contains(&v) {
+            order.push(v);
+        }
+    }
+    Ok(order)
+}
+
+/// The order the paper found fastest on most inputs (its Fig. 17 and 20):
+/// each stored operand's levels in storage order, every level but the last
+/// by its output index first (`i` then `p` in `i+p`, windows the size of
+/// the filter), the last level by its output index last (`q` then `j` in
+/// `j+q`: the innermost loop walks a row, bounded by the output, with no
+/// branch per filter tap); then the variables of no stored operand.
+pub fn default_order(
+    vars: &PrimaryMap<VarId, Var>,
+    affine: &[AffineOperand],
+    out_at: &[VarId],
+) -> Vec<VarId> {
+    let mut order: Vec<VarId> = Vec::new();
+    for operand in affine {
+        let last = operand.subscripts.len() - 1;
+        for (l, s) in operand.subscripts.iter().enumerate() {
+            let (mut outs, mut sums): (Vec<VarId>, Vec<VarId>) = s
+                .terms
+                .iter()
+                .map(|(v, _)| *v)
+                .filter(|v| !order.contains(v))
+                .partition(|v| out_at.contains(v));
+            if l == last {
+                sums.append(&mut outs);
+                order.extend(sums);
+            } else {
+                outs.append(&mut sums);
+                order.extend(outs);
+            }
+        }
+    }
+    order.extend(vars.keys().filter(|v| !order.contains(v)).collect::<Vec<_>>());
+    order
+}
+
+/// Every stored operand's levels resolve in storage order.
+fn legal(
+    order: &[VarId],
+    affine: &[AffineOperand],
+    reads: &[(Access, Vec<usize>)],
+    vars: &PrimaryMap<VarId, Var>,
+) -> Result<(), Diagnostic> {
+    let rank = |v: VarId| order.iter().position(|&o| o == v).expect("every variable is ordered");
+    let resolver =
+        |s: &Affine| s.terms.iter().map(|(v, _)| *v).max_by_key(|&v| rank(v)).expect("a subscript has terms");
+    for (operand, (access, dims)) in affine.iter().zip(reads) {
+        for (l, &dim) in dims.iter().enumerate().skip(1) {
+            let (above, below) = (resolver(&operand.subscripts[l - 1]), resolver(&operand.subscripts[l]));
+            if rank(below) < rank(above) {
+                let names: Vec<&str> = order.iter().map(|&v| vars[v].name.as_str()).collect();
+                return Err(refuse(
+                    format!(
+                        "order {} resolves level {l} of `{}` (at `{}`) before level {} (at `{}`): a level is \
+                         reached from its parent's position, so an operand's levels resolve in storage order",
+                        names.join(","),
+                        operand.tensor,
+                        vars[below].name,
+                        l - 1,
+                        vars[above].name,
+                    ),
+                    access.subscripts[dim].span,
+                    "resolved before the level above it",
+                )
+                .with_note(format!("bind `{}` before `{}`", vars[above].name, vars[below].name)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The loop nest in `order`, the output's update innermost.
+fn tree(order: &[VarId], affine: &[AffineOperand], out_at: &[VarId], value: Expr) -> Vec<Node> {
+    let mut body = vec![Node::Update { at: out_at.to_vec(), value }];
+    for (depth, &var) in order.iter().enumerate().rev() {
+        let held = affine.iter().enumerate().find_map(|(operand, o)| {
+            o.subscripts.iter().position(|s| s.coeff(var) != 0).map(|level| (operand, level))
+        });
+        body = vec![match held {
+            None => Node::Dense { var, body },
+            Some((operand, level)) => {
+                let later = affine[operand].subscripts[level]
+                    .terms
+                    .iter()
+                    .any(|(v, _)| order[depth + 1..].contains(v));
+                match later {
+                    true => Node::Subsect { var, operand, level, body },
+                    false => Node::Resolve { var, operand, level, body },
+                }
+            }
+        }];
+    }
+    body
+}

@@ -1,0 +1,233 @@
+//! Sparse convolution through subsection loops (`spindle-conv`): the Rust
+//! executor against the reference evaluator in every loop order of
+//! convolutions in one to three dimensions, with strides, dilations and
+//! intercepts, over every sorted format (illegal orders refused with the
+//! reason); the printed C against the executor on one and two threads.
+
+use std::collections::BTreeMap;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spindle_c::Compiler;
+use spindle_c::level::CLevelKernel;
+use spindle_conv::{execute, lower};
+use spindle_formats::{Coo, FormatSpec};
+use spindle_ir::eval::evaluate;
+use spindle_ir::kernel::schedule::Schedule;
+use spindle_ir::lang::{Einsum, check, declarations, parse};
+use spindle_ir::tensor::{TensorValue, Tensors};
+use spindle_tests::random_sparse;
+
+fn dense(shape: &[usize], rng: &mut ChaCha8Rng) -> TensorValue {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    TensorValue::Values(ndarray::ArrayD::from_shape_vec(shape.to_vec(), v).unwrap())
+}
+
+fn permutations(items: &[String]) -> Vec<Vec<String>> {
+    if items.len() <= 1 {
+        return vec![items.to_vec()];
+    }
+    let mut out = Vec::new();
+    for (i, first) in items.iter().enumerate() {
+        let mut rest = items.to_vec();
+        rest.remove(i);
+        for mut p in permutations(&rest) {
+            p.insert(0, first.clone());
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Tensors and their shapes.
+type Shapes<'a> = &'a [(&'a str, &'a [usize])];
+
+struct Case {
+    einsum: Einsum,
+    data: Tensors,
+    entries: Coo<f64, i64>,
+    want: ndarray::ArrayD<f64>,
+}
+
+/// `statement` over `I` (sparse, `density`) and dense others.
+fn case(statement: &str, shapes: Shapes, density: f64, seed: u64) -> Case {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let decl: Vec<(&str, &[usize], &str)> = shapes.iter().map(|(n, s)| (*n, *s, "f64")).collect();
+    let einsum = check(&parse(statement).unwrap(), &declarations(&decl)).unwrap();
+    let out = einsum.output().name.clone();
+    let mut data = Tensors::new();
+    let mut entries = None;
+    for (name, shape) in shapes {
+        if *name == "I" {
+            let coo = random_sparse(shape, density, seed);
+            data.insert("I".into(), TensorValue::Values(coo.to_ndarray().unwrap()));
+            entries = Some(coo);
+        } else if *name != out {
+            data.insert(name.to_string(), dense(shape, &mut rng));
+        }
+    }
+    let want = evaluate(&einsum, &data).unwrap();
+    data.remove("I");
+    Case { einsum, data, entries: entries.unwrap(), want }
+}
+
+/// Runs every order of the statement's indices in `format`: the legal ones
+/// must match the reference, the others be refused for resolving a level
+/// before its parent. Returns (legal, refused).
+fn every_order(c: &Case, format: &str, orders: Option<usize>) -> (usize, usize) {
+    every_order_on(c, format, orders, false)
+}
+
+/// [`every_order`], each legal order also printed as C, compiled and run on
+/// one and two threads.
+fn every_order_on(c: &Case, format: &str, orders: Option<usize>, in_c: bool) -> (usize, usize) {
+    let spec: FormatSpec = format.parse().unwrap();
+    let formats = BTreeMap::from([("I".to_string(), spec)]);
+    let sparse = BTreeMap::from([("I".to_string(), c.entries.clone())]);
+    let names: Vec<String> = c.einsum.indices.iter().map(|i| i.name.clone()).collect();
+    let (mut legal, mut refused) = (0, 0);
+    for order in permutations(&names).into_iter().take(orders.unwrap_or(usize::MAX)) {
+        let schedule = Schedule { order: order.clone(), ..Schedule::default() };
+        match lower(&c.einsum, &formats, &sparse, &schedule, "conv") {
+            Ok(lowered) => {
+                let mut data = c.data.clone();
+                data.extend(lowered.arrays.clone());
+                let got = execute(&lowered.kernel, &data).unwrap();
+                let err = (&got - &c.want).iter().fold(0.0f64, |m, d| m.max(d.abs()));
+                assert!(
+                    err < 1e-9,
+                    "{} in {format}, order {order:?}: error {err}\n{}",
+                    c.einsum.statement,
+                    lowered.kernel
+                );
+                if in_c {
+                    let compiled =
+                        CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
+                    for threads in [1, 2] {
+                        let c_got = compiled.run(&data, threads).unwrap();
+                        let err = (&c_got - &got).iter().fold(0.0f64, |m, d| m.max(d.abs()));
+                        assert!(
+                            err < 1e-9,
+                            "C, {threads} threads, order {order:?}: {err}\n{}",
+                            compiled.source
+                        );
+                    }
+                }
+                legal += 1;
+            }
+            Err(d) => {
+                assert!(d.message.contains("resolve in storage order"), "order {order:?}: {}", d.message);
+                refused += 1;
+            }
+        }
+    }
+    (legal, refused)
+}
+
+#[test]
+fn one_dimensional_convolutions_in_every_order_and_format() {
+    let shapes: Shapes = &[("O", &[38]), ("I", &[40]), ("F", &[3])];
+    for density in [0.0, 0.05, 0.3, 1.0] {
+        let c = case("O[i] += I[i+p] * F[p]", shapes, density, 1);
+        for format in ["coo", "csf", "d", "c"] {
+            assert_eq!(every_order(&c, format, None), (2, 0));
+        }
+    }
+}
+
+#[test]
+fn strides_dilations_and_intercepts() {
+    let cases: &[(&str, Shapes)] = &[
+        ("O[i] += I[2*i+p] * F[p]", &[("O", &[19]), ("I", &[41]), ("F", &[3])]),
+        ("O[i] += I[i+2*p] * F[p]", &[("O", &[30]), ("I", &[34]), ("F", &[3])]),
+        ("O[i] += I[3*i+2*p+1] * F[p]", &[("O", &[12]), ("I", &[45]), ("F", &[4])]),
+        // Zero padding: reads at -1 and past the end are zeros.
+        ("O[i] += I[i+p-1] * F[p]", &[("O", &[40]), ("I", &[40]), ("F", &[3])]),
+    ];
+    for (statement, shapes) in cases {
+        for seed in 0..3 {
+            let c = case(statement, shapes, 0.3, seed);
+            for format in ["coo", "d", "c"] {
+                assert_eq!(every_order(&c, format, None), (2, 0), "{statement}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_subscript_of_three_indices_reduces_twice_on_one_dimension() {
+    let shapes: Shapes = &[("O", &[30]), ("I", &[36]), ("F", &[3]), ("G", &[5])];
+    let c = case("O[i] += I[i+p+r] * F[p] * G[r]", shapes, 0.2, 4);
+    for format in ["coo", "c", "d"] {
+        assert_eq!(every_order(&c, format, None), (6, 0));
+    }
+}
+
+#[test]
+fn two_dimensional_convolutions_in_every_legal_order() {
+    let shapes: Shapes = &[("O", &[14, 12]), ("I", &[16, 14]), ("F", &[3, 3])];
+    for (density, seed) in [(0.02, 1), (0.3, 2), (0.9, 3)] {
+        let c = case("O[i,j] += I[i+p,j+q] * F[p,q]", shapes, density, seed);
+        for format in ["csr", "csc", "dcsr", "dcsc", "coo", "dd", "cd"] {
+            let (legal, refused) = every_order(&c, format, None);
+            // Of the 24 orders, those binding the last index of the first
+            // level's subscript before the second's: half.
+            assert_eq!((legal, refused), (12, 12), "{format}");
+        }
+    }
+    let strided: Shapes = &[("O", &[7, 6]), ("I", &[16, 14]), ("F", &[3, 3])];
+    let c = case("O[i,j] += I[2*i+p,2*j+q] * F[p,q]", strided, 0.3, 5);
+    assert_eq!(every_order(&c, "csr", None), (12, 12));
+}
+
+#[test]
+fn three_dimensional_convolutions() {
+    let shapes: Shapes = &[("O", &[6, 5, 4]), ("I", &[8, 7, 6]), ("F", &[3, 3, 3])];
+    let c = case("O[i,j,k] += I[i+p,j+q,k+r] * F[p,q,r]", shapes, 0.1, 6);
+    // 720 orders; a level resolves after the one above in 1 of 6 ways.
+    assert_eq!(every_order(&c, "csf", None), (120, 600));
+    every_order(&c, "coo", Some(100));
+}
+
+#[test]
+fn channels_and_filters_beside_the_windows() {
+    // NHWC: a batch, two windows, input channels and output filters.
+    let shapes: Shapes = &[("O", &[2, 5, 4, 3]), ("I", &[2, 7, 6, 4]), ("F", &[3, 3, 4, 3])];
+    let c = case("O[n,h,w,f] += I[n,h+r,w+q,c] * F[r,q,c,f]", shapes, 0.3, 7);
+    for format in ["dddc", "dccc", "csf", "cdcd"] {
+        let (legal, _) = every_order(&c, format, Some(240));
+        assert!(legal > 0, "{format}");
+    }
+    every_order(&c, "coo", Some(60));
+}
+
+#[test]
+fn printed_c_agrees_with_the_executor_on_one_and_two_threads() {
+    let one: &[(&str, Shapes)] = &[
+        ("O[i] += I[i+p] * F[p]", &[("O", &[38]), ("I", &[40]), ("F", &[3])]),
+        ("O[i] += I[3*i+2*p+1] * F[p]", &[("O", &[12]), ("I", &[45]), ("F", &[4])]),
+        ("O[i] += I[i+p+r] * F[p] * G[r]", &[("O", &[30]), ("I", &[36]), ("F", &[3]), ("G", &[5])]),
+    ];
+    for (statement, shapes) in one {
+        let c = case(statement, shapes, 0.2, 11);
+        for format in ["coo", "c", "d"] {
+            assert!(every_order_on(&c, format, None, true).0 > 0);
+        }
+    }
+    let shapes: Shapes = &[("O", &[14, 12]), ("I", &[16, 14]), ("F", &[3, 3])];
+    let c = case("O[i,j] += I[i+p,j+q] * F[p,q]", shapes, 0.2, 12);
+    assert_eq!(every_order_on(&c, "csr", None, true), (12, 12));
+    assert_eq!(every_order_on(&c, "dcsc", Some(12), true).0, 6);
+    let strided: Shapes = &[("O", &[7, 6]), ("I", &[16, 14]), ("F", &[3, 3])];
+    let c = case("O[i,j] = I[2*i+p,2*j+q-1] * F[p,q]", strided, 0.3, 13);
+    every_order_on(&c, "dcsr", Some(8), true);
+    let cube: Shapes = &[("O", &[6, 5, 4]), ("I", &[8, 7, 6]), ("F", &[3, 3, 3])];
+    let c = case("O[i,j,k] += I[i+p,j+q,k+r] * F[p,q,r]", cube, 0.1, 14);
+    assert!(every_order_on(&c, "csf", Some(30), true).0 > 0);
+    let nhwc: Shapes = &[("O", &[2, 5, 4, 3]), ("I", &[2, 7, 6, 4]), ("F", &[3, 3, 4, 3])];
+    let c = case("O[n,h,w,f] += I[n,h+r,w+q,c] * F[r,q,c,f]", nhwc, 0.3, 15);
+    for format in ["dddc", "dccc"] {
+        assert!(every_order_on(&c, format, Some(12), true).0 > 0, "{format}");
+    }
+}
