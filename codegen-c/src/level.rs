@@ -267,6 +267,9 @@ struct Printer<'k, D: Dialect> {
     resolved: Vec<usize>,
     /// The number of the next subsection or resolve loop (its names).
     ss_next: usize,
+    /// The enclosing one-range subsection loops: (operand, level, the C
+    /// name of their cursor), innermost last.
+    cursors: Vec<(usize, usize, String)>,
 }
 
 /// Whether a workspace over `extent` coordinates always drains through its
@@ -329,6 +332,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             bound: Vec::new(),
             resolved: vec![0; k.affine.len()],
             ss_next: 0,
+            cursors: Vec::new(),
         }
     }
 

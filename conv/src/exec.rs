@@ -101,6 +101,7 @@ pub fn execute(kernel: &LevelKernel, data: &Tensors) -> Result<ArrayD<f64>, Exec
         bound: vec![false; kernel.vars.len()],
         resolved: vec![0; kernel.affine.len()],
         pos: kernel.affine.iter().map(|o| vec![0; o.levels.len()]).collect(),
+        cursors: Vec::new(),
         out: out.as_slice_mut().expect("a new array is contiguous"),
     };
     run.nodes(&kernel.body)?;
@@ -122,6 +123,8 @@ struct Run<'a> {
     /// position each resolved level is at.
     resolved: Vec<usize>,
     pos: Vec<Vec<i64>>,
+    /// The enclosing one-range subsection loops: (operand, level, cursor).
+    cursors: Vec<(usize, usize, i64)>,
     out: &'a mut [f64],
 }
 
@@ -176,10 +179,17 @@ impl Run<'_> {
                         let windows: Vec<(i64, i64)> = (0..=*level).map(|m| self.window(o, m)).collect();
                         let parent = self.parent(*operand, first);
                         let found = ranges(&self.views[*operand], first, parent, &windows, *level);
+                        let one = found.len() == 1;
                         let mut ss = Subsections::begin(view.crd(), found, lo, coeff, span, extent, 0);
                         while !ss.end() {
                             self.bind(*var, ss.offset());
+                            if one {
+                                self.cursors.push((*operand, *level, ss.cursor(0)));
+                            }
                             self.nodes(body)?;
+                            if one {
+                                self.cursors.pop();
+                            }
                             ss.next();
                         }
                     }
@@ -204,7 +214,17 @@ impl Run<'_> {
                         let crd = view.crd();
                         let (b, e) = view.children(parent);
                         let last = base + coeff * (extent as i64 - 1);
-                        let mut p = lower_bound(crd, b, e, base);
+                        // Under a subsection loop of this level, from its
+                        // cursor (at most this window's start).
+                        let cursor =
+                            self.cursors.iter().rev().find(|(o, l, _)| (*o, *l) == (*operand, *level));
+                        let mut p = match cursor {
+                            Some(&(.., cur)) => cur,
+                            None => lower_bound(crd, b, e, base),
+                        };
+                        while p < e && crd[p as usize] < base {
+                            p += 1;
+                        }
                         while p < e && crd[p as usize] <= last {
                             let d = crd[p as usize] - base;
                             if d % coeff == 0 {

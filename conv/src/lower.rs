@@ -214,7 +214,7 @@ pub fn lower(
 
     let order = loop_order(einsum, &vars, &var_of, &affine, &out_at, schedule)?;
     legal(&order, &affine, &reads, &vars)?;
-    let body = tree(&order, &affine, &out_at, value);
+    let body = tree(&order, &affine, &out_at, value, schedule.subsections);
     let parallel = match body.first() {
         Some(Node::Dense { var, .. } | Node::Subsect { var, .. }) => out_at.contains(var),
         Some(Node::Resolve { var, operand, level, .. }) => {
@@ -452,8 +452,16 @@ fn legal(
     Ok(())
 }
 
-/// The loop nest in `order`, the output's update innermost.
-fn tree(order: &[VarId], affine: &[AffineOperand], out_at: &[VarId], value: Expr) -> Vec<Node> {
+/// The loop nest in `order`, the output's update innermost; without
+/// `subsections`, a variable that reduces a subscript gets a dense loop
+/// (TACO-UCF's strategy), and the loop resolving it searches its window.
+fn tree(
+    order: &[VarId],
+    affine: &[AffineOperand],
+    out_at: &[VarId],
+    value: Expr,
+    subsections: bool,
+) -> Vec<Node> {
     let mut body = vec![Node::Update { at: out_at.to_vec(), value }];
     for (depth, &var) in order.iter().enumerate().rev() {
         let held = affine.iter().enumerate().find_map(|(operand, o)| {
@@ -466,9 +474,10 @@ fn tree(order: &[VarId], affine: &[AffineOperand], out_at: &[VarId], value: Expr
                     .terms
                     .iter()
                     .any(|(v, _)| order[depth + 1..].contains(v));
-                match later {
-                    true => Node::Subsect { var, operand, level, body },
-                    false => Node::Resolve { var, operand, level, body },
+                match (later, subsections) {
+                    (true, true) => Node::Subsect { var, operand, level, body },
+                    (true, false) => Node::Dense { var, body },
+                    (false, _) => Node::Resolve { var, operand, level, body },
                 }
             }
         }];

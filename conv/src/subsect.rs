@@ -169,6 +169,11 @@ impl<'a> Subsections<'a> {
         self.offset
     }
 
+    /// The first position of range `r` not below the current window.
+    pub fn cursor(&self, r: usize) -> i64 {
+        self.cur[r]
+    }
+
     /// subsect_end: no non-empty subsection is left.
     pub fn end(&self) -> bool {
         self.offset >= self.extent

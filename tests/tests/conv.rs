@@ -82,13 +82,24 @@ fn every_order(c: &Case, format: &str, orders: Option<usize>) -> (usize, usize) 
 /// [`every_order`], each legal order also printed as C, compiled and run on
 /// one and two threads.
 fn every_order_on(c: &Case, format: &str, orders: Option<usize>, in_c: bool) -> (usize, usize) {
+    every_order_with(c, format, orders, in_c, &Schedule::default())
+}
+
+/// [`every_order_on`] with the schedule's other items from `template`.
+fn every_order_with(
+    c: &Case,
+    format: &str,
+    orders: Option<usize>,
+    in_c: bool,
+    template: &Schedule,
+) -> (usize, usize) {
     let spec: FormatSpec = format.parse().unwrap();
     let formats = BTreeMap::from([("I".to_string(), spec)]);
     let sparse = BTreeMap::from([("I".to_string(), c.entries.clone())]);
     let names: Vec<String> = c.einsum.indices.iter().map(|i| i.name.clone()).collect();
     let (mut legal, mut refused) = (0, 0);
     for order in permutations(&names).into_iter().take(orders.unwrap_or(usize::MAX)) {
-        let schedule = Schedule { order: order.clone(), ..Schedule::default() };
+        let schedule = Schedule { order: order.clone(), ..template.clone() };
         match lower(&c.einsum, &formats, &sparse, &schedule, "conv") {
             Ok(lowered) => {
                 let mut data = c.data.clone();
@@ -230,4 +241,17 @@ fn printed_c_agrees_with_the_executor_on_one_and_two_threads() {
     for format in ["dddc", "dccc"] {
         assert!(every_order_on(&c, format, Some(12), true).0 > 0, "{format}");
     }
+}
+
+#[test]
+fn dense_outer_loops_search_their_windows_instead() {
+    // `subsect=off`: TACO-UCF's strategy, kept to compare against.
+    let off: Schedule = "subsect=off".parse().unwrap();
+    let shapes: Shapes = &[("O", &[14, 12]), ("I", &[16, 14]), ("F", &[3, 3])];
+    let c = case("O[i,j] += I[i+p,j+q] * F[p,q]", shapes, 0.2, 21);
+    assert_eq!(every_order_with(&c, "dcsr", None, false, &off), (12, 12));
+    assert_eq!(every_order_with(&c, "csr", Some(6), true, &off).0, 4);
+    let strided: Shapes = &[("O", &[12]), ("I", &[45]), ("F", &[4])];
+    let c = case("O[i] += I[3*i+2*p+1] * F[p]", strided, 0.3, 22);
+    assert_eq!(every_order_with(&c, "coo", None, true, &off), (2, 0));
 }

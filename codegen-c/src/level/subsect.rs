@@ -225,7 +225,13 @@ impl<D: Dialect> Printer<'_, D> {
         self.line(e + 1, "continue;");
         self.line(e, "}");
         self.bind(var);
+        if !buffers {
+            self.cursors.push((operand, level, format!("s{n}_cur")));
+        }
         body.iter().for_each(|b| self.node(b, e));
+        if !buffers {
+            self.cursors.pop();
+        }
         self.unbind();
         self.line(e, &format!("{v}++;"));
         self.line(d, "}");
@@ -325,14 +331,30 @@ impl<D: Dialect> Printer<'_, D> {
         } else {
             let (crd, _) = self.crd_of(operand, level);
             let (b, e) = self.children(operand, level, &parent);
-            // A plain index starts at its parent's first child.
+            // A plain index starts at its parent's first child; under a
+            // subsection loop of this level, at its cursor (the first
+            // coordinate of its window, at most this window's start).
             let s = &self.operand(operand).subscripts[level];
-            let begin = match (&s.terms[..], s.offset) {
-                ([_], 0) => b,
+            let cursor = self
+                .cursors
+                .iter()
+                .rev()
+                .find(|(o, l, _)| (*o, *l) == (operand, level))
+                .map(|(.., c)| c.clone());
+            let begin = match (&s.terms[..], s.offset, &cursor) {
+                ([_], 0, _) => b,
+                (.., Some(cur)) => cur.clone(),
                 _ => format!("SPINDLE_LOWER_BOUND({crd}, {b}, {e}, r{n}_base)"),
             };
             self.line(d, &format!("const int64_t r{n}_end = {e};"));
-            self.line(d, &format!("for (int64_t {p} = {begin}; {p} < r{n}_end; {p}++) {{"));
+            self.line(d, &format!("int64_t r{n}_begin = {begin};"));
+            if cursor.is_some() {
+                self.line(
+                    d,
+                    &format!("while (r{n}_begin < r{n}_end && {crd}[r{n}_begin] < r{n}_base) r{n}_begin++;"),
+                );
+            }
+            self.line(d, &format!("for (int64_t {p} = r{n}_begin; {p} < r{n}_end; {p}++) {{"));
             self.line(d + 1, &format!("const int64_t r{n}_d = {crd}[{p}] - r{n}_base;"));
             self.line(d + 1, &format!("if (r{n}_d > {}) break;", coeff * (extent - 1)));
             if coeff != 1 {

@@ -90,6 +90,11 @@ pub struct Schedule {
     pub ws: IsmOptions,
     /// `fusion=none|maximal|trie`: how a program's statements share loops.
     pub fusion: Fusion,
+    /// `subsect=on|off`: a loop that reduces an affine subscript of a stored
+    /// operand visits only its non-empty subsections (on), or every value,
+    /// the inner loop searching its window (off: TACO-UCF's dense outer
+    /// loop, paper 002 §6.2, kept to compare against).
+    pub subsections: bool,
     /// Tile size per index name; others get [`Schedule::DEFAULT_TILE`]
     /// (or the extent's next power of two when smaller).
     pub tiles: BTreeMap<String, usize>,
@@ -124,6 +129,7 @@ impl Default for Schedule {
             workspace: WorkspacePolicy::Auto,
             ws: IsmOptions::default(),
             fusion: Fusion::Trie,
+            subsections: true,
             tiles: BTreeMap::new(),
             strategy: Strategy::AccumulateThenAtomic,
             broadcasting: Broadcasting::Lazy,
@@ -162,7 +168,7 @@ pub struct ScheduleError {
 }
 
 pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
-ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
+ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
 block=N (CUDA)";
 
@@ -201,6 +207,9 @@ impl FromStr for Schedule {
                         .find(|f| f.name() == v)
                         .ok_or_else(|| bad("fusion is none, maximal or trie"))?
                 }
+                ("subsect", "on") => s.subsections = true,
+                ("subsect", "off") => s.subsections = false,
+                ("subsect", _) => return Err(bad("subsect is on or off")),
                 (k, v) if k.starts_with("ws.") => s.ws.set(&k["ws.".len()..], v).map_err(|e| bad(&e))?,
                 ("reduce", "atomic") => s.strategy = Strategy::AtomicPerElement,
                 ("reduce", "accumulate") => s.strategy = Strategy::AccumulateThenAtomic,
@@ -275,6 +284,9 @@ impl fmt::Display for Schedule {
         }
         if self.fusion != Fusion::Trie {
             write!(f, " fusion={}", self.fusion)?;
+        }
+        if !self.subsections {
+            write!(f, " subsect=off")?;
         }
         let default = IsmOptions::default().items();
         for ((name, on), (_, was)) in self.ws.items().into_iter().zip(default) {
