@@ -8,12 +8,16 @@
 //! bound later) visits only the values whose window of the level holds an
 //! entry. [`subsect`] has the primitives (begin, next, offset, end) over
 //! level formats, and [`execute`] runs a lowered kernel in Rust, without a C
-//! compiler; the C backend prints the same tree.
+//! compiler; the C backend prints the same tree. [`kernel_map`] finds the
+//! (output, input, offset) triples of a point cloud's submanifold
+//! convolution the same way.
 
 pub mod exec;
+pub mod kernel_map;
 pub mod lower;
 pub mod subsect;
 
 pub use exec::{ExecError, execute};
+pub use kernel_map::kernel_map;
 pub use lower::{default_order, lower, reads_affine};
 pub use spindle_ir as ir;

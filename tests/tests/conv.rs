@@ -255,3 +255,27 @@ fn dense_outer_loops_search_their_windows_instead() {
     let c = case("O[i] += I[3*i+2*p+1] * F[p]", strided, 0.3, 22);
     assert_eq!(every_order_with(&c, "coo", None, true, &off), (2, 0));
 }
+
+#[test]
+fn kernel_maps_by_subsection_iteration_match_the_hash_table() {
+    for (shape, density, seed) in
+        [([6, 7, 5], 0.3, 31), ([1, 1, 40], 0.5, 32), ([12, 3, 9], 0.05, 33), ([4, 4, 4], 1.0, 34)]
+    {
+        let grid = random_sparse(&shape, density, seed);
+        for kernel in [1, 3, 5] {
+            let want = spindle_formats::generate::kernel_map(&grid, kernel).unwrap();
+            let got = spindle_conv::kernel_map(&grid, kernel).unwrap();
+            assert_eq!(got, want, "{shape:?} at {density}, kernel {kernel}");
+        }
+    }
+    assert!(spindle_conv::kernel_map(&random_sparse(&[3, 3, 3], 0.5, 1), 2).is_err());
+    // The bunny, voxelized as the point-cloud notebook does.
+    let Some(file) = spindle_formats::data::shared_file("pointclouds/bunny.xyz") else {
+        eprintln!("skipped: ../shared/data/pointclouds/bunny.xyz not found");
+        return;
+    };
+    let points = spindle_formats::io::read_xyz(&file).unwrap();
+    let voxels: Coo<f64, i64> = spindle_formats::generate::voxelize(&points, 0.05).unwrap();
+    let want = spindle_formats::generate::kernel_map(&voxels, 3).unwrap();
+    assert_eq!(spindle_conv::kernel_map(&voxels, 3).unwrap(), want);
+}
