@@ -161,7 +161,8 @@ fn updates_at(kernel: &LevelKernel) -> Option<Vec<VarId>> {
                 | Node::Entry { body, .. }
                 | Node::Workspace { body }
                 | Node::Subsect { body, .. }
-                | Node::Resolve { body, .. } => walk(body, out),
+                | Node::Resolve { body, .. }
+                | Node::Fill { body, .. } => walk(body, out),
                 Node::Merge { points, .. } => points.iter().for_each(|p| walk(&p.body, out)),
                 Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => {}
             }
@@ -187,7 +188,8 @@ fn find_dense(nodes: &[Node], found: &mut Option<VarId>, wanted: &dyn Fn(VarId) 
             Node::Entry { body, .. }
             | Node::Workspace { body }
             | Node::Subsect { body, .. }
-            | Node::Resolve { body, .. } => find_dense(body, found, wanted),
+            | Node::Resolve { body, .. }
+            | Node::Fill { body, .. } => find_dense(body, found, wanted),
             Node::Locate { .. }
             | Node::Update { .. }
             | Node::Accumulate { .. }
@@ -209,7 +211,8 @@ fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
                 | Node::Entry { body, .. }
                 | Node::Workspace { body }
                 | Node::Subsect { body, .. }
-                | Node::Resolve { body, .. } => count(body),
+                | Node::Resolve { body, .. }
+                | Node::Fill { body, .. } => count(body),
                 Node::Merge { points, .. } => points.iter().map(|p| count(&p.body)).sum(),
                 Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => 0,
             })
@@ -270,6 +273,8 @@ struct Printer<'k, D: Dialect> {
     /// The enclosing one-range subsection loops: (operand, level, the C
     /// name of their cursor), innermost last.
     cursors: Vec<(usize, usize, String)>,
+    /// Inside a [`Node::Fill`]: the counter its updates increment.
+    hits: Option<String>,
 }
 
 /// Whether a workspace over `extent` coordinates always drains through its
@@ -287,7 +292,8 @@ fn find_update(nodes: &[Node]) -> Option<&[VarId]> {
         | Node::Entry { body, .. }
         | Node::Workspace { body }
         | Node::Subsect { body, .. }
-        | Node::Resolve { body, .. } => find_update(body),
+        | Node::Resolve { body, .. }
+        | Node::Fill { body, .. } => find_update(body),
         Node::Merge { points, .. } => points.iter().find_map(|p| find_update(&p.body)),
         Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => None,
     })
@@ -299,7 +305,8 @@ fn has_workspace(nodes: &[Node]) -> bool {
         Node::Dense { body, .. }
         | Node::Entry { body, .. }
         | Node::Subsect { body, .. }
-        | Node::Resolve { body, .. } => has_workspace(body),
+        | Node::Resolve { body, .. }
+        | Node::Fill { body, .. } => has_workspace(body),
         Node::Merge { points, .. } => points.iter().any(|p| has_workspace(&p.body)),
         Node::Locate { .. }
         | Node::Update { .. }
@@ -333,6 +340,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             resolved: vec![0; k.affine.len()],
             ss_next: 0,
             cursors: Vec::new(),
+            hits: None,
         }
     }
 
@@ -993,6 +1001,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         match n {
             Node::Subsect { var, operand, level, body } => self.subsect(*var, *operand, *level, body, depth),
             Node::Resolve { var, operand, level, body } => self.resolve(*var, *operand, *level, body, depth),
+            Node::Fill { at, points, body } => self.fill(at, *points, body, depth),
             Node::Dense { var, body } => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 if self.split == Some(LaneSplit::Dense(*var)) {
@@ -1061,6 +1070,10 @@ impl<'k, D: Dialect> Printer<'k, D> {
                     _ => {
                         let fold = self.d.fold(self.k.reduction, &format!("{out}[{address}]"), &value);
                         self.line(depth, &fold);
+                        if let Some(hits) = &self.hits {
+                            let line = format!("{hits}++;");
+                            self.line(depth, &line);
+                        }
                     }
                 }
             }

@@ -87,8 +87,11 @@ pub fn execute(kernel: &LevelKernel, data: &Tensors) -> Result<ArrayD<f64>, Exec
         })
         .collect::<Result<Vec<_>, _>>()?;
     let out_param = &kernel.tensors[kernel.output];
-    let mut out = ArrayD::<f64>::zeros(out_param.shape.clone());
-    if kernel.init == OutputInit::Keep
+    let mut out = match kernel.init {
+        OutputInit::Identity(r) => ArrayD::from_elem(out_param.shape.clone(), r.identity()),
+        _ => ArrayD::<f64>::zeros(out_param.shape.clone()),
+    };
+    if kernel.init != OutputInit::Zero
         && let Some(TensorValue::Values(a)) = data.get(&out_param.name)
     {
         out.assign(a);
@@ -102,6 +105,7 @@ pub fn execute(kernel: &LevelKernel, data: &Tensors) -> Result<ArrayD<f64>, Exec
         resolved: vec![0; kernel.affine.len()],
         pos: kernel.affine.iter().map(|o| vec![0; o.levels.len()]).collect(),
         cursors: Vec::new(),
+        hits: Vec::new(),
         out: out.as_slice_mut().expect("a new array is contiguous"),
     };
     run.nodes(&kernel.body)?;
@@ -125,6 +129,8 @@ struct Run<'a> {
     pos: Vec<Vec<i64>>,
     /// The enclosing one-range subsection loops: (operand, level, cursor).
     cursors: Vec<(usize, usize, i64)>,
+    /// The updates counted by each enclosing [`Node::Fill`].
+    hits: Vec<usize>,
     out: &'a mut [f64],
 }
 
@@ -240,15 +246,18 @@ impl Run<'_> {
                 self.unbind(*var);
             }
             Node::Update { at, value } => {
-                let shape = &self.k.tensors[self.k.output].shape;
-                let address = self.address(shape, at);
                 let v = self.expr(value);
-                let slot = &mut self.out[address];
-                *slot = match self.k.reduction {
-                    Reduction::Sum => *slot + v,
-                    Reduction::Max => slot.max(v),
-                    Reduction::Min => slot.min(v),
-                };
+                self.fold(at, v);
+                if let Some(hits) = self.hits.last_mut() {
+                    *hits += 1;
+                }
+            }
+            Node::Fill { at, points, body } => {
+                self.hits.push(0);
+                self.nodes(body)?;
+                if self.hits.pop().is_some_and(|hits| hits < *points) {
+                    self.fold(at, 0.0);
+                }
             }
             Node::Merge { .. } => return Err(ExecError::Unsupported("a merge")),
             Node::Locate { .. } => return Err(ExecError::Unsupported("a located level")),
@@ -258,6 +267,17 @@ impl Run<'_> {
             Node::Store { .. } | Node::Clear { .. } => return Err(ExecError::Unsupported("temporaries")),
         }
         Ok(())
+    }
+
+    fn fold(&mut self, at: &[VarId], v: f64) {
+        let shape = &self.k.tensors[self.k.output].shape;
+        let address = self.address(shape, at);
+        let slot = &mut self.out[address];
+        *slot = match self.k.reduction {
+            Reduction::Sum => *slot + v,
+            Reduction::Max => slot.max(v),
+            Reduction::Min => slot.min(v),
+        };
     }
 
     fn address(&self, shape: &[usize], at: &[VarId]) -> usize {

@@ -51,16 +51,9 @@ pub fn lower(
     let (reduction, init) = match st.op {
         AssignOp::Assign => (Reduction::Sum, OutputInit::Zero),
         AssignOp::AddAssign => (Reduction::Sum, OutputInit::Keep),
-        AssignOp::MaxAssign | AssignOp::MinAssign => {
-            return Err(refuse(
-                format!(
-                    "`{}` over a stored operand: subsection loops skip its zeros, but the reduction sees them",
-                    st.op.as_str()
-                ),
-                st.op_span,
-                "a max/min reduction",
-            ));
-        }
+        // Pooling: the windows' skipped zeros are folded in by a fill.
+        AssignOp::MaxAssign => (Reduction::Max, OutputInit::Identity(Reduction::Max)),
+        AssignOp::MinAssign => (Reduction::Min, OutputInit::Identity(Reduction::Min)),
     };
     let out_name = &st.lhs.tensor.name;
     if formats.contains_key(out_name) {
@@ -212,9 +205,19 @@ pub fn lower(
         }
     }
 
-    let order = loop_order(einsum, &vars, &var_of, &affine, &out_at, schedule)?;
+    let pooling = reduction != Reduction::Sum;
+    let order = loop_order(einsum, &vars, &var_of, &affine, &out_at, schedule, pooling)?;
     legal(&order, &affine, &reads, &vars)?;
-    let body = tree(&order, &affine, &out_at, value, schedule.subsections);
+    if pooling {
+        outputs_first(&order, &out_at, &vars, st)?;
+    }
+    // Pooling visits every output element (its window may be all zeros,
+    // whose maximum is a zero, not nothing): dense loops over them.
+    let dense_out: &[VarId] = if pooling { &out_at } else { &[] };
+    let mut body = tree(&order, &affine, &out_at, value, schedule.subsections, dense_out);
+    if pooling {
+        body = fill(body, &order, &out_at, &vars);
+    }
     let parallel = match body.first() {
         Some(Node::Dense { var, .. } | Node::Subsect { var, .. }) => out_at.contains(var),
         Some(Node::Resolve { var, operand, level, .. }) => {
@@ -358,6 +361,7 @@ fn loop_order(
     affine: &[AffineOperand],
     out_at: &[VarId],
     schedule: &Schedule,
+    outputs_first: bool,
 ) -> Result<Vec<VarId>, Diagnostic> {
     let mut order: Vec<VarId> = Vec::new();
     for name in &schedule.order {
@@ -374,6 +378,10 @@ fn loop_order(
         if !order.contains(&v) {
             order.push(v);
         }
+    }
+    if outputs_first {
+        // A window's points all inside its output element's loops.
+        order.extend(out_at.iter().filter(|v| !order.contains(v)).collect::<Vec<_>>());
     }
     for v in default_order(vars, affine, out_at) {
         if !order.contains(&v) {
@@ -452,15 +460,70 @@ fn legal(
     Ok(())
 }
 
+/// `max=` / `min=` fold each window's skipped zeros in once its points are
+/// visited: every output index must be bound before the window's.
+fn outputs_first(
+    order: &[VarId],
+    out_at: &[VarId],
+    vars: &PrimaryMap<VarId, Var>,
+    st: &spindle_ir::lang::Statement,
+) -> Result<(), Diagnostic> {
+    let first_window = order.iter().position(|v| !out_at.contains(v)).unwrap_or(order.len());
+    if let Some(late) = order[first_window..].iter().find(|v| out_at.contains(v)) {
+        return Err(refuse(
+            format!(
+                "`{}` over a stored operand needs every output index bound before the window's: `{}` comes \
+                 after `{}`",
+                st.op.as_str(),
+                vars[*late].name,
+                vars[order[first_window]].name
+            ),
+            st.op_span,
+            "a pooling",
+        )
+        .with_note("skipped entries are zeros the reduction must see; they are counted per output element"));
+    }
+    Ok(())
+}
+
+/// Wraps the loops inside the last output index's in a [`Node::Fill`].
+fn fill(body: Vec<Node>, order: &[VarId], out_at: &[VarId], vars: &PrimaryMap<VarId, Var>) -> Vec<Node> {
+    let inner = order.iter().position(|v| !out_at.contains(v)).unwrap_or(order.len());
+    let points = order[inner..].iter().map(|&v| vars[v].extent).product();
+    fn wrap(nodes: Vec<Node>, depth: usize, inner: usize, at: &[VarId], points: usize) -> Vec<Node> {
+        if depth == inner {
+            return vec![Node::Fill { at: at.to_vec(), points, body: nodes }];
+        }
+        nodes
+            .into_iter()
+            .map(|n| match n {
+                Node::Dense { var, body } => {
+                    Node::Dense { var, body: wrap(body, depth + 1, inner, at, points) }
+                }
+                Node::Subsect { var, operand, level, body } => {
+                    Node::Subsect { var, operand, level, body: wrap(body, depth + 1, inner, at, points) }
+                }
+                Node::Resolve { var, operand, level, body } => {
+                    Node::Resolve { var, operand, level, body: wrap(body, depth + 1, inner, at, points) }
+                }
+                other => other,
+            })
+            .collect()
+    }
+    wrap(body, 0, inner, out_at, points)
+}
+
 /// The loop nest in `order`, the output's update innermost; without
-/// `subsections`, a variable that reduces a subscript gets a dense loop
-/// (TACO-UCF's strategy), and the loop resolving it searches its window.
+/// `subsections` (and for the variables in `dense`), a variable that
+/// reduces a subscript gets a dense loop (TACO-UCF's strategy), and the
+/// loop resolving it searches its window.
 fn tree(
     order: &[VarId],
     affine: &[AffineOperand],
     out_at: &[VarId],
     value: Expr,
     subsections: bool,
+    dense: &[VarId],
 ) -> Vec<Node> {
     let mut body = vec![Node::Update { at: out_at.to_vec(), value }];
     for (depth, &var) in order.iter().enumerate().rev() {
@@ -474,7 +537,7 @@ fn tree(
                     .terms
                     .iter()
                     .any(|(v, _)| order[depth + 1..].contains(v));
-                match (later, subsections) {
+                match (later, subsections && !dense.contains(&var)) {
                     (true, true) => Node::Subsect { var, operand, level, body },
                     (true, false) => Node::Dense { var, body },
                     (false, _) => Node::Resolve { var, operand, level, body },

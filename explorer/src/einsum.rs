@@ -436,9 +436,14 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         Some(t) => {
             format!("autotuned over {} candidates, cached per statement, shapes and device", t.tried.len())
         }
-        None if compiled.prepared.tile_refusal.is_some() && run.schedule.trim().is_empty() => {
-            "the level path: the tile path cannot take these formats".to_string()
-        }
+        None if compiled.prepared.tile_refusal.is_some() && run.schedule.trim().is_empty() => match &compiled
+            .kernel
+        {
+            spindle::Lowering::Levels(k) if !k.affine.is_empty() => {
+                "the level path: subsection loops walk the affine subscripts of stored operands".to_string()
+            }
+            _ => "the level path: the tile path cannot take these formats".to_string(),
+        },
         None => "as given".to_string(),
     };
     eprintln!("schedule: {} ({how})", compiled.schedule);

@@ -52,6 +52,7 @@ struct Case {
 
 /// `statement` over `I` (sparse, `density`) and dense others.
 fn case(statement: &str, shapes: Shapes, density: f64, seed: u64) -> Case {
+    // (`&str` or `String`.)
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let decl: Vec<(&str, &[usize], &str)> = shapes.iter().map(|(n, s)| (*n, *s, "f64")).collect();
     let einsum = check(&parse(statement).unwrap(), &declarations(&decl)).unwrap();
@@ -278,4 +279,45 @@ fn kernel_maps_by_subsection_iteration_match_the_hash_table() {
     let voxels: Coo<f64, i64> = spindle_formats::generate::voxelize(&points, 0.05).unwrap();
     let want = spindle_formats::generate::kernel_map(&voxels, 3).unwrap();
     assert_eq!(spindle_conv::kernel_map(&voxels, 3).unwrap(), want);
+}
+
+#[test]
+fn pooling_folds_in_the_zeros_its_windows_skip() {
+    let shapes: Shapes = &[("O", &[8, 8]), ("I", &[15, 15])];
+    for (op, density, seed) in [("max=", 0.3, 41), ("min=", 0.3, 42), ("max=", 1.0, 43), ("max=", 0.02, 44)] {
+        let statement = format!("O[i,j] {op} I[2*i+p, 2*j+q] where p < 2, q < 2");
+        let c = case(&statement, shapes, density, seed);
+        let spec: FormatSpec = "dcsr".parse().unwrap();
+        let formats = BTreeMap::from([("I".to_string(), spec)]);
+        let sparse = BTreeMap::from([("I".to_string(), c.entries.clone())]);
+        for order in ["", "j+i+p+q"] {
+            let schedule: Schedule = format!("order={order}").parse().unwrap_or_default();
+            let lowered = lower(&c.einsum, &formats, &sparse, &schedule, "pool").unwrap();
+            assert!(
+                lowered.kernel.to_string().contains("zero folded in where fewer than 4"),
+                "{}",
+                lowered.kernel
+            );
+            let mut data = c.data.clone();
+            data.extend(lowered.arrays.clone());
+            let got = execute(&lowered.kernel, &data).unwrap();
+            assert_eq!(got, c.want, "{statement} at {density}, order {order}");
+            let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
+            for threads in [1, 2] {
+                assert_eq!(
+                    compiled.run(&data, threads).unwrap(),
+                    c.want,
+                    "C: {statement} on {threads} threads"
+                );
+            }
+        }
+        // A window index before an output index cannot count its windows.
+        let schedule: Schedule = "order=i+p+j+q".parse().unwrap();
+        let refused = lower(&c.einsum, &formats, &sparse, &schedule, "pool").unwrap_err();
+        assert!(
+            refused.message.contains("every output index bound before the window's"),
+            "{}",
+            refused.message
+        );
+    }
 }

@@ -372,6 +372,26 @@ impl<D: Dialect> Printer<'_, D> {
     }
 }
 
+impl<D: Dialect> Printer<'_, D> {
+    /// Pooling's window: count the stored points its updates visit, and
+    /// fold zero in where some point was not stored.
+    pub(super) fn fill(&mut self, at: &[VarId], points: usize, body: &[Node], depth: usize) {
+        let n = self.ss_next;
+        self.ss_next += 1;
+        let hits = format!("f{n}_hits");
+        self.line(depth, "{");
+        self.line(depth + 1, &format!("int64_t {hits} = 0;"));
+        let was = self.hits.replace(hits.clone());
+        body.iter().for_each(|b| self.node(b, depth + 1));
+        self.hits = was;
+        let out = self.tensor(self.k.output).to_string();
+        let address = self.dense_address(self.k.output, at);
+        let fold = self.d.fold(self.k.reduction, &format!("{out}[{address}]"), &self.d.float(0.0));
+        self.line(depth + 1, &format!("if ({hits} < {points}) {fold}"));
+        self.line(depth, "}");
+    }
+}
+
 /// The position a dense level locates: `parent * n + base + coeff * v`.
 fn affine_at(parent: &str, n: i64, base: &str, coeff: i64, v: &str) -> String {
     let step = if coeff == 1 { v.to_string() } else { format!("{coeff} * {v}") };
@@ -407,6 +427,10 @@ fn collect(nodes: &[Node], resolved: &mut Vec<usize>, found: &mut Vec<(usize, us
                     resolved[*operand] = level + 1;
                     walk(body, resolved, count, found);
                     resolved[*operand] = was;
+                }
+                Node::Fill { body, .. } => {
+                    *count += 1;
+                    walk(body, resolved, count, found);
                 }
                 Node::Dense { body, .. } => walk(body, resolved, count, found),
                 _ => {}

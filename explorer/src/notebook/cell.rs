@@ -14,8 +14,8 @@
 //!                                              an output with no data is assembled in it
 //! schedule ITEMS                               tile.INDEX=N reduce=... broadcast=... matmul=...
 //! sweep PARAM in [V, V, ...]                   g, reduce, broadcast, matmul, path, workspace, ws.ITEM,
-//!                                              fusion (the statements run as one program), tile.INDEX,
-//!                                              format.NAME
+//!                                              fusion (the statements run as one program), order,
+//!                                              subsect, tile.INDEX, format.NAME
 //! threads N | repeats N | resources first|all|off
 //! anything else                                an Einsum statement, e.g. C[m,n] += A[m,k] * B[k,n]
 //! ```
@@ -154,6 +154,11 @@ pub enum SweepParam {
     /// `fusion`: how the cell's statements share loops (ReACT); the cell
     /// then runs as one program.
     Fusion,
+    /// `order`: the loop order (`i+p+q+j`), as the schedule item.
+    Order,
+    /// `subsect`: subsection loops (on) or TACO-UCF's dense outer loops
+    /// (off) for affine subscripts on stored operands.
+    Subsect,
 }
 
 impl SweepParam {
@@ -169,6 +174,8 @@ impl SweepParam {
             SweepParam::Format(t) => format!("format.{t}"),
             SweepParam::Workspace(key) => key.clone(),
             SweepParam::Fusion => "fusion".into(),
+            SweepParam::Order => "order".into(),
+            SweepParam::Subsect => "subsect".into(),
         }
     }
 }
@@ -418,11 +425,14 @@ fn sweep_line(src: &str, words: &[Word<'_>], span: Span) -> Result<SweepDecl, Di
         t if t.starts_with("format.") && is_ident(&t[7..]) => SweepParam::Format(t[7..].to_string()),
         t if t == "workspace" || t.starts_with("ws.") => SweepParam::Workspace(t.to_string()),
         "fusion" => SweepParam::Fusion,
+        "order" => SweepParam::Order,
+        "subsect" => SweepParam::Subsect,
         _ => {
             return Err(Diagnostic::new(format!("cannot sweep `{}`", param.text), param.span)
                 .with_label("unknown sweep parameter")
                 .with_note(
-                    "sweep g, reduce, broadcast, matmul, path, workspace, ws.ITEM, fusion, tile.INDEX or format.TENSOR",
+                    "sweep g, reduce, broadcast, matmul, path, workspace, ws.ITEM, fusion, order, subsect, tile.INDEX or \
+                     format.TENSOR",
                 ));
         }
     };
@@ -519,6 +529,11 @@ fn check_sweep_value(param: &SweepParam, v: &Spanned<String>) -> Result<(), Diag
         SweepParam::Path => Err(bad(format!("path is tiles or levels, not `{s}`"))),
         SweepParam::Fusion if ["none", "maximal", "trie"].contains(&s) => Ok(()),
         SweepParam::Fusion => Err(bad(format!("fusion is none, maximal or trie, not `{s}`"))),
+        SweepParam::Subsect if ["on", "off"].contains(&s) => Ok(()),
+        SweepParam::Subsect => Err(bad(format!("subsect is on or off, not `{s}`"))),
+        SweepParam::Order => {
+            format!("order={s}").parse::<Schedule>().map(drop).map_err(|e| bad(e.to_string()))
+        }
         SweepParam::Tile(_) => match s.parse::<usize>() {
             Ok(n) if n.is_power_of_two() && n <= Schedule::MAX_TILE => Ok(()),
             _ => Err(bad(format!("tile sizes are powers of two up to {}, not `{s}`", Schedule::MAX_TILE))),

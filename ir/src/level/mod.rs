@@ -219,6 +219,11 @@ pub enum Node {
     /// walks its entries under the parent position from the window's start
     /// and breaks past its end, binding `var` where the coordinate is hit.
     Resolve { var: VarId, operand: usize, level: usize, body: Vec<Node> },
+    /// A `max=` / `min=` over a stored operand's windows (pooling): the
+    /// updates of the output at `at` in `body` visit only stored entries,
+    /// so where they were fewer than the window's `points`, a skipped point
+    /// was a zero, and zero is folded into the output too.
+    Fill { at: Vec<VarId>, points: usize, body: Vec<Node> },
 }
 
 /// An affine coordinate `Σ coeff·var + offset` (coefficients positive):

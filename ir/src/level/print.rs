@@ -126,6 +126,16 @@ impl LevelKernel {
                 );
                 body.iter().for_each(|b| self.node_text(b, depth + 1, out));
             }
+            Node::Fill { at, points, body } => {
+                let vars: Vec<&str> = at.iter().map(|&v| self.var(v).name.as_str()).collect();
+                let _ = writeln!(
+                    out,
+                    "{pad}window of {}[{}]: zero folded in where fewer than {points} points are stored",
+                    self.tensor(self.output).name,
+                    vars.join(",")
+                );
+                body.iter().for_each(|b| self.node_text(b, depth + 1, out));
+            }
             Node::Resolve { var, operand, level, body } => {
                 let v = self.var(*var);
                 let position = self.affine[*operand].levels[*level].position().name();

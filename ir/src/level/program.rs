@@ -357,7 +357,8 @@ fn kept_var(nodes: &[Node], id: LocalId, var: VarId) -> bool {
         | Node::Entry { body, .. }
         | Node::Workspace { body }
         | Node::Subsect { body, .. }
-        | Node::Resolve { body, .. } => kept_var(body, id, var),
+        | Node::Resolve { body, .. }
+        | Node::Fill { body, .. } => kept_var(body, id, var),
         Node::Merge { points, .. } => points.iter().any(|p| kept_var(&p.body, id, var)),
         Node::Store { target, at, value } => {
             (*target == Target::Local(id) && matches!(at, Place::Coords(at) if at.contains(&var)))

@@ -137,6 +137,12 @@ impl Run<'_> {
                     schedule.fusion =
                         format!("fusion={value}").parse::<Schedule>().map(|s| s.fusion).unwrap_or_default()
                 }
+                SweepParam::Order => {
+                    // Checked when the cell was parsed.
+                    schedule.order =
+                        format!("order={value}").parse::<Schedule>().map(|s| s.order).unwrap_or_default()
+                }
+                SweepParam::Subsect => schedule.subsections = value == "on",
                 SweepParam::G | SweepParam::Format(_) => {}
             }
         }
