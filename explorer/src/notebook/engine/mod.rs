@@ -595,6 +595,43 @@ sweep fusion in [most]
     }
 
     #[test]
+    fn a_convolution_sweeps_its_loop_order_and_subsections() {
+        let out = run("\
+I = gen:uniform:rows=40,cols=40,nnz=120,seed=1 f64
+F = rand 3x3 f64 seed=2
+O = shape 38x38 f64
+format I = csr
+O[i,j] = I[i+p,j+q] * F[p,q]
+sweep order in [i+p+q+j, p+q+i+j]
+sweep subsect in [on, off]
+");
+        assert_eq!(out.error, None, "{out:#?}");
+        assert_eq!(out.sweep.parameters, ["order", "subsect"]);
+        assert_eq!(out.sweep.points.len(), 4);
+        for p in &out.sweep.points {
+            assert!(p.max_rel_error.is_some_and(|e| e < 1e-9) && p.median_ms.is_some(), "{p:?}");
+        }
+        assert!(out.ir[0].contains("subsections q"), "{}", out.ir[0]);
+        // An order that resolves a level before the one above it.
+        let bad = run("\
+I = gen:uniform:rows=40,cols=40,nnz=120,seed=1 f64
+F = rand 3x3 f64 seed=2
+O = shape 38x38 f64
+format I = csr
+O[i,j] = I[i+p,j+q] * F[p,q]
+sweep order in [i+j+q+p]
+");
+        let failed = bad.sweep.points.iter().filter_map(|p| p.error.as_deref()).collect::<Vec<_>>();
+        assert!(
+            bad.error.as_deref().into_iter().chain(failed).any(|e| e.contains("resolve in storage order")),
+            "{bad:#?}"
+        );
+        let bad =
+            run("A = rand 4x4 seed=1\nx = rand 4 seed=2\ny[i] = A[i,j] * x[j]\nsweep subsect in [maybe]\n");
+        assert!(bad.error.as_deref().is_some_and(|e| e.contains("subsect is on or off")), "{bad:?}");
+    }
+
+    #[test]
     fn errors_render_against_the_cell() {
         let out = run("A = rand 4x8\nB = rand 4x8\nC[m,n] += A[m,k] * B[k,n]\n");
         let e = out.error.unwrap();
