@@ -146,26 +146,6 @@ pub fn lower(
         });
         vals.insert(tname.clone(), val);
     }
-    // One operand's subsections per variable: co-iterating them is the
-    // generalized merge lattice's job.
-    for v in vars.keys() {
-        let holders: Vec<&AffineOperand> =
-            affine.iter().filter(|o| o.subscripts.iter().any(|s| s.coeff(v) != 0)).collect();
-        if let [_, second, ..] = &holders[..] {
-            let (access, _) =
-                reads.iter().find(|(a, _)| a.tensor.name == second.tensor).expect("every operand was read");
-            return Err(refuse(
-                format!(
-                    "`{}` indexes two stored operands; co-iterating subsections is not built yet",
-                    vars[v].name
-                ),
-                access.span,
-                "a second stored operand",
-            )
-            .with_note("store one of them densely"));
-        }
-    }
-
     // Dense operands and the output keep their names.
     let mut dense: BTreeMap<String, TensorId> = BTreeMap::new();
     for (tname, info) in &einsum.tensors {
@@ -190,37 +170,53 @@ pub fn lower(
     }
     let last_level: BTreeMap<&str, usize> =
         affine.iter().map(|o| (o.tensor.as_str(), o.levels.len() - 1)).collect();
-    let value = expr(&st.rhs, &vals, &last_level, &dense, &var_of)?;
-    for (access, _) in &reads {
-        if !masks(&st.rhs, &access.tensor.name) {
-            return Err(refuse(
-                format!(
-                    "the statement is not zero where `{}` is: its subsections would skip terms \
-                     (a sum needs the generalized merge lattice, not built yet)",
-                    access.tensor.name
-                ),
-                st.rhs.span(),
-                "not a product with the stored operand",
-            ));
-        }
-    }
-
     let pooling = reduction != Reduction::Sum;
     let order = loop_order(einsum, &vars, &var_of, &affine, &out_at, schedule, pooling)?;
-    legal(&order, &affine, &reads, &vars)?;
     if pooling {
         outputs_first(&order, &out_at, &vars, st)?;
     }
-    // Pooling visits every output element (its window may be all zeros,
-    // whose maximum is a zero, not nothing): dense loops over them.
-    let dense_out: &[VarId] = if pooling { &out_at } else { &[] };
-    let mut body = tree(&order, &affine, &out_at, value, schedule.subsections, dense_out);
-    if pooling {
-        body = fill(body, &order, &out_at, &vars);
+    // A sum of products into a dense output: each product walks its own
+    // stored operands' entries (one point of the merge lattice each, by
+    // itself), and their contributions add. A maximum does not distribute.
+    let terms = if pooling { vec![st.rhs.clone()] } else { products(&st.rhs) };
+    let mut body = Vec::new();
+    for term in &terms {
+        let walked: Vec<usize> = affine
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| term.accesses().iter().any(|a| a.tensor.name == o.tensor))
+            .map(|(k, _)| k)
+            .collect();
+        for &k in &walked {
+            if !masks(term, &affine[k].tensor) {
+                return Err(refuse(
+                    format!(
+                        "`{term}` is not zero where `{}` is, so its subsections would skip values",
+                        affine[k].tensor
+                    ),
+                    term.span(),
+                    "not a product with the stored operand",
+                )
+                .with_note("a function of a stored operand must be zero at zero (relu, abs, sqrt)"));
+            }
+        }
+        single_walker(&walked, &affine, &reads, &vars)?;
+        legal(&order, &walked, &affine, &reads, &vars)?;
+        let value = expr(term, &vals, &last_level, &dense, &var_of)?;
+        // Pooling visits every output element (its window may be all zeros,
+        // whose maximum is a zero, not nothing): dense loops over them.
+        let dense_out: &[VarId] = if pooling { &out_at } else { &[] };
+        let mut nest = tree(&order, &affine, &walked, &out_at, value, schedule.subsections, dense_out);
+        if pooling {
+            nest = fill(nest, &order, &out_at, &vars);
+        }
+        body.extend(nest);
     }
-    let parallel = match body.first() {
-        Some(Node::Dense { var, .. } | Node::Subsect { var, .. }) => out_at.contains(var),
-        Some(Node::Resolve { var, operand, level, .. }) => {
+    // One nest's outermost loop owns output rows (several nests in a row
+    // run on one thread).
+    let parallel = match &body[..] {
+        [Node::Dense { var, .. } | Node::Subsect { var, .. }] => out_at.contains(var),
+        [Node::Resolve { var, operand, level, .. }] => {
             out_at.contains(var) && affine[*operand].levels[*level].kind == Reach::Dense
         }
         _ => false,
@@ -425,9 +421,76 @@ pub fn default_order(
     order
 }
 
+/// One stored operand per variable in a product: co-iterating two
+/// operands' subsections (`A[i+p] * B[i+q]`) is not built yet.
+fn single_walker(
+    walked: &[usize],
+    affine: &[AffineOperand],
+    reads: &[(Access, Vec<usize>)],
+    vars: &PrimaryMap<VarId, Var>,
+) -> Result<(), Diagnostic> {
+    for v in vars.keys() {
+        let holders: Vec<usize> = walked
+            .iter()
+            .copied()
+            .filter(|&k| affine[k].subscripts.iter().any(|s| s.coeff(v) != 0))
+            .collect();
+        if let [_, second, ..] = holders[..] {
+            return Err(refuse(
+                format!(
+                    "`{}` indexes two stored operands of one product; co-iterating subsections is not built yet",
+                    vars[v].name
+                ),
+                reads[second].0.span,
+                "a second stored operand",
+            )
+            .with_note("store one of them densely"));
+        }
+    }
+    Ok(())
+}
+
+/// The right-hand side as a sum of products (`(A + B) * C` is `A*C +
+/// B*C`); a function's argument and a quotient's divisor stay whole.
+fn products(e: &Ast) -> Vec<Ast> {
+    let neg = |a: Ast| {
+        let span = a.span();
+        Ast::Neg { expr: Box::new(a), span }
+    };
+    match e {
+        Ast::Binary { op: BinOp::Add, lhs, rhs, .. } => {
+            products(lhs).into_iter().chain(products(rhs)).collect()
+        }
+        Ast::Binary { op: BinOp::Sub, lhs, rhs, .. } => {
+            products(lhs).into_iter().chain(products(rhs).into_iter().map(neg)).collect()
+        }
+        Ast::Neg { expr, .. } => products(expr).into_iter().map(neg).collect(),
+        Ast::Binary { op: BinOp::Mul, lhs, rhs, span } => {
+            let right = products(rhs);
+            products(lhs)
+                .into_iter()
+                .flat_map(|a| {
+                    right.iter().map(move |b| Ast::Binary {
+                        op: BinOp::Mul,
+                        lhs: Box::new(a.clone()),
+                        rhs: Box::new(b.clone()),
+                        span: *span,
+                    })
+                })
+                .collect()
+        }
+        Ast::Binary { op: BinOp::Div, lhs, rhs, span } => products(lhs)
+            .into_iter()
+            .map(|a| Ast::Binary { op: BinOp::Div, lhs: Box::new(a), rhs: rhs.clone(), span: *span })
+            .collect(),
+        other => vec![other.clone()],
+    }
+}
+
 /// Every stored operand's levels resolve in storage order.
 fn legal(
     order: &[VarId],
+    walked: &[usize],
     affine: &[AffineOperand],
     reads: &[(Access, Vec<usize>)],
     vars: &PrimaryMap<VarId, Var>,
@@ -435,7 +498,7 @@ fn legal(
     let rank = |v: VarId| order.iter().position(|&o| o == v).expect("every variable is ordered");
     let resolver =
         |s: &Affine| s.terms.iter().map(|(v, _)| *v).max_by_key(|&v| rank(v)).expect("a subscript has terms");
-    for (operand, (access, dims)) in affine.iter().zip(reads) {
+    for (operand, (access, dims)) in walked.iter().map(|&k| (&affine[k], &reads[k])) {
         for (l, &dim) in dims.iter().enumerate().skip(1) {
             let (above, below) = (resolver(&operand.subscripts[l - 1]), resolver(&operand.subscripts[l]));
             if rank(below) < rank(above) {
@@ -520,6 +583,7 @@ fn fill(body: Vec<Node>, order: &[VarId], out_at: &[VarId], vars: &PrimaryMap<Va
 fn tree(
     order: &[VarId],
     affine: &[AffineOperand],
+    walked: &[usize],
     out_at: &[VarId],
     value: Expr,
     subsections: bool,
@@ -527,8 +591,8 @@ fn tree(
 ) -> Vec<Node> {
     let mut body = vec![Node::Update { at: out_at.to_vec(), value }];
     for (depth, &var) in order.iter().enumerate().rev() {
-        let held = affine.iter().enumerate().find_map(|(operand, o)| {
-            o.subscripts.iter().position(|s| s.coeff(var) != 0).map(|level| (operand, level))
+        let held = walked.iter().find_map(|&operand| {
+            affine[operand].subscripts.iter().position(|s| s.coeff(var) != 0).map(|level| (operand, level))
         });
         body = vec![match held {
             None => Node::Dense { var, body },
