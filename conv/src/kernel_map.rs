@@ -32,17 +32,7 @@ use crate::subsect::lower_bound;
 /// # Ok::<(), spindle_formats::FormatError>(())
 /// ```
 pub fn kernel_map(voxels: &Coo<f64, i64>, kernel: usize) -> Result<Coo<f64, i64>, FormatError> {
-    const WHAT: &str = "kernel map";
-    if voxels.order() != 3 {
-        return Err(FormatError::Order { format: WHAT.into(), expected: 3, got: voxels.order() });
-    }
-    if kernel == 0 || kernel.is_multiple_of(2) {
-        return Err(FormatError::invalid(WHAT, format!("the kernel size must be odd, got {kernel}")));
-    }
-    let volume = kernel
-        .checked_mul(kernel)
-        .and_then(|k2| k2.checked_mul(kernel))
-        .ok_or_else(|| FormatError::invalid(WHAT, format!("kernel {kernel}³ overflows usize")))?;
+    let volume = spindle_formats::generate::kernel_volume(voxels, kernel)?;
     // The sites: stored entries with a non-zero value, sorted.
     let sites = voxels.clone().canonicalize().without_zeros();
     let grid = Csf::from_coo(&sites, &[])?;

@@ -20,11 +20,11 @@ use spindle_formats::{Coo, FormatSpec};
 use spindle_ir::kernel::schedule::Schedule;
 use spindle_ir::kernel::{OutputInit, Reduction, TensorId, TensorParam};
 use spindle_ir::lang::{
-    Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, ElemType, Expr as Ast, Func, Role, Subscript,
+    Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, ElemType, Expr as Ast, Func, Subscript,
 };
 use spindle_ir::level::{
-    Affine, AffineOperand, Expr, LevelKernel, Lowered, Node, Position, Reach, Var, VarId, refuse,
-    store_levels,
+    Affine, AffineOperand, Expr, LevelKernel, Lowered, Node, Position, Reach, Var, VarId, dense_params,
+    named_order, plain_indices, refuse, store_levels,
 };
 use spindle_ir::tensor::Tensors;
 
@@ -70,7 +70,7 @@ pub fn lower(
     for ix in &einsum.indices {
         var_of.insert(ix.name.clone(), vars.push(Var { name: ix.name.clone(), extent: ix.extent }));
     }
-    let out_at = plain(&st.lhs, &var_of)?;
+    let out_at = plain_indices(&st.lhs, &var_of)?;
 
     // The stored operands: their arrays become arguments, their levels
     // subsection loops.
@@ -147,27 +147,7 @@ pub fn lower(
         vals.insert(tname.clone(), val);
     }
     // Dense operands and the output keep their names.
-    let mut dense: BTreeMap<String, TensorId> = BTreeMap::new();
-    for (tname, info) in &einsum.tensors {
-        if vals.contains_key(tname) {
-            continue;
-        }
-        if info.role == Role::Index {
-            let span = st.rhs.accesses().iter().find(|a| &a.tensor.name == tname).map_or(st.span, |a| a.span);
-            return Err(refuse(
-                format!("`{tname}` is an index tensor; indirect subscripts run on the tile path"),
-                span,
-                "an indirect read",
-            ));
-        }
-        let id = tensors.push(TensorParam {
-            name: tname.clone(),
-            dtype: info.dtype,
-            shape: info.shape.clone(),
-            output: info.role == Role::Output,
-        });
-        dense.insert(tname.clone(), id);
-    }
+    let dense = dense_params(einsum, |t| vals.contains_key(t), &mut tensors)?;
     let last_level: BTreeMap<&str, usize> =
         affine.iter().map(|o| (o.tensor.as_str(), o.levels.len() - 1)).collect();
     let pooling = reduction != Reduction::Sum;
@@ -237,43 +217,6 @@ pub fn lower(
     Ok(Lowered { kernel, arrays, replaced: vals.keys().cloned().collect(), pattern: None })
 }
 
-/// The variables of an access whose subscripts are distinct plain indices.
-fn plain(access: &Access, var_of: &BTreeMap<String, VarId>) -> Result<Vec<VarId>, Diagnostic> {
-    let mut seen = BTreeSet::new();
-    access
-        .subscripts
-        .iter()
-        .map(|s| match &s.terms[..] {
-            [t] if t.coeff == 1 && s.offset == 0 => match &t.atom {
-                Atom::Index(id) if seen.insert(id.name.clone()) => Ok(var_of[&id.name]),
-                Atom::Index(id) => Err(refuse(
-                    format!("`{}` indexes two dimensions of `{}`", id.name, access.tensor.name),
-                    s.span,
-                    "a repeated index",
-                )),
-                Atom::Indirect(_) => Err(refuse(
-                    "indirect subscripts run on the tile path".to_string(),
-                    s.span,
-                    "not a plain index",
-                )),
-            },
-            _ => Err(refuse(
-                format!(
-                    "`{}` has no format, so it is read at plain indices here; affine subscripts are walked \
-                     on stored operands",
-                    access.tensor.name
-                ),
-                s.span,
-                "not a plain index",
-            )
-            .with_note(format!(
-                "give `{}` a format, or drop every format to run the statement densely",
-                access.tensor.name
-            ))),
-        })
-        .collect()
-}
-
 /// A subscript as `Σ coeff·var + offset` with positive coefficients.
 fn affine_of(s: &Subscript, var_of: &BTreeMap<String, VarId>) -> Result<Affine, Diagnostic> {
     let mut terms = Vec::new();
@@ -321,7 +264,7 @@ fn expr(
                     level: last_level[a.tensor.name.as_str()],
                 },
             },
-            None => Expr::Dense { tensor: dense[&a.tensor.name], at: plain(a, var_of)? },
+            None => Expr::Dense { tensor: dense[&a.tensor.name], at: plain_indices(a, var_of)? },
         },
         Ast::Neg { expr, .. } => Expr::Neg(Box::new(go(expr)?)),
         Ast::Binary { op, lhs, rhs, .. } => {
@@ -359,22 +302,7 @@ fn loop_order(
     schedule: &Schedule,
     outputs_first: bool,
 ) -> Result<Vec<VarId>, Diagnostic> {
-    let mut order: Vec<VarId> = Vec::new();
-    for name in &schedule.order {
-        let Some(&v) = var_of.get(name) else {
-            return Err(refuse(
-                format!(
-                    "`order={}` names `{name}`, which is not an index of the statement",
-                    schedule.order.join("+")
-                ),
-                einsum.statement.span,
-                "the statement",
-            ));
-        };
-        if !order.contains(&v) {
-            order.push(v);
-        }
-    }
+    let mut order = named_order(einsum, var_of, schedule)?;
     if outputs_first {
         // A window's points all inside its output element's loops.
         order.extend(out_at.iter().filter(|v| !order.contains(v)).collect::<Vec<_>>());

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use ndarray::ArrayD;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spindle_c::Compiler;
@@ -82,6 +83,17 @@ fn case(statement: &str, shapes: Shapes, density: f64, seed: u64) -> Case {
     Case { einsum, data, entries: entries.unwrap(), second, want }
 }
 
+/// The kernel printed as C, compiled and run on one and two threads, gives
+/// what the executor gave.
+fn agrees_in_c(kernel: &spindle_ir::level::LevelKernel, data: &Tensors, executed: &ArrayD<f64>, what: &str) {
+    let compiled = CLevelKernel::compile_with(kernel, &Compiler::from_env(), 0).unwrap();
+    for threads in [1, 2] {
+        let got = compiled.run(data, threads).unwrap();
+        let err = (&got - executed).iter().fold(0.0f64, |m, d| m.max(d.abs()));
+        assert!(err < 1e-9, "C on {threads} threads, {what}: {err}\n{}", compiled.source);
+    }
+}
+
 /// Runs every order of the statement's indices in `format`: the legal ones
 /// must match the reference, the others be refused for resolving a level
 /// before its parent. Returns (legal, refused).
@@ -123,17 +135,7 @@ fn every_order_with(
                     lowered.kernel
                 );
                 if in_c {
-                    let compiled =
-                        CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
-                    for threads in [1, 2] {
-                        let c_got = compiled.run(&data, threads).unwrap();
-                        let err = (&c_got - &got).iter().fold(0.0f64, |m, d| m.max(d.abs()));
-                        assert!(
-                            err < 1e-9,
-                            "C, {threads} threads, order {order:?}: {err}\n{}",
-                            compiled.source
-                        );
-                    }
+                    agrees_in_c(&lowered.kernel, &data, &got, &format!("order {order:?}"));
                 }
                 legal += 1;
             }
@@ -311,14 +313,7 @@ fn pooling_folds_in_the_zeros_its_windows_skip() {
             data.extend(lowered.arrays.clone());
             let got = execute(&lowered.kernel, &data).unwrap();
             assert_eq!(got, c.want, "{statement} at {density}, order {order}");
-            let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
-            for threads in [1, 2] {
-                assert_eq!(
-                    compiled.run(&data, threads).unwrap(),
-                    c.want,
-                    "C: {statement} on {threads} threads"
-                );
-            }
+            agrees_in_c(&lowered.kernel, &data, &got, &statement);
         }
         // A window index before an output index cannot count its windows.
         let schedule: Schedule = "order=i+p+j+q".parse().unwrap();
@@ -367,9 +362,7 @@ fn sums_walk_each_product_over_its_own_operands() {
                         lowered.kernel
                     );
                     if order == names {
-                        let compiled =
-                            CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
-                        assert_eq!(compiled.run(&data, 2).unwrap(), got, "C: {statement}");
+                        agrees_in_c(&lowered.kernel, &data, &got, statement);
                     }
                 }
             }

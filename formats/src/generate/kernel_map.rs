@@ -7,6 +7,22 @@ use std::collections::HashMap;
 use crate::scalar::{Index, Value};
 use crate::{Coo, FormatError, Result};
 
+/// The number of offsets of a `kernel³` map over `voxels`, once both are
+/// checked: a grid of order 3 and an odd kernel size.
+pub fn kernel_volume<V, I>(voxels: &Coo<V, I>, kernel: usize) -> Result<usize> {
+    const WHAT: &str = "kernel map";
+    if voxels.shape.len() != 3 {
+        return Err(FormatError::Order { format: WHAT.into(), expected: 3, got: voxels.shape.len() });
+    }
+    if kernel == 0 || kernel.is_multiple_of(2) {
+        return Err(FormatError::invalid(WHAT, format!("the kernel size must be odd, got {kernel}")));
+    }
+    kernel
+        .checked_mul(kernel)
+        .and_then(|k2| k2.checked_mul(kernel))
+        .ok_or_else(|| FormatError::invalid(WHAT, format!("kernel {kernel}³ overflows usize")))
+}
+
 /// The submanifold sparse-convolution map of a 3-D occupancy grid.
 ///
 /// The sites are the occupied voxels (stored entries with a non-zero
@@ -37,17 +53,7 @@ use crate::{Coo, FormatError, Result};
 /// # Ok::<(), spindle_formats::FormatError>(())
 /// ```
 pub fn kernel_map<V: Value, I: Index>(voxels: &Coo<V, I>, kernel: usize) -> Result<Coo<V, I>> {
-    const WHAT: &str = "kernel map";
-    if voxels.order() != 3 {
-        return Err(FormatError::Order { format: WHAT.into(), expected: 3, got: voxels.order() });
-    }
-    if kernel == 0 || kernel.is_multiple_of(2) {
-        return Err(FormatError::invalid(WHAT, format!("the kernel size must be odd, got {kernel}")));
-    }
-    let volume = kernel
-        .checked_mul(kernel)
-        .and_then(|k2| k2.checked_mul(kernel))
-        .ok_or_else(|| FormatError::invalid(WHAT, format!("kernel {kernel}³ overflows usize")))?;
+    let volume = kernel_volume(voxels, kernel)?;
     I::from_usize(volume)?;
 
     let canonical;

@@ -29,7 +29,7 @@ mod structured;
 mod voxel;
 
 pub use clebsch_gordan::{cg_tensor, real_clebsch_gordan, tensor_product_paths};
-pub use kernel_map::kernel_map;
+pub use kernel_map::{kernel_map, kernel_volume};
 pub use random::{DEFAULT_ALPHA, power_law, uniform};
 pub use spec::{DEFAULT_SEED, GeneratorSpec};
 pub use structured::{DEFAULT_BLOCK, banded, block_sparse};

@@ -121,27 +121,8 @@ pub fn lower(
     replaced.extend(stored.keys().cloned());
 
     // Dense operands and the output keep their names.
-    let mut dense: BTreeMap<String, TensorId> = BTreeMap::new();
-    for (tname, info) in &einsum.tensors {
-        if stored.contains_key(tname) || (out_spec.is_some() && tname == out_name) {
-            continue;
-        }
-        if info.role == Role::Index {
-            let span = st.rhs.accesses().iter().find(|a| &a.tensor.name == tname).map_or(st.span, |a| a.span);
-            return Err(refuse(
-                format!("`{tname}` is an index tensor; indirect subscripts run on the tile path"),
-                span,
-                "an indirect read",
-            ));
-        }
-        let id = tensors.push(TensorParam {
-            name: tname.clone(),
-            dtype: info.dtype,
-            shape: info.shape.clone(),
-            output: info.role == Role::Output,
-        });
-        dense.insert(tname.clone(), id);
-    }
+    let skip = |t: &str| stored.contains_key(t) || (out_spec.is_some() && t == out_name);
+    let dense = dense_params(einsum, skip, &mut tensors)?;
     let out_at = plain(&st.lhs)?;
     let (output, mut assembly) = match out_spec {
         None => (dense[out_name], None),
@@ -199,12 +180,39 @@ pub fn lower(
     Ok(Lowered { kernel, arrays, replaced, pattern: None })
 }
 
+/// The kernel arguments of the statement's tensors that keep their names
+/// (dense operands and a dense output), but those `skip` says are stored;
+/// index tensors are refused (indirect reads run on the tile path).
+pub fn dense_params(
+    einsum: &Einsum,
+    skip: impl Fn(&str) -> bool,
+    tensors: &mut PrimaryMap<TensorId, TensorParam>,
+) -> Result<BTreeMap<String, TensorId>, Diagnostic> {
+    let st = &einsum.statement;
+    let mut dense = BTreeMap::new();
+    for (tname, info) in einsum.tensors.iter().filter(|(t, _)| !skip(t)) {
+        if info.role == Role::Index {
+            let span = st.rhs.accesses().iter().find(|a| &a.tensor.name == tname).map_or(st.span, |a| a.span);
+            return Err(refuse(
+                format!("`{tname}` is an index tensor; indirect subscripts run on the tile path"),
+                span,
+                "an indirect read",
+            ));
+        }
+        let id = tensors.push(TensorParam {
+            name: tname.clone(),
+            dtype: info.dtype,
+            shape: info.shape.clone(),
+            output: info.role == Role::Output,
+        });
+        dense.insert(tname.clone(), id);
+    }
+    Ok(dense)
+}
+
 /// The variables of an access whose subscripts are distinct plain
 /// indices; anything else is refused at its subscript.
-pub(super) fn plain_indices(
-    access: &Access,
-    var_of: &BTreeMap<String, VarId>,
-) -> Result<Vec<VarId>, Diagnostic> {
+pub fn plain_indices(access: &Access, var_of: &BTreeMap<String, VarId>) -> Result<Vec<VarId>, Diagnostic> {
     let mut seen = BTreeSet::new();
     access
         .subscripts
@@ -225,12 +233,18 @@ pub(super) fn plain_indices(
                 )),
             },
             _ => Err(refuse(
-                "the level path reads plain indices; affine subscripts on stored operands need subsection \
-                 iteration, which is not built yet"
-                    .to_string(),
+                format!(
+                    "the level path reads `{}` at plain indices; affine subscripts are walked on stored operands \
+                     (subsection loops)",
+                    access.tensor.name
+                ),
                 s.span,
                 "not a plain index",
-            )),
+            )
+            .with_note(format!(
+                "give `{}` a format, or drop every format to run the statement densely",
+                access.tensor.name
+            ))),
         })
         .collect()
 }
@@ -774,22 +788,7 @@ fn loop_order(
     out_at: &[VarId],
     schedule: &Schedule,
 ) -> Result<Vec<VarId>, Diagnostic> {
-    let mut order: Vec<VarId> = Vec::new();
-    for name in &schedule.order {
-        let Some(&v) = var_of.get(name) else {
-            return Err(refuse(
-                format!(
-                    "`order={}` names `{name}`, which is not an index of the statement",
-                    schedule.order.join("+")
-                ),
-                einsum.statement.span,
-                "the statement",
-            ));
-        };
-        if !order.contains(&v) {
-            order.push(v);
-        }
-    }
+    let mut order = named_order(einsum, var_of, schedule)?;
     while order.len() < vars.len() {
         let ready = |v: VarId| {
             !order.contains(&v)
@@ -810,6 +809,31 @@ fn loop_order(
             .max_by_key(|&v| (next_level(v), out_at.contains(&v), std::cmp::Reverse(v)))
             .unwrap_or_else(|| vars.keys().find(|v| !order.contains(v)).expect("a variable is left"));
         order.push(pick);
+    }
+    Ok(order)
+}
+
+/// The variables `order=` names, in its order.
+pub fn named_order(
+    einsum: &Einsum,
+    var_of: &BTreeMap<String, VarId>,
+    schedule: &Schedule,
+) -> Result<Vec<VarId>, Diagnostic> {
+    let mut order: Vec<VarId> = Vec::new();
+    for name in &schedule.order {
+        let Some(&v) = var_of.get(name) else {
+            return Err(refuse(
+                format!(
+                    "`order={}` names `{name}`, which is not an index of the statement",
+                    schedule.order.join("+")
+                ),
+                einsum.statement.span,
+                "the statement",
+            ));
+        };
+        if !order.contains(&v) {
+            order.push(v);
+        }
     }
     Ok(order)
 }

@@ -39,7 +39,9 @@ mod lower;
 mod print;
 mod program;
 
-pub use lower::{Lowered, OperandLevel, lower, refuse, store_levels};
+pub use lower::{
+    Lowered, OperandLevel, dense_params, lower, named_order, plain_indices, refuse, store_levels,
+};
 pub use program::lower_program;
 
 use cranelift_entity::PrimaryMap;

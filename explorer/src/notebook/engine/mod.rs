@@ -596,15 +596,14 @@ sweep fusion in [most]
 
     #[test]
     fn a_convolution_sweeps_its_loop_order_and_subsections() {
-        let out = run("\
+        const CONV: &str = "\
 I = gen:uniform:rows=40,cols=40,nnz=120,seed=1 f64
 F = rand 3x3 f64 seed=2
 O = shape 38x38 f64
 format I = csr
 O[i,j] = I[i+p,j+q] * F[p,q]
-sweep order in [i+p+q+j, p+q+i+j]
-sweep subsect in [on, off]
-");
+";
+        let out = run(&format!("{CONV}sweep order in [i+p+q+j, p+q+i+j]\nsweep subsect in [on, off]\n"));
         assert_eq!(out.error, None, "{out:#?}");
         assert_eq!(out.sweep.parameters, ["order", "subsect"]);
         assert_eq!(out.sweep.points.len(), 4);
@@ -613,14 +612,7 @@ sweep subsect in [on, off]
         }
         assert!(out.ir[0].contains("subsections q"), "{}", out.ir[0]);
         // An order that resolves a level before the one above it.
-        let bad = run("\
-I = gen:uniform:rows=40,cols=40,nnz=120,seed=1 f64
-F = rand 3x3 f64 seed=2
-O = shape 38x38 f64
-format I = csr
-O[i,j] = I[i+p,j+q] * F[p,q]
-sweep order in [i+j+q+p]
-");
+        let bad = run(&format!("{CONV}sweep order in [i+j+q+p]\n"));
         let failed = bad.sweep.points.iter().filter_map(|p| p.error.as_deref()).collect::<Vec<_>>();
         assert!(
             bad.error.as_deref().into_iter().chain(failed).any(|e| e.contains("resolve in storage order")),
