@@ -2,6 +2,7 @@
 //! (arguments, tables, JSON, recording). The suites themselves, their
 //! typed reports and baselines live in that crate.
 
+mod conv;
 mod formats;
 pub(crate) mod gpu;
 mod react;
@@ -58,6 +59,14 @@ pub enum Suite {
     /// the FROSTT tensors, each under fusion=none, maximal and trie, with
     /// SciPy where it can express the kernel; one thread, f64.
     React(react::ReactArgs),
+    /// Sparse convolution through subsection loops (paper 002 §6.2-6.3):
+    /// O[i] = I[i+p]*F[p] (I 999,999 in c), O[i,j] = I[i+p,j+q]*F[p,q] (I
+    /// 999x999 in CSR) and the 3-D one (I 99^3 in CSF), filters of 3 per
+    /// dimension, at sparsities 0-99.9%: every legal loop order (3-D: all
+    /// 120 at 90/99/99.9%, a selection elsewhere), the dense-outer-loop
+    /// variant (subsect=off), the dense direct convolution (tile path,
+    /// autotuned) and the plain command, on one and all threads; f64.
+    Conv(conv::ConvArgs),
     /// Block-sparse SpMM on the GPU: A 4096x4096 with 32x32 blocks at
     /// sparsity 50-99% in BlockGroupCOO (Tensor Cores, f16) against
     /// cuSPARSE BSR and cuBLAS dense GEMM.
@@ -76,6 +85,7 @@ pub fn run(suite: Suite) -> Result<()> {
         Suite::Rows(args) => rows::run(args),
         Suite::Workspaces(args) => workspaces::run(args),
         Suite::React(args) => react::run(args),
+        Suite::Conv(args) => conv::run(args),
         Suite::Bsr(args) => gpu::bsr(&args),
         Suite::SetupPython => {
             let env =

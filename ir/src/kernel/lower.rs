@@ -13,14 +13,29 @@ use crate::lang::{Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, Expr, Role,
 /// Lowers `einsum` under `schedule` into a kernel named `name`, then runs
 /// the passes the schedule asks for (lazy broadcasting, native matmul)
 /// through [`pipeline`].
+///
+/// Default tiles of many axes (a 3-D convolution has six) can multiply past
+/// a value's limit: then the largest tile the schedule did not name is
+/// halved until every value fits.
 pub fn lower(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Kernel, Diagnostic> {
-    let mut kernel = lower_only(einsum, schedule, name)?;
-    pipeline(schedule).run(&mut kernel).map_err(|e| {
-        Diagnostic::new(format!("internal compiler error: {e}"), einsum.statement.span)
-            .with_note("this is a bug in Spindle; please report it with the statement and schedule")
-    })?;
-    check_tiles(&kernel, &einsum.statement.span)?;
-    Ok(kernel)
+    let mut tried = schedule.clone();
+    loop {
+        let mut kernel = lower_only(einsum, &tried, name)?;
+        pipeline(&tried).run(&mut kernel).map_err(|e| {
+            Diagnostic::new(format!("internal compiler error: {e}"), einsum.statement.span)
+                .with_note("this is a bug in Spindle; please report it with the statement and schedule")
+        })?;
+        let Err(too_large) = check_tiles(&kernel, &einsum.statement.span) else { return Ok(kernel) };
+        let largest = einsum
+            .indices
+            .iter()
+            .filter(|i| !schedule.tiles.contains_key(&i.name))
+            .map(|i| (tried.tile(&i.name, i.extent), &i.name))
+            .filter(|(tile, _)| *tile > 1)
+            .max_by_key(|(tile, _)| *tile);
+        let Some((tile, index)) = largest else { return Err(too_large) };
+        tried.tiles.insert(index.clone(), tile / 2);
+    }
 }
 
 /// The passes `schedule` asks for, in order. The IR is verified before and
