@@ -270,9 +270,9 @@ struct Printer<'k, D: Dialect> {
     resolved: Vec<usize>,
     /// The number of the next subsection or resolve loop (its names).
     ss_next: usize,
-    /// The enclosing one-range subsection loops: (operand, level, the C
-    /// name of their cursor), innermost last.
-    cursors: Vec<(usize, usize, String)>,
+    /// The enclosing subsection loops' cursors: (operand, level, where),
+    /// innermost last.
+    cursors: Vec<(usize, usize, subsect::Cursor)>,
     /// Inside a [`Node::Fill`]: the counter its updates increment.
     hits: Option<String>,
 }

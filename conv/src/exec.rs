@@ -116,6 +116,15 @@ fn standard<'a, T>(slice: Option<&'a [T]>, name: &str) -> Result<&'a [T], ExecEr
     slice.ok_or_else(|| ExecError::Missing(format!("{name} (in row-major order)")))
 }
 
+/// Where a subsection loop's ranges stand: a resolve loop of its level
+/// starts there instead of searching.
+enum Cursor {
+    /// One range (every level above resolved).
+    One(i64),
+    /// Several: per range, its parent position (ascending) and cursor.
+    Ranges(Vec<(i64, i64)>),
+}
+
 struct Run<'a> {
     k: &'a LevelKernel,
     values: Vec<Option<&'a [f64]>>,
@@ -127,8 +136,8 @@ struct Run<'a> {
     /// position each resolved level is at.
     resolved: Vec<usize>,
     pos: Vec<Vec<i64>>,
-    /// The enclosing one-range subsection loops: (operand, level, cursor).
-    cursors: Vec<(usize, usize, i64)>,
+    /// The enclosing subsection loops' cursors: (operand, level, cursor).
+    cursors: Vec<(usize, usize, Cursor)>,
     /// The updates counted by each enclosing [`Node::Fill`].
     hits: Vec<usize>,
     out: &'a mut [f64],
@@ -185,17 +194,21 @@ impl Run<'_> {
                         let windows: Vec<(i64, i64)> = (0..=*level).map(|m| self.window(o, m)).collect();
                         let parent = self.parent(*operand, first);
                         let found = ranges(&self.views[*operand], first, parent, &windows, *level);
-                        let one = found.len() == 1;
+                        let parents: Vec<i64> = found.iter().map(|(p, _)| *p).collect();
+                        let one = first == *level;
+                        let found = found.into_iter().map(|(_, r)| r).collect();
                         let mut ss = Subsections::begin(view.crd(), found, lo, coeff, span, extent, 0);
                         while !ss.end() {
                             self.bind(*var, ss.offset());
-                            if one {
-                                self.cursors.push((*operand, *level, ss.cursor(0)));
-                            }
+                            let cursor = match one {
+                                true => Cursor::One(ss.cursor(0)),
+                                false => Cursor::Ranges(
+                                    parents.iter().enumerate().map(|(r, &p)| (p, ss.cursor(r))).collect(),
+                                ),
+                            };
+                            self.cursors.push((*operand, *level, cursor));
                             self.nodes(body)?;
-                            if one {
-                                self.cursors.pop();
-                            }
+                            self.cursors.pop();
                             ss.next();
                         }
                     }
@@ -224,8 +237,14 @@ impl Run<'_> {
                         // cursor (at most this window's start).
                         let cursor =
                             self.cursors.iter().rev().find(|(o, l, _)| (*o, *l) == (*operand, *level));
-                        let mut p = match cursor {
-                            Some(&(.., cur)) => cur,
+                        let mut p = match cursor.map(|(.., c)| c) {
+                            Some(Cursor::One(cur)) => *cur,
+                            Some(Cursor::Ranges(by_parent)) => {
+                                match by_parent.binary_search_by_key(&parent, |(p, _)| *p) {
+                                    Ok(k) => by_parent[k].1,
+                                    Err(_) => lower_bound(crd, b, e, base),
+                                }
+                            }
                             None => lower_bound(crd, b, e, base),
                         };
                         while p < e && crd[p as usize] < base {

@@ -86,27 +86,28 @@ pub fn dense_values(n: usize, base: i64, coeff: i64, span: i64, extent: usize) -
 /// `parent` (a position of level `first - 1`, or the root 0) with each
 /// coordinate in its level's window, each range starting at its first
 /// coordinate not below the window of `level`. `windows[m]` is level `m`'s
-/// `[lo, hi]`.
+/// `[lo, hi]`. Returns each range's parent (a position of level `level -
+/// 1`, ascending) and the range.
 pub fn ranges(
     levels: &[LevelView],
     first: usize,
     parent: i64,
     windows: &[(i64, i64)],
     level: usize,
-) -> Vec<(i64, i64)> {
+) -> Vec<(i64, (i64, i64))> {
     fn walk(
         levels: &[LevelView],
         m: usize,
         parent: i64,
         windows: &[(i64, i64)],
         level: usize,
-        out: &mut Vec<(i64, i64)>,
+        out: &mut Vec<(i64, (i64, i64))>,
     ) {
         let (lo, hi) = windows[m];
         match levels[m] {
             _ if m == level => {
                 let (b, e) = levels[m].children(parent);
-                out.push((lower_bound(levels[m].crd(), b, e, lo), e));
+                out.push((parent, (lower_bound(levels[m].crd(), b, e, lo), e)));
             }
             LevelView::Dense { extent } => {
                 for x in lo.max(0)..=hi.min(extent as i64 - 1) {
@@ -277,11 +278,11 @@ mod tests {
             LevelView::Compressed { pos: Some(&pos1), crd: &crd1 },
         ];
         // Rows within [1, 5], columns from 2: rows 2 and 5.
-        assert_eq!(ranges(&levels, 0, 0, &[(1, 5), (2, 9)], 1), [(3, 3), (3, 5)]);
+        assert_eq!(ranges(&levels, 0, 0, &[(1, 5), (2, 9)], 1), [(1, (3, 3)), (2, (3, 5))]);
         // CSR over a dense first level: rows 1..=2 of a 3-row matrix.
         let pos = [0, 1, 3, 4];
         let crd = [0, 1, 2, 0];
         let csr = [LevelView::Dense { extent: 3 }, LevelView::Compressed { pos: Some(&pos), crd: &crd }];
-        assert_eq!(ranges(&csr, 0, 0, &[(1, 7), (0, 9)], 1), [(1, 3), (3, 4)]);
+        assert_eq!(ranges(&csr, 0, 0, &[(1, 7), (0, 9)], 1), [(1, (1, 3)), (2, (3, 4))]);
     }
 }

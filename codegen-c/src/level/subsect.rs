@@ -30,6 +30,16 @@ static inline int64_t spindle_floor_div(int64_t a, int64_t b) { return a >= 0 ? 
 /// about its extent over this many.
 const CHUNKS: usize = 256;
 
+/// Where an enclosing subsection loop's cursors are, for a resolve loop of
+/// its level to start from.
+pub(super) enum Cursor {
+    /// One range: the C name of its cursor.
+    One(String),
+    /// Several, in the buffers of subsection loop `n`: `s{n}_par` (each
+    /// range's parent position, ascending) and `s{n}_cur`.
+    Ranges(usize),
+}
+
 /// Where a subsection loop looks: one range, or several in buffers.
 pub(super) fn buffered(first_unresolved: usize, level: usize) -> bool {
     first_unresolved < level
@@ -110,11 +120,10 @@ impl<D: Dialect> Printer<'_, D> {
                 0 => 1,
                 l => positions(&self.operand(operand).levels[..l], self.k),
             };
-            let line = format!(
-                "int64_t *restrict s{n}_cur = malloc({parents} * sizeof(int64_t)), *restrict s{n}_end = \
-                 malloc({parents} * sizeof(int64_t));"
-            );
-            self.line(depth, &line);
+            for array in ["cur", "end", "par"] {
+                let line = format!("int64_t *restrict s{n}_{array} = malloc({parents} * sizeof(int64_t));");
+                self.line(depth, &line);
+            }
         }
     }
 
@@ -129,7 +138,7 @@ impl<D: Dialect> Printer<'_, D> {
         let mut found = Vec::new();
         collect(&self.k.body, &mut vec![0; self.k.affine.len()], &mut found);
         for (n, ..) in found {
-            self.line(depth, &format!("free(s{n}_cur); free(s{n}_end);"));
+            self.line(depth, &format!("free(s{n}_cur); free(s{n}_end); free(s{n}_par);"));
         }
     }
 
@@ -225,13 +234,10 @@ impl<D: Dialect> Printer<'_, D> {
         self.line(e + 1, "continue;");
         self.line(e, "}");
         self.bind(var);
-        if !buffers {
-            self.cursors.push((operand, level, format!("s{n}_cur")));
-        }
+        let cursor = if buffers { Cursor::Ranges(n) } else { Cursor::One(format!("s{n}_cur")) };
+        self.cursors.push((operand, level, cursor));
         body.iter().for_each(|b| self.node(b, e));
-        if !buffers {
-            self.cursors.pop();
-        }
+        self.cursors.pop();
         self.unbind();
         self.line(e, &format!("{v}++;"));
         self.line(d, "}");
@@ -258,6 +264,7 @@ impl<D: Dialect> Printer<'_, D> {
         if m == level {
             let (crd, _) = self.crd_of(operand, level);
             let (b, e) = self.children(operand, level, &parent);
+            self.line(depth, &format!("s{n}_par[s{n}_ranges] = {parent};"));
             self.line(
                 depth,
                 &format!("s{n}_cur[s{n}_ranges] = SPINDLE_LOWER_BOUND({crd}, {b}, {e}, {start});"),
@@ -335,20 +342,24 @@ impl<D: Dialect> Printer<'_, D> {
             // subsection loop of this level, at its cursor (the first
             // coordinate of its window, at most this window's start).
             let s = &self.operand(operand).subscripts[level];
-            let cursor = self
-                .cursors
-                .iter()
-                .rev()
-                .find(|(o, l, _)| (*o, *l) == (operand, level))
-                .map(|(.., c)| c.clone());
-            let begin = match (&s.terms[..], s.offset, &cursor) {
-                ([_], 0, _) => b,
-                (.., Some(cur)) => cur.clone(),
-                _ => format!("SPINDLE_LOWER_BOUND({crd}, {b}, {e}, r{n}_base)"),
+            let search = format!("SPINDLE_LOWER_BOUND({crd}, {b}, {e}, r{n}_base)");
+            let cursor =
+                self.cursors.iter().rev().find(|(o, l, _)| (*o, *l) == (operand, level)).map(|(.., c)| c);
+            let begin = match (&s.terms[..], s.offset, cursor) {
+                ([_], 0, _) => b.clone(),
+                (.., Some(Cursor::One(cur))) => cur.clone(),
+                // The range gathered under this parent, found by its
+                // position among the ranges' (ascending) parents.
+                (.., Some(Cursor::Ranges(m))) => format!(
+                    "({{ const int64_t k_ = SPINDLE_LOWER_BOUND(s{m}_par, 0, s{m}_ranges, {parent}); \
+                     k_ < s{m}_ranges && s{m}_par[k_] == {parent} ? s{m}_cur[k_] : {search}; }})"
+                ),
+                _ => search,
             };
+            let skip = cursor.is_some();
             self.line(d, &format!("const int64_t r{n}_end = {e};"));
             self.line(d, &format!("int64_t r{n}_begin = {begin};"));
-            if cursor.is_some() {
+            if skip {
                 self.line(
                     d,
                     &format!("while (r{n}_begin < r{n}_end && {crd}[r{n}_begin] < r{n}_base) r{n}_begin++;"),

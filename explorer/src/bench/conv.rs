@@ -44,6 +44,10 @@ pub struct ConvArgs {
     /// is cached per shape in the driver's cache, as `spindle run` does).
     #[arg(long)]
     pub tune_in_memory: bool,
+    /// Skip paper 002's own comparison with TACO-UCF (a DCCC NHWC layer,
+    /// 1x256x256x64 to 64 channels, at 90.4-99.9% sparsity).
+    #[arg(long)]
+    pub no_paper_layer: bool,
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,
@@ -65,6 +69,7 @@ pub fn run(args: ConvArgs) -> Result<()> {
     }
     opts.formats = [args.format_1d, args.format_2d, args.format_3d];
     opts.tune_in_memory = args.tune_in_memory;
+    opts.paper_layer = !args.no_paper_layer;
     let report = spindle_bench::conv::run(&opts, &mut |line| eprintln!("{line}"))?;
     super::finish(&report, args.json, args.record.as_deref(), "conv", print_tables)?;
     if let Some(dir) = &args.record {
@@ -222,6 +227,33 @@ fn print_summary(report: &ConvReport) {
         None => "not measured",
     };
     let ratio = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}x"));
+    if let Some(p) = &report.paper_layer {
+        println!(
+            "paper 002's setup: {} with I {} in {}, F {}, order {}, one thread (ms):",
+            p.statement,
+            shape_text(&p.input_shape),
+            p.format,
+            shape_text(&p.filter_shape),
+            p.order
+        );
+        println!(
+            "  {:>9} {:>9} {:>12} {:>12} {:>12} {:>9} {:>8}",
+            "sparsity", "nnz", "subsect", "ucf", "default", "ucf/sub", "agree"
+        );
+        for c in &p.cases {
+            println!(
+                "  {:>8}% {:>9} {:>12.4} {:>12.4} {:>12.4} {:>9} {:>8.1e}",
+                c.sparsity,
+                c.nnz,
+                c.subsect.ms(),
+                c.ucf.ms(),
+                c.default.ms(),
+                ratio(c.ucf_over_subsect),
+                c.max_rel_diff
+            );
+        }
+        println!();
+    }
     for (g, goal) in report.goals.iter().enumerate() {
         println!("goal {}: {goal}: {}", g + 1, met(report.goals_met[g], g));
         for s in &report.summary {
@@ -390,4 +422,8 @@ fn draw<DB: DrawingBackend>(
         .label_font(("sans-serif", 12))
         .draw()?;
     root.present()
+}
+
+fn shape_text(shape: &[usize]) -> String {
+    shape.iter().map(usize::to_string).collect::<Vec<_>>().join("x")
 }
