@@ -42,6 +42,10 @@
 //!   the driver's [`Tuner`] with the threads fixed (the tuned schedule is
 //!   cached per statement and shapes in the driver's cache, as `spindle
 //!   run` does, so it is searched once per shape);
+//! - the **dense direct convolution of this crate**: the input stored in
+//!   dense levels (`d`, `dd`, `ddd`: every coordinate, zeros too), walked by
+//!   the same loops in the default order — goal 1 compares against the
+//!   faster of the two dense convolutions;
 //! - the default order, the best order, both UCF variants and dense again
 //!   on every core (`threads=N`);
 //! - **the plain command**: `spindle run` with `--format I=csr` (or `c`,
@@ -69,7 +73,7 @@ use spindle_ir::level::{LevelKernel, Node};
 use crate::{Machine, geomean, loadavg, machine};
 
 pub const GOALS: [&str; 4] = [
-    "sparse beats dense at <= 80% sparsity with the best order",
+    "sparse beats dense at <= 80% sparsity with the best order (dense: the faster of the tile path's, autotuned, and the conv crate's over dense levels)",
     "at least 20x the dense-outer-loop variant (subsect=off) at 99.9% sparsity, same order, in the paper's setup (a DCCC NHWC layer, order n,h,w,r,q,c,f; the paper: 19.5x); per dimensionality in the paper's order, every output loop outermost",
     "time falls linearly with nnz (best order; fit ms = a + b*nnz, R^2 >= 0.95)",
     "the plain command (a format, no schedule: default order, the driver's threads) beside the best variant",
@@ -239,6 +243,19 @@ pub struct AllThreads {
     pub ucf_default: Run,
     pub ucf_best: Run,
     pub dense: Run,
+    #[serde(default = "missing")]
+    pub dense_levels: Run,
+}
+
+/// A run absent from an older record.
+fn missing() -> Run {
+    Run {
+        variant: String::new(),
+        schedule: String::new(),
+        timing: None,
+        error: Some("not run".into()),
+        note: None,
+    }
 }
 
 /// One input at one sparsity.
@@ -258,6 +275,11 @@ pub struct ConvCase {
     pub ucf_paper: Run,
     /// The dense direct convolution, tile path, autotuned, one thread.
     pub dense: Run,
+    /// The dense direct convolution in the conv crate: the input stored in
+    /// dense levels (`dd`), walked by the same loops, default order, one
+    /// thread.
+    #[serde(default = "missing")]
+    pub dense_levels: Run,
     pub all_threads: AllThreads,
     /// `spindle run` with the format and no schedule.
     pub plain: Run,
@@ -268,6 +290,12 @@ pub struct ConvCase {
 }
 
 impl ConvCase {
+    /// The faster dense direct convolution on one thread: the tile path's
+    /// or the conv crate's over dense levels.
+    pub fn dense_ms(&self) -> f64 {
+        self.dense.ms().min(self.dense_levels.ms())
+    }
+
     /// The subsection variant of `order` on one thread, when it ran here.
     pub fn order(&self, order: &str) -> Option<&Run> {
         self.orders.iter().find(|r| r.variant == order)
@@ -290,11 +318,13 @@ impl ConvCase {
             &self.paper,
             &self.ucf_paper,
             &self.dense,
+            &self.dense_levels,
             &a.default,
             &a.best,
             &a.ucf_default,
             &a.ucf_best,
             &a.dense,
+            &a.dense_levels,
             &self.plain,
         ])
     }
@@ -906,7 +936,7 @@ fn case(
     let label = format!("conv {dims}-D {sparsity}% (nnz {nnz})");
     let sparse = problem(dims, &coo, Some(format), filter_seed).prepare().with_context(|| label.clone())?;
     let dense = problem(dims, &coo, None, filter_seed).prepare().with_context(|| label.clone())?;
-    drop(coo);
+    let coo_for_levels = coo;
     let all = ctx.opts.threads.max(1);
     // The default order first: its output is the reference.
     let mut todo: Vec<&String> = orders.iter().filter(|o| o.as_str() == default).collect();
@@ -956,6 +986,21 @@ fn case(
     let all_best = variant(ctx, &format!("{best_order} on {all} threads"), &best_order, true, all)?;
     let all_ucf_default = variant(ctx, &format!("ucf {default} on {all} threads"), default, false, all)?;
     let all_ucf_best = variant(ctx, &format!("ucf {best_order} on {all} threads"), &best_order, false, all)?;
+    // The conv crate's own dense direct convolution: every level dense.
+    let levels_format = "d".repeat(dims);
+    let dense_levels = problem(dims, &coo_for_levels, Some(&levels_format), filter_seed)
+        .prepare()
+        .with_context(|| label.clone())?;
+    drop(coo_for_levels);
+    let mut levels_run = |ctx: &mut Ctx<'_>, name: &str, threads: usize| {
+        let sched = schedule(None, true, threads)?;
+        (ctx.progress)(&format!("{label}: {name} [{sched}]"));
+        let (run, out) = ctx.measure(&dense_levels, name, &sched);
+        agree.see(name, out);
+        Ok::<Run, anyhow::Error>(run)
+    };
+    let levels_one = levels_run(ctx, &format!("dense levels ({levels_format})"), 1)?;
+    let levels_all = levels_run(ctx, &format!("dense levels ({levels_format}) on {all} threads"), all)?;
     (ctx.progress)(&format!("{label}: dense, autotuned (1 thread, then {all})"));
     let (dense_one, out) = ctx.dense(&dense, "dense", 1);
     agree.see("dense", out);
@@ -981,12 +1026,14 @@ fn case(
         paper,
         ucf_paper,
         dense: dense_one,
+        dense_levels: levels_one,
         all_threads: AllThreads {
             default: all_default,
             best: all_best,
             ucf_default: all_ucf_default,
             ucf_best: all_ucf_best,
             dense: dense_all,
+            dense_levels: levels_all,
         },
         plain,
         max_rel_diff: agree.max,
@@ -998,7 +1045,7 @@ fn summarize(input: &ConvInput) -> DimsSummary {
     let cases = &input.cases;
     // Goal 1.
     let dense_over_best: Vec<(f64, f64)> =
-        cases.iter().map(|c| (c.sparsity, c.dense.ms() / c.best_ms())).collect();
+        cases.iter().map(|c| (c.sparsity, c.dense_ms() / c.best_ms())).collect();
     let crossover_sparsity = dense_over_best.iter().find(|(_, r)| *r >= 1.0).map(|(s, _)| *s);
     // Goal 2: at 99.9 %, or the sparsest.
     let at = cases

@@ -116,7 +116,7 @@ fn print_tables(report: &ConvReport) {
             input.default_order
         );
         println!(
-            "{:>8} {:>9} | {:>9} {:<14} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>8}",
+            "{:>8} {:>9} | {:>9} {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>8}",
             "sparsity",
             "nnz",
             "default",
@@ -125,19 +125,22 @@ fn print_tables(report: &ConvReport) {
             "ucf(def)",
             "ucf(best)",
             "dense",
+            "dense(lv)",
             "default",
             "best",
             "ucf(def)",
             "ucf(best)",
             "dense",
+            "dense(lv)",
             "plain",
             "agree"
         );
-        println!("{:>18} | {:^74} | {:^49} |", "", "one thread", format!("{all} threads"));
+        println!("{:>18} | {:^84} | {:^59} |", "", "one thread", format!("{all} threads"));
         for c in &input.cases {
             let a = &c.all_threads;
             println!(
-                "{:>7}% {:>9} | {:>9} {:<14} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>8.1e}",
+                "{:>7}% {:>9} | {:>9} {:<14} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} \
+                 {:>8.1e}",
                 c.sparsity,
                 c.nnz,
                 c.order(&input.default_order).map_or("-".into(), ms),
@@ -146,11 +149,13 @@ fn print_tables(report: &ConvReport) {
                 ms(&c.ucf_default),
                 ms(&c.ucf_best),
                 ms(&c.dense),
+                ms(&c.dense_levels),
                 ms(&a.default),
                 ms(&a.best),
                 ms(&a.ucf_default),
                 ms(&a.ucf_best),
                 ms(&a.dense),
+                ms(&a.dense_levels),
                 ms(&c.plain),
                 c.max_rel_diff
             );
@@ -404,8 +409,9 @@ fn draw<DB: DrawingBackend>(
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
         chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, colour.filled())))?;
     }
-    let references: [(&str, RGBColor, Metric); 2] = [
+    let references: [(&str, RGBColor, Metric); 3] = [
         ("dense (tile path, autotuned)", BLACK, &|c| c.dense.ms()),
+        ("dense levels (conv crate)", RGBColor(150, 60, 0), &|c| c.dense_levels.ms()),
         ("UCF, subsect=off (default order)", RGBColor(120, 120, 120), &|c| c.ucf_default.ms()),
     ];
     for (name, colour, f) in references {
