@@ -167,8 +167,14 @@ pub(crate) fn load(input: &Input) -> Result<Loaded> {
 }
 
 /// A `.npy` file as dense values or integer indices; a `.mtx` / `.tns` file
-/// as sparse entries.
+/// as sparse entries; `gen:SPEC` a generated sparse matrix (the `spindle
+/// stats gen:...` syntax, e.g. `gen:uniform:rows=999,cols=999,nnz=9980`).
 pub fn read_file(path: &Path) -> Result<Loaded> {
+    if let Some(spec) = path.to_str().and_then(|p| p.strip_prefix("gen:")) {
+        let spec: spindle_formats::generate::GeneratorSpec =
+            spec.parse().map_err(|e| Error::input(format!("gen:{spec}: {e}")))?;
+        return Ok(Loaded::Sparse(spec.generate()?));
+    }
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
     if ext == "npy" {
         return Ok(match spindle_formats::io::read_npy_index(path) {

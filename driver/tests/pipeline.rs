@@ -243,3 +243,24 @@ fn the_level_path_is_a_schedule_item() {
     let err = dense.compile(&backend, &"path=levels".parse().unwrap()).unwrap_err();
     assert!(err.to_string().contains("give an operand a format"), "{err}");
 }
+
+#[test]
+fn a_convolution_over_a_generated_sparse_image_through_subsection_loops() {
+    // A generated input works wherever a file does; the affine subscripts
+    // of a stored operand take the level path's subsection loops.
+    let problem = Problem::new("O[i,j] = I[i+p,j+q] * F[p,q]")
+        .file("I", "gen:uniform:rows=60,cols=50,nnz=300,seed=3")
+        .tensor("F", Input::random(&[3, 3], DType::F64, 4))
+        .tensor("O", Input::shape(&[58, 48], ElemType::Value(DType::F64)))
+        .format("I", "csr");
+    let prepared = problem.prepare().unwrap();
+    assert!(prepared.tile_refusal.is_some());
+    let compiled = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap();
+    let Lowering::Levels(kernel) = &compiled.kernel else { panic!("the level path") };
+    assert!(kernel.to_string().contains("subsections"), "{kernel}");
+    let (out, check) = compiled.check().unwrap();
+    assert!(check.passed(), "{check:?}");
+    assert!(out.iter().any(|x| *x != 0.0));
+    let bad = Problem::new("O[i,j] = I[i+p,j+q] * F[p,q]").file("I", "gen:nothing:rows=3").prepare();
+    assert!(bad.is_err());
+}

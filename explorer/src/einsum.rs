@@ -92,7 +92,9 @@ pub struct DataArgs {
     /// fusion=none|maximal|trie says (trie unless told).
     pub statement: String,
     /// Data for a tensor: NAME=file.npy (dense values, or integer
-    /// indices), NAME=file.mtx or NAME=file.tns (sparse).
+    /// indices), NAME=file.mtx or NAME=file.tns (sparse), or
+    /// NAME=gen:SPEC, a generated sparse matrix (as `spindle stats gen:...`,
+    /// e.g. gen:uniform:rows=999,cols=999,nnz=9980,seed=1).
     #[arg(long = "tensor", value_name = "NAME=PATH")]
     pub tensors: Vec<String>,
     /// Random data: NAME=DIMS:DTYPE:SEED (values in ±[0.1, 1)), or
