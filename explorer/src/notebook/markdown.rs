@@ -169,6 +169,25 @@ mod tests {
     const TEXT: &str = "# Title\n\nSome text.\n\n```spindle\nA = rand 4x4\nC[i] = A[i,j]\n```\n\nMore.\n```rust\nfn main() {}\n```\n```spindle\nx = rand 3\n```\n";
 
     #[test]
+    fn every_example_notebook_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/notebooks");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                let notebook = load(&path).unwrap();
+                for (_, cell) in notebook.code_cells() {
+                    if let Err(d) = crate::notebook::cell::parse_cell(&cell.source) {
+                        panic!("{}: {} in\n{}", path.display(), d.message, cell.source);
+                    }
+                }
+                seen += 1;
+            }
+        }
+        assert!(seen >= 7, "{seen} notebooks in {}", dir.display());
+    }
+
+    #[test]
     fn cells_split_at_spindle_fences() {
         let nb = Notebook::parse(TEXT);
         let kinds: Vec<CellKind> = nb.iter().map(|c| c.kind).collect();
