@@ -41,6 +41,17 @@ pub enum LevelView<'a> {
 }
 
 impl<'a> LevelView<'a> {
+    /// The levels of a d/c level list (`dddc`, `dccc`, ...), outermost
+    /// first.
+    pub fn levels_of<V>(t: &'a spindle_formats::LevelTensor<V, i64>) -> Vec<LevelView<'a>> {
+        (0..t.dense.len())
+            .map(|l| match t.dense[l] {
+                true => LevelView::Dense { extent: t.shape[t.modes[l]] },
+                false => LevelView::Compressed { pos: Some(&t.pos[l]), crd: &t.crd[l] },
+            })
+            .collect()
+    }
+
     /// The positions of `parent`'s children (not for dense levels).
     pub fn children(&self, parent: i64) -> (i64, i64) {
         match self {
@@ -148,6 +159,39 @@ pub struct Subsections<'a> {
 }
 
 impl<'a> Subsections<'a> {
+    /// subsect_begin(T, level, size): the windows of `size` consecutive
+    /// coordinates of level `level` of `levels` under `parent` (a position
+    /// of the level above, 0 for the first) that hold an entry, by their
+    /// first coordinate (the offset) in `0..extent`.
+    ///
+    /// ```
+    /// use spindle_conv::subsect::{LevelView, Subsections};
+    /// use spindle_formats::{Coo, LevelTensor};
+    ///
+    /// // A 2 x 10 matrix in `dc` (CSR): row 1 holds 2, 8 and 9.
+    /// let m = Coo::<f64, i64>::new(vec![2, 10], vec![vec![0, 1, 1, 1], vec![5, 2, 8, 9]], vec![1.0; 4])?;
+    /// let t = LevelTensor::from_coo(&m, &[], &[true, false])?;
+    /// let levels = LevelView::levels_of(&t);
+    /// let mut ss = Subsections::of(&levels, 1, 1, 2, 9);
+    /// let mut offsets = Vec::new();
+    /// while !ss.end() {
+    ///     offsets.push(ss.offset());
+    ///     ss.next();
+    /// }
+    /// assert_eq!(offsets, [1, 2, 7, 8]);
+    /// # Ok::<(), spindle_formats::FormatError>(())
+    /// ```
+    pub fn of(
+        levels: &[LevelView<'a>],
+        level: usize,
+        parent: i64,
+        size: usize,
+        extent: usize,
+    ) -> Subsections<'a> {
+        let (b, e) = levels[level].children(parent);
+        Subsections::begin(levels[level].crd(), vec![(b, e)], 0, 1, size as i64 - 1, extent, 0)
+    }
+
     /// subsect_begin: the first non-empty subsection with `v >= from`.
     pub fn begin(
         crd: &'a [i64],
