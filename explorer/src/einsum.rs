@@ -106,9 +106,11 @@ pub struct DataArgs {
     #[arg(long = "shape", value_name = "NAME=DIMS[:DTYPE]")]
     pub shapes: Vec<String>,
     /// Store a tensor in a format (coo, csr, csc, dcsr, dcsc, csf, ell,
-    /// groupcoo, blockgroupcoo), e.g. A=groupcoo:dim=0,g=8: the statement is
-    /// rewritten over the format's arrays, or iterated over its levels where
-    /// the rewrite cannot express it. On the output (given no data) the
+    /// groupcoo, blockgroupcoo, or a d/c level list such as dddc), e.g.
+    /// A=groupcoo:dim=0,g=8: the statement is rewritten over the format's
+    /// arrays, or iterated over its levels where the rewrite cannot express
+    /// it; read at affine subscripts (I[i+p,j+q], a convolution), its levels
+    /// are walked by subsection loops. On the output (given no data) the
     /// kernel assembles it in that format, e.g. C=csr.
     #[arg(long = "format", value_name = "NAME=FORMAT")]
     pub formats: Vec<String>,

@@ -90,7 +90,8 @@ enum Command {
         input: String,
         /// The format to store it in: dense, coo, csr, csc, dcsr, dcsc,
         /// csf[:modes=0-1-2], ell, bcsr:bm=B,bk=B, groupcoo[:dim=D,g=G|auto],
-        /// blockgroupcoo:bm=B,bk=B[,dim=D,g=G|auto].
+        /// blockgroupcoo:bm=B,bk=B[,dim=D,g=G|auto], or a d/c level list
+        /// (one letter per dimension: dddc, dccc, dcc[:modes=2-0-1]).
         #[arg(long, default_value = "groupcoo:dim=0,g=auto")]
         format: String,
         /// Print JSON instead of a table.
