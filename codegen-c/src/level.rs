@@ -162,6 +162,7 @@ fn updates_at(kernel: &LevelKernel) -> Option<Vec<VarId>> {
                 | Node::Workspace { body }
                 | Node::Subsect { body, .. }
                 | Node::Resolve { body, .. }
+                | Node::Find { body, .. }
                 | Node::Fill { body, .. } => walk(body, out),
                 Node::Merge { points, .. } => points.iter().for_each(|p| walk(&p.body, out)),
                 Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => {}
@@ -189,6 +190,7 @@ fn find_dense(nodes: &[Node], found: &mut Option<VarId>, wanted: &dyn Fn(VarId) 
             | Node::Workspace { body }
             | Node::Subsect { body, .. }
             | Node::Resolve { body, .. }
+            | Node::Find { body, .. }
             | Node::Fill { body, .. } => find_dense(body, found, wanted),
             Node::Locate { .. }
             | Node::Update { .. }
@@ -212,6 +214,7 @@ fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
                 | Node::Workspace { body }
                 | Node::Subsect { body, .. }
                 | Node::Resolve { body, .. }
+                | Node::Find { body, .. }
                 | Node::Fill { body, .. } => count(body),
                 Node::Merge { points, .. } => points.iter().map(|p| count(&p.body)).sum(),
                 Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => 0,
@@ -293,6 +296,7 @@ fn find_update(nodes: &[Node]) -> Option<&[VarId]> {
         | Node::Workspace { body }
         | Node::Subsect { body, .. }
         | Node::Resolve { body, .. }
+        | Node::Find { body, .. }
         | Node::Fill { body, .. } => find_update(body),
         Node::Merge { points, .. } => points.iter().find_map(|p| find_update(&p.body)),
         Node::Locate { .. } | Node::Accumulate { .. } | Node::Store { .. } | Node::Clear { .. } => None,
@@ -306,6 +310,7 @@ fn has_workspace(nodes: &[Node]) -> bool {
         | Node::Entry { body, .. }
         | Node::Subsect { body, .. }
         | Node::Resolve { body, .. }
+        | Node::Find { body, .. }
         | Node::Fill { body, .. } => has_workspace(body),
         Node::Merge { points, .. } => points.iter().any(|p| has_workspace(&p.body)),
         Node::Locate { .. }
@@ -1002,6 +1007,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             Node::Subsect { var, operand, level, body } => self.subsect(*var, *operand, *level, body, depth),
             Node::Resolve { var, operand, level, body } => self.resolve(*var, *operand, *level, body, depth),
             Node::Fill { at, points, body } => self.fill(at, *points, body, depth),
+            Node::Find { operand, level, body } => self.find(*operand, *level, body, depth),
             Node::Dense { var, body } => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 if self.split == Some(LaneSplit::Dense(*var)) {

@@ -271,6 +271,32 @@ impl Run<'_> {
                     *hits += 1;
                 }
             }
+            Node::Find { operand, level, body } => {
+                let o = &self.k.affine[*operand];
+                let (at, _) = self.window(o, *level);
+                let parent = self.parent(*operand, *level);
+                // Every entry at the coordinate: one on a unique level, a
+                // run of them where coordinates repeat (COO's rows).
+                let found = match self.views[*operand][*level] {
+                    LevelView::Dense { extent } => match (0..extent as i64).contains(&at) {
+                        true => parent * extent as i64 + at..parent * extent as i64 + at + 1,
+                        false => 0..0,
+                    },
+                    view => {
+                        let (b, e) = view.children(parent);
+                        let first = lower_bound(view.crd(), b, e, at);
+                        let run =
+                            view.crd()[first as usize..e as usize].iter().take_while(|&&c| c == at).count();
+                        first..first + run as i64
+                    }
+                };
+                self.resolved[*operand] = level + 1;
+                for p in found {
+                    self.pos[*operand][*level] = p;
+                    self.nodes(body)?;
+                }
+                self.resolved[*operand] = *level;
+            }
             Node::Fill { at, points, body } => {
                 self.hits.push(0);
                 self.nodes(body)?;

@@ -180,7 +180,6 @@ pub fn lower(
                 .with_note("a function of a stored operand must be zero at zero (relu, abs, sqrt)"));
             }
         }
-        single_walker(&walked, &affine, &reads, &vars)?;
         legal(&order, &walked, &affine, &reads, &vars)?;
         let value = expr(term, &vals, &last_level, &dense, &var_of)?;
         // Pooling visits every output element (its window may be all zeros,
@@ -349,35 +348,6 @@ pub fn default_order(
     order
 }
 
-/// One stored operand per variable in a product: co-iterating two
-/// operands' subsections (`A[i+p] * B[i+q]`) is not built yet.
-fn single_walker(
-    walked: &[usize],
-    affine: &[AffineOperand],
-    reads: &[(Access, Vec<usize>)],
-    vars: &PrimaryMap<VarId, Var>,
-) -> Result<(), Diagnostic> {
-    for v in vars.keys() {
-        let holders: Vec<usize> = walked
-            .iter()
-            .copied()
-            .filter(|&k| affine[k].subscripts.iter().any(|s| s.coeff(v) != 0))
-            .collect();
-        if let [_, second, ..] = holders[..] {
-            return Err(refuse(
-                format!(
-                    "`{}` indexes two stored operands of one product; co-iterating subsections is not built yet",
-                    vars[v].name
-                ),
-                reads[second].0.span,
-                "a second stored operand",
-            )
-            .with_note("store one of them densely"));
-        }
-    }
-    Ok(())
-}
-
 /// The right-hand side as a sum of products (`(A + B) * C` is `A*C +
 /// B*C`); a function's argument and a quotient's divisor stay whole.
 fn products(e: &Ast) -> Vec<Ast> {
@@ -497,6 +467,10 @@ fn fill(body: Vec<Node>, order: &[VarId], out_at: &[VarId], vars: &PrimaryMap<Va
                 Node::Resolve { var, operand, level, body } => {
                     Node::Resolve { var, operand, level, body: wrap(body, depth + 1, inner, at, points) }
                 }
+                // Binds no variable.
+                Node::Find { operand, level, body } => {
+                    Node::Find { operand, level, body: wrap(body, depth, inner, at, points) }
+                }
                 other => other,
             })
             .collect()
@@ -519,22 +493,41 @@ fn tree(
 ) -> Vec<Node> {
     let mut body = vec![Node::Update { at: out_at.to_vec(), value }];
     for (depth, &var) in order.iter().enumerate().rev() {
-        let held = walked.iter().find_map(|&operand| {
-            affine[operand].subscripts.iter().position(|s| s.coeff(var) != 0).map(|level| (operand, level))
-        });
-        body = vec![match held {
-            None => Node::Dense { var, body },
-            Some((operand, level)) => {
-                let later = affine[operand].subscripts[level]
-                    .terms
-                    .iter()
-                    .any(|(v, _)| order[depth + 1..].contains(v));
-                match (later, subsections && !dense.contains(&var)) {
-                    (true, true) => Node::Subsect { var, operand, level, body },
-                    (true, false) => Node::Dense { var, body },
-                    (false, _) => Node::Resolve { var, operand, level, body },
-                }
+        // Every walked operand's level whose subscript holds `var`, and
+        // whether `var` finishes it.
+        let held: Vec<(usize, usize, bool)> = walked
+            .iter()
+            .filter_map(|&operand| {
+                let s = &affine[operand].subscripts;
+                let level = s.iter().position(|s| s.coeff(var) != 0)?;
+                let finishes = !s[level].terms.iter().any(|(v, _)| order[depth + 1..].contains(v));
+                Some((operand, level, finishes))
+            })
+            .collect();
+        // The loop walks one of them — a compressed level it finishes
+        // first (an exact walk), then one it reduces — and finds the others
+        // it finishes inside (an intersection: the product is zero where
+        // any is).
+        let compressed = |&(o, l, _): &(usize, usize, bool)| affine[o].levels[l].kind != Reach::Dense;
+        let walker = held
+            .iter()
+            .find(|h| h.2 && compressed(h))
+            .or_else(|| held.iter().find(|h| !h.2 && compressed(h)))
+            .or_else(|| held.iter().find(|h| h.2))
+            .or(held.first())
+            .copied();
+        for &(operand, level, finishes) in held.iter().rev() {
+            if finishes && Some((operand, level, finishes)) != walker {
+                body = vec![Node::Find { operand, level, body }];
             }
+        }
+        body = vec![match walker {
+            None => Node::Dense { var, body },
+            Some((operand, level, true)) => Node::Resolve { var, operand, level, body },
+            Some((operand, level, false)) if subsections && !dense.contains(&var) => {
+                Node::Subsect { var, operand, level, body }
+            }
+            Some(_) => Node::Dense { var, body },
         }];
     }
     body

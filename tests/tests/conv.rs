@@ -368,11 +368,62 @@ fn sums_walk_each_product_over_its_own_operands() {
             }
         }
     }
-    // Two stored operands in one product share an index: not built yet.
-    let c = case("O[i] = I[i+p] * J[i+p] where p < 3", &[("O", &[10]), ("I", &[12]), ("J", &[12])], 0.3, 54);
-    let formats = BTreeMap::from([("I".to_string(), FormatSpec::Coo), ("J".to_string(), FormatSpec::Coo)]);
-    let sparse =
-        BTreeMap::from([("I".to_string(), c.entries.clone()), ("J".to_string(), c.second.clone().unwrap())]);
-    let refused = lower(&c.einsum, &formats, &sparse, &Schedule::default(), "k").unwrap_err();
-    assert!(refused.message.contains("co-iterating subsections is not built yet"), "{}", refused.message);
+}
+
+#[test]
+fn products_of_stored_operands_walk_one_and_find_the_others() {
+    // A sparse filter, two sparse signals read at one window, and a pooling
+    // of a product; (I's format, J's format) pairs for each.
+    type Pairs<'a> = &'a [(&'a str, &'a str)];
+    let cases: &[(&str, Shapes, Pairs)] = &[
+        (
+            "O[i,j] += I[i+p,j+q] * J[p,q]",
+            &[("O", &[12, 10]), ("I", &[14, 12]), ("J", &[3, 3])],
+            &[("coo", "coo"), ("csf", "dcsr"), ("dc", "dd"), ("csr", "cd")],
+        ),
+        (
+            "O[i] = I[i+p] * J[i+p] * F[p] where p < 3",
+            &[("O", &[14]), ("I", &[16]), ("J", &[16]), ("F", &[3])],
+            &[("coo", "coo"), ("c", "d"), ("d", "c")],
+        ),
+        ("O[i] max= I[2*i+p] * J[p]", &[("O", &[7]), ("I", &[16]), ("J", &[3])], &[("coo", "c"), ("c", "d")]),
+    ];
+    for (statement, shapes, pairs) in cases {
+        for (density, seed) in [(0.4, 61), (0.1, 62), (1.0, 63)] {
+            let c = case(statement, shapes, density, seed);
+            for (fi, fj) in pairs.iter() {
+                let formats = BTreeMap::from([
+                    ("I".to_string(), fi.parse::<FormatSpec>().unwrap()),
+                    ("J".to_string(), fj.parse::<FormatSpec>().unwrap()),
+                ]);
+                let sparse = BTreeMap::from([
+                    ("I".to_string(), c.entries.clone()),
+                    ("J".to_string(), c.second.clone().unwrap()),
+                ]);
+                let names: Vec<String> = c.einsum.indices.iter().map(|i| i.name.clone()).collect();
+                let mut legal = 0;
+                for order in permutations(&names) {
+                    let schedule = Schedule { order: order.clone(), ..Schedule::default() };
+                    let Ok(lowered) = lower(&c.einsum, &formats, &sparse, &schedule, "product") else {
+                        continue;
+                    };
+                    legal += 1;
+                    let mut data = c.data.clone();
+                    data.extend(lowered.arrays.clone());
+                    let got = execute(&lowered.kernel, &data).unwrap();
+                    let err = (&got - &c.want).iter().fold(0.0f64, |m, d| m.max(d.abs()));
+                    assert!(
+                        err < 1e-9,
+                        "{statement} ({fi}, {fj}) order {order:?}: {err}\n{}",
+                        lowered.kernel
+                    );
+                    if legal == 1 {
+                        assert!(lowered.kernel.to_string().contains("find "), "{}", lowered.kernel);
+                        agrees_in_c(&lowered.kernel, &data, &got, statement);
+                    }
+                }
+                assert!(legal > 0, "{statement} ({fi}, {fj}): no legal order");
+            }
+        }
+    }
 }

@@ -384,6 +384,49 @@ impl<D: Dialect> Printer<'_, D> {
 }
 
 impl<D: Dialect> Printer<'_, D> {
+    /// The entries of a level at the coordinate its subscript gives: a
+    /// search of the parent's children, or a locate; the body runs only
+    /// there.
+    pub(super) fn find(&mut self, operand: usize, level: usize, body: &[Node], depth: usize) {
+        let n = self.ss_next;
+        self.ss_next += 1;
+        let (at, _) = self.window(operand, level);
+        let parent = self.parent(operand, level);
+        let tensor = self.operand(operand).tensor.clone();
+        let p = Self::position(&Position::Level { tensor, level });
+        self.line(depth, "{");
+        let d = depth + 1;
+        self.line(d, &format!("const int64_t f{n}_at = {at};"));
+        if let Reach::Dense = self.operand(operand).levels[level].kind {
+            let n_level = self.operand(operand).levels[level].extent;
+            self.line(d, &format!("if (f{n}_at >= 0 && f{n}_at < {n_level}) {{"));
+            let at = match parent.as_str() {
+                "0" => format!("f{n}_at"),
+                parent => format!("{parent} * {n_level} + f{n}_at"),
+            };
+            self.line(d + 1, &format!("const int64_t {p} = {at};"));
+        } else {
+            let (crd, _) = self.crd_of(operand, level);
+            let (b, e) = self.children(operand, level, &parent);
+            // Every entry at the coordinate: one on a unique level, a run
+            // of them on a level that repeats coordinates (COO's rows).
+            self.line(d, &format!("const int64_t f{n}_end = {e};"));
+            self.line(
+                d,
+                &format!(
+                    "for (int64_t {p} = SPINDLE_LOWER_BOUND({crd}, {b}, f{n}_end, f{n}_at); {p} < f{n}_end && \
+                     {crd}[{p}] == f{n}_at; {p}++) {{"
+                ),
+            );
+        }
+        let was = self.resolved[operand];
+        self.resolved[operand] = level + 1;
+        body.iter().for_each(|b| self.node(b, d + 1));
+        self.resolved[operand] = was;
+        self.line(d, "}");
+        self.line(depth, "}");
+    }
+
     /// Pooling's window: count the stored points its updates visit, and
     /// fold zero in where some point was not stored.
     pub(super) fn fill(&mut self, at: &[VarId], points: usize, body: &[Node], depth: usize) {
@@ -442,6 +485,13 @@ fn collect(nodes: &[Node], resolved: &mut Vec<usize>, found: &mut Vec<(usize, us
                 Node::Fill { body, .. } => {
                     *count += 1;
                     walk(body, resolved, count, found);
+                }
+                Node::Find { operand, level, body } => {
+                    *count += 1;
+                    let was = resolved[*operand];
+                    resolved[*operand] = level + 1;
+                    walk(body, resolved, count, found);
+                    resolved[*operand] = was;
                 }
                 Node::Dense { body, .. } => walk(body, resolved, count, found),
                 _ => {}

@@ -526,7 +526,11 @@ fn walks_each_entry_once(body: &[Node], levels: &[OutLevel], order: &[VarId], ou
                 !(*full && sparse.contains(var)) && points.iter().all(|p| walks(&p.body, sparse))
             }
             Node::Entry { body, .. } => walks(body, sparse),
-            Node::Workspace { .. } | Node::Subsect { .. } | Node::Resolve { .. } | Node::Fill { .. } => false,
+            Node::Workspace { .. }
+            | Node::Subsect { .. }
+            | Node::Resolve { .. }
+            | Node::Find { .. }
+            | Node::Fill { .. } => false,
             Node::Locate { .. }
             | Node::Update { .. }
             | Node::Accumulate { .. }

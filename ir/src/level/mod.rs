@@ -221,6 +221,14 @@ pub enum Node {
     /// walks its entries under the parent position from the window's start
     /// and breaks past its end, binding `var` where the coordinate is hit.
     Resolve { var: VarId, operand: usize, level: usize, body: Vec<Node> },
+    /// Finds the entries of level `level` of affine operand `operand` at
+    /// the coordinate its subscript gives (every variable of it bound; the
+    /// level above resolved) — a search in a compressed level (a run where
+    /// coordinates repeat), a locate in a dense one — and runs `body` at
+    /// each, or nothing where there is none:
+    /// a second stored operand of a product, intersected with the one the
+    /// loop walks.
+    Find { operand: usize, level: usize, body: Vec<Node> },
     /// A `max=` / `min=` over a stored operand's windows (pooling): the
     /// updates of the output at `at` in `body` visit only stored entries,
     /// so where they were fewer than the window's `points`, a skipped point

@@ -126,6 +126,11 @@ impl LevelKernel {
                 );
                 body.iter().for_each(|b| self.node_text(b, depth + 1, out));
             }
+            Node::Find { operand, level, body } => {
+                let position = self.affine[*operand].levels[*level].position().name();
+                let _ = writeln!(out, "{pad}find {position} = {}", self.affine_level_text(*operand, *level));
+                body.iter().for_each(|b| self.node_text(b, depth + 1, out));
+            }
             Node::Fill { at, points, body } => {
                 let vars: Vec<&str> = at.iter().map(|&v| self.var(v).name.as_str()).collect();
                 let _ = writeln!(

@@ -358,6 +358,7 @@ fn kept_var(nodes: &[Node], id: LocalId, var: VarId) -> bool {
         | Node::Workspace { body }
         | Node::Subsect { body, .. }
         | Node::Resolve { body, .. }
+        | Node::Find { body, .. }
         | Node::Fill { body, .. } => kept_var(body, id, var),
         Node::Merge { points, .. } => points.iter().any(|p| kept_var(&p.body, id, var)),
         Node::Store { target, at, value } => {
