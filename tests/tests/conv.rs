@@ -83,6 +83,22 @@ fn case(statement: &str, shapes: Shapes, density: f64, seed: u64) -> Case {
     Case { einsum, data, entries: entries.unwrap(), second, want }
 }
 
+/// `I` and `J` of a case stored in `fi` and `fj`: the formats and
+/// entries [`lower`] takes.
+fn stored_i_and_j(
+    c: &Case,
+    fi: &str,
+    fj: &str,
+) -> (BTreeMap<String, FormatSpec>, BTreeMap<String, Coo<f64, i64>>) {
+    let formats = BTreeMap::from([
+        ("I".to_string(), fi.parse::<FormatSpec>().unwrap()),
+        ("J".to_string(), fj.parse::<FormatSpec>().unwrap()),
+    ]);
+    let sparse =
+        BTreeMap::from([("I".to_string(), c.entries.clone()), ("J".to_string(), c.second.clone().unwrap())]);
+    (formats, sparse)
+}
+
 /// The kernel printed as C, compiled and run on one and two threads, gives
 /// what the executor gave.
 fn agrees_in_c(kernel: &spindle_ir::level::LevelKernel, data: &Tensors, executed: &ArrayD<f64>, what: &str) {
@@ -340,14 +356,7 @@ fn sums_walk_each_product_over_its_own_operands() {
         for (density, seed) in [(0.3, 51), (0.05, 52), (1.0, 53)] {
             let c = case(statement, shapes, density, seed);
             for (fi, fj) in [("coo", "coo"), ("c", "csf")] {
-                let formats = BTreeMap::from([
-                    ("I".to_string(), fi.parse::<FormatSpec>().unwrap()),
-                    ("J".to_string(), fj.parse::<FormatSpec>().unwrap()),
-                ]);
-                let sparse = BTreeMap::from([
-                    ("I".to_string(), c.entries.clone()),
-                    ("J".to_string(), c.second.clone().unwrap()),
-                ]);
+                let (formats, sparse) = stored_i_and_j(&c, fi, fj);
                 let names: Vec<String> = c.einsum.indices.iter().map(|i| i.name.clone()).collect();
                 for order in permutations(&names) {
                     let schedule = Schedule { order: order.clone(), ..Schedule::default() };
@@ -392,14 +401,7 @@ fn products_of_stored_operands_walk_one_and_find_the_others() {
         for (density, seed) in [(0.4, 61), (0.1, 62), (1.0, 63)] {
             let c = case(statement, shapes, density, seed);
             for (fi, fj) in pairs.iter() {
-                let formats = BTreeMap::from([
-                    ("I".to_string(), fi.parse::<FormatSpec>().unwrap()),
-                    ("J".to_string(), fj.parse::<FormatSpec>().unwrap()),
-                ]);
-                let sparse = BTreeMap::from([
-                    ("I".to_string(), c.entries.clone()),
-                    ("J".to_string(), c.second.clone().unwrap()),
-                ]);
+                let (formats, sparse) = stored_i_and_j(&c, fi, fj);
                 let names: Vec<String> = c.einsum.indices.iter().map(|i| i.name.clone()).collect();
                 let mut legal = 0;
                 for order in permutations(&names) {
