@@ -729,6 +729,9 @@ impl<'k> Printer<'k> {
     fn sink_loops(&mut self, depth: usize, edge: Option<Owner>) {
         let k = self.k;
         let s = &k.sink;
+        if let (Some(group), None) = (s.group, edge) {
+            return self.grouped_sink_loops(depth, group);
+        }
         let mut shape: Vec<AxisId> = s.index.iter().flat_map(|&i| k.value(i).shape.clone()).collect();
         shape.extend(k.value(s.value).shape.iter().copied());
         shape.extend(s.mask.map(|m| k.value(m).shape.clone()).unwrap_or_default());
@@ -781,6 +784,57 @@ impl<'k> Printer<'k> {
             self.line(inner, line);
         }
         self.close(inner, depth);
+    }
+}
+
+impl Printer<'_> {
+    /// The sequential equivalent of a Sgap group (a program's elements run
+    /// on one thread): the group's axis is the innermost loop, which folds
+    /// each run of equal targets in a register and writes it once, a run
+    /// ending where the target changes or a group of `lanes` ends. (A
+    /// parallel group's target never changes within it.)
+    fn grouped_sink_loops(&mut self, depth: usize, group: SinkGroup) {
+        let k = self.k;
+        let s = &k.sink;
+        let mut shape: Vec<AxisId> = s.operands().flat_map(|o| k.value(o).shape.clone()).collect();
+        shape.sort();
+        shape.dedup();
+        let outer: Vec<AxisId> = self.order(&shape).into_iter().filter(|&a| a != group.axis).collect();
+        let d = self.open_ordered(depth, &outer, false);
+        let (real, identity) = (self.real(), self.d.float(s.reduction.identity()));
+        self.line(d, "{");
+        self.line(d + 1, "int64_t run_at = -1;");
+        self.line(d + 1, &format!("{real} run_value = {identity};"));
+        let i = self.axis_var(group.axis);
+        let tile = k.axis(group.axis).tile;
+        self.line(d + 1, &format!("for (int64_t {i} = 0; {i} < {tile}; {i}++) {{"));
+        let mut inner = d + 2;
+        if let Some(m) = s.mask {
+            let test = format!("if ({}) {{", self.elem(m));
+            self.line(inner, &test);
+            inner += 1;
+        }
+        let flush = self.d.fold(s.reduction, &format!("{}[run_at]", self.out_ptr), "run_value");
+        let at = format!("const int64_t at = {};", self.address(s.tensor, &s.index));
+        let value = format!("const {real} v = {};", self.elem(s.value));
+        let extend = self.d.fold(s.reduction, "run_value", "v");
+        for line in [
+            at,
+            value,
+            format!("if (at == run_at && {i} % {} != 0) {{", group.lanes),
+            format!("  {extend}"),
+            "} else {".to_string(),
+            format!("  if (run_at >= 0) {flush}"),
+            "  run_at = at;".to_string(),
+            "  run_value = v;".to_string(),
+            "}".to_string(),
+        ] {
+            self.line(inner, &line);
+        }
+        self.close(inner, d + 1);
+        self.line(d + 1, &format!("if (run_at >= 0) {flush}"));
+        self.line(d, "}");
+        self.close(d, depth);
     }
 }
 

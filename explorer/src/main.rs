@@ -150,7 +150,7 @@ enum Command {
     Compile {
         #[command(flatten)]
         data: einsum::DataArgs,
-        /// The schedule: tile.INDEX=N, reduce=atomic|accumulate,
+        /// The schedule: tile.INDEX=N, reduce=atomic|accumulate|segment(R)|parallel(R),
         /// broadcast=lazy|eager, matmul=on|off, parallel=I+J, order=I+J,
         /// threads=N.
         #[arg(long, default_value = "")]

@@ -338,6 +338,35 @@ pub fn check_runs(built: &Built) -> Vec<CheckRun> {
             schedule: format!("{} reduce=atomic broadcast=eager", tiles(2)),
         },
     ]
+    .into_iter()
+    // Each Sgap strategy the statement admits, on ragged tiles of 4 (a
+    // group of 4 is a whole tile, of 2 half of one); the segment groups
+    // also in f16, whose sums go through the f32 copy of the output.
+    .chain(sgap_strategies(&built.einsum).into_iter().flat_map(|reduce| {
+        let f16 = reduce.starts_with("reduce=segment(2)").then_some(DType::F16);
+        [Some(DType::F32), f16].into_iter().flatten().map(move |dtype| CheckRun {
+            dtype,
+            tolerance: if dtype == DType::F16 { 1e-2 } else { 1e-4 },
+            schedule: format!("{} {reduce}", tiles(4)),
+        })
+    }))
+    .collect()
+}
+
+/// Sgap's reduction strategies an entry's statement admits, each a
+/// schedule item (`reduce=segment(R)` where an output subscript is not a
+/// lone index, so neighbours may share a target; `reduce=parallel(R)`
+/// where an index is reduced). The rule is the statement's, not the
+/// lowering's answer, so a wrong refusal fails the runs that use these.
+pub fn sgap_strategies(einsum: &Einsum) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if einsum.statement.lhs.subscripts.iter().any(|s| s.as_index().is_none()) {
+        out.extend(["reduce=segment(4)", "reduce=segment(2)"]);
+    }
+    if einsum.indices.iter().any(|i| i.reduced) {
+        out.extend(["reduce=parallel", "reduce=parallel(2)"]);
+    }
+    out
 }
 
 /// Max |got − want| over the largest |want| (infinite when the shapes differ).

@@ -219,6 +219,12 @@ fn c_backend(runs: &[(String, spindle_ir::lang::Einsum, Tensors, ArrayD<f64>)]) 
         let small: Vec<String> = einsum.indices.iter().map(|i| format!("tile.{}=2", i.name)).collect();
         schedules.extend(EAGER.iter().map(|e| format!("{} {e}", small.join(" "))));
         schedules.push(ones.join(" ") + " reduce=atomic");
+        // Sgap's strategies on ragged tiles, and on tiles of 8.
+        let eights: Vec<String> = einsum.indices.iter().map(|i| format!("tile.{}=8", i.name)).collect();
+        for reduce in spindle_tests::corpus::sgap_strategies(einsum) {
+            schedules.push(format!("{} {reduce}", ragged.join(" ")));
+            schedules.push(format!("{} {reduce}", eights.join(" ")));
+        }
         for schedule in &schedules {
             let kernel = spindle_ir::kernel::lower::lower(einsum, &schedule.parse().unwrap(), "corpus")
                 .unwrap_or_else(|d| panic!("{name} [{schedule}]: {d}"));

@@ -35,8 +35,14 @@ const SYMBOL: &str = "spindle_kernel";
 
 /// The entry's kernel under the default schedule, printed as CUDA.
 fn cuda(name: &str, entry: &Entry) -> (String, CudaKernel) {
+    cuda_under(name, entry, &Schedule::default())
+}
+
+/// The entry's kernel under `schedule`, printed as CUDA.
+fn cuda_under(name: &str, entry: &Entry, schedule: &Schedule) -> (String, CudaKernel) {
     let built = build(name, entry);
-    let kernel = lower(&built.einsum, &Schedule::default(), SYMBOL).unwrap_or_else(|d| panic!("{name}: {d}"));
+    let kernel =
+        lower(&built.einsum, schedule, SYMBOL).unwrap_or_else(|d| panic!("{name} [{schedule}]: {d}"));
     let printed =
         print_kernel(&kernel, SYMBOL, &PrintOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
     let statement = built.rewritten.unwrap_or_else(|| entry.statement.clone());
@@ -57,8 +63,19 @@ fn every_corpus_entry_compiles_with_nvrtc_without_spills() {
     let entries = entries();
     assert!(entries.len() >= 12, "the corpus lost entries");
     let mut report = Vec::new();
+    // The default schedule, and each of Sgap's strategies the entry admits
+    // (their shuffle scans must not spill either).
+    let mut kernels = Vec::new();
     for (name, entry) in &entries {
-        let (_, printed) = cuda(name, entry);
+        kernels.push((name.clone(), cuda(name, entry).1));
+        let built = build(name, entry);
+        for reduce in spindle_tests::corpus::sgap_strategies(&built.einsum) {
+            let schedule: Schedule = reduce.parse().unwrap();
+            kernels.push((format!("{name} {reduce}"), cuda_under(name, entry, &schedule).1));
+        }
+    }
+    assert!(kernels.iter().filter(|(n, _)| n.contains("segment")).count() >= 6, "few segment kernels");
+    for (name, printed) in &kernels {
         for arch in [Arch::Sm80, Arch::Sm90] {
             let compiled = nvrtc::compile(&printed.source, name, arch, &CompileOptions::default())
                 .unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));

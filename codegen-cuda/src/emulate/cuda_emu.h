@@ -41,7 +41,7 @@ namespace emu {
 inline std::barrier<> *block_barrier = nullptr;
 // One barrier per warp of the block, and a slot per thread, for shuffles.
 inline std::barrier<> *const *warp_barriers = nullptr;
-inline double shuffle_slots[1024];
+inline unsigned long long shuffle_slots[1024];
 inline std::mutex atomic_lock;
 template <class To, class From> inline To bits(From x) {
   static_assert(sizeof(To) == sizeof(From));
@@ -54,16 +54,54 @@ template <class To, class From> inline To bits(From x) {
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
 
 // A warp's lanes exchange through the slots, between barriers of the warp
-// alone (the code around a shuffle is warp-uniform, not block-uniform).
-template <class T> inline T __shfl_down_sync(unsigned, T v, unsigned delta) {
-  std::barrier<> &warp = *emu::warp_barriers[threadIdx.x / 32];
+// alone (the code around a shuffle is warp-uniform, not block-uniform, and
+// every lane of the warp must reach it). `source` maps a lane to the lane
+// it reads, or to -1 for its own value.
+namespace emu {
+template <class T, class F> inline T shuffle(T v, F source) {
+  static_assert(sizeof(T) <= sizeof(unsigned long long));
+  std::barrier<> &warp = *warp_barriers[threadIdx.x / 32];
   warp.arrive_and_wait();
-  emu::shuffle_slots[threadIdx.x] = (double)v;
+  std::memcpy(&shuffle_slots[threadIdx.x], &v, sizeof v);
   warp.arrive_and_wait();
-  const T r = (threadIdx.x % 32) + delta < 32 ? (T)emu::shuffle_slots[threadIdx.x + delta] : v;
+  const unsigned lane = threadIdx.x % 32;
+  const int src = source(lane);
+  T r = v;
+  if (src >= 0) std::memcpy(&r, &shuffle_slots[threadIdx.x - lane + src], sizeof r);
   warp.arrive_and_wait();
   return r;
 }
+}  // namespace emu
+
+template <class T> inline T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
+  return emu::shuffle(v, [&](unsigned lane) {
+    const unsigned end = (lane & ~(unsigned)(width - 1)) + width;
+    return lane + delta < end ? (int)(lane + delta) : -1;
+  });
+}
+template <class T> inline T __shfl_up_sync(unsigned, T v, unsigned delta, int width = 32) {
+  return emu::shuffle(v, [&](unsigned lane) {
+    const unsigned start = lane & ~(unsigned)(width - 1);
+    return lane >= start + delta ? (int)(lane - delta) : -1;
+  });
+}
+template <class T> inline T __shfl_xor_sync(unsigned, T v, unsigned lane_mask, int width = 32) {
+  return emu::shuffle(v, [&](unsigned lane) {
+    const unsigned start = lane & ~(unsigned)(width - 1), src = lane ^ lane_mask;
+    return src >= start && src < start + width ? (int)src : -1;
+  });
+}
+// The lanes of `mask` whose predicate holds.
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  unsigned bits = 0;
+  for (unsigned src = 0; src < 32; src++) {
+    const int p = emu::shuffle(pred, [&](unsigned) { return (int)src; });
+    if (p) bits |= 1u << src;
+  }
+  return bits & mask;
+}
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
 
 // Half types.
 typedef _Float16 __half;

@@ -172,6 +172,11 @@ impl Plan {
             threads: 32,
         };
         plan.sink_order = contiguous_order(k, &plan.uses.sink_shape, sink.index.last().copied());
+        // A Sgap group's lanes hold consecutive elements along its axis.
+        if let Some(g) = sink.group {
+            plan.sink_order.retain(|&a| a != g.axis);
+            plan.sink_order.push(g.axis);
+        }
 
         // Tensor Core products.
         let mut fixed: SecondaryMap<ValueId, bool> = SecondaryMap::with_capacity(n);

@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 
 use spindle_formats::FormatSpec;
 use spindle_formats::generate::GeneratorSpec;
+use spindle_ir::kernel::Strategy;
 use spindle_ir::kernel::schedule::Schedule;
 use spindle_ir::lang::{Diagnostic, ElemType, Span};
 
@@ -519,8 +520,7 @@ fn check_sweep_value(param: &SweepParam, v: &Spanned<String>) -> Result<(), Diag
             _ if s == "auto" => Ok(()),
             _ => Err(bad(format!("g is a positive whole number or auto, not `{s}`"))),
         },
-        SweepParam::Reduce if ["atomic", "accumulate"].contains(&s) => Ok(()),
-        SweepParam::Reduce => Err(bad(format!("reduce is atomic or accumulate, not `{s}`"))),
+        SweepParam::Reduce => s.parse::<Strategy>().map(drop).map_err(|e| bad(format!("{e}, not `{s}`"))),
         SweepParam::Broadcast if ["lazy", "eager"].contains(&s) => Ok(()),
         SweepParam::Broadcast => Err(bad(format!("broadcast is lazy or eager, not `{s}`"))),
         SweepParam::Matmul if ["on", "off"].contains(&s) => Ok(()),

@@ -155,7 +155,7 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
         let full = b.shape_of(rhs).into_iter().chain(reduced.iter().copied()).collect::<Vec<_>>();
         let rhs = b.broadcast_to(rhs, &full);
         match schedule.strategy {
-            Strategy::AccumulateThenAtomic => {
+            Strategy::AccumulateThenAtomic | Strategy::Segment(_) => {
                 let mut partial = rhs;
                 // Innermost reduced axis first: the block axis of a
                 // BlockGroupCOO product, so the matmul pass makes the block
@@ -172,14 +172,15 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
                 let acc = b.push(Op::Accumulator, shape.clone(), Scalar::Float);
                 (Some(Accumulate { reduction, partial, shape }), acc, index_mask, owns)
             }
-            Strategy::AtomicPerElement => {
+            Strategy::AtomicPerElement | Strategy::Parallel(_) => {
                 let reduced_masks = b.shape_mask(&reduced);
                 let mask = b.and(index_mask, reduced_masks);
                 (None, rhs, mask, false)
             }
         }
     };
-    let sink = Sink { tensor: out, index, value, mask, reduction, exclusive };
+    let group = sink_group(&b, schedule.strategy, &index, &st.lhs.tensor.name, st.span)?;
+    let sink = Sink { tensor: out, index, value, mask, reduction, exclusive, group };
     let mut kernel = Kernel {
         name: name.to_string(),
         tensors: b.tensors,
@@ -192,6 +193,69 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
     };
     kernel.compact();
     Ok(kernel)
+}
+
+/// The sink group a Sgap strategy asks for, or why the statement cannot
+/// have it (paper 004 §3.3's legality rules, in this IR's terms).
+fn sink_group(
+    b: &Builder,
+    strategy: Strategy,
+    index: &[ValueId],
+    output: &str,
+    span: crate::lang::Span,
+) -> Result<Option<SinkGroup>, Diagnostic> {
+    let (kind, lanes, axis) = match strategy {
+        Strategy::AtomicPerElement | Strategy::AccumulateThenAtomic => return Ok(None),
+        Strategy::Segment(lanes) => {
+            // The scatter axis: one the output's position reaches through
+            // an index tensor (`p` of `C[R[p],n]`), so that neighbours
+            // along it may share a target.
+            let scattered = index
+                .iter()
+                .filter(|&&ix| !matches!(b.values[ix].op, Op::Range(_)))
+                .flat_map(|&ix| b.values[ix].shape.iter().copied())
+                .filter(|&a| b.axes[a].role == AxisRole::Parallel)
+                .max();
+            let Some(axis) = scattered else {
+                return Err(Diagnostic::new(
+                    format!("reduce={strategy} needs elements that may share an output element, but each element of {output} is written by one element of the iteration"),
+                    span,
+                )
+                .with_note("segment reduction groups neighbours along an index read through an index tensor, as `p` in `C[R[p],n]`; use reduce=accumulate"));
+            };
+            (GroupKind::Segment, lanes, axis)
+        }
+        Strategy::Parallel(lanes) => {
+            let reduced = b.axis_ids(AxisRole::Reduced);
+            let Some(&axis) = reduced.last() else {
+                return Err(Diagnostic::new(
+                    format!("reduce={strategy} combines contributions along a reduced index, and this statement has none"),
+                    span,
+                )
+                .with_note("every index of the right-hand side is on the left; use reduce=accumulate"));
+            };
+            let tile = b.axes[axis].tile as u32;
+            (GroupKind::Parallel, lanes.unwrap_or(tile.min(Strategy::MAX_LANES)), axis)
+        }
+    };
+    let a = &b.axes[axis];
+    if !a.tile.is_multiple_of(lanes as usize) {
+        let why = match kind {
+            GroupKind::Segment => "a group would hold elements of two programs",
+            // Paper 004's second rule: parallel reduction has one
+            // write-back lane, so a group cannot span several outputs.
+            GroupKind::Parallel => "its one write-back lane would serve elements of two tiles",
+        };
+        return Err(Diagnostic::new(
+            format!(
+                "reduce={strategy} groups {lanes} elements along `{}`, whose tile is {}: {why}",
+                a.name, a.tile
+            ),
+            span,
+        )
+        .with_note(format!("set tile.{}={lanes} or more, or use a smaller group", a.name)));
+    }
+    Ok(Some(SinkGroup { axis, lanes, kind }))
 }
 
 struct Builder {

@@ -317,6 +317,41 @@ pub struct Sink {
     /// written twice by one sink: a plain read-modify-write is enough.
     /// Otherwise the write is atomic.
     pub exclusive: bool,
+    /// Elements combined before they are written (Sgap's segment group):
+    /// `None` writes every element on its own.
+    pub group: Option<SinkGroup>,
+}
+
+/// A group of `lanes` consecutive elements along `axis` that the sink
+/// combines before writing: on CUDA, lanes of a warp exchanging values by
+/// shuffles; in C, a run in one thread's loop (Sgap, paper 004 §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SinkGroup {
+    pub axis: AxisId,
+    /// A power of two up to 32 that divides the axis's tile.
+    pub lanes: u32,
+    pub kind: GroupKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupKind {
+    /// Elements may have different targets: each run of equal targets in
+    /// the group is reduced and written by its first element (several
+    /// write-back lanes).
+    Segment,
+    /// Every element of the group has the same target (the axis is not in
+    /// the sink's index): the group is reduced and written once (one
+    /// write-back lane).
+    Parallel,
+}
+
+impl GroupKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupKind::Segment => "segment",
+            GroupKind::Parallel => "parallel",
+        }
+    }
 }
 
 impl Sink {
@@ -330,7 +365,8 @@ impl Sink {
     }
 }
 
-/// The reduction strategy for reduced axes (Sgap's menu; more come later).
+/// The reduction strategy (Sgap's menu, paper 004 §3-§4): how the
+/// contributions to one output element meet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Strategy {
     /// Every contribution is its own atomic update; no accumulator.
@@ -338,6 +374,64 @@ pub enum Strategy {
     /// Contributions are reduced in registers over the loop, then written
     /// once per output element of the program (GroupCOO's accumulation).
     AccumulateThenAtomic,
+    /// As [`Strategy::AccumulateThenAtomic`], then groups of this many
+    /// consecutive elements along the scatter axis (`p` of `C[R[p],n]`)
+    /// reduce each run of equal targets and write once per run.
+    Segment(u32),
+    /// As [`Strategy::AtomicPerElement`], with groups of this many elements
+    /// along the innermost reduced axis (`None`: its whole tile, at most
+    /// 32) reduced to one write: they all have the same target.
+    Parallel(Option<u32>),
+}
+
+impl Strategy {
+    /// Group sizes of [`Strategy::Segment`] and [`Strategy::Parallel`]:
+    /// a warp's lanes.
+    pub const MAX_LANES: u32 = 32;
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Strategy::AtomicPerElement => f.write_str("atomic"),
+            Strategy::AccumulateThenAtomic => f.write_str("accumulate"),
+            Strategy::Segment(r) => write!(f, "segment({r})"),
+            Strategy::Parallel(None) => f.write_str("parallel"),
+            Strategy::Parallel(Some(r)) => write!(f, "parallel({r})"),
+        }
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+
+    /// `atomic`, `accumulate`, `segment(R)`, `parallel` or `parallel(R)`,
+    /// R a power of two up to 32.
+    fn from_str(text: &str) -> Result<Self, String> {
+        const SYNTAX: &str =
+            "reduce is atomic, accumulate, segment(R) or parallel(R), R in 1, 2, 4, 8, 16, 32";
+        let lanes = |inner: &str| -> Result<u32, String> {
+            match inner.parse::<u32>() {
+                Ok(r) if r.is_power_of_two() && r <= Strategy::MAX_LANES => Ok(r),
+                _ => Err(format!("`{inner}` is not a group size: {SYNTAX}")),
+            }
+        };
+        let group = |name: &str| text.strip_prefix(name).and_then(|r| r.strip_prefix('(')?.strip_suffix(')'));
+        match text {
+            "atomic" => Ok(Strategy::AtomicPerElement),
+            "accumulate" => Ok(Strategy::AccumulateThenAtomic),
+            "parallel" => Ok(Strategy::Parallel(None)),
+            _ => {
+                if let Some(inner) = group("segment") {
+                    Ok(Strategy::Segment(lanes(inner)?))
+                } else if let Some(inner) = group("parallel") {
+                    Ok(Strategy::Parallel(Some(lanes(inner)?)))
+                } else {
+                    Err(SYNTAX.to_string())
+                }
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

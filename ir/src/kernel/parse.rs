@@ -350,6 +350,25 @@ impl Parser {
         }
     }
 
+    /// An optional `segment(R) over AXIS` or `parallel(R) over AXIS`.
+    fn group(&mut self, line: &mut Line) -> Result<Option<SinkGroup>> {
+        let before = line.pos;
+        let kind = match line.ident("") {
+            Ok(("segment", _)) => GroupKind::Segment,
+            Ok(("parallel", _)) => GroupKind::Parallel,
+            _ => {
+                line.pos = before;
+                return Ok(None);
+            }
+        };
+        line.expect("(")?;
+        let lanes = line.number("a group size")?;
+        line.expect(")")?;
+        keyword(line, "over")?;
+        let axis = self.axis(line)?;
+        Ok(Some(SinkGroup { axis, lanes, kind }))
+    }
+
     fn mask(&mut self, line: &mut Line) -> Result<Option<ValueId>> {
         let before = line.pos;
         match line.ident("") {
@@ -471,7 +490,8 @@ impl Parser {
         Ok(())
     }
 
-    /// `store C[%1, %2] sum= %9 mask %4` (or `atomic ...`)
+    /// `store C[%1, %2] sum= %9 mask %4` (or `atomic ...`), optionally
+    /// ending `segment(8) over p` or `parallel(4) over q`.
     fn sink(&mut self, line: &mut Line, start: usize, exclusive: bool) -> Result<()> {
         if self.sink.is_some() {
             return Err(line.error_at(start, "a second sink"));
@@ -483,8 +503,9 @@ impl Parser {
         line.expect("=")?;
         let value = self.operand(line)?;
         let mask = self.mask(line)?;
+        let group = self.group(line)?;
         line.end()?;
-        self.sink = Some(Sink { tensor, index, value, mask, reduction, exclusive });
+        self.sink = Some(Sink { tensor, index, value, mask, reduction, exclusive, group });
         Ok(())
     }
 }
@@ -548,8 +569,10 @@ mod tests {
         ]
     }
 
-    const SCHEDULES: [&str; 6] = [
+    const SCHEDULES: [&str; 8] = [
         "",
+        "reduce=segment(4)",
+        "reduce=parallel",
         "matmul=off",
         "broadcast=eager matmul=off",
         "broadcast=eager",

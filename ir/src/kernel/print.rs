@@ -128,8 +128,12 @@ impl Kernel {
         let sink = &self.sink;
         let kind = if sink.exclusive { "store" } else { "atomic" };
         let mask = sink.mask.map(|m| format!(" mask {}", name(m))).unwrap_or_default();
+        let group = sink
+            .group
+            .map(|g| format!(" {}({}) over {}", g.kind.name(), g.lanes, self.axis(g.axis).name))
+            .unwrap_or_default();
         format!(
-            "{kind} {}[{}] {}= {}{mask}",
+            "{kind} {}[{}] {}= {}{mask}{group}",
             self.tensor(sink.tensor).name,
             names(&sink.index),
             sink.reduction.name(),

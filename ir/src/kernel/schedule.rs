@@ -168,7 +168,7 @@ pub struct ScheduleError {
 }
 
 pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
-ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate, broadcast=lazy|eager, \
+ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate|segment(R)|parallel(R), broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
 block=N (CUDA)";
 
@@ -211,8 +211,7 @@ impl FromStr for Schedule {
                 ("subsect", "off") => s.subsections = false,
                 ("subsect", _) => return Err(bad("subsect is on or off")),
                 (k, v) if k.starts_with("ws.") => s.ws.set(&k["ws.".len()..], v).map_err(|e| bad(&e))?,
-                ("reduce", "atomic") => s.strategy = Strategy::AtomicPerElement,
-                ("reduce", "accumulate") => s.strategy = Strategy::AccumulateThenAtomic,
+                ("reduce", v) => s.strategy = v.parse().map_err(|e: String| bad(&e))?,
                 ("broadcast", "lazy") => s.broadcasting = Broadcasting::Lazy,
                 ("broadcast", "eager") => s.broadcasting = Broadcasting::Eager,
                 ("matmul", "on") => s.native_matmul = true,
@@ -231,7 +230,6 @@ impl FromStr for Schedule {
                     Ok(n) if n > 0 && n <= 1024 && n % 32 == 0 => s.block = Some(n),
                     _ => return Err(bad("block is a multiple of 32 up to 1024 (threads per CUDA block)")),
                 },
-                ("reduce", _) => return Err(bad("reduce is atomic or accumulate")),
                 ("broadcast", _) => return Err(bad("broadcast is lazy or eager")),
                 ("matmul", _) => return Err(bad("matmul is on or off")),
                 _ => return Err(bad(&format!("unknown key ({SCHEDULE_SYNTAX})"))),
@@ -246,10 +244,7 @@ impl fmt::Display for Schedule {
         for (index, n) in &self.tiles {
             write!(f, "tile.{index}={n} ")?;
         }
-        let reduce = match self.strategy {
-            Strategy::AtomicPerElement => "atomic",
-            Strategy::AccumulateThenAtomic => "accumulate",
-        };
+        let reduce = self.strategy;
         let broadcast = match self.broadcasting {
             Broadcasting::Lazy => "lazy",
             Broadcasting::Eager => "eager",
@@ -328,6 +323,10 @@ mod tests {
 
     #[test]
     fn schedules_print_and_parse() {
+        for reduce in ["atomic", "accumulate", "segment(1)", "segment(8)", "parallel", "parallel(32)"] {
+            let s: Schedule = format!("reduce={reduce}").parse().unwrap();
+            assert_eq!(s.to_string(), format!("reduce={reduce} broadcast=lazy matmul=on"));
+        }
         let s: Schedule = "tile.p=16, tile.n=64 reduce=atomic broadcast=eager matmul=off".parse().unwrap();
         assert_eq!(s.tiles["n"], 64);
         assert_eq!(s.strategy, Strategy::AtomicPerElement);
@@ -368,8 +367,10 @@ mod tests {
         );
         assert_eq!(
             err("reduce=segment"),
-            "invalid schedule item `reduce=segment`: reduce is atomic or accumulate"
+            "invalid schedule item `reduce=segment`: reduce is atomic, accumulate, segment(R) or parallel(R), R in 1, 2, 4, 8, 16, 32"
         );
+        assert!(err("reduce=segment(3)").contains("`3` is not a group size"));
+        assert!(err("reduce=parallel(64)").contains("`64` is not a group size"));
         assert!(err("warps=4").starts_with("invalid schedule item `warps=4`: unknown key"));
         assert!(err("tile.n").contains("expected key=value"));
         assert_eq!(

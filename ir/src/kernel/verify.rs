@@ -63,7 +63,10 @@ impl Kernel {
     ///   and does not read the accumulator, and the fold's reduction is the
     ///   sink's.
     /// - The sink writes the output tensor with one `int` index tile per
-    ///   dimension and a `bool` mask.
+    ///   dimension and a `bool` mask. A group runs along an axis of the
+    ///   sink's elements, its lanes a power of two up to 32 that divides
+    ///   the axis's tile; a parallel group's axis is in no index tile (all
+    ///   its lanes write one element).
     pub fn verify(&self) -> Result<(), VerifyError> {
         self.verify_tables()?;
         self.verify_body()?;
@@ -402,6 +405,35 @@ impl Kernel {
         {
             return fail(at, format!("mask {m} is {}, expected bool", self.value(m).scalar.name()));
         }
+        if let Some(g) = sink.group {
+            if !self.axes.is_valid(g.axis) {
+                return fail(at, format!("groups along {}, which is not an axis", g.axis));
+            }
+            let axis = self.axis(g.axis);
+            if !sink.operands().any(|o| self.value(o).shape.contains(&g.axis)) {
+                return fail(
+                    at,
+                    format!("groups along `{}`, which its elements do not vary over", axis.name),
+                );
+            }
+            if !g.lanes.is_power_of_two()
+                || g.lanes > Strategy::MAX_LANES
+                || !axis.tile.is_multiple_of(g.lanes as usize)
+            {
+                return fail(
+                    at,
+                    format!("groups {} lanes along `{}`, whose tile is {}", g.lanes, axis.name, axis.tile),
+                );
+            }
+            if g.kind == GroupKind::Parallel
+                && sink.index.iter().any(|&ix| self.value(ix).shape.contains(&g.axis))
+            {
+                return fail(
+                    at,
+                    format!("reduces `{}` in parallel, but the target varies over it", axis.name),
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -548,6 +580,25 @@ kernel k(y: f32[8] out, A: f32[8,4], I: i32[4])
         );
         let dot = "%4 = dot %3, %0 over r : [i] float";
         fires(broken("%4 = reduce.sum %3 over r : [i] float", dot), "%4", "%0 does not vary over `r`");
+    }
+
+    #[test]
+    fn sink_groups() {
+        let grouped = |group: &str| kernel(&VALID.replace("sum= %5\n", &format!("sum= %5 {group}\n")));
+        assert_eq!(grouped("segment(8) over i").verify(), Ok(()));
+        assert_eq!(grouped("segment(2) over i").verify(), Ok(()));
+        fires(
+            grouped("segment(16) over i").verify().unwrap_err(),
+            "sink",
+            "16 lanes along `i`, whose tile is 8",
+        );
+        fires(grouped("segment(3) over i").verify().unwrap_err(), "sink", "3 lanes");
+        fires(
+            grouped("segment(4) over r").verify().unwrap_err(),
+            "sink",
+            "which its elements do not vary over",
+        );
+        fires(grouped("parallel(4) over i").verify().unwrap_err(), "sink", "the target varies over it");
     }
 
     #[test]

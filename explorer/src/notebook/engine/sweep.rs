@@ -104,12 +104,9 @@ impl Run<'_> {
         let mut schedule: Schedule = base.parse().unwrap_or_default();
         for (sweep, value) in program.sweeps.iter().zip(&point.values) {
             match &sweep.param.value {
+                // Checked when the cell was parsed.
                 SweepParam::Reduce => {
-                    schedule.strategy = if value == "atomic" {
-                        Strategy::AtomicPerElement
-                    } else {
-                        Strategy::AccumulateThenAtomic
-                    }
+                    schedule.strategy = value.parse().unwrap_or(Strategy::AccumulateThenAtomic)
                 }
                 SweepParam::Broadcast => {
                     schedule.broadcasting =
