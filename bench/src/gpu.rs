@@ -16,10 +16,11 @@
 //!
 //! Our kernels compile, run and are timed through the driver's
 //! `CudaBackend`: CUDA events, warm-up launches, then the median of
-//! `repeats`; outputs are reset before each launch outside the timed region,
-//! then L2 is flushed (until 2026-11-25 it was not, so the output the reset
-//! had just written sat in L2 for our launches only), and inputs that fit in
-//! L2 are rotated. cuSPARSE and cuBLAS are timed the same way by
+//! `repeats`; L2 is flushed before each launch (until 2026-11-25 it was not,
+//! so the output the reset had just written sat in L2 for our launches
+//! only), our output (zeros) is zeroed inside the timed region since the
+//! kernel sums into it, as the baselines' `beta = 0` writes C in theirs, and
+//! inputs that fit in L2 are rotated. cuSPARSE and cuBLAS are timed the same way by
 //! `spindle_cuda::baseline`, with the same flush. Our GroupCOO schedule is autotuned
 //! over a small tile space at g = auto (cached per kernel, shape and device
 //! in `autotune.json` of the CUDA cache folder) and reused for the other g.
@@ -37,7 +38,10 @@
 //!
 //! Compulsory traffic over time, as a fraction of a device-to-device copy
 //! measured in the same run (read + write counted): A's format arrays once,
-//! B once, C read and written once.
+//! B once, C read and written once. Each row also carries the roofline
+//! model ([`crate::roofline`]): bytes, flops and the time bound on H100 and
+//! H200, and each time as a fraction of the bound on the device it ran on;
+//! without a GPU the suites print the bounds before saying they need one.
 
 use anyhow::{Context, Result, anyhow, bail};
 use ndarray::{Array2, ArrayD};
@@ -50,6 +54,7 @@ use spindle_formats::generate::GeneratorSpec;
 use spindle_formats::stats::GroupAnalysis;
 use spindle_formats::{Bcsr, Compressed, Coo, DType};
 
+use crate::roofline::Roofline;
 use crate::{Machine, machine, rel_error, wanted};
 
 pub const STATEMENT: &str = "C[m,n] += A[m,k] * B[k,n]";
@@ -168,6 +173,8 @@ pub struct GpuBaseline {
     pub max_rel_error: Option<f64>,
     pub gbs: Option<f64>,
     pub fraction_of_copy: Option<f64>,
+    /// The roofline bound on this device over the time (1: at the bound).
+    pub fraction_of_bound: Option<f64>,
     pub error: Option<String>,
 }
 
@@ -200,6 +207,8 @@ pub struct GpuSpmmRow {
     pub n: usize,
     pub g_auto: usize,
     pub g_star: f64,
+    /// Compulsory traffic, flops and the time bound on H100 and H200.
+    pub roofline: Option<Roofline>,
     pub cusparse_csr: GpuBaseline,
     /// The tiles autotuning chose at g = auto (empty: the defaults).
     pub tuned_tiles: String,
@@ -234,6 +243,8 @@ pub struct GpuVariant {
     pub speedup_vs_cusparse_csr: Option<f64>,
     pub gbs: Option<f64>,
     pub fraction_of_copy: Option<f64>,
+    /// The roofline bound on this device over the time (1: at the bound).
+    pub fraction_of_bound: Option<f64>,
     pub f_of_g: Option<u64>,
     pub launch: Option<Launch>,
     pub skipped: Option<String>,
@@ -290,6 +301,10 @@ pub struct BsrRow {
     pub cublas_dense: Option<GpuBaseline>,
     pub speedup_vs_cusparse_bsr: Option<f64>,
     pub speedup_vs_cublas: Option<f64>,
+    /// Compulsory traffic, flops and the time bound on H100 and H200.
+    pub roofline: Option<Roofline>,
+    /// The bound on this device over our time (1: at the bound).
+    pub fraction_of_bound: Option<f64>,
     /// Spindle as a user gets it (CSR, autotuned by the driver).
     pub user: Option<GpuRowTime>,
     pub error: Option<String>,
@@ -399,6 +414,11 @@ pub fn print(prepared: &Prepared, schedule: &str) -> Result<spindle_cuda::CudaKe
     Ok(spindle_cuda::print::print_kernel(&kernel, spindle::backend::SYMBOL, &(&parsed).into())?)
 }
 
+/// The BSR suite's roofline with this many stored blocks (f16).
+fn bsr_model(blocks: usize) -> Roofline {
+    Roofline::bsr(BSR_SIZE, BSR_SIZE, BSR_N, blocks, (BSR_BLOCK, BSR_BLOCK), 2)
+}
+
 /// A number for JSON: NaN and infinities become null.
 fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
@@ -471,22 +491,6 @@ fn as_a_user_gets_it(
 /// The SpMM suite on the GPU. Failed checks are in the report's
 /// `failures`; the caller prints the report, then fails.
 pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<GpuSpmmReport> {
-    let backend = open()?;
-    let gpu = backend.gpu();
-    let info = gpu.info().clone();
-    progress(&format!(
-        "GPU: {} ({}), {} SMs, L2 {} MiB",
-        info.name,
-        gpu.arch(),
-        info.multiprocessors,
-        info.l2_bytes >> 20
-    ));
-    let copy_gbs = gpu.copy_bandwidth(1 << 30)?;
-    progress(&format!("device copy: {copy_gbs:.0} GB/s (read + write)"));
-    let timing = TimingOptions { warmup: 3, repeats: opts.repeats.max(1) };
-    let cuda_timing = spindle_cuda::runtime::TimingOptions { warmup: 3, repeats: opts.repeats.max(1) };
-    let mut cache = TuneCache::load(&TuneCache::default_path(Target::Cuda));
-
     let mut inputs: Vec<(String, Coo<f64, i64>)> = Vec::new();
     for path in spindle_formats::data::shared_matrices() {
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -506,6 +510,37 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
         bail!("no matrix matches --matrix {}", opts.matrices.join(", "));
     }
 
+    let backend = match open() {
+        Ok(backend) => backend,
+        Err(e) => {
+            // What the model predicts the kernels cannot beat.
+            progress("no GPU: the traffic and roofline model's bounds instead (see bench/src/roofline.rs)");
+            for &precision in &opts.precisions {
+                let dtype = dtype_of(precision);
+                for (name, coo) in &inputs {
+                    let (m, k, nnz) = (coo.shape[0], coo.shape[1], coo.nnz());
+                    let model = Roofline::spmm(m, k, SPMM_N, nnz, dtype.size_bytes());
+                    progress(&format!("  {name} {}: {}", dtype.name(), model.describe()));
+                }
+            }
+            return Err(e);
+        }
+    };
+    let gpu = backend.gpu();
+    let info = gpu.info().clone();
+    progress(&format!(
+        "GPU: {} ({}), {} SMs, L2 {} MiB",
+        info.name,
+        gpu.arch(),
+        info.multiprocessors,
+        info.l2_bytes >> 20
+    ));
+    let copy_gbs = gpu.copy_bandwidth(1 << 30)?;
+    progress(&format!("device copy: {copy_gbs:.0} GB/s (read + write)"));
+    let timing = TimingOptions { warmup: 3, repeats: opts.repeats.max(1) };
+    let cuda_timing = spindle_cuda::runtime::TimingOptions { warmup: 3, repeats: opts.repeats.max(1) };
+    let mut cache = TuneCache::load(&TuneCache::default_path(Target::Cuda));
+
     let mut results = Vec::new();
     let mut failures = Vec::new();
     for &precision in &opts.precisions {
@@ -520,6 +555,8 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
             let csr = csr_host(&a, precision)?;
             let want = csr_reference(&csr, &b, SPMM_N, 0..m);
             let dense_bytes = elem * (k * SPMM_N + 2 * m * SPMM_N);
+            let model = Roofline::spmm(m, k, SPMM_N, nnz, elem);
+            progress(&format!("  model: {}", model.describe()));
 
             // A failing baseline is reported; our kernels still run.
             let mut cusparse = GpuBaseline::default();
@@ -533,6 +570,7 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
                         max_rel_error: finite(err),
                         gbs: finite(gbs),
                         fraction_of_copy: finite(frac),
+                        fraction_of_bound: model.fraction(&info.name, Some(run.timing.median_ms)),
                         error: None,
                     };
                     if err.is_nan() || err > tolerance(precision) {
@@ -627,6 +665,7 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
                             speedup_vs_cusparse_csr: finite(cusparse_ms / t.median_ms),
                             gbs: Some(gbs),
                             fraction_of_copy: Some(frac),
+                            fraction_of_bound: model.fraction(&info.name, Some(t.median_ms)),
                             f_of_g: analysis.f_of_g.get(&g).copied(),
                             launch: Some(launch),
                             ..Default::default()
@@ -670,7 +709,12 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
             // The row's numbers as they come: a run cut short by a time
             // limit (the lent GPU machines allow 10 minutes a command) still
             // leaves them in its log.
-            let ms = |t: Option<f64>| t.map_or("n/a".to_string(), |t| format!("{t:.4} ms"));
+            let ms = |t: Option<f64>| {
+                t.map_or("n/a".to_string(), |t| match model.fraction(&info.name, Some(t)) {
+                    Some(f) => format!("{t:.4} ms ({:.0}% of bound)", f * 100.0),
+                    None => format!("{t:.4} ms"),
+                })
+            };
             let auto_ms = variants.iter().find(|v| v.auto == Some(true)).and_then(|v| v.median_ms);
             progress(&format!(
                 "  cuSPARSE {}, ours g={g_auto} {}, best {}, user csr {}",
@@ -688,6 +732,7 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
                 n: SPMM_N,
                 g_auto,
                 g_star: analysis.g_star,
+                roofline: Some(model),
                 cusparse_csr: cusparse,
                 tuned_tiles,
                 best,
@@ -706,7 +751,7 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
         machine: machine(),
         copy_gbs,
         repeats: timing.repeats,
-        timing: "CUDA events, median after 3 warm-ups; L2 flushed before each launch (ours after the output reset, as for the baselines); inputs rotated when they fit in L2".into(),
+        timing: "CUDA events, median after 3 warm-ups; L2 flushed before each launch, as for the baselines; our output zeroed inside the timed region; inputs rotated when they fit in L2".into(),
         bandwidth_model:
             "A's format arrays + B once + C read and written once, over the device copy bandwidth".into(),
         results,
@@ -718,7 +763,19 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
 
 /// The BSR suite on the GPU. Failed checks are in the report's `failures`.
 pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrReport> {
-    let backend = open()?;
+    let backend = match open() {
+        Ok(backend) => backend,
+        Err(e) => {
+            progress("no GPU: the traffic and roofline model's bounds instead (see bench/src/roofline.rs)");
+            let block_rows = BSR_SIZE / BSR_BLOCK;
+            for &sparsity in BSR_SPARSITIES {
+                let blocks = ((1.0 - sparsity) * (block_rows * block_rows) as f64).round() as usize;
+                let model = bsr_model(blocks);
+                progress(&format!("  sparsity {:.0}%: {}", sparsity * 100.0, model.describe()));
+            }
+            return Err(e);
+        }
+    };
     let gpu = backend.gpu();
     let info = gpu.info().clone();
     progress(&format!("GPU: {} ({})", info.name, gpu.arch()));
@@ -833,6 +890,8 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
             ));
         }
         let dense_bytes = 2 * (BSR_SIZE * BSR_N + 2 * BSR_SIZE * BSR_N);
+        let model = bsr_model(bcsr.crd.len());
+        progress(&format!("  model: {}", model.describe()));
         let row = match ours {
             Ok(((out, t, launch), a_bytes, dots)) => {
                 let ms = t.median_ms;
@@ -858,6 +917,8 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
                     }),
                     speedup_vs_cusparse_bsr: cusparse.median_ms.map(|c| c / ms),
                     speedup_vs_cublas: cublas.median_ms.map(|c| c / ms),
+                    fraction_of_bound: model.fraction(&info.name, Some(ms)),
+                    roofline: Some(model),
                     cusparse_bsr: Some(cusparse),
                     cublas_dense: Some(cublas),
                     user: Some(user),
@@ -866,7 +927,13 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
             }
             Err(e) => {
                 failures.push(format!("sparsity {sparsity}: {e:#}"));
-                BsrRow { sparsity, user: Some(user), error: Some(format!("{e:#}")), ..Default::default() }
+                BsrRow {
+                    sparsity,
+                    user: Some(user),
+                    roofline: Some(model),
+                    error: Some(format!("{e:#}")),
+                    ..Default::default()
+                }
             }
         };
         results.push(row);
@@ -965,10 +1032,18 @@ mod tests {
             precisions: vec![Precision::F32],
             autotune: false,
         };
-        let err = format!("{:#}", spmm(&opts, &mut |_| {}).unwrap_err());
+        let mut said = Vec::new();
+        let err = format!("{:#}", spmm(&opts, &mut |l| said.push(l.to_string())).unwrap_err());
         assert!(err.contains("need an NVIDIA GPU") && err.contains("no CUDA driver"), "{err}");
-        let err = format!("{:#}", bsr(&BsrOptions { repeats: 1, autotune: false }, &mut |_| {}).unwrap_err());
+        // The model's predictions instead.
+        assert!(said.iter().any(|l| l.contains("karate f32") && l.contains("µs on H100")), "{said:?}");
+        said.clear();
+        let err = format!(
+            "{:#}",
+            bsr(&BsrOptions { repeats: 1, autotune: false }, &mut |l| said.push(l.to_string())).unwrap_err()
+        );
         assert!(err.contains("need an NVIDIA GPU"), "{err}");
+        assert!(said.iter().any(|l| l.contains("sparsity 90%") && l.contains("Tensor Cores")), "{said:?}");
     }
 
     #[test]

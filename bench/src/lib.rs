@@ -31,6 +31,7 @@ pub mod formats;
 pub mod gpu;
 pub mod python;
 pub mod react;
+pub mod roofline;
 pub mod rows;
 pub mod spgemm;
 pub mod spmm;
