@@ -34,28 +34,8 @@ impl Printer<'_> {
             self.decode(inner, &order);
             inner
         };
-        let t = self.k.tensor(s.tensor);
-        let name = &self.names.tensors[s.tensor];
         let address = self.address(s.tensor, &s.index);
-        let target = format!("{name}[{address}]");
-        let value = self.elem(s.value);
-        let update = if s.exclusive {
-            let current = self.d.load(t.dtype, name, &address);
-            let sfx = self.d.math_suffix();
-            let combined = match s.reduction {
-                Reduction::Sum => format!("{current} + {value}"),
-                Reduction::Max => format!("fmax{sfx}({current}, {value})"),
-                Reduction::Min => format!("fmin{sfx}({current}, {value})"),
-            };
-            format!("{target} = {};", self.d.store_as(t.dtype, &combined))
-        } else {
-            let v = self.d.store_as(t.dtype, &value);
-            match s.reduction {
-                Reduction::Sum => format!("atomicAdd(&{target}, {v});"),
-                Reduction::Max => format!("spindle_atomic_max(&{target}, {v});"),
-                Reduction::Min => format!("spindle_atomic_min(&{target}, {v});"),
-            }
-        };
+        let update = self.update(&address, &self.elem(s.value));
         let text = match s.mask {
             Some(m) => format!("if ({}) {update}", self.elem(m)),
             None => update,
