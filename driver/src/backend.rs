@@ -20,7 +20,7 @@ use spindle_ir::formats::Assembled;
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::Schedule;
 use spindle_ir::level::{LevelKernel, Lowered};
-use spindle_ir::tensor::Tensors;
+use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::error::{Error, Result};
 use crate::target::Target;
@@ -432,6 +432,26 @@ fn with_arrays<'a>(data: &'a Tensors, arrays: &Tensors) -> Cow<'a, Tensors> {
     Cow::Owned(all)
 }
 
+/// The index tensor a printed kernel needs in order (the warp walk's rows,
+/// [`CudaKernel::sorted`]) is nondecreasing in `data`.
+fn check_sorted(printed: &CudaKernel, data: &Tensors) -> Result<()> {
+    let Some(name) = &printed.sorted else { return Ok(()) };
+    let Some(TensorValue::Indices(rows)) = data.get(name) else {
+        return Err(Error::input(format!("no index data for {name}")));
+    };
+    let rows: Vec<i64> = rows.iter().copied().collect();
+    match rows.windows(2).position(|w| w[1] < w[0]) {
+        None => Ok(()),
+        Some(i) => Err(Error::input(format!(
+            "map=walk needs {name} in nondecreasing order, but {name}[{}] = {} follows {name}[{i}] = {}; \
+             the formats Spindle builds keep it so; use map=tiles for other data",
+            i + 1,
+            rows[i + 1],
+            rows[i]
+        ))),
+    }
+}
+
 /// Whether the data hold the output's initial values.
 fn has_output(kernel: &dyn DeviceArgs, data: &Tensors) -> bool {
     kernel.device_params().iter().any(|t| t.output && data.contains_key(&t.name))
@@ -457,6 +477,7 @@ impl Executable for CudaExecutable {
     }
 
     fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>> {
+        check_sorted(&self.printed, data)?;
         let data = with_arrays(data, &self.arrays);
         let buffers = self.gpu.upload(self.kernel.as_ref(), &data)?;
         Ok(Box::new(CudaUploaded { exe: self, data, buffers }))
@@ -574,6 +595,7 @@ impl Executable for EmulateExecutable {
         let data = match &self.kernel {
             Emulated::Tiles(kernel) => {
                 kernel.check_indices(data).map_err(Error::Input)?;
+                check_sorted(&self.printed, data)?;
                 Cow::Borrowed(data)
             }
             Emulated::Levels(_, arrays) => with_arrays(data, arrays),

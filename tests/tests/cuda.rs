@@ -203,3 +203,127 @@ fn every_corpus_entry_computes_its_reference_on_the_emulated_gpu() {
     });
     assert!(tensor_core_runs.into_inner() > 0, "no corpus run used Tensor Cores");
 }
+
+/// GroupCOO (and COO) SpMM of `dtype` with `n` columns, prepared by the
+/// driver: a power-law matrix, so rows are long and short and some empty.
+fn walk_problem(format: &str, dtype: DType, n: usize) -> spindle::Prepared {
+    use spindle::{ElemType, Input};
+    let spec: spindle_formats::generate::GeneratorSpec =
+        "powerlaw:rows=160,cols=96,nnz=1400,seed=4".parse().unwrap();
+    let coo = spec.generate::<f64, i64>().unwrap().canonicalize();
+    let values = ElemType::Value(dtype);
+    let b = ndarray::Array2::from_shape_fn((96, n), |(i, j)| ((i * 7 + j * 3) % 11) as f64 / 11.0 - 0.4);
+    spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", Input::from(coo).with_dtype(values))
+        .tensor("B", Input::from(b).with_dtype(values))
+        .tensor("C", Input::shape(&[160, n], values))
+        .format("A", format)
+        .prepare()
+        .unwrap_or_else(|e| panic!("{format}: {}", e.render(false)))
+}
+
+/// The warp walk (`map=walk`) on GroupCOO and COO SpMM: on the emulated
+/// GPU against the reference evaluator (runs of 1 to 16 groups, so runs
+/// end inside rows and rows span runs; `n` ragged against the lanes' 16-byte
+/// vectors; f16 and bf16 summed in the f32 copy); unsorted rows are refused.
+#[test]
+fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
+    let test = "the_warp_walk_computes_spmm_on_the_emulated_gpu";
+    if let Err(e @ EmulateError::CompilerMissing { .. }) = emulate::compiler() {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {e}");
+        return;
+    }
+    let backend = spindle::EmulateBackend::from_env();
+    let cases = [
+        ("groupcoo:dim=0,g=4", DType::F32, 64, 4),
+        ("groupcoo:dim=0,g=1", DType::F32, 13, 1),
+        ("groupcoo:dim=0,g=8", DType::F16, 128, 16),
+        ("groupcoo:dim=0,g=32", DType::F32, 40, 2),
+        ("groupcoo:dim=0,g=16", DType::Bf16, 24, 8),
+        ("coo", DType::F16, 64, 16),
+        ("coo", DType::F64, 6, 4),
+    ];
+    for (format, dtype, n, run) in cases {
+        let what = format!("{format} {} n={n} tile.p={run}", dtype.name());
+        let prepared = walk_problem(format, dtype, n);
+        let schedule: Schedule = format!("map=walk tile.p={run}").parse().unwrap();
+        let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(compiled.source().contains("warp-walk mapping"), "{what}: not the walk");
+        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
+    }
+    // Rows out of order (an indirect statement's own data) are refused
+    // before the kernel runs: its interior rows would race.
+    let rows = ndarray::Array1::from(vec![0i64, 2, 1, 3]);
+    let unsorted = spindle::Problem::new("C[R[p],n] += V[p] * B[K[p],n]")
+        .tensor("R", spindle::Input::indices(rows))
+        .tensor("K", spindle::Input::indices(ndarray::Array1::from(vec![0i64, 1, 2, 3])))
+        .tensor("V", spindle::Input::random(&[4], DType::F32, 1))
+        .tensor("B", spindle::Input::random(&[4, 8], DType::F32, 2))
+        .tensor("C", spindle::Input::shape(&[4, 8], spindle::ElemType::Value(DType::F32)))
+        .prepare()
+        .unwrap_or_else(|e| panic!("{}", e.render(false)));
+    let compiled = unsorted.compile(&backend, &"map=walk".parse().unwrap()).unwrap();
+    let err = compiled.run().unwrap_err().to_string();
+    assert!(err.contains("map=walk needs R in nondecreasing order, but R[2] = 1 follows R[1] = 2"), "{err}");
+
+    // A statement the walk does not print: refused with the reason.
+    use spindle_ir::lang::{check, declarations, parse};
+    let decls = declarations(&[("y", &[10], "f32"), ("A", &[10, 12], "f32"), ("x", &[12], "f32")]);
+    let spmv = check(&parse("y[i] += A[i,k] * x[k]").unwrap(), &decls).unwrap();
+    let kernel = lower(&spmv, &Schedule::default(), SYMBOL).unwrap();
+    let walk = PrintOptions { walk: true, ..PrintOptions::default() };
+    let err = print_kernel(&kernel, SYMBOL, &walk).unwrap_err().to_string();
+    assert!(err.contains("the output is not a matrix C[R[p],n]") && err.contains("use map=tiles"), "{err}");
+}
+
+/// The warp walk in machine code, for sm_80 and sm_90: no spills, B read in
+/// 16-byte loads (`LDG.E.128`), interior rows written with 16-byte stores,
+/// and no atomic (`RED`/`ATOM`) inside any loop: the run's rows are summed
+/// in registers and only its first and last rows are written atomically.
+#[test]
+fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
+    let test = "the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops";
+    if !toolchain_available(test) {
+        return;
+    }
+    let toolchain = nvrtc::Toolchain::locate().unwrap();
+    for (format, dtype) in
+        [("groupcoo:dim=0,g=8", DType::F32), ("groupcoo:dim=0,g=4", DType::F16), ("coo", DType::F32)]
+    {
+        let prepared = walk_problem(format, dtype, 128);
+        let schedule: Schedule = "map=walk tile.p=16".parse().unwrap();
+        let kernel = prepared.lower(&schedule).unwrap();
+        let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let what = format!("{format} {} for {arch}", dtype.name());
+            let compiled = nvrtc::compile(&printed.source, "walk", arch, &CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
+            assert!(!r.spills() && r.stack_bytes == 0, "{what}: {r:?}");
+            let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let listing = || {
+                sass.instructions
+                    .iter()
+                    .map(|i| format!("{:04x} {}", i.offset, i.text))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            assert!(sass.with_opcode("LDG.E.128").count() >= 1, "{what}: no 16-byte loads\n{}", listing());
+            assert!(sass.with_opcode("STG.E.128").count() >= 1, "{what}: no 16-byte stores\n{}", listing());
+            let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
+            assert!(!atomics.is_empty(), "{what}: the run's boundary rows need atomics\n{}", listing());
+            assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing());
+            for a in atomics {
+                assert!(
+                    !sass.in_loop(a),
+                    "{what}: {} at {:#x} is inside a loop\n{}",
+                    a.text,
+                    a.offset,
+                    listing()
+                );
+            }
+        }
+    }
+}

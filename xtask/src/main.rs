@@ -1,6 +1,7 @@
 //! Project chores, run as `cargo xtask <command>` (see the alias in `.cargo/config.toml`).
 //!
-//! - `setup-cuda`: install the CUDA compile toolchain (NVRTC, cudart, CUDA headers) from
+//! - `setup-cuda`: install the CUDA compile toolchain (NVRTC, cudart, CUDA headers, cuobjdump
+//!   and nvdisasm) from
 //!   PyPI wheels into `target/cuda-toolchain`, which the project owns.
 //! - `test [args]`: `setup-cuda`, then `cargo test --workspace [args]` with the toolchain
 //!   on the environment. This is the README's test command and what CI runs.
@@ -17,9 +18,16 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 /// The wheels of the CUDA compile toolchain. 13.0.x matches the GPUs' 13.0 driver: NVRTC
-/// output newer than the driver would not load.
-const WHEELS: [&str; 3] =
-    ["nvidia-cuda-nvrtc==13.0.*", "nvidia-cuda-runtime==13.0.*", "nvidia-cuda-crt==13.0.*"];
+/// output newer than the driver would not load. `cuobjdump` (and the `nvdisasm` it runs
+/// for `-sass`) only read CUBINs, so their version need not match; PyPI has none older
+/// than 13.2.
+const WHEELS: [&str; 5] = [
+    "nvidia-cuda-nvrtc==13.0.*",
+    "nvidia-cuda-runtime==13.0.*",
+    "nvidia-cuda-crt==13.0.*",
+    "nvidia-cuda-cuobjdump==13.2.*",
+    "nvidia-cuda-nvdisasm==13.2.*",
+];
 
 /// Bump when the layout of the install changes, so old installs are redone.
 const STAMP_FORMAT: &str = "spindle cuda-toolchain v1";
@@ -30,7 +38,9 @@ const CUDA_SUBDIR: &str = "nvidia/cu13";
 
 /// Files that must exist for the toolchain to be usable, relative to [`CUDA_SUBDIR`].
 /// libnvrtc opens libnvrtc-builtins by name; `mma.h` comes from the crt wheel.
-const KEY_FILES: [&str; 5] = [
+const KEY_FILES: [&str; 7] = [
+    "bin/cuobjdump",
+    "bin/nvdisasm",
     "lib/libnvrtc.so.13",
     "lib/libnvrtc-builtins.so.13.0",
     "include/cuda_fp16.h",

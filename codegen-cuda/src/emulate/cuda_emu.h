@@ -91,6 +91,12 @@ template <class T> inline T __shfl_xor_sync(unsigned, T v, unsigned lane_mask, i
     return src >= start && src < start + width ? (int)src : -1;
   });
 }
+template <class T> inline T __shfl_sync(unsigned, T v, int src_lane, int width = 32) {
+  return emu::shuffle(v, [&](unsigned lane) {
+    const unsigned start = lane & ~(unsigned)(width - 1);
+    return (int)(start + ((unsigned)src_lane % (unsigned)width));
+  });
+}
 // The lanes of `mask` whose predicate holds.
 inline unsigned __ballot_sync(unsigned mask, int pred) {
   unsigned bits = 0;
@@ -102,6 +108,11 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
 }
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+// 16 bytes moved as one (LDG.E.128 / STG.E.128 on a GPU).
+struct __attribute__((aligned(16))) uint4 {
+  unsigned x, y, z, w;
+};
 
 // Half types.
 typedef _Float16 __half;

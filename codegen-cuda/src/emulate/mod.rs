@@ -262,7 +262,8 @@ fn run_with(
     std::fs::write(&source, program)?;
     let exe = dir.0.join("kernel");
     let mut cmd = Command::new(&cxx);
-    cmd.args(["-std=c++20", "-O1", "-g", "-pthread", "-w"]);
+    // Kernels move 16-byte vectors through `uint4` casts of other types.
+    cmd.args(["-std=c++20", "-O1", "-g", "-pthread", "-w", "-fno-strict-aliasing"]);
     match opts.sanitizer {
         Sanitizer::None => {}
         Sanitizer::Address => {

@@ -64,6 +64,7 @@ pub use spindle_c::namer;
 mod plan;
 mod program;
 mod sink;
+mod walk;
 mod wide;
 pub use wide::{ROUND_BLOCK, RoundKernel, device_kernel, widened_output};
 
@@ -95,18 +96,25 @@ pub struct PrintOptions {
     /// Threads per block (a multiple of 32, at most 1024); by default the
     /// largest tile's element count, 32 to 256.
     pub threads: Option<u32>,
+    /// The warp-walk mapping (`map=walk`, `walk.rs`) instead of tiles.
+    pub walk: bool,
 }
 
 impl Default for PrintOptions {
     fn default() -> Self {
-        PrintOptions { tensor_cores: true, tf32: false, threads: None }
+        PrintOptions { tensor_cores: true, tf32: false, threads: None, walk: false }
     }
 }
 
 impl From<&Schedule> for PrintOptions {
-    /// The schedule's CUDA items (`tensorcores=`, `tf32=`, `block=`).
+    /// The schedule's CUDA items (`tensorcores=`, `tf32=`, `block=`, `map=`).
     fn from(s: &Schedule) -> PrintOptions {
-        PrintOptions { tensor_cores: s.tensor_cores, tf32: s.tf32, threads: s.block }
+        PrintOptions {
+            tensor_cores: s.tensor_cores,
+            tf32: s.tf32,
+            threads: s.block,
+            walk: s.map == spindle_ir::kernel::schedule::Mapping::Walk,
+        }
     }
 }
 
@@ -157,6 +165,9 @@ pub struct CudaKernel {
     /// into an f32 buffer (its output parameter is `float *`) and this
     /// kernel, in the same source, rounds it into the output ([`wide`]).
     pub round: Option<RoundKernel>,
+    /// The index tensor whose values the kernel needs in nondecreasing
+    /// order (the warp-walk mapping's rows): the caller checks the data.
+    pub sorted: Option<String>,
 }
 
 /// A kernel the printer cannot express.
@@ -180,6 +191,11 @@ pub enum PrintError {
     Grid { kernel: String, programs: u64 },
     #[error("{threads} threads per block: use a multiple of 32 up to 1024")]
     Threads { threads: u32 },
+    #[error(
+        "cannot print kernel `{kernel}` with map=walk: {reason} (the warp walk prints C[R[p],n] += V[p,q] * \
+         B[K[p,q],n], GroupCOO and COO SpMM; use map=tiles)"
+    )]
+    Walk { kernel: String, reason: String },
     #[error("cannot print level kernel `{kernel}` as CUDA: {reason}")]
     Levels { kernel: String, reason: String },
 }
@@ -207,7 +223,11 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
         return Err(PrintError::Threads { threads: t });
     }
     let device = device_kernel(kernel);
-    let mut printed = Printer::new(&device, opts).print(symbol)?;
+    let mut printed = if opts.walk {
+        walk::print(&device, symbol, opts)?
+    } else {
+        Printer::new(&device, opts).print(symbol)?
+    };
     if let Some((round, source)) = wide::round_kernel(kernel, symbol) {
         printed.source.push_str(&source);
         printed.round = Some(round);

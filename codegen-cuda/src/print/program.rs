@@ -115,7 +115,14 @@ impl Printer<'_> {
         }
         self.program(1);
         self.line(0, "}");
-        Ok(CudaKernel { symbol: symbol.to_string(), source: self.out, launch, dots, round: None })
+        Ok(CudaKernel {
+            symbol: symbol.to_string(),
+            source: self.out,
+            launch,
+            dots,
+            round: None,
+            sorted: None,
+        })
     }
 
     pub(super) fn dot_reports(&self) -> Vec<DotReport> {

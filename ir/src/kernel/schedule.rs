@@ -78,6 +78,23 @@ impl fmt::Display for Fusion {
     }
 }
 
+/// How the CUDA printer maps a tile kernel onto threads (`map=tiles|walk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Mapping {
+    /// One block per program; values are shared tiles filled by all its
+    /// threads.
+    #[default]
+    Tiles,
+    /// A warp walks a run of `p` (the p tile) in order and its lanes own
+    /// 16-byte vectors of `n`: a row's sum stays in registers while the
+    /// run stays in the row (Sgap's segment reduction with a group of one
+    /// thread per column, paper 004's ⟨g nnz, c col⟩), so only the run's
+    /// first and last row are written atomically. For gather-scale-scatter
+    /// kernels `C[R[p],n] += V[p,q] * B[K[p,q],n]` (GroupCOO, COO SpMM)
+    /// whose rows `R` are in order.
+    Walk,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schedule {
     /// `path=tiles|levels`.
@@ -120,6 +137,8 @@ pub struct Schedule {
     /// CUDA: threads per block (`block=N`, a multiple of 32 up to 1024);
     /// `None`: the largest tile's element count, 32 to 256.
     pub block: Option<u32>,
+    /// CUDA: `map=tiles|walk`.
+    pub map: Mapping,
 }
 
 impl Default for Schedule {
@@ -140,6 +159,7 @@ impl Default for Schedule {
             tensor_cores: true,
             tf32: false,
             block: None,
+            map: Mapping::Tiles,
         }
     }
 }
@@ -170,7 +190,7 @@ pub struct ScheduleError {
 pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
 ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate|segment(R)|parallel(R), broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
-block=N (CUDA)";
+block=N, map=tiles|walk (CUDA)";
 
 impl FromStr for Schedule {
     type Err = ScheduleError;
@@ -211,6 +231,9 @@ impl FromStr for Schedule {
                 ("subsect", "off") => s.subsections = false,
                 ("subsect", _) => return Err(bad("subsect is on or off")),
                 (k, v) if k.starts_with("ws.") => s.ws.set(&k["ws.".len()..], v).map_err(|e| bad(&e))?,
+                ("map", "tiles") => s.map = Mapping::Tiles,
+                ("map", "walk") => s.map = Mapping::Walk,
+                ("map", _) => return Err(bad("map is tiles or walk")),
                 ("reduce", v) => s.strategy = v.parse().map_err(|e: String| bad(&e))?,
                 ("broadcast", "lazy") => s.broadcasting = Broadcasting::Lazy,
                 ("broadcast", "eager") => s.broadcasting = Broadcasting::Eager,
@@ -271,6 +294,9 @@ impl fmt::Display for Schedule {
         if let Some(block) = self.block {
             write!(f, " block={block}")?;
         }
+        if self.map == Mapping::Walk {
+            write!(f, " map=walk")?;
+        }
         if self.path == Path::Levels {
             write!(f, " path=levels")?;
         }
@@ -323,6 +349,10 @@ mod tests {
 
     #[test]
     fn schedules_print_and_parse() {
+        let walk: Schedule = "map=walk tile.p=32".parse().unwrap();
+        assert_eq!(walk.to_string(), "tile.p=32 reduce=accumulate broadcast=lazy matmul=on map=walk");
+        let bad = "map=warps".parse::<Schedule>().unwrap_err().to_string();
+        assert!(bad.contains("map is tiles or walk"), "{bad}");
         for reduce in ["atomic", "accumulate", "segment(1)", "segment(8)", "parallel", "parallel(32)"] {
             let s: Schedule = format!("reduce={reduce}").parse().unwrap();
             assert_eq!(s.to_string(), format!("reduce={reduce} broadcast=lazy matmul=on"));

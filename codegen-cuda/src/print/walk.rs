@@ -1,0 +1,332 @@
+//! The warp-walk mapping (`map=walk`) of gather-scale-scatter kernels,
+//! `C[R[p],n] += V[p,q] * B[K[p,q],n]` (GroupCOO SpMM; COO without `q`):
+//!
+//! - a warp walks a run of consecutive `p` (the schedule's p tile) in
+//!   order; its lanes own adjacent columns of `n`, `VEC` each, so B is
+//!   read and C written in 16-byte vectors;
+//! - lanes `q < g` read the group's `K` and `V` in one coalesced load and
+//!   broadcast them with `__shfl_sync`: no shared memory, no barrier; the
+//!   next group's are loaded before this group's products;
+//! - up to eight rows of B are loaded before their FMAs;
+//! - the row's sum stays in registers while the run stays in the row (a
+//!   segment reduction over the sorted run, one thread per column); a row
+//!   is written once, with atomics only for the run's first and last rows,
+//!   which neighbouring runs may share. Interior rows belong to the run
+//!   alone, which needs `R` nondecreasing: the printed kernel says so
+//!   ([`CudaKernel::sorted`]) and the driver checks the data.
+//!
+//! Every other kernel is refused with the reason.
+
+use std::fmt::Write as _;
+
+use spindle_c::dialect::Dialect;
+use spindle_ir::formats::DType;
+use spindle_ir::kernel::*;
+use spindle_ir::lang::ElemType;
+
+use super::dialect::Cuda;
+use super::namer::Names;
+use super::*;
+
+/// The parts of a gather-scale-scatter kernel.
+#[derive(Clone, Debug)]
+struct Walk {
+    /// `R`, `V`, `K`, `B`, `C`.
+    rows: TensorId,
+    scale: TensorId,
+    crd: TensorId,
+    dense: TensorId,
+    out: TensorId,
+    /// Extents: groups `p`, in-group `q` (1 without it), columns `n`.
+    groups: usize,
+    group: usize,
+    columns: usize,
+    /// Groups a warp walks.
+    run: usize,
+}
+
+/// Rows of B loaded before their products.
+const CHUNK: usize = 8;
+/// Threads per block unless the schedule says.
+const BLOCK: u32 = 128;
+
+fn strip(k: &Kernel, mut id: ValueId) -> ValueId {
+    while let Op::Broadcast { value } = k.value(id).op {
+        id = value;
+    }
+    id
+}
+
+/// `k`'s parts, or why it is not `C[R[p],n] += V[p,q] * B[K[p,q],n]`.
+fn recognise(k: &Kernel) -> Result<Walk, String> {
+    let s = &k.sink;
+    let range = |id: ValueId| match k.value(strip(k, id)).op {
+        Op::Range(a) => Some(a),
+        _ => None,
+    };
+    // `t[range a, range b, ...]`: the tensor and its axes.
+    let load_at = |id: ValueId| -> Option<(TensorId, Vec<AxisId>)> {
+        match &k.value(strip(k, id)).op {
+            Op::Load { tensor, index, .. } => {
+                Some((*tensor, index.iter().map(|&i| range(i)).collect::<Option<_>>()?))
+            }
+            _ => None,
+        }
+    };
+    let [row_ix, col_ix] = s.index[..] else {
+        return Err("the output is not a matrix C[R[p],n]".into());
+    };
+    let (rows, by) = load_at(row_ix).ok_or("the output's row is not an index tensor R[p]")?;
+    let (Some(n), &[p]) = (range(col_ix), &by[..]) else {
+        return Err("the output is not C[R[p],n]".into());
+    };
+    if s.reduction != Reduction::Sum {
+        return Err("the output is not summed into".into());
+    }
+    let reduced = k.reduced_axes();
+    if k.parallel_axes().len() != 2 || reduced.len() > 1 {
+        return Err("it has other indices than p, n and one reduced q".into());
+    }
+    let q = reduced.first().copied();
+    let at = |axes: &[AxisId]| axes == [p] || (q.is_some() && axes == [p, q.unwrap()]);
+    // The float loads: V[p(,q)] and B[K[p(,q)], n].
+    let mut scale = None;
+    let mut gather = None;
+    for &id in &k.order {
+        let v = k.value(id);
+        match &v.op {
+            Op::Load { tensor, index, .. } if v.scalar == Scalar::Float => match index[..] {
+                [kx, nx] if range(nx) == Some(n) => gather = Some((*tensor, kx)),
+                _ => match load_at(id) {
+                    Some((t, axes)) if at(&axes) => scale = Some(t),
+                    _ => {
+                        return Err(format!(
+                            "it reads {} otherwise than V[p,q] or B[K[p,q],n]",
+                            k.tensor(*tensor).name
+                        ));
+                    }
+                },
+            },
+            Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min, ..)
+            | Op::Unary(..) => return Err("its value is more than a product".into()),
+            Op::Reduce { reduction, .. } if *reduction != Reduction::Sum => {
+                return Err("it reduces by other than a sum".into());
+            }
+            _ => {}
+        }
+    }
+    let (Some(scale), Some((dense, kx))) = (scale, gather) else {
+        return Err("it is not a product V[p,q] * B[K[p,q],n]".into());
+    };
+    let (crd, axes) = load_at(kx).ok_or("B's row is not an index tensor K[p,q]")?;
+    if !at(&axes) {
+        return Err("B's row is not K[p,q]".into());
+    }
+    let group = q.map_or(1, |q| k.axis(q).extent);
+    if group > 32 {
+        return Err(format!("groups of {group} are more than a warp's 32 lanes"));
+    }
+    let dense_shape = &k.tensor(dense).shape;
+    if dense_shape.len() != 2 || dense_shape[1] != k.axis(n).extent {
+        return Err("B is not a matrix with n's columns".into());
+    }
+    Ok(Walk {
+        rows,
+        scale,
+        crd,
+        dense,
+        out: s.tensor,
+        groups: k.axis(p).extent,
+        group,
+        columns: k.axis(n).extent,
+        run: k.axis(p).tile,
+    })
+}
+
+/// Prints `k` (the device kernel: a 16-bit output already summed in f32)
+/// under the warp-walk mapping.
+pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<CudaKernel, PrintError> {
+    let w = recognise(k).map_err(|reason| PrintError::Walk { kernel: k.name.clone(), reason })?;
+    let names = Names::new(k, "g_");
+    let d = Cuda { real: spindle_c::dialect::real_of(k), wide: true };
+    let real = d.real;
+    let dtype = |t: TensorId| k.tensor(t).dtype;
+    let elem = |t: TensorId| match dtype(t) {
+        ElemType::Value(v) => v.size_bytes(),
+        ElemType::Index(_) => 8,
+    };
+    // Columns per lane: one 16-byte load of B, where the rows allow it.
+    let vec = [16 / elem(w.dense), 1].into_iter().find(|v| w.columns.is_multiple_of(*v)).unwrap_or(1);
+    let out_per_16 = 16 / elem(w.out);
+    let chunks = w.columns.div_ceil(32 * vec).max(1);
+    let runs = w.groups.div_ceil(w.run.max(1));
+    let block = opts.threads.unwrap_or(BLOCK);
+    let warps_per_block = (block / 32) as usize;
+    let warps = runs * chunks;
+    let grid = warps.div_ceil(warps_per_block).max(1);
+    if grid > i32::MAX as usize {
+        return Err(PrintError::Grid { kernel: k.name.clone(), programs: grid as u64 });
+    }
+    let launch = LaunchGeometry { grid: grid as u32, block, shared_bytes: 0 };
+    let name = |t: TensorId| names.tensors[t].clone();
+    let (rows, scale, crd, dense, out) =
+        (name(w.rows), name(w.scale), name(w.crd), name(w.dense), name(w.out));
+    let (g, n, vec_text) = (w.group, w.columns, vec);
+    let load = |t: TensorId, array: &str, address: &str| d.load(dtype(t), array, address);
+
+    let mut src = String::new();
+    let mut line = |depth: usize, text: &str| {
+        for l in text.lines() {
+            let _ = writeln!(src, "{}{l}", "  ".repeat(depth));
+        }
+    };
+    line(
+        0,
+        &format!("// Spindle kernel `{}`, warp-walk mapping (map=walk), generated: do not edit.", k.name),
+    );
+    for l in format!("{k}").lines() {
+        line(0, &format!("// {l}"));
+    }
+    line(
+        0,
+        &format!(
+            "// launch: grid {grid}, block {block}; warp w walks groups [{r}*(w/{chunks}), +{r}) of p, its lanes {vec} columns each of chunk w%{chunks} of n",
+            r = w.run
+        ),
+    );
+    line(0, &format!("// needs {} nondecreasing: a run's interior rows are its own", k.tensor(w.rows).name));
+    let halves = k.tensors.values().any(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)));
+    if halves {
+        line(0, "#include <cuda_fp16.h>\n#include <cuda_bf16.h>");
+    }
+    line(0, "");
+    let params: Vec<String> = k
+        .tensors
+        .iter()
+        .map(|(id, t)| {
+            let constness = if t.output { "" } else { "const " };
+            format!("{constness}{} *__restrict__ {}", cuda_type(t.dtype), names.tensors[id])
+        })
+        .collect();
+    line(0, &format!("extern \"C\" __global__ void __launch_bounds__({block}) {symbol}("));
+    line(2, &format!("{}) {{", params.join(",\n")));
+    line(1, "const int lane = threadIdx.x & 31;");
+    line(
+        1,
+        &format!("const long long warp = (long long)blockIdx.x * {warps_per_block} + (threadIdx.x >> 5);"),
+    );
+    line(1, &format!("if (warp >= {warps}LL) return;"));
+    line(1, &format!("const long long col = (warp % {chunks}) * {} + lane * {vec_text};", 32 * vec));
+    line(1, &format!("const bool live = col < {n};"));
+    line(1, &format!("const long long p0 = (warp / {chunks}) * {};", w.run));
+    line(1, &format!("const long long p1 = min(p0 + {}, {}LL);", w.run, w.groups));
+    line(1, &format!("{real} acc[{vec}];"));
+    line(1, &format!("#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] = 0;"));
+    line(1, &format!("long long row = {rows}[p0];"));
+    line(1, "const long long first_row = row;");
+    line(1, "// Group p0's coordinates and values, lane q holding entry q.");
+    line(1, &format!("long long crd = 0;\n{real} val = 0;"));
+    line(1, &format!("if (lane < {g}) {{"));
+    line(2, &format!("crd = {crd}[p0 * {g} + lane];"));
+    line(2, &format!("val = {};", load(w.scale, &scale, &format!("p0 * {g} + lane"))));
+    line(1, "}");
+
+    // The write of a row's sums: atomic (a row the neighbouring runs may
+    // share), or a 16-byte read-modify-write (a row of this run alone).
+    let at = format!("row * {n} + col");
+    let atomic = format!(
+        "if (live) {{\n  #pragma unroll\n  for (int j = 0; j < {vec}; j++) atomicAdd(&{out}[{at} + j], acc[j]);\n}}"
+    );
+    let plain = if vec.is_multiple_of(out_per_16) {
+        let ty = cuda_type(dtype(w.out));
+        format!(
+            "if (live) {{\n  #pragma unroll\n  for (int c = 0; c < {chunks16}; c++) {{\n    __align__(16) {ty} o[{out_per_16}];\n    \
+             uint4 *to = reinterpret_cast<uint4 *>(&{out}[{at} + c * {out_per_16}]);\n    *reinterpret_cast<uint4 *>(o) = *to;\n    \
+             #pragma unroll\n    for (int j = 0; j < {out_per_16}; j++) o[j] += acc[c * {out_per_16} + j];\n    \
+             *to = *reinterpret_cast<const uint4 *>(o);\n  }}\n}}",
+            chunks16 = vec / out_per_16
+        )
+    } else {
+        format!(
+            "if (live) {{\n  #pragma unroll\n  for (int j = 0; j < {vec}; j++) {out}[{at} + j] += acc[j];\n}}"
+        )
+    };
+    let zero = format!("#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] = 0;");
+    // One group's products: the next group's entries loaded first, then up
+    // to CHUNK rows of B, then their FMAs.
+    let chunk = CHUNK.min(g);
+    let bty = cuda_type(dtype(w.dense));
+    let mut group = String::new();
+    let mut gl = |depth: usize, text: &str| {
+        for l in text.lines() {
+            let _ = writeln!(group, "{}{l}", "  ".repeat(depth));
+        }
+    };
+    gl(0, "// The next group's entries, ahead of this group's products.");
+    gl(0, &format!("long long crd_next = 0;\n{real} val_next = 0;"));
+    gl(0, &format!("if (p + 1 < p1 && lane < {g}) {{"));
+    gl(1, &format!("crd_next = {crd}[(p + 1) * {g} + lane];"));
+    gl(1, &format!("val_next = {};", load(w.scale, &scale, &format!("(p + 1) * {g} + lane"))));
+    gl(0, "}");
+    gl(0, "#pragma unroll");
+    gl(0, &format!("for (int q0 = 0; q0 < {g}; q0 += {chunk}) {{"));
+    gl(1, &format!("__align__(16) {bty} b[{chunk}][{vec}];"));
+    gl(1, "#pragma unroll");
+    gl(1, &format!("for (int q = 0; q < {chunk} && q0 + q < {g}; q++) {{"));
+    gl(2, "const long long k = __shfl_sync(0xffffffffu, crd, q0 + q);");
+    if vec * elem(w.dense) == 16 {
+        gl(
+            2,
+            &format!(
+                "if (live) *reinterpret_cast<uint4 *>(b[q]) = *reinterpret_cast<const uint4 *>(&{dense}[k * {n} + col]);"
+            ),
+        );
+    } else {
+        gl(
+            2,
+            &format!(
+                "#pragma unroll\nfor (int j = 0; j < {vec}; j++) if (live) b[q][j] = {dense}[k * {n} + col + j];"
+            ),
+        );
+    }
+    gl(1, "}");
+    gl(1, "#pragma unroll");
+    gl(1, &format!("for (int q = 0; q < {chunk} && q0 + q < {g}; q++) {{"));
+    gl(2, &format!("const {real} v = __shfl_sync(0xffffffffu, val, q0 + q);"));
+    gl(2, "#pragma unroll");
+    gl(2, &format!("for (int j = 0; j < {vec}; j++) acc[j] += v * {};", load(w.dense, "b[q]", "j")));
+    gl(1, "}");
+    gl(0, "}");
+    gl(0, "crd = crd_next;\nval = val_next;");
+
+    line(1, "long long p = p0;");
+    line(1, "// The run's first row, which the previous run may share: written atomically.");
+    line(1, &format!("for (; p < p1 && {rows}[p] == row; p++) {{"));
+    line(2, &group);
+    line(1, "}");
+    line(1, &atomic);
+    line(1, &zero);
+    line(1, "// Rows inside the run are its own: plain writes, no atomics in this loop.");
+    line(1, "for (; p < p1; p++) {");
+    line(2, &format!("const long long r = {rows}[p];"));
+    line(2, "if (r != row) {");
+    line(3, &plain);
+    line(3, &zero);
+    line(3, "row = r;");
+    line(2, "}");
+    line(2, &group);
+    line(1, "}");
+    line(1, "// The run's last row, which the next run may share (none if the run had one row).");
+    line(1, "if (row != first_row) {");
+    line(2, &atomic);
+    line(1, "}");
+    line(0, "}");
+    Ok(CudaKernel {
+        symbol: symbol.to_string(),
+        source: src,
+        launch,
+        dots: Vec::new(),
+        round: None,
+        sorted: Some(k.tensor(w.rows).name.clone()),
+    })
+}
