@@ -327,3 +327,47 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
         }
     }
 }
+
+/// BlockGroupCOO SpMM (32x32 blocks, f16) in machine code for sm_80 and
+/// sm_90: the block products are `HMMA.16816` inside the loop over groups,
+/// their fragments come from shared memory through `LDSM`, and nothing goes
+/// to local memory (`LDL`/`STL`: spills or stack arrays).
+#[test]
+fn blockgroupcoo_runs_hmma_16816_from_ldsm_without_local_memory() {
+    let test = "blockgroupcoo_runs_hmma_16816_from_ldsm_without_local_memory";
+    if !toolchain_available(test) {
+        return;
+    }
+    let toolchain = nvrtc::Toolchain::locate().unwrap();
+    let spec: spindle_formats::generate::GeneratorSpec =
+        "blocks:rows=512,cols=512,bm=32,bk=32,density=0.3,seed=5".parse().unwrap();
+    let coo = spec.generate::<f64, i64>().unwrap().canonicalize();
+    let values = spindle::ElemType::Value(DType::F16);
+    let b = ndarray::Array2::from_shape_fn((512, 256), |(i, j)| ((i + j) % 7) as f64 / 7.0 - 0.5);
+    let prepared = spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", spindle::Input::from(coo).with_dtype(values))
+        .tensor("B", spindle::Input::from(b).with_dtype(values))
+        .tensor("C", spindle::Input::shape(&[512, 256], values))
+        .format("A", "blockgroupcoo:bm=32,bk=32,dim=0,g=auto")
+        .prepare()
+        .unwrap_or_else(|e| panic!("{}", e.render(false)));
+    for tiles in ["tile.p=1 tile.n=64", "tile.p=2 tile.n=32"] {
+        let schedule: Schedule = format!("tile.bi=32 tile.bj=32 tile.q=1 {tiles}").parse().unwrap();
+        let kernel = prepared.lower(&schedule).unwrap();
+        let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let what = format!("[{schedule}] for {arch}");
+            let compiled = nvrtc::compile(&printed.source, "bgc", arch, &CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let hmma: Vec<_> = sass.with_opcode("HMMA.16816").collect();
+            assert!(!hmma.is_empty(), "{what}: no HMMA.16816");
+            assert!(hmma.iter().all(|i| sass.in_loop(i)), "{what}: an HMMA outside the loop over groups");
+            assert!(sass.with_opcode("LDSM").count() > 0, "{what}: fragments not loaded by LDSM");
+            let local: Vec<&str> =
+                sass.with_opcode("LDL").chain(sass.with_opcode("STL")).map(|i| i.text.as_str()).collect();
+            assert!(local.is_empty(), "{what}: local memory: {local:?}");
+        }
+    }
+}
