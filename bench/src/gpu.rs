@@ -22,7 +22,8 @@
 //! kernel sums into it, as the baselines' `beta = 0` writes C in theirs, and
 //! inputs that fit in L2 are rotated. cuSPARSE and cuBLAS are timed the same way by
 //! `spindle_cuda::baseline`, with the same flush. Our GroupCOO schedule is autotuned
-//! over a small tile space at g = auto (cached per kernel, shape and device
+//! over a small tile space and the warp walk (`map=walk`, runs of 8 to 128
+//! groups) at g = auto (cached per kernel, shape and device
 //! in `autotune.json` of the CUDA cache folder) and reused for the other g.
 //!
 //! # Correctness
@@ -590,7 +591,9 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
             let base = |g: usize| format!("tile.q={}", g.min(MAX_Q_TILE));
             let tuned_tiles = if opts.autotune {
                 let format = format!("groupcoo:dim=0,g={g_auto}");
-                let space = tile_space(&base(g_auto), &[("p", &[1, 4, 16]), ("n", &[32, 128])]);
+                let mut space = tile_space(&base(g_auto), &[("p", &[1, 4, 16]), ("n", &[32, 128])]);
+                // The warp walk (map=walk) with runs of 8 to 128 groups.
+                space.extend([8, 32, 128].map(|r| format!("{} map=walk tile.p={r}", base(g_auto))));
                 let key = TuneKey {
                     kernel: format!("{STATEMENT} A={format}"),
                     shapes: format!("{name} {m}x{k} nnz={nnz} n={SPMM_N} {pname}"),
@@ -1000,6 +1003,8 @@ mod tests {
                 let printed = print(&prepared, &tiles).unwrap();
                 assert!(printed.source.contains("__global__"), "{tiles}");
             }
+            let walk = print(&prepared, &format!("tile.q={g} map=walk tile.p=32")).unwrap();
+            assert!(walk.source.contains("warp-walk mapping") && walk.sorted.is_some(), "g={g}");
         }
     }
 

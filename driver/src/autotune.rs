@@ -193,7 +193,13 @@ pub fn tune(
 ///   64, on a GPU 32 and up to 128 (tile.n=128 won 17 of the 22 GroupCOO
 ///   tunings of `spindle bench spmm --target cuda` on the H100);
 /// - reduced axes up to 256 long (GroupCOO's group `q`): one tile;
-/// - on the CPU, each tile configuration on one thread and on every core.
+/// - on the CPU, each tile configuration on one thread and on every core;
+/// - on a GPU, tiles of fewer than 64 output elements (blocks of 32
+///   threads, half occupancy at best) only when nothing larger fits;
+/// - on a GPU, where the warp walk prints the kernel (GroupCOO and COO
+///   SpMM, CSR through its rewrite), `map=walk` with runs of 8, 32 and 128
+///   groups per warp beside the tiles (a candidate whose data has rows out
+///   of order fails, and the search goes on without it).
 pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String> {
     let parallel = kernel.parallel_axes();
     let rows = parallel.iter().copied().max_by_key(|&a| kernel.axis(a).extent);
@@ -232,9 +238,34 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
             .map(|s| s.trim().to_string())
             .collect(),
         Target::C => tiles.iter().map(|t| format!("{t} threads=1").trim().to_string()).collect(),
-        Target::Cuda | Target::Emulate => tiles,
+        Target::Cuda | Target::Emulate => {
+            // Tiles whose blocks cannot fill an SM go, while others remain.
+            let threads = |t: &str| -> usize {
+                t.split_whitespace()
+                    .filter_map(|item| item.strip_prefix("tile.")?.split_once('='))
+                    .filter(|(name, _)| parallel.iter().any(|&a| &kernel.axis(a).name == name))
+                    .map(|(_, n)| n.parse::<usize>().unwrap_or(1))
+                    .product()
+            };
+            let full: Vec<String> =
+                tiles.iter().filter(|t| threads(t) >= MIN_BLOCK_ELEMENTS).cloned().collect();
+            let mut all = if full.is_empty() { tiles } else { full };
+            if let Ok(walked) = spindle_cuda::print::walkable(kernel) {
+                all.extend(WALK_RUNS.iter().map(|r| format!("map=walk tile.{walked}={r}")));
+            }
+            all
+        }
     }
 }
+
+/// The fewest output elements a GPU tile candidate has (the printer gives a
+/// block one thread per element, at least 32): a block of 32 threads
+/// reaches at most 32 resident blocks x 32 = 1024 of an SM's 2048 threads
+/// on sm_80 and sm_90, half the occupancy.
+const MIN_BLOCK_ELEMENTS: usize = 64;
+
+/// Groups a warp walks, in the `map=walk` candidates.
+const WALK_RUNS: [usize; 3] = [8, 32, 128];
 
 #[cfg(test)]
 mod tests {
@@ -267,12 +298,14 @@ mod tests {
         assert_eq!(
             space(&odd, Target::Cuda, 2),
             [
-                "tile.p=1 tile.n=32",
                 "tile.p=1 tile.n=128",
                 "tile.p=4 tile.n=32",
                 "tile.p=4 tile.n=128",
                 "tile.p=16 tile.n=32",
-                "tile.p=16 tile.n=128"
+                "tile.p=16 tile.n=128",
+                "map=walk tile.p=8",
+                "map=walk tile.p=32",
+                "map=walk tile.p=128"
             ]
         );
         assert_eq!(
@@ -280,10 +313,16 @@ mod tests {
             ["tile.p=1 tile.n=16 threads=1", "tile.p=1 tile.n=64 threads=1"]
         );
         // With 3 non-zeros the columns (128) are the rows of the search, and
-        // no tile exceeds its axis' extent rounded up to a power of two.
+        // no tile exceeds its axis' extent rounded up to a power of two;
+        // tiles of 4 and 16 elements (blocks of 32 threads) give way to 64.
         assert_eq!(
             space(&spmm(3), Target::Cuda, 2),
-            ["tile.p=4 tile.n=1", "tile.p=4 tile.n=4", "tile.p=4 tile.n=16"]
+            [
+                "tile.p=4 tile.n=16",
+                "map=walk tile.p=8",
+                "map=walk tile.p=32",
+                "map=walk tile.p=128"
+            ]
         );
     }
 

@@ -235,6 +235,13 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
     Ok(printed)
 }
 
+/// The axis the warp-walk mapping (`map=walk`) would walk (`p` of
+/// `C[R[p],n]`), or why it does not print `kernel`.
+pub fn walkable(kernel: &Kernel) -> Result<String, String> {
+    let device = device_kernel(kernel);
+    walk::recognise(&device).map(|w| device.axis(w.p).name.clone())
+}
+
 /// The printer's plan for `kernel` under `opts`, as text (see
 /// `Plan::describe`): what it decided before writing a line. The plan
 /// needs no symbol and nothing here compiles.

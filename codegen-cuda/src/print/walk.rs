@@ -30,7 +30,9 @@ use super::*;
 
 /// The parts of a gather-scale-scatter kernel.
 #[derive(Clone, Debug)]
-struct Walk {
+pub(super) struct Walk {
+    /// The walked axis.
+    pub p: AxisId,
     /// `R`, `V`, `K`, `B`, `C`.
     rows: TensorId,
     scale: TensorId,
@@ -58,7 +60,7 @@ fn strip(k: &Kernel, mut id: ValueId) -> ValueId {
 }
 
 /// `k`'s parts, or why it is not `C[R[p],n] += V[p,q] * B[K[p,q],n]`.
-fn recognise(k: &Kernel) -> Result<Walk, String> {
+pub(super) fn recognise(k: &Kernel) -> Result<Walk, String> {
     let s = &k.sink;
     let range = |id: ValueId| match k.value(strip(k, id)).op {
         Op::Range(a) => Some(a),
@@ -131,6 +133,7 @@ fn recognise(k: &Kernel) -> Result<Walk, String> {
         return Err("B is not a matrix with n's columns".into());
     }
     Ok(Walk {
+        p,
         rows,
         scale,
         crd,
