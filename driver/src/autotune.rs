@@ -317,12 +317,7 @@ mod tests {
         // tiles of 4 and 16 elements (blocks of 32 threads) give way to 64.
         assert_eq!(
             space(&spmm(3), Target::Cuda, 2),
-            [
-                "tile.p=4 tile.n=16",
-                "map=walk tile.p=8",
-                "map=walk tile.p=32",
-                "map=walk tile.p=128"
-            ]
+            ["tile.p=4 tile.n=16", "map=walk tile.p=8", "map=walk tile.p=32", "map=walk tile.p=128"]
         );
     }
 
