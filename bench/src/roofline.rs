@@ -7,7 +7,10 @@
 //!
 //! The traffic is compulsory: the sparse matrix in CSR (BSR for block
 //! matrices) read once, B read once, C read and written once (zeroed, then
-//! summed into). Rates are the datasheets' (SXM parts): H100 3.35 TB/s of
+//! summed into). A gathered B whose rows do not stay in L2 (50 MB on an
+//! H100) is read once per non-zero instead, so each row also carries that
+//! traffic and its bound (`*_no_reuse`): a kernel on a large matrix lies
+//! between the two. Rates are the datasheets' (SXM parts): H100 3.35 TB/s of
 //! HBM3, H200 4.8 TB/s of HBM3e, both 67 TFLOP/s of plain f32 and about 990
 //! TFLOP/s of dense f16 on Tensor Cores. A device-to-device copy measured
 //! here moved about 3.0 and 4.3 TB/s (`../.library/device/KINDS.md`), so
@@ -43,15 +46,28 @@ pub struct Roofline {
     pub tensor_cores: bool,
     pub h100_bound_ms: f64,
     pub h200_bound_ms: f64,
+    /// The traffic when every gathered row of B comes from DRAM.
+    pub bytes_no_reuse: f64,
+    pub h100_no_reuse_ms: f64,
+    pub h200_no_reuse_ms: f64,
 }
 
 impl Roofline {
-    fn new(bytes: f64, flops: f64, tensor_cores: bool) -> Roofline {
-        let bound = |d: DeviceModel| {
+    fn new(bytes: f64, bytes_no_reuse: f64, flops: f64, tensor_cores: bool) -> Roofline {
+        let bound = |bytes: f64, d: DeviceModel| {
             let rate = if tensor_cores { d.tensor_f16_flops } else { d.f32_flops };
             (bytes / d.bandwidth).max(flops / rate) * 1e3
         };
-        Roofline { bytes, flops, tensor_cores, h100_bound_ms: bound(H100), h200_bound_ms: bound(H200) }
+        Roofline {
+            bytes,
+            flops,
+            tensor_cores,
+            h100_bound_ms: bound(bytes, H100),
+            h200_bound_ms: bound(bytes, H200),
+            bytes_no_reuse,
+            h100_no_reuse_ms: bound(bytes_no_reuse, H100),
+            h200_no_reuse_ms: bound(bytes_no_reuse, H200),
+        }
     }
 
     /// SpMM `C[m,n] += A[m,k] * B[k,n]` with A in CSR (`nnz` entries,
@@ -60,7 +76,8 @@ impl Roofline {
     pub fn spmm(m: usize, k: usize, n: usize, nnz: usize, elem: usize) -> Roofline {
         let a = 4 * (m + 1) + (4 + elem) * nnz;
         let bytes = a + elem * k * n + 2 * elem * m * n;
-        Roofline::new(bytes as f64, 2.0 * (nnz * n) as f64, false)
+        let no_reuse = a + elem * nnz * n + 2 * elem * m * n;
+        Roofline::new(bytes as f64, no_reuse.max(bytes) as f64, 2.0 * (nnz * n) as f64, false)
     }
 
     /// Block-sparse SpMM with `blocks` stored blocks of `bm`×`bk` in BSR:
@@ -75,7 +92,8 @@ impl Roofline {
     ) -> Roofline {
         let a = 4 * (m / bm + 1) + 4 * blocks + elem * blocks * bm * bk;
         let bytes = a + elem * k * n + 2 * elem * m * n;
-        Roofline::new(bytes as f64, 2.0 * (blocks * bm * bk * n) as f64, true)
+        let no_reuse = a + elem * blocks * bk * n + 2 * elem * m * n;
+        Roofline::new(bytes as f64, no_reuse.max(bytes) as f64, 2.0 * (blocks * bm * bk * n) as f64, true)
     }
 
     /// The bound on the device a run was measured on (by its name), if it
@@ -99,12 +117,16 @@ impl Roofline {
     /// One line: bytes, flops and both bounds.
     pub fn describe(&self) -> String {
         format!(
-            "{:.2} MB, {:.4} GFLOP{}: bound {:.2} µs on H100, {:.2} µs on H200",
+            "{:.2} MB, {:.4} GFLOP{}: bound {:.2} µs on H100, {:.2} µs on H200; B gathered from DRAM every time: \
+             {:.2} MB, {:.2} / {:.2} µs",
             self.bytes / 1e6,
             self.flops / 1e9,
             if self.tensor_cores { " (Tensor Cores)" } else { "" },
             self.h100_bound_ms * 1e3,
-            self.h200_bound_ms * 1e3
+            self.h200_bound_ms * 1e3,
+            self.bytes_no_reuse / 1e6,
+            self.h100_no_reuse_ms * 1e3,
+            self.h200_no_reuse_ms * 1e3
         )
     }
 }
@@ -124,6 +146,9 @@ mod tests {
         assert!(r.h200_bound_ms < r.h100_bound_ms);
         assert_eq!(r.fraction("NVIDIA H100 80GB HBM3", Some(2.0 * r.h100_bound_ms)), Some(0.5));
         assert_eq!(r.fraction("NVIDIA A100", Some(1.0)), None);
+        // Every non-zero gathering a row of B: 10000 * 512 bytes for B.
+        assert_eq!(r.bytes_no_reuse, (4004 + 80_000 + 5_120_000 + 1_024_000) as f64);
+        assert!(r.h100_no_reuse_ms > r.h100_bound_ms);
     }
 
     #[test]

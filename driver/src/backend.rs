@@ -526,6 +526,11 @@ impl EmulateBackend {
     pub fn from_env() -> EmulateBackend {
         EmulateBackend { options: EmulateOptions::from_env() }
     }
+
+    /// Under these options (a sanitizer chosen by the caller).
+    pub fn with(options: EmulateOptions) -> EmulateBackend {
+        EmulateBackend { options }
+    }
 }
 
 impl Backend for EmulateBackend {

@@ -371,3 +371,32 @@ fn blockgroupcoo_runs_hmma_16816_from_ldsm_without_local_memory() {
         }
     }
 }
+
+/// Sgap's shuffle groups and the warp walk under ThreadSanitizer: lanes
+/// exchange through shuffles and ballots, and the walk mixes plain and
+/// atomic writes of one output, so a write of a row that another warp also
+/// writes shows up here (it did once: the walk wrote its first row again,
+/// zeros, with a plain store racing the previous run's atomics).
+#[test]
+fn sgap_groups_and_the_warp_walk_have_no_data_race() {
+    let test = "sgap_groups_and_the_warp_walk_have_no_data_race";
+    if let Err(e @ EmulateError::CompilerMissing { .. }) = emulate::compiler() {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {e}");
+        return;
+    }
+    let backend = spindle::EmulateBackend::with(EmulateOptions { sanitizer: emulate::Sanitizer::Thread });
+    let cases = [
+        ("groupcoo:dim=0,g=4", DType::F32, 24, "map=walk tile.p=4"),
+        ("coo", DType::F16, 16, "map=walk tile.p=8"),
+        ("groupcoo:dim=0,g=4", DType::F32, 24, "reduce=segment(4) tile.p=16 tile.n=8"),
+        ("groupcoo:dim=0,g=4", DType::F32, 24, "reduce=parallel tile.p=8 tile.n=8"),
+    ];
+    for (format, dtype, n, schedule) in cases {
+        let what = format!("{format} {} n={n} [{schedule}]", dtype.name());
+        let prepared = walk_problem(format, dtype, n);
+        let compiled =
+            prepared.compile(&backend, &schedule.parse().unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
+    }
+}

@@ -97,13 +97,18 @@ template <class T> inline T __shfl_sync(unsigned, T v, int src_lane, int width =
     return (int)(start + ((unsigned)src_lane % (unsigned)width));
   });
 }
-// The lanes of `mask` whose predicate holds.
+// The lanes of `mask` whose predicate holds: one exchange through the slots.
 inline unsigned __ballot_sync(unsigned mask, int pred) {
+  std::barrier<> &warp = *emu::warp_barriers[threadIdx.x / 32];
+  warp.arrive_and_wait();
+  emu::shuffle_slots[threadIdx.x] = pred ? 1 : 0;
+  warp.arrive_and_wait();
+  const unsigned base = threadIdx.x - threadIdx.x % 32;
   unsigned bits = 0;
-  for (unsigned src = 0; src < 32; src++) {
-    const int p = emu::shuffle(pred, [&](unsigned) { return (int)src; });
-    if (p) bits |= 1u << src;
+  for (unsigned src = 0; src < 32 && base + src < blockDim.x; src++) {
+    if (emu::shuffle_slots[base + src]) bits |= 1u << src;
   }
+  warp.arrive_and_wait();
   return bits & mask;
 }
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }

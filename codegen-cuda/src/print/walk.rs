@@ -309,6 +309,10 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     line(1, "}");
     line(1, &atomic);
     line(1, &zero);
+    // The next row starts here: the first row, written, must not be written
+    // again by the plain writes below (they would race with the previous
+    // run's atomics on it).
+    line(1, &format!("if (p < p1) row = {rows}[p];"));
     line(1, "// Rows inside the run are its own: plain writes, no atomics in this loop.");
     line(1, "for (; p < p1; p++) {");
     line(2, &format!("const long long r = {rows}[p];"));
