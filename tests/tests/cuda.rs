@@ -400,3 +400,59 @@ fn sgap_groups_and_the_warp_walk_have_no_data_race() {
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
     }
 }
+
+/// Paper 004's SpMM algorithms (Fig. 9, after DA-SpMM) as Spindle
+/// schedules, each on the emulated GPU against the reference evaluator:
+/// - EB+SR ⟨g nnz, c col⟩, r = 1: COO, a warp's lanes walk `tile.p`
+///   non-zeros in order, each its own columns (`map=walk`);
+/// - EB with a segment group ⟨1 nnz, c col⟩, r = 32: COO, one non-zero per
+///   lane, runs of a row summed across 32 lanes (`reduce=segment(32)`);
+/// - RB+SR ⟨1 row, c col⟩, r = 1: CSR on the level path, a warp per row
+///   whose lanes own columns;
+/// - RB+PR ⟨1/32 row, c col⟩, r = 32: the level path's SpMV, lanes split
+///   a row and add by shuffles (for SpMM the level path splits columns).
+#[test]
+fn sgap_spmm_algorithms_are_schedules() {
+    let test = "sgap_spmm_algorithms_are_schedules";
+    if let Err(e @ EmulateError::CompilerMissing { .. }) = emulate::compiler() {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {e}");
+        return;
+    }
+    let backend = spindle::EmulateBackend::from_env();
+    let algorithms = [
+        ("EB+SR", "coo", 24, "map=walk tile.p=32"),
+        ("EB, segment group of 32", "coo", 24, "reduce=segment(32) tile.p=32 tile.n=8"),
+        ("RB+SR", "csr", 24, "path=levels"),
+        ("RB+PR (SpMV)", "csr", 1, "path=levels"),
+    ];
+    for (name, format, n, schedule) in algorithms {
+        let what = format!("{name}: {format} n={n} [{schedule}]");
+        let prepared = if n == 1 {
+            let spec: spindle_formats::generate::GeneratorSpec =
+                "powerlaw:rows=160,cols=96,nnz=1400,seed=4".parse().unwrap();
+            let f32s = spindle::ElemType::Value(DType::F32);
+            spindle::Problem::new("y[m] = A[m,k] * x[k]")
+                .tensor(
+                    "A",
+                    spindle::Input::from(spec.generate::<f64, i64>().unwrap().canonicalize())
+                        .with_dtype(f32s),
+                )
+                .tensor("x", spindle::Input::random(&[96], DType::F32, 3))
+                .tensor("y", spindle::Input::shape(&[160], f32s))
+                .format("A", format)
+                .prepare()
+                .unwrap_or_else(|e| panic!("{what}: {}", e.render(false)))
+        } else {
+            walk_problem(format, DType::F32, n)
+        };
+        let compiled =
+            prepared.compile(&backend, &schedule.parse().unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let source = compiled.source().to_string();
+        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
+        // Lanes add each other's values (down or butterfly shuffles) exactly
+        // where the algorithm reduces across lanes (r > 1).
+        let across = source.contains("__shfl_down_sync") || source.contains("__shfl_xor_sync");
+        assert_eq!(across, name.contains("32") || name.contains("PR"), "{what}\n{source}");
+    }
+}
