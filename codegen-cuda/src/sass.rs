@@ -132,11 +132,13 @@ impl Sass {
         self.instructions.iter().filter(move |i| i.opcode().starts_with(prefix))
     }
 
-    /// The backward branches, `(target, branch)`: each closes a loop.
+    /// The backward branches, `(target, branch)`: each closes a loop. (A
+    /// branch to itself is the trap ptxas puts after the last `EXIT`, not
+    /// a loop of the kernel's.)
     pub fn loops(&self) -> Vec<(u64, u64)> {
         self.instructions
             .iter()
-            .filter_map(|i| i.branch_target().filter(|&t| t <= i.offset).map(|t| (t, i.offset)))
+            .filter_map(|i| i.branch_target().filter(|&t| t < i.offset).map(|t| (t, i.offset)))
             .collect()
     }
 
@@ -205,8 +207,8 @@ mod tests {
         assert_eq!(ops, ["MOV", "LDG.E.128", "BRA", "RED.E.ADD.F32.FTZ.RN.STRONG.GPU", "EXIT", "BRA"]);
         assert_eq!(sass.with_opcode("LDG.E.128").count(), 1);
         // The branch to 0x10 closes a loop over the load; the self-branch
-        // after EXIT is a loop of its own (the usual trap).
-        assert_eq!(sass.loops(), [(0x10, 0x20), (0x50, 0x50)]);
+        // after EXIT is the usual trap, not a loop.
+        assert_eq!(sass.loops(), [(0x10, 0x20)]);
         let load = sass.with_opcode("LDG").next().unwrap();
         let red = sass.with_opcode("RED").next().unwrap();
         assert!(sass.in_loop(load));

@@ -134,9 +134,13 @@ fn gather_dot_scatter_on_tensor_cores() {
     assert!(a_tile.ends_with(&format!("{a_name}[16][16];")), "{a_tile}");
     assert!(b_tile.ends_with(&format!("{b_name}[16][16];")), "{b_tile}");
     assert!(a_fill[0].trim().starts_with(&format!("{a_name}[i_y][i_r] = g_A[")), "{a_fill:?}");
-    let b_fill = lines_with(src, "= g_B[");
+    // B's rows are contiguous in memory and in the tile: 16-byte copies of
+    // 8 halves (A is gathered through E: element by element).
+    let b_fill = lines_with(src, "&g_B[");
     assert_eq!(b_fill.len(), 1);
-    assert!(b_fill[0].trim().starts_with(&format!("{b_name}[i_r][i_x] = g_B[")), "{b_fill:?}");
+    assert!(b_fill[0].contains("chunk = *reinterpret_cast<const uint4 *>(&g_B["), "{b_fill:?}");
+    let b_store = format!("*reinterpret_cast<uint4 *>(&{b_name}[i_r][i_x]) = chunk;");
+    assert_eq!(lines_with(src, &b_store).len(), 1, "{src}");
     assert_eq!(
         src.matches(&format!("{a_name}[i_")).count(),
         1,
@@ -247,7 +251,9 @@ fn blockgroupcoo_spmm_fuses_gather_block_product_and_scatter() {
         let gather = lines_with(body, "g_B[");
         assert_eq!(gather.len(), 1, "{schedule}");
         assert!(
-            gather[0].contains(&format!("? g_B[({crd}[i_q][i_p] + (t_bj * 32 + i_bj)) * 64 + (t_n * ")),
+            gather[0].contains(&format!(
+                "chunk = *reinterpret_cast<const uint4 *>(&g_B[({crd}[i_q][i_p] + (t_bj * 32 + i_bj)) * 64 + (t_n * "
+            )),
             "{schedule}: {}",
             gather[0]
         );

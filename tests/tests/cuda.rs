@@ -329,9 +329,11 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
 }
 
 /// BlockGroupCOO SpMM (32x32 blocks, f16) in machine code for sm_80 and
-/// sm_90: the block products are `HMMA.16816` inside the loop over groups,
-/// their fragments come from shared memory through `LDSM`, and nothing goes
-/// to local memory (`LDL`/`STL`: spills or stack arrays).
+/// sm_90: the block products are `HMMA.16816` (inside the loop over
+/// groups, or in its copies where ptxas unrolls a short constant loop),
+/// their fragments come from shared memory through `LDSM`, the operand
+/// tiles arrive by 16-byte loads (`LDG.E.128`), and nothing goes to local
+/// memory (`LDL`/`STL`: spills or stack arrays).
 #[test]
 fn blockgroupcoo_runs_hmma_16816_from_ldsm_without_local_memory() {
     let test = "blockgroupcoo_runs_hmma_16816_from_ldsm_without_local_memory";
@@ -363,7 +365,17 @@ fn blockgroupcoo_runs_hmma_16816_from_ldsm_without_local_memory() {
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             let hmma: Vec<_> = sass.with_opcode("HMMA.16816").collect();
             assert!(!hmma.is_empty(), "{what}: no HMMA.16816");
-            assert!(hmma.iter().all(|i| sass.in_loop(i)), "{what}: an HMMA outside the loop over groups");
+            let loops = !sass.loops().is_empty();
+            assert!(
+                !loops || hmma.iter().all(|i| sass.in_loop(i)),
+                "{what}: an HMMA outside the loop over groups: HMMA at {:x?}, back branches {:x?}",
+                hmma.iter().map(|i| i.offset).collect::<Vec<_>>(),
+                sass.loops(),
+            );
+            assert!(
+                sass.with_opcode("LDG.E.128").count() > 0,
+                "{what}: operand tiles not loaded in 16 bytes"
+            );
             assert!(sass.with_opcode("LDSM").count() > 0, "{what}: fragments not loaded by LDSM");
             let local: Vec<&str> =
                 sass.with_opcode("LDL").chain(sass.with_opcode("STL")).map(|i| i.text.as_str()).collect();

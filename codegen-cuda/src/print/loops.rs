@@ -91,19 +91,30 @@ impl Printer<'_> {
     /// Binds the coordinates `i_a` of an element `e` of a tile visited in
     /// `order` (last fastest).
     pub(super) fn decode(&mut self, depth: usize, order: &[AxisId]) {
+        self.decode_chunks(depth, order, 1);
+    }
+
+    /// [`Printer::decode`] where `e` counts chunks of `chunk` consecutive
+    /// elements along the last axis of `order`, bound to each chunk's first.
+    pub(super) fn decode_chunks(&mut self, depth: usize, order: &[AxisId], chunk: usize) {
         let mut stride = 1;
         let mut lines = Vec::new();
+        let last = order.len().saturating_sub(1);
         for (pos, &a) in order.iter().enumerate().rev() {
-            let tile = self.tile(a);
+            let per = if pos == last { chunk } else { 1 };
+            let tile = self.tile(a) / per;
             let i = self.axis_var(a);
+            let scale = if per == 1 { String::new() } else { format!(" * {per}") };
             let text = if tile == 1 {
                 format!("const int {i} = 0;")
             } else {
                 let div = if stride == 1 { "e".to_string() } else { format!("e / {stride}") };
-                if pos == 0 || order[..pos].iter().all(|&b| self.tile(b) == 1) {
-                    format!("const int {i} = {div};")
-                } else {
-                    format!("const int {i} = {div} % {tile};")
+                let first = pos == 0 || order[..pos].iter().all(|&b| self.tile(b) == 1);
+                match (first, per) {
+                    (true, 1) => format!("const int {i} = {div};"),
+                    (false, 1) => format!("const int {i} = {div} % {tile};"),
+                    (true, _) => format!("const int {i} = ({div}){scale};"),
+                    (false, _) => format!("const int {i} = ({div} % {tile}){scale};"),
                 }
             };
             lines.push(text);

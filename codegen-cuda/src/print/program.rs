@@ -385,6 +385,9 @@ impl Printer<'_> {
         }
         self.step(depth, reads, BTreeSet::from([Arr::Value(id)]));
         let n = self.elements(&value.shape);
+        if let Some(chunk) = self.vector_fill(id) {
+            return self.fill_in_chunks(depth, id, n, chunk);
+        }
         let inner = self.open_elements(depth, n);
         let order = self.fill_order(id);
         self.decode(inner, &order);
@@ -394,6 +397,75 @@ impl Printer<'_> {
         };
         let target = self.array(id);
         self.line(inner, &format!("{target} = {text};"));
+        self.close(inner, depth);
+    }
+
+    /// Elements per 16-byte copy when a Tensor Core operand's shared tile
+    /// can be filled by 16-byte copies from global memory: a load of the
+    /// fragment's own type, contiguous along the fill's last axis in the
+    /// tensor (its last index is that axis' range) and in the tile (the
+    /// layout's last axis), both rows a multiple of 16 bytes, and every mask
+    /// the same across a chunk (not varying along the axis, or a bound
+    /// `i < extent` with the extent a multiple of the chunk).
+    fn vector_fill(&self, id: ValueId) -> Option<usize> {
+        let k = self.k;
+        let stage = self.p.stage[id].as_ref()?;
+        let Op::Load { tensor, index, mask } = &k.value(id).op else { return None };
+        let elem = match (stage.fragment, k.tensor(*tensor).dtype) {
+            (plan::Fragment::Half, ElemType::Value(DType::F16))
+            | (plan::Fragment::Bf16, ElemType::Value(DType::Bf16)) => 2,
+            (plan::Fragment::Tf32, ElemType::Value(DType::F32)) => 4,
+            _ => return None,
+        };
+        let chunk = 16 / elem;
+        let order = self.fill_order(id);
+        let &a = order.last()?;
+        let (&last, rest) = index.split_last()?;
+        let contiguous = self.p.layout[id].last() == Some(&a)
+            && k.value(last).op == Op::Range(a)
+            && rest.iter().all(|&ix| !k.value(ix).shape.contains(&a));
+        let rows = k.tensor(*tensor).shape.last().copied()?;
+        if !contiguous || !self.tile(a).is_multiple_of(chunk) || !rows.is_multiple_of(chunk) {
+            return None;
+        }
+        // A mask the same for every element of a chunk along `a`.
+        fn uniform(k: &Kernel, m: ValueId, a: AxisId, chunk: usize) -> bool {
+            match k.value(m).op {
+                _ if !k.value(m).shape.contains(&a) => true,
+                Op::Binary(BinaryOp::And, x, y) => uniform(k, x, a, chunk) && uniform(k, y, a, chunk),
+                Op::Binary(BinaryOp::Lt, r, c) => {
+                    k.value(r).op == Op::Range(a)
+                        && matches!(k.value(c).op, Op::ConstInt(e) if e >= 0 && (e as usize).is_multiple_of(chunk))
+                }
+                _ => false,
+            }
+        }
+        let masks = mask.iter().chain(&stage.masks);
+        masks.into_iter().all(|&m| uniform(k, m, a, chunk)).then_some(chunk)
+    }
+
+    /// Fills a staged operand's tile with 16-byte copies of `chunk`
+    /// elements ([`Printer::vector_fill`]); a masked-off chunk is zeros.
+    fn fill_in_chunks(&mut self, depth: usize, id: ValueId, n: usize, chunk: usize) {
+        let k = self.k;
+        let Op::Load { tensor, index, mask } = &k.value(id).op else {
+            unreachable!("a vector fill is a load")
+        };
+        let stage = self.p.stage[id].clone().expect("a vector fill is staged");
+        let inner = self.open_elements(depth, n / chunk);
+        let order = self.fill_order(id);
+        self.decode_chunks(inner, &order, chunk);
+        let masks: Vec<String> = mask.iter().chain(&stage.masks).map(|&m| self.elem(m)).collect();
+        let source = format!("{}[{}]", self.names.tensors[*tensor], self.address(*tensor, index));
+        let target = self.array(id);
+        self.line(inner, "uint4 chunk = {0u, 0u, 0u, 0u};");
+        let read = format!("chunk = *reinterpret_cast<const uint4 *>(&{source});");
+        if masks.is_empty() {
+            self.line(inner, &read);
+        } else {
+            self.line(inner, &format!("if ({}) {read}", masks.join(" && ")));
+        }
+        self.line(inner, &format!("*reinterpret_cast<uint4 *>(&{target}) = chunk;"));
         self.close(inner, depth);
     }
 
