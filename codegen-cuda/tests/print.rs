@@ -126,13 +126,15 @@ fn gather_dot_scatter_on_tensor_cores() {
 
     // The operand tiles are row-major (Y,R) and (R,X), filled straight from
     // memory in f16, and the fragments load straight from them: no
-    // transposes, reshapes or conversions in between.
+    // transposes, reshapes or conversions in between. Their rows are padded
+    // by 8 halves (a pitch of 48 bytes instead of 32: fragment rows spread
+    // over the banks).
     let a_tile = lines_with(src, "__half v").into_iter().find(|l| l.contains("_A[")).unwrap().trim();
     let b_tile = lines_with(src, "__half v").into_iter().find(|l| l.contains("_B[")).unwrap().trim();
     let a_name = a_tile.split_whitespace().nth(3).unwrap().split('[').next().unwrap();
     let b_name = b_tile.split_whitespace().nth(3).unwrap().split('[').next().unwrap();
-    assert!(a_tile.ends_with(&format!("{a_name}[16][16];")), "{a_tile}");
-    assert!(b_tile.ends_with(&format!("{b_name}[16][16];")), "{b_tile}");
+    assert!(a_tile.ends_with(&format!("{a_name}[16][24];")), "{a_tile}");
+    assert!(b_tile.ends_with(&format!("{b_name}[16][24];")), "{b_tile}");
     assert!(a_fill[0].trim().starts_with(&format!("{a_name}[i_y][i_r] = g_A[")), "{a_fill:?}");
     // B's rows are contiguous in memory and in the tile: 16-byte copies of
     // 8 halves (A is gathered through E: element by element).
@@ -151,8 +153,8 @@ fn gather_dot_scatter_on_tensor_cores() {
         1,
         "B's tile is written once and never rearranged"
     );
-    assert!(src.contains(&format!("wmma::load_matrix_sync(fa, &{a_name}[0][0] + mt * 256 + kt * 16, 16);")));
-    assert!(src.contains(&format!("wmma::load_matrix_sync(fb, &{b_name}[0][0] + kt * 256 + nt * 16, 16);")));
+    assert!(src.contains(&format!("wmma::load_matrix_sync(fa, &{a_name}[0][0] + mt * 384 + kt * 16, 24);")));
+    assert!(src.contains(&format!("wmma::load_matrix_sync(fb, &{b_name}[0][0] + kt * 384 + nt * 16, 24);")));
     assert!(src.contains("wmma::matrix_b, 16, 16, 16, __half, wmma::row_major"));
     for word in ["col_major", "trans", "reshape", "view"] {
         assert!(!src.contains(word), "{word}");

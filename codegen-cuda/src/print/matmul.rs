@@ -79,8 +79,10 @@ impl Printer<'_> {
         let (an, bn) = (self.names.values[mm.a].clone(), self.names.values[mm.b].clone());
         let a_base = self.base(&an, &self.p.layout[mm.a].clone());
         let b_base = self.base(&bn, &self.p.layout[mm.b].clone());
+        // Row pitches of the operand tiles, padded rows included.
+        let (a_pitch, b_pitch) = (kk + self.p.pad[mm.a], n + self.p.pad[mm.b]);
         let (a_batch, b_batch) = if batch > 1 {
-            (format!(" + bt * {}", m * kk), format!(" + bt * {}", kk * n))
+            (format!(" + bt * {}", m * a_pitch), format!(" + bt * {}", kk * b_pitch))
         } else {
             Default::default()
         };
@@ -94,11 +96,17 @@ impl Printer<'_> {
         self.line(d, &format!("wmma::fragment<wmma::matrix_b, 16, 16, {ks}, {ty}, wmma::row_major> fb;"));
         self.line(
             d,
-            &format!("wmma::load_matrix_sync(fa, {a_base}{a_batch} + mt * {} + kt * {ks}, {kk});", 16 * kk),
+            &format!(
+                "wmma::load_matrix_sync(fa, {a_base}{a_batch} + mt * {} + kt * {ks}, {a_pitch});",
+                16 * a_pitch
+            ),
         );
         self.line(
             d,
-            &format!("wmma::load_matrix_sync(fb, {b_base}{b_batch} + kt * {} + nt * 16, {n});", ks * n),
+            &format!(
+                "wmma::load_matrix_sync(fb, {b_base}{b_batch} + kt * {} + nt * 16, {b_pitch});",
+                ks * b_pitch
+            ),
         );
         if f == plan::Fragment::Tf32 {
             self.line(

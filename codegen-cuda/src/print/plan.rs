@@ -133,6 +133,11 @@ pub(crate) struct Plan {
     /// The FMA loop nest of each reduction printed on its own.
     pub chain: SecondaryMap<ValueId, Option<Chain>>,
     pub stage: SecondaryMap<ValueId, Option<Stage>>,
+    /// Elements added to the rows of a staged operand's shared tile (16
+    /// bytes): with a row pitch of 64 bytes every row of a fragment load
+    /// starts on the same banks (4-way conflicts for `ldmatrix`); with 80,
+    /// eight rows cover all 32 banks once.
+    pub pad: SecondaryMap<ValueId, usize>,
     pub acc: AccPlan,
     pub acc_layout: Vec<AxisId>,
     /// The sink reads `acc[k]` from registers (no shared copy).
@@ -165,6 +170,7 @@ impl Plan {
             absorbed: SecondaryMap::with_capacity(n),
             chain: SecondaryMap::with_capacity(n),
             stage: SecondaryMap::with_capacity(n),
+            pad: SecondaryMap::with_capacity(n),
             acc: AccPlan::None,
             acc_layout: Vec::new(),
             sink_from_registers: false,
@@ -208,6 +214,18 @@ impl Plan {
                     plan.matmuls.push(mm);
                 }
                 Err(reason) => plan.fallbacks.push((id, reason)),
+            }
+        }
+
+        // Padded operand rows, where a row of the tile is the product's
+        // whole K (of `a`) or N (of `b`), so fragment pointers stay rows.
+        for mm in &plan.matmuls {
+            let (_, _, n, kk) = mm.dims(k);
+            for (v, width) in [(mm.a, kk), (mm.b, n)] {
+                let Some(stage) = &plan.stage[v] else { continue };
+                if plan.layout[v].last().map(|&a| k.axis(a).tile) == Some(width) {
+                    plan.pad[v] = 16 / stage.fragment.bytes();
+                }
             }
         }
 
@@ -527,6 +545,9 @@ impl Plan {
                 let masked =
                     if masks.is_empty() { String::new() } else { format!(" masked by {}", masks.join(" ")) };
                 notes.push(format!("staged as {}{masked}", stage.fragment.name()));
+                if self.pad[id] > 0 {
+                    notes.push(format!("rows padded by {}", self.pad[id]));
+                }
             }
             if let Some(chain) = &self.chain[id] {
                 let over: Vec<AxisId> = chain.axes.iter().map(|&(a, _)| a).collect();

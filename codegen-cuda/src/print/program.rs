@@ -17,8 +17,14 @@ impl Printer<'_> {
         if programs > i32::MAX as u64 {
             return Err(PrintError::Grid { kernel: k.name.clone(), programs });
         }
-        let arrays = self.shared_arrays();
-        let bytes: usize = arrays.iter().map(|(_, _, b)| b).sum();
+        let mut arrays = self.shared_arrays();
+        let mut bytes: usize = arrays.iter().map(|(_, _, b)| b).sum();
+        // Padded rows only where they fit.
+        if bytes > MAX_STATIC_SHARED_BYTES && self.p.pad.values().any(|&p| p > 0) {
+            self.p.pad = SecondaryMap::new();
+            arrays = self.shared_arrays();
+            bytes = arrays.iter().map(|(_, _, b)| b).sum();
+        }
         if bytes > MAX_STATIC_SHARED_BYTES {
             let mut list: Vec<(String, usize)> = arrays.iter().map(|(n, _, b)| (n.clone(), *b)).collect();
             list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -172,7 +178,7 @@ impl Printer<'_> {
                 }
             };
             let name = self.names.values[id].clone();
-            out.push(self.declaration(&name, ty, size, align, &self.p.layout[id]));
+            out.push(self.declaration(&name, ty, size, align, &self.p.layout[id], self.p.pad[id]));
         }
         let acc_copy = match self.p.acc {
             AccPlan::Fragments(_) => true,
@@ -182,7 +188,7 @@ impl Printer<'_> {
         if acc_copy {
             let fragments = matches!(self.p.acc, AccPlan::Fragments(_));
             let (ty, size) = if fragments || self.d.real == "float" { ("float", 4) } else { ("double", 8) };
-            out.push(self.declaration("acc_s", ty, size, fragments, &self.p.acc_layout));
+            out.push(self.declaration("acc_s", ty, size, fragments, &self.p.acc_layout, 0));
         }
         out
     }
@@ -194,13 +200,17 @@ impl Printer<'_> {
         size: usize,
         align: bool,
         layout: &[AxisId],
+        pad: usize,
     ) -> (String, String, usize) {
+        let last = layout.len().saturating_sub(1);
         let dims: String = if layout.is_empty() {
             "[1]".to_string()
         } else {
-            layout.iter().map(|&a| format!("[{}]", self.tile(a))).collect()
+            let padded = |i: usize, a: AxisId| self.tile(a) + if i == last { pad } else { 0 };
+            layout.iter().enumerate().map(|(i, &a)| format!("[{}]", padded(i, a))).collect()
         };
-        let n = self.elements(layout).max(1);
+        let rows = self.elements(layout) / layout.last().map_or(1, |&a| self.tile(a));
+        let n = (self.elements(layout) + rows * pad).max(1);
         // An upper bound whatever order ptxas places the arrays in: each
         // may need padding up to its alignment (32 bytes for WMMA tiles).
         let bytes = n * size + if align { 31 } else { size - 1 };
