@@ -167,6 +167,9 @@ def spmm_rows(spindle, torch_report) -> list[dict]:
             "insum_mode": tr.get("insum_mode"),
             "gbs": num(auto.get("gbs")),
             "fraction_of_copy": num(auto.get("fraction_of_copy")),
+            # The roofline model's bound over the time (bench/src/roofline.rs).
+            "fraction_of_bound": num(auto.get("fraction_of_bound")),
+            "cusparse_fraction_of_bound": num(dig(ours, "cusparse_csr", "fraction_of_bound")),
         }
         row["cusparse_over_ours"] = ratio(row["cusparse_csr_ms"], row["ours_auto_ms"])
         row["cusparse_over_ours_best"] = ratio(row["cusparse_csr_ms"], row["ours_best_ms"])
@@ -210,6 +213,7 @@ def bsr_rows(spindle, torch_report) -> list[dict]:
             "tflops": num(dig(ours, "ours", "tflops")),
             "gbs": num(dig(ours, "ours", "gbs")),
             "fraction_of_copy": num(dig(ours, "ours", "fraction_of_copy")),
+            "fraction_of_bound": num(ours.get("fraction_of_bound")),
             "cusparse_bsr_ms": num(dig(ours, "cusparse_bsr", "median_ms")),
             "cublas_ms": num(dig(ours, "cublas_dense", "median_ms")),
             "torch_bsr_ms": num(tr.get("torch_bsr_ms")),
@@ -356,7 +360,7 @@ def render(merged: dict) -> str:
     out.append("SpMM (N = 128), ms; ratios baseline / ours at g = auto (> 1: Spindle faster)")
     head = (f"{'matrix':<22} {'type':<4} {'nnz':>9} {'g':>3} {'best g':>6} {'ours best':>10} {'ours auto':>10} "
             f"{'cuSPARSE':>10} {'torch CSR':>10} {'torch.comp':>10} {'cuSP/ours':>9} {'tc/ours':>8} "
-            f"{'GB/s':>6} {'%copy':>6}  checks")
+            f"{'GB/s':>6} {'%copy':>6} {'%bound':>6} {'cuSP%b':>6}  checks")
     out.append(head)
     if not s["spmm"]:
         out.append(f"  {NA}")
@@ -368,7 +372,8 @@ def render(merged: dict) -> str:
             f"{str(r['best_g'] if r['best_g'] is not None else NA):>6} "
             f"{ms(r['ours_best_ms']):>10} {ms(r['ours_auto_ms']):>10} {ms(r['cusparse_csr_ms']):>10} "
             f"{ms(r['torch_csr_ms']):>10} {insum:>10} {times(r['cusparse_over_ours']):>9} "
-            f"{times(r['insum_over_ours']):>8} {fmt(r['gbs'], '.0f'):>6} {percent(r['fraction_of_copy']):>6}  "
+            f"{times(r['insum_over_ours']):>8} {fmt(r['gbs'], '.0f'):>6} {percent(r['fraction_of_copy']):>6} "
+            f"{percent(r.get('fraction_of_bound')):>6} {percent(r.get('cusparse_fraction_of_bound')):>6}  "
             f"{checks(r)}"
         )
 
@@ -379,7 +384,7 @@ def render(merged: dict) -> str:
     out.append(f"Block-sparse SpMM ({shape}), f16, ms; ratios baseline / ours")
     out.append(
         f"{'sparsity':>8} {'ours':>9} {'cuSP BSR':>9} {'cuBLAS':>9} {'torch BSR':>9} {'torch.comp':>10} "
-        f"{'cuSP/ours':>9} {'cuBLAS/ours':>11} {'tBSR/ours':>9} {'tc/ours':>8} {'TFLOP/s':>7}  checks"
+        f"{'cuSP/ours':>9} {'cuBLAS/ours':>11} {'tBSR/ours':>9} {'tc/ours':>8} {'TFLOP/s':>7} {'%bound':>6}  checks"
     )
     if not s["bsr"]:
         out.append(f"  {NA}")
@@ -389,7 +394,8 @@ def render(merged: dict) -> str:
             f"{percent(r['sparsity']):>8} {ms(r['ours_ms']):>9} {ms(r['cusparse_bsr_ms']):>9} {ms(r['cublas_ms']):>9} "
             f"{ms(r['torch_bsr_ms']):>9} {insum:>10} {times(r['cusparse_bsr_over_ours']):>9} "
             f"{times(r['cublas_over_ours']):>11} {times(r['torch_bsr_over_ours']):>9} "
-            f"{times(r['insum_over_ours']):>8} {fmt(r['tflops'], '.1f'):>7}  {checks(r)}"
+            f"{times(r['insum_over_ours']):>8} {fmt(r['tflops'], '.1f'):>7} {percent(r.get('fraction_of_bound')):>6}  "
+            f"{checks(r)}"
         )
     out.append("(a torch.compile time ending in 'e' is eager: compilation failed)")
 
