@@ -468,3 +468,46 @@ fn sgap_spmm_algorithms_are_schedules() {
         assert_eq!(across, name.contains("32") || name.contains("PR"), "{what}\n{source}");
     }
 }
+
+/// Every corpus entry under the default schedule, in f32 and f16 (Tensor
+/// Cores where the tiles allow), on the emulated GPU under
+/// ThreadSanitizer: a step that reads a shared tile before the barrier
+/// after its fill, or refills it while others still read it, is a race.
+#[test]
+fn every_corpus_entry_is_race_free_under_thread_sanitizer() {
+    let test = "every_corpus_entry_is_race_free_under_thread_sanitizer";
+    if let Err(e @ EmulateError::CompilerMissing { .. }) = emulate::compiler() {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {e}");
+        return;
+    }
+    let options = EmulateOptions { sanitizer: emulate::Sanitizer::Thread };
+    let mut runs = Vec::new();
+    for (name, entry) in &entries() {
+        let built = build(name, entry);
+        for dtype in [DType::F32, DType::F16] {
+            runs.push((name.clone(), built.einsum.clone(), built.data.clone(), dtype));
+        }
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                while let Some((name, einsum, data, dtype)) =
+                    runs.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    let what = format!("{name} in {} under TSan", dtype.name());
+                    let (einsum, data) = typed(einsum, data, *dtype);
+                    let want = spindle_ir::eval::evaluate(&einsum, &data).unwrap();
+                    let kernel = lower(&einsum, &Schedule::default(), SYMBOL)
+                        .unwrap_or_else(|d| panic!("{what}: {d}"));
+                    let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::default())
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let got = emulate::run(&kernel, &printed, &data, &options)
+                        .unwrap_or_else(|e| panic!("{what}: {e}\n{}", printed.source));
+                    let tolerance = if *dtype == DType::F16 { 1e-2 } else { 1e-4 };
+                    close_to(&got, &want, tolerance, &what);
+                }
+            });
+        }
+    });
+}
