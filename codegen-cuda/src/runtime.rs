@@ -351,6 +351,15 @@ impl Gpu {
             }
         };
         let function = module.load_function(symbol)?;
+        if launch.dynamic {
+            // Beyond 48 KB a kernel must opt into its dynamic shared memory.
+            let bytes = i32::try_from(launch.shared_bytes)
+                .map_err(|_| RuntimeError::Data(format!("{} bytes of shared memory", launch.shared_bytes)))?;
+            function.set_attribute(
+                sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )?;
+        }
         let resources = nvrtc::parse_ptxas_log(&log).get(symbol).copied();
         Ok(LoadedKernel { function, symbol: symbol.to_string(), launch, resources, cache_hit, round: None })
     }
@@ -482,8 +491,8 @@ impl Gpu {
         let config = LaunchConfig {
             grid_dim: (kernel.launch.grid, 1, 1),
             block_dim: (kernel.launch.block, 1, 1),
-            // The printed kernels use static shared memory only.
-            shared_mem_bytes: 0,
+            // Static shared memory needs nothing here; dynamic, its bytes.
+            shared_mem_bytes: if kernel.launch.dynamic { kernel.launch.shared_bytes as u32 } else { 0 },
         };
         if kernel.launch.grid > 0 {
             // SAFETY: the arguments are the kernel's tensors in its

@@ -511,3 +511,38 @@ fn every_corpus_entry_is_race_free_under_thread_sanitizer() {
         }
     });
 }
+
+/// A kernel whose tiles need more than 48 KB: its arrays live in dynamic
+/// shared memory; NVRTC compiles it for sm_80 and sm_90 without spills or
+/// static shared memory, and it computes the reference on the emulated GPU
+/// (ragged tiles on every axis).
+#[test]
+fn kernels_over_48_kb_use_dynamic_shared_memory() {
+    let test = "kernels_over_48_kb_use_dynamic_shared_memory";
+    let f32s = spindle::ElemType::Value(DType::F32);
+    let prepared = spindle::Problem::new("C[y,x] += A[y,r] * B[r,x]")
+        .tensor("A", spindle::Input::random(&[200, 150], DType::F32, 1))
+        .tensor("B", spindle::Input::random(&[150, 130], DType::F32, 2))
+        .tensor("C", spindle::Input::shape(&[200, 130], f32s))
+        .prepare()
+        .unwrap_or_else(|e| panic!("{}", e.render(false)));
+    let schedule: Schedule = "tile.y=128 tile.x=128 tile.r=64".parse().unwrap();
+    let kernel = prepared.lower(&schedule).unwrap();
+    let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
+    assert!(printed.launch.dynamic && printed.launch.shared_bytes > 48 * 1024, "{:?}", printed.launch);
+    if toolchain_available(test) {
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let compiled = nvrtc::compile(&printed.source, "dynamic", arch, &CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{arch}: {e}\n{}", printed.source));
+            let r = compiled.resources_of(SYMBOL).unwrap();
+            assert!(!r.spills() && r.shared_mem_bytes == 0, "{arch}: {r:?}");
+        }
+    }
+    if let Err(e @ EmulateError::CompilerMissing { .. }) = emulate::compiler() {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {test} (emulation): {e}");
+        return;
+    }
+    let compiled = prepared.compile(&spindle::EmulateBackend::from_env(), &schedule).unwrap();
+    let (_, check) = compiled.check().unwrap();
+    assert!(check.max_rel_error <= check.tolerance, "error {:.2e}", check.max_rel_error);
+}

@@ -28,6 +28,8 @@
 #define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
+// Dynamic shared memory: a function static, as static shared arrays are.
+#define SPINDLE_DYNAMIC_SHARED(name, bytes) static __attribute__((aligned(128))) unsigned char name[bytes]
 
 struct EmuIdx {
   unsigned x = 0, y = 0, z = 0;

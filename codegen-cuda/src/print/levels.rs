@@ -56,7 +56,7 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     let rows = rows(kernel);
     let grid = u32::try_from(rows.div_ceil(LEVEL_WARPS as usize).max(1))
         .map_err(|_| PrintError::Grid { kernel: kernel.name.clone(), programs: rows as u64 })?;
-    let launch = LaunchGeometry { grid, block: LEVEL_WARPS * 32, shared_bytes: 0 };
+    let launch = LaunchGeometry { grid, block: LEVEL_WARPS * 32, shared_bytes: 0, dynamic: false };
     let mut src = format!("// Spindle level kernel `{}`, generated: do not edit.\n", kernel.name);
     for line in kernel.to_string().lines() {
         src += &format!("// {line}\n");

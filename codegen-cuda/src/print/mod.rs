@@ -41,8 +41,10 @@
 //!
 //! Values are computed in `float` (`double` when a tensor is f64); f16 and
 //! bf16 tensors are converted on load and store. Identifiers made from
-//! tensor and index names go through [`namer`]. Static shared memory is
-//! limited to [`MAX_STATIC_SHARED_BYTES`]; a kernel that needs more is a
+//! tensor and index names go through [`namer`]. Shared arrays are static
+//! up to [`MAX_STATIC_SHARED_BYTES`]; beyond, they are laid out in dynamic
+//! shared memory (`SPINDLE_DYNAMIC_SHARED`, each array a reference into it)
+//! up to [`MAX_DYNAMIC_SHARED_BYTES`]; a kernel that needs more is a
 //! [`PrintError::SharedMemory`].
 //!
 //! The output is prepared by the caller before the launch, as for the C
@@ -86,6 +88,10 @@ use spindle_c::namer::Names;
 /// opting into dynamic shared memory).
 pub const MAX_STATIC_SHARED_BYTES: usize = 48 * 1024;
 
+/// The dynamic shared memory a block may opt into on every arch the
+/// printer targets: 163 KB on sm_80 (227 KB on sm_90).
+pub const MAX_DYNAMIC_SHARED_BYTES: usize = 163 * 1024;
+
 /// Choices the kernel IR does not make.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrintOptions {
@@ -119,14 +125,17 @@ impl From<&Schedule> for PrintOptions {
 }
 
 /// How to launch a printed kernel: a 1-D grid of `grid` blocks of `block`
-/// threads. The shared memory is static (nothing to pass at launch);
-/// `shared_bytes` bounds it from above (the arrays plus the padding their
-/// alignment may need; ptxas reports the exact figure).
+/// threads. Up to 48 KB the shared memory is static (nothing to pass at
+/// launch) and `shared_bytes` bounds it from above (the arrays plus the
+/// padding their alignment may need; ptxas reports the exact figure).
+/// Beyond, it is `dynamic`: the launch passes `shared_bytes` and the
+/// kernel's limit is raised to it first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LaunchGeometry {
     pub grid: u32,
     pub block: u32,
     pub shared_bytes: usize,
+    pub dynamic: bool,
 }
 
 /// How a `dot` is computed.
@@ -175,7 +184,7 @@ pub struct CudaKernel {
 pub enum PrintError {
     #[error(
         "cannot print kernel `{kernel}` as CUDA: its shared tiles take {bytes} bytes per block, more than \
-         the {limit} bytes of static shared memory ({}); use smaller tiles",
+         the {limit} bytes of shared memory a block may have ({}); use smaller tiles",
         arrays_text(.arrays)
     )]
     SharedMemory {

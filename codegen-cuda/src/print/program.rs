@@ -18,35 +18,45 @@ impl Printer<'_> {
             return Err(PrintError::Grid { kernel: k.name.clone(), programs });
         }
         let mut arrays = self.shared_arrays();
-        let mut bytes: usize = arrays.iter().map(|(_, _, b)| b).sum();
-        // Padded rows only where they fit.
-        if bytes > MAX_STATIC_SHARED_BYTES && self.p.pad.values().any(|&p| p > 0) {
-            self.p.pad = SecondaryMap::new();
-            arrays = self.shared_arrays();
-            bytes = arrays.iter().map(|(_, _, b)| b).sum();
+        let static_bytes = |arrays: &[SharedArray]| -> usize { arrays.iter().map(|a| a.bound()).sum() };
+        // Padded rows only where static memory still holds them, or where
+        // the tiles need dynamic memory anyway.
+        if static_bytes(&arrays) > MAX_STATIC_SHARED_BYTES && self.p.pad.values().any(|&p| p > 0) {
+            let pads = std::mem::take(&mut self.p.pad);
+            let unpadded = self.shared_arrays();
+            if static_bytes(&unpadded) <= MAX_STATIC_SHARED_BYTES {
+                arrays = unpadded;
+            } else {
+                self.p.pad = pads;
+            }
         }
-        if bytes > MAX_STATIC_SHARED_BYTES {
-            let mut list: Vec<(String, usize)> = arrays.iter().map(|(n, _, b)| (n.clone(), *b)).collect();
+        // Over 48 KB the arrays live in dynamic shared memory, laid out here
+        // (the launch asks for it and raises the kernel's limit).
+        let dynamic = static_bytes(&arrays) > MAX_STATIC_SHARED_BYTES;
+        let bytes = if dynamic { dynamic_layout(&arrays).1 } else { static_bytes(&arrays) };
+        let limit = if dynamic { MAX_DYNAMIC_SHARED_BYTES } else { MAX_STATIC_SHARED_BYTES };
+        if bytes > limit {
+            let mut list: Vec<(String, usize)> = arrays.iter().map(|a| (a.name.clone(), a.bytes)).collect();
             list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            return Err(PrintError::SharedMemory {
-                kernel: k.name.clone(),
-                bytes,
-                limit: MAX_STATIC_SHARED_BYTES,
-                arrays: list,
-            });
+            return Err(PrintError::SharedMemory { kernel: k.name.clone(), bytes, limit, arrays: list });
         }
-        let launch =
-            LaunchGeometry { grid: programs.max(1) as u32, block: self.p.threads, shared_bytes: bytes };
+        let launch = LaunchGeometry {
+            grid: programs.max(1) as u32,
+            block: self.p.threads,
+            shared_bytes: bytes,
+            dynamic,
+        };
         let dots = self.dot_reports();
 
         self.line(0, &format!("// Spindle kernel `{}`, generated: do not edit.", k.name));
         for line in format!("{k}").lines() {
             self.line(0, &format!("// {line}"));
         }
+        let memory = if launch.dynamic { "dynamic" } else { "static" };
         self.line(
             0,
             &format!(
-                "// launch: grid {}, block {}, static shared memory {} bytes",
+                "// launch: grid {}, block {}, {memory} shared memory {} bytes",
                 launch.grid, launch.block, launch.shared_bytes
             ),
         );
@@ -70,6 +80,15 @@ impl Printer<'_> {
         if !self.p.matmuls.is_empty() {
             self.line(0, "#include <mma.h>");
             self.line(0, "namespace wmma = nvcuda::wmma;");
+        }
+        if dynamic {
+            // The emulation defines it as a function static.
+            self.line(0, "#ifndef SPINDLE_DYNAMIC_SHARED");
+            self.line(
+                0,
+                "#define SPINDLE_DYNAMIC_SHARED(name, bytes) extern __shared__ __align__(128) unsigned char name[]",
+            );
+            self.line(0, "#endif");
         }
         self.line(0, "");
         self.atomic_helpers();
@@ -95,9 +114,23 @@ impl Printer<'_> {
         if n == 0 {
             self.line(2, ") {");
         }
-        for (name, decl, _) in &arrays {
-            let _ = name;
-            self.line(1, decl);
+        if dynamic {
+            self.line(1, &format!("SPINDLE_DYNAMIC_SHARED(spindle_smem, {bytes});"));
+            let (offsets, _) = dynamic_layout(&arrays);
+            for (a, offset) in arrays.iter().zip(offsets) {
+                let (ty, name, dims) = (&a.ty, &a.name, &a.dims);
+                self.line(
+                    1,
+                    &format!(
+                        "{ty} (&{name}){dims} = *reinterpret_cast<{ty} (*){dims}>(spindle_smem + {offset});"
+                    ),
+                );
+            }
+        } else {
+            for a in &arrays {
+                let align = if a.align { "__align__(32) " } else { "" };
+                self.line(1, &format!("__shared__ {align}{} {}{};", a.ty, a.name, a.dims));
+            }
         }
         if !self.p.matmuls.is_empty() {
             self.line(1, "const int warp = threadIdx.x / 32;");
@@ -157,8 +190,8 @@ impl Printer<'_> {
         out
     }
 
-    /// Every `__shared__` array: (name, declaration, bytes).
-    pub(super) fn shared_arrays(&self) -> Vec<(String, String, usize)> {
+    /// Every shared array.
+    pub(super) fn shared_arrays(&self) -> Vec<SharedArray> {
         let k = self.k;
         let mut out = Vec::new();
         for &id in &k.order {
@@ -201,7 +234,7 @@ impl Printer<'_> {
         align: bool,
         layout: &[AxisId],
         pad: usize,
-    ) -> (String, String, usize) {
+    ) -> SharedArray {
         let last = layout.len().saturating_sub(1);
         let dims: String = if layout.is_empty() {
             "[1]".to_string()
@@ -211,11 +244,7 @@ impl Printer<'_> {
         };
         let rows = self.elements(layout) / layout.last().map_or(1, |&a| self.tile(a));
         let n = (self.elements(layout) + rows * pad).max(1);
-        // An upper bound whatever order ptxas places the arrays in: each
-        // may need padding up to its alignment (32 bytes for WMMA tiles).
-        let bytes = n * size + if align { 31 } else { size - 1 };
-        let align = if align { "__align__(32) " } else { "" };
-        (name.to_string(), format!("__shared__ {align}{ty} {name}{dims};"), bytes)
+        SharedArray { name: name.to_string(), ty: ty.to_string(), dims, bytes: n * size, elem: size, align }
     }
 
     /// One program: its values, the loop over reduced tiles, the sink.
@@ -547,4 +576,38 @@ impl Printer<'_> {
         self.line(d, &text);
         self.close(d, depth);
     }
+}
+
+/// A shared array of a kernel: its element type, name, dimensions (`[16][24]`)
+/// and bytes; WMMA operands and results are 32-byte aligned.
+#[derive(Clone, Debug)]
+pub(super) struct SharedArray {
+    pub name: String,
+    pub ty: String,
+    pub dims: String,
+    pub bytes: usize,
+    /// Bytes per element.
+    pub elem: usize,
+    pub align: bool,
+}
+
+impl SharedArray {
+    /// An upper bound of its bytes in static shared memory, wherever ptxas
+    /// places it: it may need padding up to its alignment.
+    fn bound(&self) -> usize {
+        self.bytes + if self.align { 31 } else { self.elem - 1 }
+    }
+}
+
+/// Offsets of the arrays in dynamic shared memory (each 32-byte aligned)
+/// and the bytes in all.
+fn dynamic_layout(arrays: &[SharedArray]) -> (Vec<usize>, usize) {
+    let mut offsets = Vec::with_capacity(arrays.len());
+    let mut at = 0usize;
+    for a in arrays {
+        at = at.next_multiple_of(32);
+        offsets.push(at);
+        at += a.bytes;
+    }
+    (offsets, at)
 }

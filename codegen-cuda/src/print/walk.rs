@@ -170,7 +170,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     if grid > i32::MAX as usize {
         return Err(PrintError::Grid { kernel: k.name.clone(), programs: grid as u64 });
     }
-    let launch = LaunchGeometry { grid: grid as u32, block, shared_bytes: 0 };
+    let launch = LaunchGeometry { grid: grid as u32, block, shared_bytes: 0, dynamic: false };
     let name = |t: TensorId| names.tensors[t].clone();
     let (rows, scale, crd, dense, out) =
         (name(w.rows), name(w.scale), name(w.crd), name(w.dense), name(w.out));
