@@ -91,14 +91,7 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     src += "    const int lane = threadIdx.x & 31;\n";
     src += &body;
     src += "}\n";
-    Ok(CudaKernel {
-        symbol: symbol.to_string(),
-        source: src,
-        launch,
-        dots: Vec::new(),
-        round: None,
-        sorted: None,
-    })
+    Ok(CudaKernel::plain(symbol, src, launch))
 }
 
 /// Iterations of the outermost loop (at most: a compressed root level's

@@ -179,6 +179,13 @@ pub struct CudaKernel {
     pub sorted: Option<String>,
 }
 
+impl CudaKernel {
+    /// A kernel with no `dot`s, no rounding kernel and no order it needs.
+    pub(crate) fn plain(symbol: &str, source: String, launch: LaunchGeometry) -> CudaKernel {
+        CudaKernel { symbol: symbol.to_string(), source, launch, dots: Vec::new(), round: None, sorted: None }
+    }
+}
+
 /// A kernel the printer cannot express.
 #[derive(Debug, thiserror::Error)]
 pub enum PrintError {

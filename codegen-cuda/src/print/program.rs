@@ -154,14 +154,7 @@ impl Printer<'_> {
         }
         self.program(1);
         self.line(0, "}");
-        Ok(CudaKernel {
-            symbol: symbol.to_string(),
-            source: self.out,
-            launch,
-            dots,
-            round: None,
-            sorted: None,
-        })
+        Ok(CudaKernel { dots, ..CudaKernel::plain(symbol, self.out, launch) })
     }
 
     pub(super) fn dot_reports(&self) -> Vec<DotReport> {

@@ -328,12 +328,5 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     line(2, &atomic);
     line(1, "}");
     line(0, "}");
-    Ok(CudaKernel {
-        symbol: symbol.to_string(),
-        source: src,
-        launch,
-        dots: Vec::new(),
-        round: None,
-        sorted: Some(k.tensor(w.rows).name.clone()),
-    })
+    Ok(CudaKernel { sorted: Some(k.tensor(w.rows).name.clone()), ..CudaKernel::plain(symbol, src, launch) })
 }
