@@ -39,6 +39,9 @@ pub enum Error {
     /// Compiling CUDA C with NVRTC, without a GPU.
     #[error(transparent)]
     Nvrtc(#[from] spindle_cuda::nvrtc::CompileError),
+    /// Reading a compiled kernel's machine code.
+    #[error(transparent)]
+    Sass(#[from] spindle_cuda::sass::SassError),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -106,7 +106,7 @@ pub use error::{Error, Result};
 pub use input::Input;
 pub use problem::{MAX_DENSE_ELEMENTS, Prepared, Problem, Stored};
 pub use program::ProgramRun;
-pub use source::{CudaReport, cuda_plan, cuda_report, print, print_levels, print_levels_cuda};
+pub use source::{CudaReport, cuda_plan, cuda_report, cuda_sass, print, print_levels, print_levels_cuda};
 pub use spindle_ir::kernel::schedule::Schedule;
 pub use spindle_ir::lang::ElemType;
 pub use target::Target;

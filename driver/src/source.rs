@@ -95,3 +95,18 @@ pub fn cuda_report(kernel: &Kernel, schedule: &Schedule, arch: Arch) -> Result<C
         dots: printed.dots,
     })
 }
+
+/// The machine code (SASS) of `kernel` compiled by NVRTC for `arch`, one
+/// instruction a line with its byte offset, read by the toolchain's
+/// `cuobjdump` (no GPU needed).
+pub fn cuda_sass(kernel: &Kernel, schedule: &Schedule, arch: Arch) -> Result<String> {
+    let printed = print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?;
+    let compiled = spindle_cuda::nvrtc::compile(&printed.source, "spindle", arch, &Default::default())?;
+    let toolchain = spindle_cuda::nvrtc::load()?;
+    let sass = spindle_cuda::sass::disassemble(toolchain, &compiled.cubin, SYMBOL)?;
+    let mut out = format!("// {SYMBOL} for {arch}: {} instructions\n", sass.instructions.len());
+    for i in &sass.instructions {
+        out += &format!("/*{:04x}*/ {}\n", i.offset, i.text);
+    }
+    Ok(out)
+}

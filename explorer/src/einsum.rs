@@ -222,6 +222,9 @@ pub enum Emit {
     /// The CUDA printer's plan: block size, inlined values and shared
     /// tiles, Tensor Core products, where the accumulator lives.
     Plan,
+    /// The CUDA kernel's machine code (SASS) for `--arch`, compiled by NVRTC
+    /// and read by cuobjdump (no GPU needed).
+    Sass,
     /// ReACT's view of the statements (one or several): three-address form,
     /// index trees after sparse iteration-space propagation, the trie-fused
     /// loop forest and the dimensions each temporary keeps.
@@ -288,6 +291,9 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
                 print!("{}", spindle::print_levels_cuda(&lowered.kernel).map_err(reported)?)
             }
             (Emit::Plan, _) => bail!("the level path has no CUDA plan: --emit cuda shows its warp per row"),
+            (Emit::Sass, _) => {
+                bail!("--emit sass shows tile kernels' machine code; the level path has none yet")
+            }
             (Emit::Fusion, _) => unreachable!("--emit fusion returns before lowering"),
         }
         return Ok(());
@@ -301,20 +307,21 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         (Emit::Cuda, _) => print!("{}", source(Target::Cuda)?),
         (Emit::Source, target) => print!("{}", source(target)?),
         (Emit::Plan, _) => print!("{}", spindle::cuda_plan(&kernel, &schedule)),
+        (Emit::Sass, _) => {
+            print!("{}", spindle::cuda_sass(&kernel, &schedule, nvrtc_arch(c.arch)).map_err(reported)?)
+        }
         (Emit::Fusion, _) => unreachable!("--emit fusion returns before lowering"),
     }
     if c.resources {
         if c.target != Target::Cuda {
             bail!("--resources reports what NVRTC says of the CUDA kernel: use --target cuda");
         }
-        let arch = match c.arch {
-            GpuArch::Sm80 => spindle_cuda::nvrtc::Arch::Sm80,
-            GpuArch::Sm90 => spindle_cuda::nvrtc::Arch::Sm90,
-        };
+        let arch = nvrtc_arch(c.arch);
         let report = spindle::cuda_report(&kernel, &schedule, arch).map_err(reported)?;
         let launch = &report.launch;
+        let memory = if launch.dynamic { "dynamic shared memory" } else { "static shared memory (bound)" };
         eprintln!(
-            "launch: grid {} x block {} threads, {} bytes of static shared memory (bound)",
+            "launch: grid {} x block {} threads, {} bytes of {memory}",
             launch.grid, launch.block, launch.shared_bytes
         );
         for (name, r) in &report.resources {
@@ -328,6 +335,13 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn nvrtc_arch(arch: GpuArch) -> spindle_cuda::nvrtc::Arch {
+    match arch {
+        GpuArch::Sm80 => spindle_cuda::nvrtc::Arch::Sm80,
+        GpuArch::Sm90 => spindle_cuda::nvrtc::Arch::Sm90,
+    }
 }
 
 /// `--emit fusion`: the program ReACT's passes see and make.

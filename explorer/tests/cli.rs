@@ -361,8 +361,16 @@ fn compile_prints_ir_c_and_cuda() {
             "{}",
             stderr(&r)
         );
+        // The machine code: Tensor Core instructions for this product.
+        let sass = run(&["--target", "cuda", "--emit", "sass", "--arch", "sm_90"]);
+        assert!(sass.status.success(), "{}", stderr(&sass));
+        assert!(
+            stdout(&sass).contains("spindle_kernel for sm_90") && stdout(&sass).contains("HMMA.16816"),
+            "{}",
+            stdout(&sass)
+        );
     } else {
-        eprintln!("SKIPPED: --resources needs the CUDA toolchain (cargo xtask setup-cuda)");
+        eprintln!("SKIPPED: --resources and --emit sass need the CUDA toolchain (cargo xtask setup-cuda)");
     }
     let gpu = spindle(&[
         "run",
