@@ -33,6 +33,11 @@ impl Printer<'_> {
         // Over 48 KB the arrays live in dynamic shared memory, laid out here
         // (the launch asks for it and raises the kernel's limit).
         let dynamic = static_bytes(&arrays) > MAX_STATIC_SHARED_BYTES;
+        if dynamic {
+            // Laid out by name: the same kernel parsed back from its text
+            // (whose body may list values in another order) prints the same.
+            arrays.sort_by(|a, b| a.name.cmp(&b.name));
+        }
         let bytes = if dynamic { dynamic_layout(&arrays).1 } else { static_bytes(&arrays) };
         let limit = if dynamic { MAX_DYNAMIC_SHARED_BYTES } else { MAX_STATIC_SHARED_BYTES };
         if bytes > limit {
