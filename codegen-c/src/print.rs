@@ -794,6 +794,9 @@ impl Printer<'_> {
     /// ending where the target changes or a group of `lanes` ends. (A
     /// parallel group's target never changes within it.)
     fn grouped_sink_loops(&mut self, depth: usize, group: SinkGroup) {
+        if self.row_runs(depth, group) {
+            return;
+        }
         let k = self.k;
         let s = &k.sink;
         let mut shape: Vec<AxisId> = s.operands().flat_map(|o| k.value(o).shape.clone()).collect();
@@ -835,6 +838,111 @@ impl Printer<'_> {
         self.line(d + 1, &format!("if (run_at >= 0) {flush}"));
         self.line(d, "}");
         self.close(d, depth);
+    }
+}
+
+impl Printer<'_> {
+    /// The grouped sink where the target splits into a row that varies
+    /// along the group's axis alone (`R[p]` of `C[R[p],n]`) and columns
+    /// that do not vary along it (`n`): a run keeps a row of sums, the
+    /// column loops innermost so they vectorize, and writes it once when
+    /// the row changes or a group ends. False (nothing printed) where the
+    /// target or the mask mixes the two.
+    fn row_runs(&mut self, depth: usize, group: SinkGroup) -> bool {
+        let k = self.k;
+        let s = &k.sink;
+        let g = group.axis;
+        let varies = |id: ValueId| k.value(id).shape.contains(&g);
+        let only_g = |id: ValueId| k.value(id).shape.iter().all(|&a| a == g);
+        if s.index.iter().any(|&ix| varies(ix) && !only_g(ix)) {
+            return false;
+        }
+        // The mask's factors: on the row alone, or off it.
+        fn factors(k: &Kernel, m: ValueId, out: &mut Vec<ValueId>) {
+            match k.value(m).op {
+                Op::Binary(BinaryOp::And, a, b) => {
+                    factors(k, a, out);
+                    factors(k, b, out);
+                }
+                _ => out.push(m),
+            }
+        }
+        let mut masks = Vec::new();
+        if let Some(m) = s.mask {
+            factors(k, m, &mut masks);
+        }
+        if masks.iter().any(|&m| varies(m) && !only_g(m)) {
+            return false;
+        }
+        let (row_masks, col_masks): (Vec<ValueId>, Vec<ValueId>) =
+            masks.into_iter().partition(|&m| varies(m));
+        let mut shape: Vec<AxisId> = s.operands().flat_map(|o| k.value(o).shape.clone()).collect();
+        shape.sort();
+        shape.dedup();
+        let cols: Vec<AxisId> = self.order(&shape).into_iter().filter(|&a| a != g).collect();
+        // The flat offset split into the row's part and the columns'.
+        let dims = &k.tensor(s.tensor).shape;
+        let part = |p: &Self, row: bool| -> String {
+            let terms: Vec<String> = s
+                .index
+                .iter()
+                .enumerate()
+                .filter(|&(_, &ix)| varies(ix) == row)
+                .map(|(d, &ix)| {
+                    let stride: usize = dims[d + 1..].iter().product();
+                    let e = p.elem(ix);
+                    if stride == 1 { e } else { p.d.scaled(&e, stride) }
+                })
+                .collect();
+            if terms.is_empty() { "0".to_string() } else { terms.join(" + ") }
+        };
+        let distinct =
+            cols.iter().all(|&a| s.index.iter().any(|&ix| k.value(strip(k, ix)).op == Op::Range(a)));
+        let (real, identity) = (self.real(), self.d.float(s.reduction.identity()));
+        let run_dims: String = cols.iter().map(|&a| format!("[{}]", k.axis(a).tile)).collect();
+        let run_at: String = cols.iter().map(|&a| format!("[{}]", self.axis_var(a))).collect();
+        let test = |p: &Self, ms: &[ValueId]| -> Option<String> {
+            (!ms.is_empty()).then(|| ms.iter().map(|&m| p.elem(m)).collect::<Vec<_>>().join(" && "))
+        };
+        // Column loops around `body`, the column mask tested inside.
+        let columns = |p: &mut Self, d: usize, body: &str| {
+            let inner = p.open_ordered(d, &cols, distinct);
+            let body = match test(p, &col_masks) {
+                Some(t) => format!("if ({t}) {body}"),
+                None => body.to_string(),
+            };
+            p.line(inner, &body);
+            p.close(inner, d);
+        };
+        let target = format!("{}[run_row + {}]", self.out_ptr, part(self, false));
+        let flush = self.d.fold(s.reduction, &target, &format!("run{run_at}"));
+        self.line(depth, "{");
+        let d = depth + 1;
+        self.line(d, "int64_t run_row = -1;");
+        self.line(d, &format!("{real} run{run_dims};"));
+        let i = self.axis_var(g);
+        let tile = k.axis(g).tile;
+        self.line(d, &format!("for (int64_t {i} = 0; {i} < {tile}; {i}++) {{"));
+        if let Some(t) = test(self, &row_masks) {
+            self.line(d + 1, &format!("if (!({t})) continue;"));
+        }
+        let row = part(self, true);
+        self.line(d + 1, &format!("const int64_t row = {row};"));
+        self.line(d + 1, &format!("if (row != run_row || {i} % {} == 0) {{", group.lanes));
+        self.line(d + 2, "if (run_row >= 0) {");
+        columns(self, d + 3, &flush);
+        self.line(d + 2, "}");
+        self.line(d + 2, "run_row = row;");
+        columns(self, d + 2, &format!("run{run_at} = {identity};"));
+        self.line(d + 1, "}");
+        let add = self.d.fold(s.reduction, &format!("run{run_at}"), &self.elem(s.value));
+        columns(self, d + 1, &add);
+        self.line(d, "}");
+        self.line(d, "if (run_row >= 0) {");
+        columns(self, d + 1, &flush);
+        self.line(d, "}");
+        self.line(depth, "}");
+        true
     }
 }
 
