@@ -6,26 +6,13 @@
 //!
 //! Without a C++ compiler these tests skip visibly.
 
-use std::io::Write;
-
 use ndarray::{ArrayD, Dimension, IxDyn};
-use spindle_cuda::emulate::{self, EmulateError, EmulateOptions};
+use spindle_cuda::emulate::{self, EmulateOptions};
 use spindle_cuda::print::{DotPath, PrintOptions, print_kernel};
 use spindle_ir::kernel::lower::lower;
 use spindle_ir::lang::einsum::declarations;
 use spindle_ir::lang::{ElemType, Role, check, parse};
 use spindle_ir::tensor::{TensorValue, Tensors};
-
-fn compiler_available(test: &str) -> bool {
-    match emulate::compiler() {
-        Ok(_) => true,
-        Err(e @ EmulateError::CompilerMissing { .. }) => {
-            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {e}");
-            false
-        }
-        Err(e) => panic!("{test}: {e}"),
-    }
-}
 
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
@@ -109,7 +96,7 @@ fn check_against_reference(
     opts: &PrintOptions,
     tolerance: f64,
 ) -> Option<spindle_cuda::print::CudaKernel> {
-    if !compiler_available(test) {
+    if !emulate::compiler_or_skip(test) {
         return None;
     }
     let einsum = check(&parse(statement).unwrap(), &declarations(decls)).unwrap();

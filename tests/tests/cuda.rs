@@ -21,7 +21,7 @@
 //! emulation skips visibly.
 
 use ndarray::{ArrayD, Dimension};
-use spindle_cuda::emulate::{self, EmulateError, EmulateOptions};
+use spindle_cuda::emulate::{self, EmulateOptions};
 use std::io::Write;
 
 use spindle_cuda::nvrtc::{self, Arch, CompileOptions, Resources};
@@ -52,19 +52,6 @@ fn cuda_under(name: &str, entry: &Entry, schedule: &Schedule) -> (String, CudaKe
 /// True when the test should go on (see `nvrtc::toolchain_or_skip`).
 fn toolchain_available(test: &str) -> bool {
     spindle_cuda::nvrtc::toolchain_or_skip(test)
-}
-
-/// True when a C++ compiler can run the emulation; otherwise a visible
-/// `SKIPPED` line and false.
-fn emulator_available(test: &str) -> bool {
-    match emulate::compiler() {
-        Ok(_) => true,
-        Err(e @ EmulateError::CompilerMissing { .. }) => {
-            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {e}");
-            false
-        }
-        Err(e) => panic!("{test}: {e}"),
-    }
 }
 
 #[test]
@@ -172,7 +159,7 @@ fn close_to(got: &ArrayD<f64>, want: &ArrayD<f64>, tolerance: f64, what: &str) {
 /// atomic updates per element and eager broadcasting.
 #[test]
 fn every_corpus_entry_computes_its_reference_on_the_emulated_gpu() {
-    if !emulator_available("every_corpus_entry_computes_its_reference_on_the_emulated_gpu") {
+    if !emulate::compiler_or_skip("every_corpus_entry_computes_its_reference_on_the_emulated_gpu") {
         return;
     }
     let entries = entries();
@@ -235,7 +222,7 @@ fn walk_problem(format: &str, dtype: DType, n: usize) -> spindle::Prepared {
 /// vectors; f16 and bf16 summed in the f32 copy); unsorted rows are refused.
 #[test]
 fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
-    if !emulator_available("the_warp_walk_computes_spmm_on_the_emulated_gpu") {
+    if !emulate::compiler_or_skip("the_warp_walk_computes_spmm_on_the_emulated_gpu") {
         return;
     }
     let backend = spindle::EmulateBackend::from_env();
@@ -396,7 +383,7 @@ fn blockgroupcoo_runs_hmma_16816_from_ldsm_without_local_memory() {
 /// zeros, with a plain store racing the previous run's atomics).
 #[test]
 fn sgap_groups_and_the_warp_walk_have_no_data_race() {
-    if !emulator_available("sgap_groups_and_the_warp_walk_have_no_data_race") {
+    if !emulate::compiler_or_skip("sgap_groups_and_the_warp_walk_have_no_data_race") {
         return;
     }
     let backend = spindle::EmulateBackend::with(EmulateOptions { sanitizer: emulate::Sanitizer::Thread });
@@ -428,7 +415,7 @@ fn sgap_groups_and_the_warp_walk_have_no_data_race() {
 ///   a row and add by shuffles (for SpMM the level path splits columns).
 #[test]
 fn sgap_spmm_algorithms_are_schedules() {
-    if !emulator_available("sgap_spmm_algorithms_are_schedules") {
+    if !emulate::compiler_or_skip("sgap_spmm_algorithms_are_schedules") {
         return;
     }
     let backend = spindle::EmulateBackend::from_env();
@@ -476,7 +463,7 @@ fn sgap_spmm_algorithms_are_schedules() {
 /// after its fill, or refills it while others still read it, is a race.
 #[test]
 fn every_corpus_entry_is_race_free_under_thread_sanitizer() {
-    if !emulator_available("every_corpus_entry_is_race_free_under_thread_sanitizer") {
+    if !emulate::compiler_or_skip("every_corpus_entry_is_race_free_under_thread_sanitizer") {
         return;
     }
     let options = EmulateOptions { sanitizer: emulate::Sanitizer::Thread };
@@ -537,7 +524,7 @@ fn kernels_over_48_kb_use_dynamic_shared_memory() {
             assert!(!r.spills() && r.shared_mem_bytes == 0, "{arch}: {r:?}");
         }
     }
-    if !emulator_available(test) {
+    if !emulate::compiler_or_skip(test) {
         return;
     }
     let compiled = prepared.compile(&spindle::EmulateBackend::from_env(), &schedule).unwrap();

@@ -92,6 +92,22 @@ impl EmulateOptions {
     }
 }
 
+/// For tests that emulate kernels: true when a C++ compiler can run the
+/// emulation; otherwise a visible `SKIPPED` line and false. Any other
+/// failure of the compiler check panics.
+pub fn compiler_or_skip(test: &str) -> bool {
+    use std::io::Write as _;
+    match compiler() {
+        Ok(_) => true,
+        Err(e @ EmulateError::CompilerMissing { .. }) => {
+            // Straight to the stderr handle: the harness captures `eprintln!`.
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {e}");
+            false
+        }
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
 /// The C++ compiler to use, if one answers `--version`.
 pub fn compiler() -> Result<String, EmulateError> {
     let compiler = std::env::var(CXX_ENV).ok().filter(|c| !c.is_empty()).unwrap_or_else(|| "c++".to_string());
