@@ -122,6 +122,9 @@ pub struct LoadedKernel {
     /// The kernel that rounds a widened output (see
     /// [`crate::print::RoundKernel`]), launched after this one.
     round: Option<(CudaFunction, RoundKernel)>,
+    /// The kernel writes every output element without reading it
+    /// ([`CudaKernel::writes_output`]): timing zeroes nothing first.
+    pub writes_output: bool,
 }
 
 /// One tensor on the device, in its dtype.
@@ -263,6 +266,7 @@ impl Gpu {
     /// Compiles (or finds in the cache) and loads a printed kernel.
     pub fn load(&self, printed: &CudaKernel) -> Result<LoadedKernel> {
         let mut loaded = self.load_source(&printed.source, &printed.symbol, printed.launch)?;
+        loaded.writes_output = printed.writes_output;
         if let Some(round) = &printed.round {
             let module = self.module_of(&printed.source, &printed.symbol)?;
             loaded.round = Some((module.load_function(&round.symbol)?, round.clone()));
@@ -361,7 +365,15 @@ impl Gpu {
             )?;
         }
         let resources = nvrtc::parse_ptxas_log(&log).get(symbol).copied();
-        Ok(LoadedKernel { function, symbol: symbol.to_string(), launch, resources, cache_hit, round: None })
+        Ok(LoadedKernel {
+            function,
+            symbol: symbol.to_string(),
+            launch,
+            resources,
+            cache_hit,
+            round: None,
+            writes_output: false,
+        })
     }
 
     /// Uploads the kernel's tensors (a tile or a level kernel). Values are converted from f64 to each
@@ -632,7 +644,8 @@ impl Gpu {
     /// inside the timed region, after the flush: the kernel sums into it,
     /// so the memset is its work, as writing C is cuSPARSE's and cuBLAS's
     /// with `beta = 0`. Other initial contents are restored before the
-    /// flush, untimed. When the inputs fit in L2, up to eight copies are
+    /// flush, untimed; a kernel that writes every output element without
+    /// reading it needs neither. When the inputs fit in L2, up to eight copies are
     /// rotated as well.
     pub fn time<K: DeviceArgs + ?Sized>(
         &self,
@@ -673,7 +686,7 @@ impl Gpu {
             },
             |i, gpu| {
                 let buffers = &mut all.borrow_mut()[i % sets];
-                if buffers.zero_start {
+                if buffers.zero_start && !loaded.writes_output {
                     gpu.zero_output(buffers)?;
                 }
                 gpu.launch(loaded, buffers)

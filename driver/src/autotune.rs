@@ -200,7 +200,10 @@ pub fn tune(
 /// - on a GPU, where the warp walk prints the kernel (GroupCOO and COO
 ///   SpMM, CSR through its rewrite), `map=walk` with runs of 8, 32 and 128
 ///   groups per warp beside the tiles (a candidate whose data has rows out
-///   of order fails, and the search goes on without it).
+///   of order fails, and the search goes on without it);
+/// - on a GPU, where block rows print the kernel (BlockGroupCOO SpMM over
+///   rows, 16-bit operands), `map=rows` with blocks of 64, 128 and 256
+///   columns.
 pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String> {
     let parallel = kernel.parallel_axes();
     let rows = parallel.iter().copied().max_by_key(|&a| kernel.axis(a).extent);
@@ -262,6 +265,9 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
             if let Ok(walked) = spindle_cuda::print::walkable(kernel) {
                 all.extend(WALK_RUNS.iter().map(|r| format!("map=walk tile.{walked}={r}")));
             }
+            if let Ok(columns) = spindle_cuda::print::rows_printable(kernel, false) {
+                all.extend(ROW_SLABS.iter().map(|s| format!("map=rows tile.{columns}={s}")));
+            }
             all
         }
     }
@@ -275,6 +281,9 @@ const MIN_BLOCK_ELEMENTS: usize = 64;
 
 /// Groups a warp walks, in the `map=walk` candidates.
 const WALK_RUNS: [usize; 3] = [8, 32, 128];
+
+/// Columns a block owns (a warp per 32), in the `map=rows` candidates.
+const ROW_SLABS: [usize; 3] = [64, 128, 256];
 
 #[cfg(test)]
 mod tests {
@@ -349,6 +358,30 @@ mod tests {
         assert_eq!(c.iter().filter(|s| s.contains("reduce=atomic")).count() * 2, c.len());
         // The GPU keeps its accumulators (and tries the warp walk).
         assert!(!space(&groupcoo, Target::Cuda, 1).iter().any(|s| s.contains("reduce=")));
+    }
+
+    #[test]
+    fn gpu_candidates_own_block_rows_where_16_bit_blocks_are_summed_over_rows() {
+        use spindle_ir::lang::einsum::declarations;
+        let blocks = |dtype: &str| {
+            let decls = declarations(&[
+                ("R", &[12], "i32"),
+                ("K", &[12, 2], "i32"),
+                ("V", &[12, 2, 32, 32], dtype),
+                ("B", &[256, 128], dtype),
+                ("C", &[256, 128], dtype),
+            ]);
+            let parsed =
+                spindle_ir::lang::parse("C[32*R[p]+bi,n] += V[p,q,bi,bj] * B[32*K[p,q]+bj,n]").unwrap();
+            let einsum = spindle_ir::lang::check(&parsed, &decls).unwrap();
+            spindle_ir::kernel::lower::lower(&einsum, &"".parse().unwrap(), "k").unwrap()
+        };
+        let f16 = space(&blocks("f16"), Target::Cuda, 1);
+        let rows: Vec<&String> = f16.iter().filter(|s| s.starts_with("map=rows")).collect();
+        assert_eq!(rows, ["map=rows tile.n=64", "map=rows tile.n=128", "map=rows tile.n=256"], "{f16:?}");
+        // f32 blocks would need tf32, a precision the tuner does not pick.
+        assert!(!space(&blocks("f32"), Target::Cuda, 1).iter().any(|s| s.contains("map=rows")));
+        assert!(!space(&spmm(64), Target::Cuda, 1).iter().any(|s| s.contains("map=rows")));
     }
 
     #[test]

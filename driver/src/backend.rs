@@ -13,7 +13,7 @@ use spindle_c::runtime::Buffer;
 use spindle_cuda::emulate::EmulateOptions;
 use spindle_cuda::nvrtc::Resources;
 use spindle_cuda::print::levels::print_level;
-use spindle_cuda::print::{CudaKernel, PrintOptions, print_kernel};
+use spindle_cuda::print::{CudaKernel, PrintOptions, mapped, print_kernel};
 use spindle_cuda::runtime::DeviceArgs;
 use spindle_cuda::runtime::{DeviceBuffers, Gpu, LoadedKernel};
 use spindle_ir::formats::Assembled;
@@ -390,8 +390,9 @@ impl Backend for CudaBackend {
     }
 
     fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>> {
-        let printed = print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?;
-        self.load(printed, Box::new(kernel.clone()), Tensors::new())
+        let opts = PrintOptions::from(schedule);
+        let printed = print_kernel(kernel, SYMBOL, &opts)?;
+        self.load(printed, Box::new(mapped(kernel, &opts).into_owned()), Tensors::new())
     }
 
     /// A warp per row ([`spindle_cuda::print::levels`]).
@@ -432,22 +433,22 @@ fn with_arrays<'a>(data: &'a Tensors, arrays: &Tensors) -> Cow<'a, Tensors> {
     Cow::Owned(all)
 }
 
-/// The index tensor a printed kernel needs in order (the warp walk's rows,
-/// [`CudaKernel::sorted`]) is nondecreasing in `data`.
+/// The index tensor a printed kernel needs in order (the warp walk's and
+/// the block rows' `R`, [`CudaKernel::sorted`]) is nondecreasing in `data`.
 fn check_sorted(printed: &CudaKernel, data: &Tensors) -> Result<()> {
     let Some(name) = &printed.sorted else { return Ok(()) };
     let Some(TensorValue::Indices(rows)) = data.get(name) else {
         return Err(Error::input(format!("no index data for {name}")));
     };
-    let rows: Vec<i64> = rows.iter().copied().collect();
-    match rows.windows(2).position(|w| w[1] < w[0]) {
+    match rows.iter().zip(rows.iter().skip(1)).position(|(a, b)| b < a) {
         None => Ok(()),
         Some(i) => Err(Error::input(format!(
-            "map=walk needs {name} in nondecreasing order, but {name}[{}] = {} follows {name}[{i}] = {}; \
-             the formats Spindle builds keep it so; use map=tiles for other data",
+            "the kernel's mapping (map=walk or map=rows) needs {name} in nondecreasing order, but \
+             {name}[{}] = {} follows {name}[{i}] = {}; the formats Spindle builds keep it so; use map=tiles \
+             for other data",
             i + 1,
-            rows[i + 1],
-            rows[i]
+            rows.iter().nth(i + 1).copied().unwrap_or_default(),
+            rows.iter().nth(i).copied().unwrap_or_default()
         ))),
     }
 }
@@ -543,14 +544,15 @@ impl Backend for EmulateBackend {
     }
 
     fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>> {
-        let printed = print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?;
+        let opts = PrintOptions::from(schedule);
+        let printed = print_kernel(kernel, SYMBOL, &opts)?;
         let launch = &printed.launch;
         let report = CompileReport {
             launch: Some(format!("grid {} x block {} threads", launch.grid, launch.block)),
             ..CompileReport::default()
         };
         Ok(Box::new(EmulateExecutable {
-            kernel: Emulated::Tiles(kernel.clone()),
+            kernel: Emulated::Tiles(mapped(kernel, &opts).into_owned()),
             printed,
             options: self.options.clone(),
             report,

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use ndarray::ArrayD;
 use spindle_formats::{Coo, FormatSpec};
-use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::{Path, Schedule};
+use spindle_ir::kernel::{Kernel, OutputInit};
 use spindle_ir::lang::{
     Declaration, Declarations, Diagnostic, Einsum, ElemType, Statement, check, declare_output, parse,
 };
@@ -318,8 +318,14 @@ impl Prepared {
                 "the tile path cannot take this statement ({refusal}); use path=levels"
             )));
         }
-        spindle_ir::kernel::lower::lower(&self.einsum, schedule, "spindle")
-            .map_err(|d| Error::statement(d, &self.text))
+        let mut kernel = spindle_ir::kernel::lower::lower(&self.einsum, schedule, "spindle")
+            .map_err(|d| Error::statement(d, &self.text))?;
+        // `+=` into an output given no data sums into zeros: as `=`, so a
+        // kernel that writes each element once need not read it first.
+        if kernel.init == OutputInit::Keep && !self.output_has_data() {
+            kernel.init = OutputInit::Zero;
+        }
+        Ok(kernel)
     }
 
     /// The level path's loop tree of the statement as written, over its

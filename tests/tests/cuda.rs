@@ -28,7 +28,7 @@ use spindle_cuda::nvrtc::{self, Arch, CompileOptions, Resources};
 use spindle_cuda::print::{CudaKernel, DotPath, PrintOptions, plan_text, print_kernel};
 use spindle_formats::DType;
 use spindle_ir::kernel::lower::lower;
-use spindle_ir::kernel::schedule::Schedule;
+use spindle_ir::kernel::schedule::{Mapping, Schedule};
 use spindle_tests::corpus::{CheckRun, Entry, build, check_runs, entries, typed};
 
 const SYMBOL: &str = "spindle_kernel";
@@ -257,14 +257,14 @@ fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
         .unwrap_or_else(|e| panic!("{}", e.render(false)));
     let compiled = unsorted.compile(&backend, &"map=walk".parse().unwrap()).unwrap();
     let err = compiled.run().unwrap_err().to_string();
-    assert!(err.contains("map=walk needs R in nondecreasing order, but R[2] = 1 follows R[1] = 2"), "{err}");
+    assert!(err.contains("needs R in nondecreasing order, but R[2] = 1 follows R[1] = 2"), "{err}");
 
     // A statement the walk does not print: refused with the reason.
     use spindle_ir::lang::{check, declarations, parse};
     let decls = declarations(&[("y", &[10], "f32"), ("A", &[10, 12], "f32"), ("x", &[12], "f32")]);
     let spmv = check(&parse("y[i] += A[i,k] * x[k]").unwrap(), &decls).unwrap();
     let kernel = lower(&spmv, &Schedule::default(), SYMBOL).unwrap();
-    let walk = PrintOptions { walk: true, ..PrintOptions::default() };
+    let walk = PrintOptions { map: Mapping::Walk, ..PrintOptions::default() };
     let err = print_kernel(&kernel, SYMBOL, &walk).unwrap_err().to_string();
     assert!(err.contains("the output is not a matrix C[R[p],n]") && err.contains("use map=tiles"), "{err}");
 }
@@ -530,4 +530,143 @@ fn kernels_over_48_kb_use_dynamic_shared_memory() {
     let compiled = prepared.compile(&spindle::EmulateBackend::from_env(), &schedule).unwrap();
     let (_, check) = compiled.check().unwrap();
     assert!(check.max_rel_error <= check.tolerance, "error {:.2e}", check.max_rel_error);
+}
+
+/// Block-sparse SpMM in BlockGroupCOO over rows (32x32 blocks, 192 x 128,
+/// block rows 1 and 4 empty), prepared by the driver: operands of
+/// `operands`, C of `output` with `n` columns; with `c_data` C holds values
+/// that `+=` adds to.
+fn block_problem(n: usize, operands: DType, output: DType, g: &str, c_data: bool) -> spindle::Prepared {
+    use spindle::{ElemType, Input};
+    let spec: spindle_formats::generate::GeneratorSpec =
+        "blocks:rows=192,cols=128,bm=32,bk=32,density=0.6,seed=9".parse().unwrap();
+    let full = spec.generate::<f64, i64>().unwrap().canonicalize();
+    let keep: Vec<usize> = (0..full.nnz()).filter(|&e| ![1, 4].contains(&(full.crd[0][e] / 32))).collect();
+    let crd = full.crd.iter().map(|c| keep.iter().map(|&e| c[e]).collect()).collect();
+    let coo = spindle_formats::Coo::new(full.shape.clone(), crd, keep.iter().map(|&e| full.val[e]).collect())
+        .unwrap();
+    let b = ndarray::Array2::from_shape_fn((128, n), |(i, j)| ((i * 5 + j * 3) % 13) as f64 / 13.0 - 0.45);
+    let c = if c_data {
+        Input::from(ndarray::Array2::from_shape_fn((192, n), |(i, j)| ((i + 2 * j) % 5) as f64 / 5.0 - 0.3))
+            .with_dtype(ElemType::Value(output))
+    } else {
+        Input::shape(&[192, n], ElemType::Value(output))
+    };
+    spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", Input::from(coo).with_dtype(ElemType::Value(operands)))
+        .tensor("B", Input::from(b).with_dtype(ElemType::Value(operands)))
+        .tensor("C", c)
+        .format("A", format!("blockgroupcoo:bm=32,bk=32,dim=0,{g}"))
+        .prepare()
+        .unwrap_or_else(|e| panic!("{}", e.render(false)))
+}
+
+/// The block-row mapping (`map=rows`) on the emulated GPU against the
+/// reference evaluator, where the emulated `cp.async` lands a copy only at
+/// its wait: empty block rows (written as zeros, the output is not zeroed
+/// first), slabs wider than the columns left (ragged n, whole warps past
+/// the end), `+=` into given values, f16 and f32 outputs, bf16 operands,
+/// tf32 (checked to f16's 1e-2: tf32 keeps f16's 11 significant bits), and
+/// the copy ring in dynamic shared memory (tile.n = 256).
+#[test]
+fn block_rows_compute_block_sparse_spmm_on_the_emulated_gpu() {
+    if !emulate::compiler_or_skip("block_rows_compute_block_sparse_spmm_on_the_emulated_gpu") {
+        return;
+    }
+    let backend = spindle::EmulateBackend::from_env();
+    let cases = [
+        (64, DType::F16, DType::F16, "g=auto", false, "tile.n=64"),
+        (48, DType::F16, DType::F16, "g=2", true, "tile.n=32"),
+        (64, DType::F16, DType::F32, "g=1", false, "tile.n=128"),
+        (32, DType::Bf16, DType::F32, "g=3", true, "tile.n=32"),
+        (32, DType::F32, DType::F32, "g=2", false, "tile.n=64 tf32=on"),
+        (16, DType::F16, DType::F16, "g=2", false, "tile.n=256"),
+    ];
+    for (n, operands, output, g, c_data, items) in cases {
+        let what = format!("{} -> {} n={n} {g} C data {c_data} [{items}]", operands.name(), output.name());
+        let prepared = block_problem(n, operands, output, g, c_data);
+        let schedule: Schedule = format!("map=rows {items}").parse().unwrap();
+        let kernel = prepared.lower(&schedule).unwrap();
+        let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
+        assert!(printed.source.contains("block-row mapping"), "{what}: not block rows");
+        assert_eq!(printed.writes_output, !c_data, "{what}: only an output that starts at zero is not read");
+        assert_eq!(printed.round, None, "{what}: each element is written once, in its own type");
+        let launch = printed.launch;
+        assert_eq!(launch.dynamic, launch.shared_bytes > 48 * 1024, "{what}: {launch:?}");
+        assert!(launch.dynamic || items != "tile.n=256", "{what}: {launch:?}");
+        let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        let tolerance = if items.contains("tf32") { 1e-2 } else { check.tolerance };
+        assert!(check.max_rel_error <= tolerance, "{what}: error {:.2e}", check.max_rel_error);
+    }
+    // Groups out of row order are refused before the kernel runs; a kernel
+    // the mapping does not print is refused with the reason.
+    let walk = walk_problem("groupcoo:dim=0,g=4", DType::F16, 64);
+    let err = walk.compile(&backend, &"map=rows tile.n=64".parse().unwrap()).err().unwrap().to_string();
+    assert!(
+        err.contains("map=rows: the output's row is not bm*R[p]+bi") && err.contains("map=tiles"),
+        "{err}"
+    );
+}
+
+/// Block rows under ThreadSanitizer: a `cp.async` into a buffer that a warp
+/// still reads, or a barrier missing between a block's copies and its
+/// fragment loads, is a race here.
+#[test]
+fn block_rows_have_no_data_race() {
+    if !emulate::compiler_or_skip("block_rows_have_no_data_race") {
+        return;
+    }
+    let backend = spindle::EmulateBackend::with(EmulateOptions { sanitizer: emulate::Sanitizer::Thread });
+    let prepared = block_problem(64, DType::F16, DType::F16, "g=1", false);
+    let compiled = prepared.compile(&backend, &"map=rows tile.n=64".parse().unwrap()).unwrap();
+    let (_, check) = compiled.check().unwrap();
+    assert!(check.max_rel_error <= check.tolerance, "error {:.2e}", check.max_rel_error);
+}
+
+/// Block rows in machine code for sm_80 and sm_90 (4096 x 4096, 32x32
+/// blocks, f16, N = 1024): `HMMA.16816` from `LDSM` (and `LDSM...MT88`,
+/// B transposed) fragments, 16-byte `cp.async` copies (`LDGSTS...128`), one
+/// barrier, no atomics, no local memory, no spills.
+#[test]
+fn block_rows_run_hmma_from_a_cp_async_ring_without_atomics() {
+    let test = "block_rows_run_hmma_from_a_cp_async_ring_without_atomics";
+    if !toolchain_available(test) {
+        return;
+    }
+    let toolchain = nvrtc::Toolchain::locate().unwrap();
+    let spec: spindle_formats::generate::GeneratorSpec =
+        "blocks:rows=4096,cols=4096,bm=32,bk=32,density=0.02,seed=5".parse().unwrap();
+    let coo = spec.generate::<f64, i64>().unwrap().canonicalize();
+    let halves = spindle::ElemType::Value(DType::F16);
+    let prepared = spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", spindle::Input::from(coo).with_dtype(halves))
+        .tensor("B", spindle::Input::random(&[4096, 1024], DType::F16, 3))
+        .tensor("C", spindle::Input::shape(&[4096, 1024], halves))
+        .format("A", "blockgroupcoo:bm=32,bk=32,dim=0,g=auto")
+        .prepare()
+        .unwrap_or_else(|e| panic!("{}", e.render(false)));
+    for slab in [128, 256] {
+        let schedule: Schedule = format!("map=rows tile.n={slab}").parse().unwrap();
+        let kernel = prepared.lower(&schedule).unwrap();
+        let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let what = format!("tile.n={slab} for {arch}");
+            let compiled = nvrtc::compile(&printed.source, "rows", arch, &CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
+            assert!(!r.spills() && r.stack_bytes == 0, "{what}: {r:?}");
+            let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let count = |op: &str| sass.with_opcode(op).count();
+            let hmma: Vec<_> = sass.with_opcode("HMMA.16816").collect();
+            assert!(hmma.len() >= 8 && hmma.iter().all(|i| sass.in_loop(i)), "{what}: HMMA outside the loop");
+            assert!(count("LDSM") > 0, "{what}: no LDSM");
+            assert!(sass.instructions.iter().any(|i| i.text.contains("MT88")), "{what}: B not by LDSM.MT88");
+            let copies = sass.with_opcode("LDGSTS").filter(|i| i.opcode().contains("128")).count();
+            assert!(copies > 0, "{what}: no 16-byte cp.async");
+            assert_eq!(count("BAR.SYNC"), 1, "{what}: one barrier per block of the row");
+            assert_eq!(count("RED") + count("ATOM") + count("LDL") + count("STL"), 0, "{what}");
+        }
+    }
 }

@@ -114,12 +114,47 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
   return bits & mask;
 }
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
 // 16 bytes moved as one (LDG.E.128 / STG.E.128 on a GPU).
 struct __attribute__((aligned(16))) uint4 {
   unsigned x, y, z, w;
 };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+
+// cp.async: each thread's copies wait in commit groups and land only when
+// a wait lets them (the latest a GPU may complete them), so a read of a
+// buffer before its wait sees the old contents, and a copy into a buffer
+// another warp still reads races under TSan.
+#define SPINDLE_EMULATED 1
+namespace emu {
+struct Copy16 {
+  void *to;
+  const void *from;
+};
+inline thread_local std::vector<Copy16> open_group;
+inline thread_local std::deque<std::vector<Copy16>> copy_groups;
+}  // namespace emu
+inline unsigned long long spindle_evict_last() { return 0; }
+inline void spindle_cp_async16(void *smem, const void *gmem) {
+  if (reinterpret_cast<uintptr_t>(smem) % 16 != 0 || reinterpret_cast<uintptr_t>(gmem) % 16 != 0) {
+    std::fprintf(stderr, "misaligned 16-byte cp.async\n");
+    std::abort();
+  }
+  emu::open_group.push_back({smem, gmem});
+}
+inline void spindle_cp_async16_keep(void *smem, const void *gmem, unsigned long long) { spindle_cp_async16(smem, gmem); }
+inline void spindle_cp_async_commit() {
+  emu::copy_groups.push_back(std::move(emu::open_group));
+  emu::open_group.clear();
+}
+template <int N> inline void spindle_cp_async_wait() {
+  while (emu::copy_groups.size() > (size_t)N) {
+    for (const emu::Copy16 &c : emu::copy_groups.front()) std::memcpy(c.to, c.from, 16);
+    emu::copy_groups.pop_front();
+  }
+}
 
 // Half types.
 typedef _Float16 __half;
@@ -254,10 +289,15 @@ template <class C, class A, class B> inline void mma_sync(C &d, const A &a, cons
     }
   d = t;
 }
-template <class F> inline void store_matrix_sync(float *p, const F &f, unsigned ldm, layout_t) {
+// An accumulator from memory (its layout named, as for a store).
+template <class F, class T> inline void load_matrix_sync(F &f, const T *p, unsigned ldm, layout_t) {
+  load_matrix_sync(f, p, ldm);
+}
+// Lane 0 stores the tile, converting as the fragment's element type does.
+template <class F, class T> inline void store_matrix_sync(T *p, const F &f, unsigned ldm, layout_t) {
   if (threadIdx.x % 32 != 0) return;
   for (int r = 0; r < F::rows; r++)
-    for (int c = 0; c < F::cols; c++) p[r * ldm + c] = f.x[r * F::cols + c];
+    for (int c = 0; c < F::cols; c++) p[r * ldm + c] = (T)f.x[r * F::cols + c];
 }
 inline float __float_to_tf32(float x) {
   unsigned u = emu::bits<unsigned>(x);

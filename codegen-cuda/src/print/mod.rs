@@ -63,18 +63,22 @@ pub mod levels;
 mod loops;
 mod matmul;
 pub use spindle_c::namer;
+mod pattern;
 mod plan;
 mod program;
+mod rows;
 mod sink;
 mod walk;
 mod wide;
+pub use rows::STAGES;
 pub use wide::{ROUND_BLOCK, RoundKernel, device_kernel, widened_output};
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use spindle_ir::formats::{DType, IType};
-use spindle_ir::kernel::schedule::Schedule;
+use spindle_ir::kernel::schedule::{Mapping, Schedule};
 use spindle_ir::kernel::*;
 use spindle_ir::lang::ElemType;
 
@@ -102,25 +106,21 @@ pub struct PrintOptions {
     /// Threads per block (a multiple of 32, at most 1024); by default the
     /// largest tile's element count, 32 to 256.
     pub threads: Option<u32>,
-    /// The warp-walk mapping (`map=walk`, `walk.rs`) instead of tiles.
-    pub walk: bool,
+    /// How programs map onto threads: tiles (a block per program), the
+    /// warp walk (`walk.rs`) or block rows (`rows.rs`).
+    pub map: Mapping,
 }
 
 impl Default for PrintOptions {
     fn default() -> Self {
-        PrintOptions { tensor_cores: true, tf32: false, threads: None, walk: false }
+        PrintOptions { tensor_cores: true, tf32: false, threads: None, map: Mapping::Tiles }
     }
 }
 
 impl From<&Schedule> for PrintOptions {
     /// The schedule's CUDA items (`tensorcores=`, `tf32=`, `block=`, `map=`).
     fn from(s: &Schedule) -> PrintOptions {
-        PrintOptions {
-            tensor_cores: s.tensor_cores,
-            tf32: s.tf32,
-            threads: s.block,
-            walk: s.map == spindle_ir::kernel::schedule::Mapping::Walk,
-        }
+        PrintOptions { tensor_cores: s.tensor_cores, tf32: s.tf32, threads: s.block, map: s.map }
     }
 }
 
@@ -175,14 +175,27 @@ pub struct CudaKernel {
     /// kernel, in the same source, rounds it into the output ([`wide`]).
     pub round: Option<RoundKernel>,
     /// The index tensor whose values the kernel needs in nondecreasing
-    /// order (the warp-walk mapping's rows): the caller checks the data.
+    /// order (the warp-walk and block-row mappings' rows): the caller
+    /// checks the data.
     pub sorted: Option<String>,
+    /// The kernel writes every output element and never reads the output
+    /// (the block-row mapping of an output that starts at zero): nothing
+    /// needs zeroing before a launch.
+    pub writes_output: bool,
 }
 
 impl CudaKernel {
     /// A kernel with no `dot`s, no rounding kernel and no order it needs.
     pub(crate) fn plain(symbol: &str, source: String, launch: LaunchGeometry) -> CudaKernel {
-        CudaKernel { symbol: symbol.to_string(), source, launch, dots: Vec::new(), round: None, sorted: None }
+        CudaKernel {
+            symbol: symbol.to_string(),
+            source,
+            launch,
+            dots: Vec::new(),
+            round: None,
+            sorted: None,
+            writes_output: false,
+        }
     }
 }
 
@@ -212,6 +225,11 @@ pub enum PrintError {
          B[K[p,q],n], GroupCOO and COO SpMM; use map=tiles)"
     )]
     Walk { kernel: String, reason: String },
+    #[error(
+        "cannot print kernel `{kernel}` with map=rows: {reason} (block rows print C[bm*R[p]+bi,n] += \
+         V[p,q,bi,bj] * B[bk*K[p,q]+bj,n] on Tensor Cores, BlockGroupCOO SpMM over rows; use map=tiles)"
+    )]
+    Rows { kernel: String, reason: String },
     #[error("cannot print level kernel `{kernel}` as CUDA: {reason}")]
     Levels { kernel: String, reason: String },
 }
@@ -238,17 +256,42 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
     {
         return Err(PrintError::Threads { threads: t });
     }
-    let device = device_kernel(kernel);
-    let mut printed = if opts.walk {
-        walk::print(&device, symbol, opts)?
-    } else {
-        Printer::new(&device, opts).print(symbol)?
+    let kernel = mapped(kernel, opts);
+    let device = device_kernel(&kernel);
+    let mut printed = match opts.map {
+        Mapping::Walk => walk::print(&device, symbol, opts)?,
+        Mapping::Rows => rows::print(&device, symbol, opts)?,
+        Mapping::Tiles => Printer::new(&device, opts).print(symbol)?,
     };
-    if let Some((round, source)) = wide::round_kernel(kernel, symbol) {
+    if let Some((round, source)) = wide::round_kernel(&kernel, symbol) {
         printed.source.push_str(&source);
         printed.round = Some(round);
     }
     Ok(printed)
+}
+
+/// The kernel as `opts`' mapping runs it. Under block rows (`map=rows`)
+/// one thread writes each output element, so the sink is exclusive: no
+/// atomics, and a 16-bit output is not summed in an f32 copy. The printer,
+/// the runtime's buffers and the emulation all take the kernel from here.
+pub fn mapped<'k>(kernel: &'k Kernel, opts: &PrintOptions) -> Cow<'k, Kernel> {
+    if opts.map != Mapping::Rows || kernel.sink.exclusive || rows::recognise(kernel).is_err() {
+        return Cow::Borrowed(kernel);
+    }
+    let mut owned = kernel.clone();
+    owned.sink.exclusive = true;
+    Cow::Owned(owned)
+}
+
+/// The column index whose tile the block-row mapping (`map=rows`) makes
+/// a block's columns (`n` of `C[bm*R[p]+bi,n]`; 32 to 256 of them print),
+/// or why it does not print `kernel` (f32 operands need `tf32`).
+pub fn rows_printable(kernel: &Kernel, tf32: bool) -> Result<String, String> {
+    let w = rows::recognise(kernel)?;
+    if w.operand == DType::F32 && !tf32 {
+        return Err("f32 operands run on Tensor Cores as tf32: say tf32=on".into());
+    }
+    Ok(kernel.axis(w.columns).name.clone())
 }
 
 /// The axis the warp-walk mapping (`map=walk`) would walk (`p` of

@@ -26,6 +26,7 @@ use spindle_ir::lang::ElemType;
 
 use super::dialect::Cuda;
 use super::namer::Names;
+use super::pattern;
 use super::*;
 
 /// The parts of a gather-scale-scatter kernel.
@@ -52,29 +53,11 @@ const CHUNK: usize = 8;
 /// Threads per block unless the schedule says.
 const BLOCK: u32 = 128;
 
-fn strip(k: &Kernel, mut id: ValueId) -> ValueId {
-    while let Op::Broadcast { value } = k.value(id).op {
-        id = value;
-    }
-    id
-}
-
 /// `k`'s parts, or why it is not `C[R[p],n] += V[p,q] * B[K[p,q],n]`.
 pub(super) fn recognise(k: &Kernel) -> Result<Walk, String> {
     let s = &k.sink;
-    let range = |id: ValueId| match k.value(strip(k, id)).op {
-        Op::Range(a) => Some(a),
-        _ => None,
-    };
-    // `t[range a, range b, ...]`: the tensor and its axes.
-    let load_at = |id: ValueId| -> Option<(TensorId, Vec<AxisId>)> {
-        match &k.value(strip(k, id)).op {
-            Op::Load { tensor, index, .. } => {
-                Some((*tensor, index.iter().map(|&i| range(i)).collect::<Option<_>>()?))
-            }
-            _ => None,
-        }
-    };
+    let range = |id: ValueId| pattern::range(k, id);
+    let load_at = |id: ValueId| pattern::load_at(k, id);
     let [row_ix, col_ix] = s.index[..] else {
         return Err("the output is not a matrix C[R[p],n]".into());
     };
@@ -183,36 +166,20 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
             let _ = writeln!(src, "{}{l}", "  ".repeat(depth));
         }
     };
-    line(
-        0,
-        &format!("// Spindle kernel `{}`, warp-walk mapping (map=walk), generated: do not edit.", k.name),
-    );
-    for l in format!("{k}").lines() {
-        line(0, &format!("// {l}"));
-    }
-    line(
-        0,
-        &format!(
-            "// launch: grid {grid}, block {block}; warp w walks groups [{r}*(w/{chunks}), +{r}) of p, its lanes {vec} columns each of chunk w%{chunks} of n",
+    let notes = [
+        format!(
+            "launch: grid {grid}, block {block}; warp w walks groups [{r}*(w/{chunks}), +{r}) of p, its lanes {vec} columns each of chunk w%{chunks} of n",
             r = w.run
         ),
-    );
-    line(0, &format!("// needs {} nondecreasing: a run's interior rows are its own", k.tensor(w.rows).name));
+        format!("needs {} nondecreasing: a run's interior rows are its own", k.tensor(w.rows).name),
+    ];
+    line(0, &pattern::banner(k, "warp-walk mapping (map=walk)", &notes));
     let halves = k.tensors.values().any(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)));
     if halves {
         line(0, "#include <cuda_fp16.h>\n#include <cuda_bf16.h>");
     }
     line(0, "");
-    let params: Vec<String> = k
-        .tensors
-        .iter()
-        .map(|(id, t)| {
-            let constness = if t.output { "" } else { "const " };
-            format!("{constness}{} *__restrict__ {}", cuda_type(t.dtype), names.tensors[id])
-        })
-        .collect();
-    line(0, &format!("extern \"C\" __global__ void __launch_bounds__({block}) {symbol}("));
-    line(2, &format!("{}) {{", params.join(",\n")));
+    line(0, &pattern::signature(k, &names, symbol, block));
     line(1, "const int lane = threadIdx.x & 31;");
     line(
         1,

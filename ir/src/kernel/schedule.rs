@@ -78,7 +78,7 @@ impl fmt::Display for Fusion {
     }
 }
 
-/// How the CUDA printer maps a tile kernel onto threads (`map=tiles|walk`).
+/// How the CUDA printer maps a tile kernel onto threads (`map=tiles|walk|rows`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Mapping {
     /// One block per program; values are shared tiles filled by all its
@@ -93,6 +93,24 @@ pub enum Mapping {
     /// kernels `C[R[p],n] += V[p,q] * B[K[p,q],n]` (GroupCOO, COO SpMM)
     /// whose rows `R` are in order.
     Walk,
+    /// A block owns a block row of the output and a `tile.n` slab of its
+    /// columns, sums every group of the row on Tensor Cores with the
+    /// operand tiles streamed through a ring of shared buffers, and writes
+    /// each output element once: no atomics, and no zeroing of an output
+    /// that starts at zero. For block-sparse SpMM
+    /// `C[bm*R[p]+bi,n] += V[p,q,bi,bj] * B[bk*K[p,q]+bj,n]`
+    /// (BlockGroupCOO over rows) whose rows `R` are in order.
+    Rows,
+}
+
+impl Mapping {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mapping::Tiles => "tiles",
+            Mapping::Walk => "walk",
+            Mapping::Rows => "rows",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,7 +155,7 @@ pub struct Schedule {
     /// CUDA: threads per block (`block=N`, a multiple of 32 up to 1024);
     /// `None`: the largest tile's element count, 32 to 256.
     pub block: Option<u32>,
-    /// CUDA: `map=tiles|walk`.
+    /// CUDA: `map=tiles|walk|rows`.
     pub map: Mapping,
 }
 
@@ -190,7 +208,7 @@ pub struct ScheduleError {
 pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
 ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate|segment(R)|parallel(R), broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
-block=N, map=tiles|walk (CUDA)";
+block=N, map=tiles|walk|rows (CUDA)";
 
 impl FromStr for Schedule {
     type Err = ScheduleError;
@@ -233,7 +251,8 @@ impl FromStr for Schedule {
                 (k, v) if k.starts_with("ws.") => s.ws.set(&k["ws.".len()..], v).map_err(|e| bad(&e))?,
                 ("map", "tiles") => s.map = Mapping::Tiles,
                 ("map", "walk") => s.map = Mapping::Walk,
-                ("map", _) => return Err(bad("map is tiles or walk")),
+                ("map", "rows") => s.map = Mapping::Rows,
+                ("map", _) => return Err(bad("map is tiles, walk or rows")),
                 ("reduce", v) => s.strategy = v.parse().map_err(|e: String| bad(&e))?,
                 ("broadcast", "lazy") => s.broadcasting = Broadcasting::Lazy,
                 ("broadcast", "eager") => s.broadcasting = Broadcasting::Eager,
@@ -294,8 +313,8 @@ impl fmt::Display for Schedule {
         if let Some(block) = self.block {
             write!(f, " block={block}")?;
         }
-        if self.map == Mapping::Walk {
-            write!(f, " map=walk")?;
+        if self.map != Mapping::Tiles {
+            write!(f, " map={}", self.map.name())?;
         }
         if self.path == Path::Levels {
             write!(f, " path=levels")?;
@@ -351,8 +370,11 @@ mod tests {
     fn schedules_print_and_parse() {
         let walk: Schedule = "map=walk tile.p=32".parse().unwrap();
         assert_eq!(walk.to_string(), "tile.p=32 reduce=accumulate broadcast=lazy matmul=on map=walk");
+        let rows: Schedule = "map=rows tile.n=128".parse().unwrap();
+        assert_eq!(rows.map, Mapping::Rows);
+        assert_eq!(rows.to_string(), "tile.n=128 reduce=accumulate broadcast=lazy matmul=on map=rows");
         let bad = "map=warps".parse::<Schedule>().unwrap_err().to_string();
-        assert!(bad.contains("map is tiles or walk"), "{bad}");
+        assert!(bad.contains("map is tiles, walk or rows"), "{bad}");
         for reduce in ["atomic", "accumulate", "segment(1)", "segment(8)", "parallel", "parallel(32)"] {
             let s: Schedule = format!("reduce={reduce}").parse().unwrap();
             assert_eq!(s.to_string(), format!("reduce={reduce} broadcast=lazy matmul=on"));

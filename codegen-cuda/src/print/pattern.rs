@@ -1,0 +1,83 @@
+//! What the special mappings (`walk.rs`, `rows.rs`) share: reading a
+//! kernel's values as the expressions they print (which axis a range is,
+//! which tensor a load reads at which axes, `c * X + range a` index
+//! arithmetic), and the opening lines of the kernel they print.
+
+use spindle_c::namer::Names;
+use spindle_ir::kernel::*;
+
+use super::cuda_type;
+
+/// The comment that opens a kernel printed under `mapping`: what it is, its
+/// IR, and `notes` (how it launches, what it needs of its data).
+pub(super) fn banner(k: &Kernel, mapping: &str, notes: &[String]) -> String {
+    let mut text = format!("// Spindle kernel `{}`, {mapping}, generated: do not edit.\n", k.name);
+    for l in format!("{k}").lines().chain(notes.iter().map(String::as_str)) {
+        text += &format!("// {l}\n");
+    }
+    text
+}
+
+/// `extern "C" __global__ void __launch_bounds__(block) symbol(...) {`: the
+/// kernel's tensors in order, `const` but for the output.
+pub(super) fn signature(k: &Kernel, names: &Names, symbol: &str, block: u32) -> String {
+    let params: Vec<String> = k
+        .tensors
+        .iter()
+        .map(|(id, t)| {
+            let constness = if t.output { "" } else { "const " };
+            format!("    {constness}{} *__restrict__ {}", cuda_type(t.dtype), names.tensors[id])
+        })
+        .collect();
+    format!("extern \"C\" __global__ void __launch_bounds__({block}) {symbol}(\n{}) {{", params.join(",\n"))
+}
+
+/// `id` without the broadcasts around it.
+pub(super) fn strip(k: &Kernel, mut id: ValueId) -> ValueId {
+    while let Op::Broadcast { value } = k.value(id).op {
+        id = value;
+    }
+    id
+}
+
+/// The axis whose range `id` is.
+pub(super) fn range(k: &Kernel, id: ValueId) -> Option<AxisId> {
+    match k.value(strip(k, id)).op {
+        Op::Range(a) => Some(a),
+        _ => None,
+    }
+}
+
+/// `t[range a, range b, ...]`: the tensor and its axes.
+pub(super) fn load_at(k: &Kernel, id: ValueId) -> Option<(TensorId, Vec<AxisId>)> {
+    match &k.value(strip(k, id)).op {
+        Op::Load { tensor, index, .. } => {
+            Some((*tensor, index.iter().map(|&i| range(k, i)).collect::<Option<_>>()?))
+        }
+        _ => None,
+    }
+}
+
+/// An integer literal.
+fn const_int(k: &Kernel, id: ValueId) -> Option<i64> {
+    match k.value(strip(k, id)).op {
+        Op::ConstInt(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// `c * x + range a` (either order of each operation): `(c, x, a)`.
+pub(super) fn scaled_plus_range(k: &Kernel, id: ValueId) -> Option<(i64, ValueId, AxisId)> {
+    let Op::Binary(BinaryOp::Add, l, r) = k.value(strip(k, id)).op else { return None };
+    let (product, a) = match (range(k, l), range(k, r)) {
+        (_, Some(a)) => (l, a),
+        (Some(a), None) => (r, a),
+        (None, None) => return None,
+    };
+    let Op::Binary(BinaryOp::Mul, x, y) = k.value(strip(k, product)).op else { return None };
+    match (const_int(k, x), const_int(k, y)) {
+        (Some(c), _) => Some((c, y, a)),
+        (None, Some(c)) => Some((c, x, a)),
+        _ => None,
+    }
+}
