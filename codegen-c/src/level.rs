@@ -256,6 +256,9 @@ struct Printer<'k, D: Dialect> {
     counting: bool,
     /// Inside a workspace: accumulations go to it.
     in_ws: bool,
+    /// The ISM's gatherings are computed once, in the count phase, and
+    /// kept for the fill phase (`spindle_keep`), which copies them out.
+    keep: bool,
     /// Printing the one-pass fill of a bounded sparse output: one thread,
     /// counters that run on across rows, every append checked against the
     /// capacity `cap`.
@@ -278,6 +281,8 @@ struct Printer<'k, D: Dialect> {
     cursors: Vec<(usize, usize, subsect::Cursor)>,
     /// Inside a [`Node::Fill`]: the counter its updates increment.
     hits: Option<String>,
+    /// Position loops around the node being printed.
+    position_loops: usize,
 }
 
 /// Whether a workspace over `extent` coordinates always drains through its
@@ -337,6 +342,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             out: String::new(),
             counting: false,
             in_ws: false,
+            keep: false,
             one_pass: false,
             threads: k.parallel,
             split: None,
@@ -346,6 +352,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             ss_next: 0,
             cursors: Vec::new(),
             hits: None,
+            position_loops: 0,
         }
     }
 
@@ -431,8 +438,11 @@ impl<'k, D: Dialect> Printer<'k, D> {
         };
         // Two phases of one tree: count every level's entries (per row
         // when rows run on threads), then, once the caller has sized the
-        // arrays, fill them.
-        self.line(1, &format!("const int64_t phase = {}[0];", self.tensor(a.phase)));
+        // arrays, fill them. An ISM workspace gathers in the count phase
+        // and keeps what it gathered for the fill (one pass of products).
+        let phase = self.tensor(a.phase).to_string();
+        self.keep = workspace && self.ism().is_some() && (a.rows > 1 || !self.threads);
+        self.line(1, &format!("const int64_t phase = {phase}[0];"));
         let counters: Vec<usize> = (0..a.levels.len()).filter(|&l| !a.levels[l].format.locate()).collect();
         if a.rows == 1 {
             for l in &counters {
@@ -440,6 +450,14 @@ impl<'k, D: Dialect> Printer<'k, D> {
             }
         }
         self.line(1, "if (phase == 0) {");
+        if self.keep {
+            self.line(2, &format!("spindle_keep *keep = spindle_keep_new({}, nthreads);", a.rows));
+            self.line(2, &format!("{phase}[3] = (int64_t)(intptr_t)keep;"));
+            if a.rows == 1 {
+                self.line(2, "spindle_keep_row(keep, 0, 0);");
+                self.line(2, "int64_t wg = 0;");
+            }
+        }
         self.counting = true;
         self.body(2, workspace);
         if a.rows == 1 {
@@ -448,8 +466,18 @@ impl<'k, D: Dialect> Printer<'k, D> {
             }
         }
         self.line(1, "} else if (phase == 1) {");
+        if self.keep {
+            self.line(2, &format!("spindle_keep *keep = (spindle_keep *)(intptr_t){phase}[3];"));
+            if a.rows == 1 {
+                self.line(2, "int64_t wg = 0;");
+            }
+        }
         self.counting = false;
         self.body(2, workspace);
+        if self.keep {
+            self.line(2, "spindle_keep_free(keep);");
+            self.line(2, &format!("{phase}[3] = 0;"));
+        }
         if let (1, Some(pos)) = (a.rows, a.levels[0].pos) {
             // A compressed first level's one range is all of its entries.
             self.line(2, &format!("{}[1] = n0;", self.tensor(pos)));
@@ -569,8 +597,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
         }
         if workspace {
             if self.ism().is_some() {
-                if !self.counting {
-                    // The most bytes any thread's workspace held.
+                if self.counting == self.keep {
+                    // The most bytes any thread's workspace held, in the
+                    // phase that gathers.
                     if self.threads {
                         self.line(d, "#pragma omp critical");
                     }
@@ -622,6 +651,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
             let capacity = a.options.capacity;
             self.line(depth, "spindle_ism w;");
             self.line(depth, &format!("spindle_ism_init(&w, {range}, {leading}, {capacity});"));
+            if self.keep {
+                self.line(depth, "const int ws_tid = spindle_thread();");
+            }
             return;
         }
         let a = self.k.assembly.as_ref().expect("a workspace belongs to a sparse output");
@@ -684,6 +716,12 @@ impl<'k, D: Dialect> Printer<'k, D> {
         if owns_row {
             for m in &counters {
                 self.line(d, &format!("int64_t n{m} = phase ? {counts}[{m} * {rows} + {v}] : 0;"));
+            }
+            if self.keep {
+                self.line(d, "int64_t wg = 0;");
+                if self.counting {
+                    self.line(d, &format!("spindle_keep_row(keep, ws_tid, {v});"));
+                }
             }
         }
         if level.format.locate() {
@@ -839,21 +877,47 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let (g, head) = (a.gathered, a.leaf_head());
         self.line(depth, "{");
         let d = depth + 1;
-        self.line(d, "spindle_ism_clear(&w);");
-        let was = std::mem::replace(&mut self.in_ws, true);
-        body.iter().for_each(|b| self.node(b, d));
-        self.in_ws = was;
-        if self.counting && g >= head {
-            // Only the leaf run is gathered: its entries are the distinct
-            // labels, which need no sort to count.
-            self.line(d, "const int64_t distinct = spindle_ism_distinct(&w);");
-            for m in head..a.levels.len() {
-                self.line(d, &format!("n{m} += distinct;"));
+        if self.keep && !self.counting {
+            // Gathered in the count phase: its entries, kept.
+            let row = if a.rows > 1 { self.var(a.levels[0].var).to_string() } else { "0".to_string() };
+            self.line(d, "int64_t ws_n;");
+            self.line(d, &format!("const ism_c *ws_all = spindle_keep_get(keep, {row}, wg++, &ws_n);"));
+        } else {
+            self.line(d, "spindle_ism_clear(&w);");
+            // A kept gathering computes its values while counting.
+            let counting = self.counting;
+            self.counting = counting && !self.keep;
+            let was = std::mem::replace(&mut self.in_ws, true);
+            body.iter().for_each(|b| self.node(b, d));
+            self.in_ws = was;
+            self.counting = counting;
+            if self.counting && g >= head && !self.keep {
+                // Only the leaf run is gathered: its entries are the distinct
+                // labels, which need no sort to count.
+                self.line(d, "const int64_t distinct = spindle_ism_distinct(&w);");
+                for m in head..a.levels.len() {
+                    self.line(d, &format!("n{m} += distinct;"));
+                }
+                self.line(depth, "}");
+                return;
             }
-            self.line(depth, "}");
-            return;
+            if self.keep {
+                self.line(d, "int64_t ws_n;");
+                self.line(d, "const ism_c *ws_all = spindle_ism_keep(&w, keep, ws_tid, &ws_n);");
+            } else {
+                self.line(d, "spindle_ism_finish(&w);");
+                self.line(d, "const ism_c *ws_all = w.all;");
+                self.line(d, "const int64_t ws_n = w.all_n;");
+            }
+            if self.counting && g >= head {
+                // Only the leaf run is gathered: one entry per label.
+                for m in head..a.levels.len() {
+                    self.line(d, &format!("n{m} += ws_n;"));
+                }
+                self.line(depth, "}");
+                return;
+            }
         }
-        self.line(d, "spindle_ism_finish(&w);");
         // The open entries' coordinates, above the run appended per entry
         // (counting, only sparse levels close anything).
         let open: Vec<usize> = (g..head).collect();
@@ -862,9 +926,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
         for l in &open {
             self.line(d, &format!("int64_t wp{l} = -1;"));
         }
-        self.line(d, "for (int64_t e = 0; e < w.all_n; e++) {");
+        self.line(d, "for (int64_t e = 0; e < ws_n; e++) {");
         let e = d + 1;
-        self.line(e, "const int64_t wk = w.all[e].key;");
+        self.line(e, "const int64_t wk = ws_all[e].key;");
         let mut stride = 1usize;
         let mut decode = Vec::new();
         for (n, level) in a.levels[g..].iter().enumerate().rev() {
@@ -896,13 +960,13 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 self.line(e, "}");
             }
         }
-        self.append_leaf("w.all[e].val", e);
+        self.append_leaf("ws_all[e].val", e);
         for &l in &open {
             self.line(e, &format!("wp{l} = {};", self.var(a.levels[l].var)));
         }
         self.line(d, "}");
         if !closing.is_empty() {
-            self.line(d, "if (w.all_n > 0) {");
+            self.line(d, "if (ws_n > 0) {");
             for &l in closing.iter().rev() {
                 self.close_entry(&a, l, d + 1);
             }
@@ -1150,10 +1214,21 @@ impl<'k, D: Dialect> Printer<'k, D> {
     fn position_loop(&mut self, var: VarId, l: &LevelRef, body: &[Node], depth: usize) {
         let p = Self::position(&l.position());
         let (begin, end) = self.range(l);
-        self.line(depth, &format!("for (int64_t {p} = {begin}; {p} < {end}; {p}++) {{"));
+        // The end in a local, where stores in the body (a workspace's)
+        // could alias the positions for all the compiler knows; not in the
+        // outermost loop, which OpenMP may take (one variable in its init).
+        match self.bound.is_empty() && self.position_loops == 0 {
+            true => self.line(depth, &format!("for (int64_t {p} = {begin}; {p} < {end}; {p}++) {{")),
+            false => self.line(
+                depth,
+                &format!("for (int64_t {p} = {begin}, {p}_end = {end}; {p} < {p}_end; {p}++) {{"),
+            ),
+        }
         let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
         self.line(depth + 1, &line);
+        self.position_loops += 1;
         body.iter().for_each(|b| self.node(b, depth + 1));
+        self.position_loops -= 1;
         self.line(depth, "}");
     }
 
@@ -1351,7 +1426,7 @@ impl CLevelKernel {
         }
         let at = |t: TensorId| t.as_u32() as usize;
         let levels = a.levels.len();
-        buffers[at(a.phase)] = Buffer::I64(vec![0, 0, 0]);
+        buffers[at(a.phase)] = Buffer::I64(vec![0, 0, 0, 0]);
         buffers[at(a.counts)] = Buffer::I64(vec![0; levels * a.rows]);
         self.program.run(buffers, threads)?;
         let Buffer::I64(counts) = &mut buffers[at(a.counts)] else { unreachable!("counts are i64") };
@@ -1367,7 +1442,10 @@ impl CLevelKernel {
         // The fill writes every coordinate and value, so the arrays of the
         // last launch are resized, not cleared; positions start at zero.
         self.size_levels(a, buffers, |l| total[l] as usize, false);
-        buffers[at(a.phase)] = Buffer::I64(vec![1, 0, 0]);
+        // The fill keeps what the count left: the peak bytes and what it
+        // gathered.
+        let Buffer::I64(phase) = &mut buffers[at(a.phase)] else { unreachable!("the phase is i64") };
+        phase[0] = 1;
         self.program.run(buffers, threads)?;
         for pos in a.levels.iter().filter_map(|l| l.pos) {
             let Buffer::I64(pos) = &mut buffers[at(pos)] else { unreachable!("positions are i64") };
@@ -1409,7 +1487,7 @@ impl CLevelKernel {
     fn one_pass(&self, a: &Assembly, bound: usize, buffers: &mut [Buffer]) -> Result<bool, BackendError> {
         let at = |t: TensorId| t.as_u32() as usize;
         self.size_levels(a, buffers, |_| bound, false);
-        buffers[at(a.phase)] = Buffer::I64(vec![2, bound as i64, 0]);
+        buffers[at(a.phase)] = Buffer::I64(vec![2, bound as i64, 0, 0]);
         buffers[at(a.counts)] = Buffer::I64(vec![0; a.levels.len() * a.rows]);
         self.program.run(buffers, 1)?;
         let Buffer::I64(counts) = &buffers[at(a.counts)] else { unreachable!("counts are i64") };

@@ -15,6 +15,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #if ISM_PIPELINE
 #include <pthread.h>
 #endif
@@ -205,29 +208,49 @@ static inline int64_t ism_acc_bytes(const ism_acc *a) {
     return b;
 }
 
-/* Sorts components by label: insertion sort for short runs, else an LSD
-   radix sort of 8-bit digits over the labels' bits (branch-free, unlike a
-   comparison sort on unpredictable keys), ping-ponging with *a->tmp. */
+/* Bits of the radix sort's digit for `n` components of `bits`-bit labels:
+   about log2(n), so a short run does not pay for 256 counters a pass, at
+   most 8, and the passes split the bits evenly. */
+static inline int ism_digit_bits(int64_t n, int bits) {
+    int d = 4;
+    while (d < 8 && ((int64_t)1 << d) < n) d++;
+    const int passes = (bits + d - 1) / d;
+    return passes > 0 ? (bits + passes - 1) / passes : 1;
+}
+
+/* Sorts components by label: a comparison sort for short runs, else an
+   LSD radix sort (branch-free, unlike a comparison sort on unpredictable
+   keys) over the bits of the labels' span, so a run of nearby labels (a
+   banded matrix's row) sorts in one pass; ping-pongs with *a->tmp. */
 static inline void ism_sort_c(ism_acc *a, ism_c *x, int64_t n) {
-    if (n <= 32 || a->bits > 40) {
+    if (n <= 16 || a->bits > 40) {
         ism_sort_c_(x, n, 0);
         return;
     }
+    int64_t lo = x[0].key, hi = x[0].key;
+    for (int64_t e = 1; e < n; e++) {
+        lo = x[e].key < lo ? x[e].key : lo;
+        hi = x[e].key > hi ? x[e].key : hi;
+    }
+    int bits = 0;
+    while (bits < 63 && ((hi - lo) >> bits) != 0) bits++;
+    if (bits == 0) return;
     ism_reserve((void **)a->tmp, a->tmp_cap, n, sizeof(ism_c));
     ism_c *src = x, *dst = *a->tmp;
-    for (int shift = 0; shift < a->bits; shift += 8) {
-        int64_t count[257] = {0};
-        for (int64_t e = 0; e < n; e++) count[((src[e].key >> shift) & 255) + 1]++;
-        if (count[((src[0].key >> shift) & 255) + 1] == n) continue; /* one digit: in order already */
-        for (int d = 0; d < 256; d++) count[d + 1] += count[d];
-        for (int64_t e = 0; e < n; e++) dst[count[(src[e].key >> shift) & 255]++] = src[e];
+    const int d = ism_digit_bits(n, bits);
+    const int64_t mask = ((int64_t)1 << d) - 1;
+    for (int shift = 0; shift < bits; shift += d) {
+        int64_t count[257];
+        memset(count, 0, (size_t)(mask + 2) * sizeof(int64_t));
+        for (int64_t e = 0; e < n; e++) count[(((src[e].key - lo) >> shift) & mask) + 1]++;
+        for (int64_t b = 0; b < mask + 1; b++) count[b + 1] += count[b];
+        for (int64_t e = 0; e < n; e++) dst[count[((src[e].key - lo) >> shift) & mask]++] = src[e];
         ism_c *t = src;
         src = dst;
         dst = t;
     }
     if (src != x) memcpy(x, src, n * sizeof(ism_c));
 }
-
 /* The same radix sort for accumulation ids (by their components' labels)
    and for plain labels; `spare` holds n more. */
 #define ISM_RADIX(NAME, T, KEY)                                                                 \
@@ -331,6 +354,77 @@ static inline void ism_acc_insert(ism_acc *a, int64_t key, REAL val) {
 #endif
 }
 
+#if ISM_HASH
+/* The hash table's components into `out` by label, the table emptied. A
+   run of up to 16 is sorted by comparisons, one of up to 64 placed by
+   rank; a longer one sorts 8-byte words (its label's offset from the
+   smallest, above its slot) by an LSD radix sort over the offsets' bits,
+   then reads each value from its slot: half the bytes a pass of the
+   components would move. */
+static inline void ism_hash_drain(ism_acc *a, ism_c *out) {
+    const int64_t n = a->n;
+    if (n > 16 && n <= 64 && a->bits <= 31) {
+        /* A short run by rank: each label's place is the number of labels
+           below it (distinct labels), counted by comparisons the compiler
+           vectorizes: no branch to mispredict, no counters to clear. */
+        int32_t k[64];
+        for (int64_t e = 0; e < n; e++) k[e] = (int32_t)a->keys[a->used[e]];
+        for (int64_t e = 0; e < n; e++) {
+            const int32_t key = k[e];
+            int32_t rank = 0;
+            for (int64_t j = 0; j < n; j++) rank += k[j] < key;
+            const int64_t s = a->used[e];
+            out[rank].key = key;
+            out[rank].val = a->vals[s];
+            a->keys[s] = -1;
+        }
+        return;
+    }
+    if (n <= 16 || a->bits > 32) {
+        for (int64_t e = 0; e < n; e++) {
+            const int64_t s = a->used[e];
+            out[e].key = a->keys[s];
+            out[e].val = a->vals[s];
+            a->keys[s] = -1;
+        }
+        ism_sort_c(a, out, n);
+        return;
+    }
+    int64_t lo = a->keys[a->used[0]], hi = lo;
+    for (int64_t e = 1; e < n; e++) {
+        const int64_t k = a->keys[a->used[e]];
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
+    }
+    int bits = 0;
+    while (bits < 32 && ((hi - lo) >> bits) != 0) bits++;
+    ism_reserve((void **)a->tmp, a->tmp_cap, n, sizeof(ism_c));
+    uint64_t *src = (uint64_t *)*a->tmp, *dst = src + n;
+    for (int64_t e = 0; e < n; e++) {
+        const int64_t s = a->used[e];
+        src[e] = (uint64_t)(a->keys[s] - lo) << 32 | (uint64_t)s;
+    }
+    const int d = ism_digit_bits(n, bits);
+    const uint64_t mask = ((uint64_t)1 << d) - 1;
+    for (int shift = 32; shift < 32 + bits; shift += d) {
+        int64_t count[257];
+        memset(count, 0, (size_t)(mask + 2) * sizeof(int64_t));
+        for (int64_t e = 0; e < n; e++) count[((src[e] >> shift) & mask) + 1]++;
+        for (uint64_t b = 0; b < mask + 1; b++) count[b + 1] += count[b];
+        for (int64_t e = 0; e < n; e++) dst[count[(src[e] >> shift) & mask]++] = src[e];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    for (int64_t e = 0; e < n; e++) {
+        const int64_t s = (int64_t)(src[e] & 0xffffffffu);
+        out[e].key = lo + (int64_t)(src[e] >> 32);
+        out[e].val = a->vals[s];
+        a->keys[s] = -1;
+    }
+}
+#endif
+
 /* Sorts the accumulation array into `out` (room for a->n), each label once;
    empties it. Returns the components written. */
 static inline int64_t ism_acc_drain(ism_acc *a, ism_c *out) {
@@ -347,13 +441,7 @@ static inline int64_t ism_acc_drain(ism_acc *a, ism_c *out) {
     memcpy(out, a->c, a->n * sizeof(ism_c));
     m = ism_sum_equal(out, a->n);
 #elif ISM_HASH
-    for (int64_t e = 0; e < a->n; e++) {
-        const int64_t s = a->used[e];
-        out[e].key = a->keys[s];
-        out[e].val = a->vals[s];
-        a->keys[s] = -1;
-    }
-    ism_sort_c(a, out, a->n);
+    ism_hash_drain(a, out);
     m = a->n;
 #elif ISM_BUCKET
     ism_sort_labels(a, a->flagged, a->nflagged);
@@ -424,7 +512,7 @@ static inline void ism_acc_set_capacity(ism_acc *a, int64_t cap) {
     while (slots < 2 * cap) slots *= 2;
     if (slots > a->slots) {
         free(a->keys);
-        free(a->vals);
+    free(a->vals);
         free(a->used);
         a->slots = slots;
         a->keys = malloc(slots * sizeof(int64_t));
@@ -585,6 +673,30 @@ static inline void spindle_ism_insert(spindle_ism *w, int64_t key, REAL val) {
 #else
     ism_acc *a = &w->acc[0];
 #endif
+#if ISM_HASH
+    /* A label already held (most inserts, where rows repeat columns) is
+       one probe and an add; a new one claims the empty slot the probe
+       ended on, unless the table is full. */
+    {
+        const int64_t mask = a->slots - 1;
+        int64_t s = key & mask;
+        int64_t k = a->keys[s];
+        while (k != key && k != -1) {
+            s = (s + 1) & mask;
+            k = a->keys[s];
+        }
+        if (k == key) {
+            a->vals[s] += val;
+            return;
+        }
+        if (a->n < a->cap) {
+            a->keys[s] = key;
+            a->vals[s] = val;
+            a->used[a->n++] = (int32_t)s;
+            return;
+        }
+    }
+#endif
     if (a->n >= a->cap) {
 #if ISM_PIPELINE
         /* The full array is sorted and merged on a second thread while
@@ -657,4 +769,184 @@ static inline void spindle_ism_free(spindle_ism *w) {
     free(w->all);
     free(w->spare);
     free(w->batch);
+}
+
+/* The count phase's gatherings kept for the fill phase. The count phase
+   computes each gathering's entries (sorted, each label once) and keeps
+   them; the fill phase copies them into the output's arrays, once those
+   are sized, instead of inserting every contribution a second time. Each
+   thread keeps its gatherings in order in chunks that never move (a
+   chunk of a few MB comes back from malloc's heap on the next run, where
+   one growing array would be mapped and faulted in page by page each
+   time); a gathering is found by its row (the outermost loop's iteration,
+   which the fill may run on another thread) and its number within the
+   row. */
+#define ISM_KEEP_CHUNK ((int64_t)1 << 17)
+
+typedef struct ism_chunk {
+    struct ism_chunk *prev;
+    int64_t cap, n;
+    ism_c entries[];
+} ism_chunk;
+
+/* Chunks of earlier launches, kept for the next (up to ISM_POOL_BYTES):
+   malloc hands chunks this large out of fresh mappings, faulted in page
+   by page on every launch. */
+#define ISM_POOL_BYTES ((int64_t)1 << 28)
+static ism_chunk *ism_pool;
+static int64_t ism_pool_bytes;
+
+/* A chunk of at least `cap` entries: from the pool, else new. */
+static ism_chunk *ism_chunk_get(int64_t cap) {
+    ism_chunk *c = 0;
+#pragma omp critical(ism_pool)
+    {
+        for (ism_chunk **at = &ism_pool; *at; at = &(*at)->prev) {
+            if ((*at)->cap >= cap) {
+                c = *at;
+                *at = c->prev;
+                ism_pool_bytes -= c->cap * (int64_t)sizeof(ism_c);
+                break;
+            }
+        }
+    }
+    if (!c) {
+        c = malloc(sizeof(ism_chunk) + (size_t)cap * sizeof(ism_c));
+        c->cap = cap;
+    }
+    c->n = 0;
+    return c;
+}
+
+/* Returns a chunk to the pool, or frees it when the pool is full. */
+static void ism_chunk_put(ism_chunk *c) {
+    int kept = 0;
+#pragma omp critical(ism_pool)
+    {
+        if (ism_pool_bytes + c->cap * (int64_t)sizeof(ism_c) <= ISM_POOL_BYTES) {
+            c->prev = ism_pool;
+            ism_pool = c;
+            ism_pool_bytes += c->cap * (int64_t)sizeof(ism_c);
+            kept = 1;
+        }
+    }
+    if (!kept) free(c);
+}
+
+typedef struct {
+    ism_chunk *chunk; /* the newest; older ones by prev */
+    const ism_c **at; /* where each gathering starts */
+    int64_t *len;     /* and its entries */
+    int64_t gathered, cap;
+} ism_kept;
+
+typedef struct {
+    int threads;
+    int32_t *thread_of; /* per row: the thread that gathered it */
+    int64_t *first;     /* per row: its first gathering on that thread */
+    ism_kept *kept;     /* per thread */
+} spindle_keep;
+
+/* The calling thread's number in its parallel region. */
+static inline int spindle_thread(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static inline spindle_keep *spindle_keep_new(int64_t rows, int64_t threads) {
+    spindle_keep *k = calloc(1, sizeof *k);
+    k->threads = threads > 0 ? (int)threads : 1;
+    k->thread_of = calloc(rows > 0 ? rows : 1, sizeof(int32_t));
+    k->first = calloc(rows > 0 ? rows : 1, sizeof(int64_t));
+    k->kept = calloc(k->threads, sizeof(ism_kept));
+    return k;
+}
+
+/* Row `row` starts on thread `t`: its gatherings follow. */
+static inline void spindle_keep_row(spindle_keep *k, int t, int64_t row) {
+    k->thread_of[row] = t;
+    k->first[row] = k->kept[t].gathered;
+}
+
+/* Keeps a gathering's `n` entries on thread `t`. */
+static inline void spindle_keep_put(spindle_keep *k, int t, const ism_c *x, int64_t n) {
+    ism_kept *p = &k->kept[t];
+    if (!p->chunk || p->chunk->n + n > p->chunk->cap) {
+        ism_chunk *c = ism_chunk_get(n > ISM_KEEP_CHUNK ? n : ISM_KEEP_CHUNK);
+        c->prev = p->chunk;
+        p->chunk = c;
+    }
+    if (p->gathered == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 1024;
+        p->at = realloc(p->at, (size_t)p->cap * sizeof *p->at);
+        p->len = realloc(p->len, (size_t)p->cap * sizeof *p->len);
+    }
+    ism_c *to = p->chunk->entries + p->chunk->n;
+    if (n > 0) memcpy(to, x, (size_t)n * sizeof(ism_c));
+    p->chunk->n += n;
+    p->at[p->gathered] = to;
+    p->len[p->gathered++] = n;
+}
+
+/* Ends a gathering of `w` on thread `t` and keeps it: its entries, and
+   their number in `*n`. Where one accumulation array holds them all (no
+   merge yet), they are drained straight into the kept chunk. */
+static inline const ism_c *spindle_ism_keep(spindle_ism *w, spindle_keep *k, int t, int64_t *n) {
+    ism_kept *p = &k->kept[t];
+#if !ISM_PIPELINE
+    ism_acc *a = &w->acc[0];
+    if (w->all_n == 0) {
+        if (!p->chunk || p->chunk->n + a->n > p->chunk->cap) {
+            ism_chunk *c = ism_chunk_get(a->n > ISM_KEEP_CHUNK ? a->n : ISM_KEEP_CHUNK);
+            c->prev = p->chunk;
+            p->chunk = c;
+        }
+        ism_c *to = p->chunk->entries + p->chunk->n;
+        const int64_t m = ism_acc_drain(a, to);
+        const int64_t b = ism_bytes(w, a);
+        if (b > w->peak) w->peak = b;
+        p->chunk->n += m;
+        if (p->gathered == p->cap) {
+            p->cap = p->cap ? 2 * p->cap : 1024;
+            p->at = realloc(p->at, (size_t)p->cap * sizeof *p->at);
+            p->len = realloc(p->len, (size_t)p->cap * sizeof *p->len);
+        }
+        p->at[p->gathered] = to;
+        p->len[p->gathered++] = m;
+        *n = m;
+        return to;
+    }
+#endif
+    spindle_ism_finish(w);
+    spindle_keep_put(k, t, w->all, w->all_n);
+    *n = w->all_n;
+    return p->at[p->gathered - 1];
+}
+
+/* Gathering `nth` of row `row`: its entries, and their number in `*n`. */
+static inline const ism_c *spindle_keep_get(const spindle_keep *k, int64_t row, int64_t nth, int64_t *n) {
+    const ism_kept *p = &k->kept[k->thread_of[row]];
+    const int64_t g = k->first[row] + nth;
+    *n = p->len[g];
+    return p->at[g];
+}
+
+static inline void spindle_keep_free(spindle_keep *k) {
+    if (!k) return;
+    for (int t = 0; t < k->threads; t++) {
+        for (ism_chunk *c = k->kept[t].chunk; c;) {
+            ism_chunk *prev = c->prev;
+            ism_chunk_put(c);
+            c = prev;
+        }
+        free(k->kept[t].at);
+        free(k->kept[t].len);
+    }
+    free(k->kept);
+    free(k->thread_of);
+    free(k->first);
+    free(k);
 }

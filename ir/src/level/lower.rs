@@ -496,7 +496,7 @@ fn assemble(
     };
     let val = param("val", info.dtype, 0);
     let counts = param("counts", ElemType::Index(IType::I64), 0);
-    let phase = param("phase", ElemType::Index(IType::I64), 3);
+    let phase = param("phase", ElemType::Index(IType::I64), 4);
     let assembly = Assembly {
         tensor: name.to_string(),
         shape: info.shape.clone(),

@@ -343,9 +343,10 @@ pub struct Assembly {
     /// level per row; before the fill phase, each row's first position;
     /// after a one-pass fill, each level's entries.
     pub counts: TensorId,
-    /// i64 `[3]`: the phase (0 counts, 1 fills, 2 fills in one pass on one
-    /// thread), the arrays' capacity in a one-pass fill, and the most bytes
-    /// a thread's ISM workspace held (left by the fill).
+    /// i64 `[4]`: the phase (0 counts, 1 fills, 2 fills in one pass on one
+    /// thread), the arrays' capacity in a one-pass fill, the most bytes a
+    /// thread's ISM workspace held, and, between the count and the fill,
+    /// the C kernel's handle on the gatherings the count kept.
     pub phase: TensorId,
 }
 
