@@ -441,7 +441,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         // arrays, fill them. An ISM workspace gathers in the count phase
         // and keeps what it gathered for the fill (one pass of products).
         let phase = self.tensor(a.phase).to_string();
-        self.keep = workspace && self.ism().is_some() && (a.rows > 1 || !self.threads);
+        self.keep = workspace && (a.rows > 1 || !self.threads);
         self.line(1, &format!("const int64_t phase = {phase}[0];"));
         let counters: Vec<usize> = (0..a.levels.len()).filter(|&l| !a.levels[l].format.locate()).collect();
         if a.rows == 1 {
@@ -671,6 +671,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
         );
         self.line(depth, &format!("int64_t *restrict w_list = malloc(({n} + 1) * sizeof(int64_t));"));
         self.line(depth, "int64_t w_n = 0;");
+        if self.keep {
+            self.line(depth, "const int ws_tid = spindle_thread();");
+        }
         // Terms added into the row, the previous row's terms and entries,
         // and whether rows repeat their columns many times (see accumulate).
         self.line(depth, "int64_t w_terms = 0, w_last_terms = 0, w_last_entries = 1;");
@@ -811,20 +814,57 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let a = self.assembly();
         let leaf = a.levels.last().expect("an output has levels").clone();
         let chain = a.leaf_head()..a.levels.len();
-        let v = self.var(leaf.var).to_string();
         let head = a.leaf_head();
+        let v = self.var(leaf.var).to_string();
         self.line(depth, "{");
         let d = depth + 1;
+        if self.keep && !self.counting {
+            // Gathered in the count phase: its entries, kept.
+            let a = self.assembly();
+            let row = if a.rows > 1 { self.var(a.levels[0].var).to_string() } else { "0".to_string() };
+            self.line(d, "int64_t ws_n;");
+            self.line(d, &format!("const ism_c *ws_all = spindle_keep_get(keep, {row}, wg++, &ws_n);"));
+            self.line(d, "for (int64_t e = 0; e < ws_n; e++) {");
+            self.line(d + 1, &format!("const int64_t {v} = ws_all[e].key;"));
+            self.append_leaf("ws_all[e].val", d + 1);
+            self.line(d, "}");
+            self.line(depth, "}");
+            return;
+        }
         self.line(d, "const int w_repeats = w_last_terms > 4 * w_last_entries;");
         self.line(d, &format!("const int64_t w_first = n{head};"));
         self.line(d, "w_terms = 0;");
+        // A kept gathering computes its values while counting.
+        let counting = self.counting;
+        self.counting = counting && !self.keep;
         let was = std::mem::replace(&mut self.in_ws, true);
         body.iter().for_each(|b| self.node(b, d));
         self.in_ws = was;
+        self.counting = counting;
         let summary = leaf.extent.div_ceil(4096);
-        if self.counting {
+        // Each drained entry: appended to the output, or, counted and kept.
+        let keep = self.keep;
+        let emit = |p: &mut Self, value: &str, depth: usize| match keep {
+            true => {
+                p.line(depth, &format!("ws_to[ws_m].key = {v};"));
+                p.line(depth, &format!("ws_to[ws_m++].val = {value};"));
+            }
+            false => p.append_leaf(value, depth),
+        };
+        if self.keep {
+            // At most one entry per term, and per coordinate.
+            let extent = leaf.extent;
+            self.line(
+                d,
+                &format!(
+                    "ism_c *ws_to = spindle_keep_open(keep, ws_tid, w_terms < {extent} ? w_terms : {extent});"
+                ),
+            );
+            self.line(d, "int64_t ws_m = 0;");
+        }
+        if self.counting && !self.keep {
             self.line(d, "for (int64_t e = 0; e < w_n; e++) w_bits[w_list[e] >> 6] = 0;");
-            for m in chain {
+            for m in chain.clone() {
                 self.line(d, &format!("n{m} += w_n;"));
             }
         } else {
@@ -839,7 +879,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(d + 1, "spindle_sort_i64(w_list, w_n);");
             self.line(d + 1, "for (int64_t e = 0; e < w_n; e++) {");
             self.line(d + 2, &format!("const int64_t {v} = w_list[e];"));
-            self.append_leaf(&format!("w_val[{v}]"), d + 2);
+            emit(self, &format!("w_val[{v}]"), d + 2);
             self.line(d + 2, &format!("w_val[{v}] = 0;"));
             self.line(d + 2, &format!("w_bits[{v} >> 6] = 0;"));
             self.line(d + 2, &format!("w_sum[{v} >> 12] = 0;"));
@@ -856,12 +896,18 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(d + 3, "while (w) {");
             self.line(d + 4, &format!("const int64_t {v} = wi * 64 + __builtin_ctzll(w);"));
             self.line(d + 4, "w &= w - 1;");
-            self.append_leaf(&format!("w_val[{v}]"), d + 4);
+            emit(self, &format!("w_val[{v}]"), d + 4);
             self.line(d + 4, &format!("w_val[{v}] = 0;"));
             self.line(d + 3, "}");
             self.line(d + 2, "}");
             self.line(d + 1, "}");
             self.line(d, "}");
+        }
+        if self.keep {
+            self.line(d, "spindle_keep_close(keep, ws_tid, ws_to, ws_m);");
+            for m in chain.clone() {
+                self.line(d, &format!("n{m} += ws_m;"));
+            }
         }
         self.line(d, "w_n = 0;");
         self.line(d, "w_last_terms = w_terms;");
@@ -879,6 +925,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let d = depth + 1;
         if self.keep && !self.counting {
             // Gathered in the count phase: its entries, kept.
+            let a = self.assembly();
             let row = if a.rows > 1 { self.var(a.levels[0].var).to_string() } else { "0".to_string() };
             self.line(d, "int64_t ws_n;");
             self.line(d, &format!("const ism_c *ws_all = spindle_keep_get(keep, {row}, wg++, &ws_n);"));

@@ -871,23 +871,27 @@ static inline void spindle_keep_row(spindle_keep *k, int t, int64_t row) {
     k->first[row] = k->kept[t].gathered;
 }
 
-/* Keeps a gathering's `n` entries on thread `t`. */
-static inline void spindle_keep_put(spindle_keep *k, int t, const ism_c *x, int64_t n) {
+/* Room for the next gathering of thread `t`, up to `n` entries. */
+static inline ism_c *spindle_keep_open(spindle_keep *k, int t, int64_t n) {
     ism_kept *p = &k->kept[t];
     if (!p->chunk || p->chunk->n + n > p->chunk->cap) {
         ism_chunk *c = ism_chunk_get(n > ISM_KEEP_CHUNK ? n : ISM_KEEP_CHUNK);
         c->prev = p->chunk;
         p->chunk = c;
     }
+    return p->chunk->entries + p->chunk->n;
+}
+
+/* The gathering opened at `at` holds `n` entries. */
+static inline void spindle_keep_close(spindle_keep *k, int t, const ism_c *at, int64_t n) {
+    ism_kept *p = &k->kept[t];
+    p->chunk->n += n;
     if (p->gathered == p->cap) {
         p->cap = p->cap ? 2 * p->cap : 1024;
         p->at = realloc(p->at, (size_t)p->cap * sizeof *p->at);
         p->len = realloc(p->len, (size_t)p->cap * sizeof *p->len);
     }
-    ism_c *to = p->chunk->entries + p->chunk->n;
-    if (n > 0) memcpy(to, x, (size_t)n * sizeof(ism_c));
-    p->chunk->n += n;
-    p->at[p->gathered] = to;
+    p->at[p->gathered] = at;
     p->len[p->gathered++] = n;
 }
 
@@ -895,35 +899,23 @@ static inline void spindle_keep_put(spindle_keep *k, int t, const ism_c *x, int6
    their number in `*n`. Where one accumulation array holds them all (no
    merge yet), they are drained straight into the kept chunk. */
 static inline const ism_c *spindle_ism_keep(spindle_ism *w, spindle_keep *k, int t, int64_t *n) {
-    ism_kept *p = &k->kept[t];
 #if !ISM_PIPELINE
     ism_acc *a = &w->acc[0];
     if (w->all_n == 0) {
-        if (!p->chunk || p->chunk->n + a->n > p->chunk->cap) {
-            ism_chunk *c = ism_chunk_get(a->n > ISM_KEEP_CHUNK ? a->n : ISM_KEEP_CHUNK);
-            c->prev = p->chunk;
-            p->chunk = c;
-        }
-        ism_c *to = p->chunk->entries + p->chunk->n;
-        const int64_t m = ism_acc_drain(a, to);
+        ism_c *to = spindle_keep_open(k, t, a->n);
+        *n = ism_acc_drain(a, to);
         const int64_t b = ism_bytes(w, a);
         if (b > w->peak) w->peak = b;
-        p->chunk->n += m;
-        if (p->gathered == p->cap) {
-            p->cap = p->cap ? 2 * p->cap : 1024;
-            p->at = realloc(p->at, (size_t)p->cap * sizeof *p->at);
-            p->len = realloc(p->len, (size_t)p->cap * sizeof *p->len);
-        }
-        p->at[p->gathered] = to;
-        p->len[p->gathered++] = m;
-        *n = m;
+        spindle_keep_close(k, t, to, *n);
         return to;
     }
 #endif
     spindle_ism_finish(w);
-    spindle_keep_put(k, t, w->all, w->all_n);
+    ism_c *to = spindle_keep_open(k, t, w->all_n);
+    if (w->all_n > 0) memcpy(to, w->all, (size_t)w->all_n * sizeof(ism_c));
+    spindle_keep_close(k, t, to, w->all_n);
     *n = w->all_n;
-    return p->at[p->gathered - 1];
+    return to;
 }
 
 /* Gathering `nth` of row `row`: its entries, and their number in `*n`. */
