@@ -819,11 +819,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(depth, "{");
         let d = depth + 1;
         if self.keep && !self.counting {
-            // Gathered in the count phase: its entries, kept.
-            let a = self.assembly();
-            let row = if a.rows > 1 { self.var(a.levels[0].var).to_string() } else { "0".to_string() };
-            self.line(d, "int64_t ws_n;");
-            self.line(d, &format!("const ism_c *ws_all = spindle_keep_get(keep, {row}, wg++, &ws_n);"));
+            self.kept_gathering(d);
             self.line(d, "for (int64_t e = 0; e < ws_n; e++) {");
             self.line(d + 1, &format!("const int64_t {v} = ws_all[e].key;"));
             self.append_leaf("ws_all[e].val", d + 1);
@@ -834,13 +830,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(d, "const int w_repeats = w_last_terms > 4 * w_last_entries;");
         self.line(d, &format!("const int64_t w_first = n{head};"));
         self.line(d, "w_terms = 0;");
-        // A kept gathering computes its values while counting.
-        let counting = self.counting;
-        self.counting = counting && !self.keep;
-        let was = std::mem::replace(&mut self.in_ws, true);
-        body.iter().for_each(|b| self.node(b, d));
-        self.in_ws = was;
-        self.counting = counting;
+        self.workspace_body(body, d);
         let summary = leaf.extent.div_ceil(4096);
         // Each drained entry: appended to the output, or, counted and kept.
         let keep = self.keep;
@@ -915,6 +905,26 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(depth, "}");
     }
 
+    /// A workspace's body: its accumulations go to the workspace, with
+    /// their values even in the count phase where the gathering is kept.
+    fn workspace_body(&mut self, body: &[Node], depth: usize) {
+        let counting = self.counting;
+        self.counting = counting && !self.keep;
+        let was = std::mem::replace(&mut self.in_ws, true);
+        body.iter().for_each(|b| self.node(b, depth));
+        self.in_ws = was;
+        self.counting = counting;
+    }
+
+    /// In the fill phase, the gathering the count phase kept: `ws_all`,
+    /// `ws_n` entries, found by its row and its number in the row.
+    fn kept_gathering(&mut self, depth: usize) {
+        let a = self.assembly();
+        let row = if a.rows > 1 { self.var(a.levels[0].var).to_string() } else { "0".to_string() };
+        self.line(depth, "int64_t ws_n;");
+        self.line(depth, &format!("const ism_c *ws_all = spindle_keep_get(keep, {row}, wg++, &ws_n);"));
+    }
+
     /// An ISM workspace around `body`: every gathered coordinate inserted,
     /// then the sorted components drained into the gathered levels, an
     /// entry of a level closed where its coordinate (or one above) changes.
@@ -924,20 +934,10 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(depth, "{");
         let d = depth + 1;
         if self.keep && !self.counting {
-            // Gathered in the count phase: its entries, kept.
-            let a = self.assembly();
-            let row = if a.rows > 1 { self.var(a.levels[0].var).to_string() } else { "0".to_string() };
-            self.line(d, "int64_t ws_n;");
-            self.line(d, &format!("const ism_c *ws_all = spindle_keep_get(keep, {row}, wg++, &ws_n);"));
+            self.kept_gathering(d);
         } else {
             self.line(d, "spindle_ism_clear(&w);");
-            // A kept gathering computes its values while counting.
-            let counting = self.counting;
-            self.counting = counting && !self.keep;
-            let was = std::mem::replace(&mut self.in_ws, true);
-            body.iter().for_each(|b| self.node(b, d));
-            self.in_ws = was;
-            self.counting = counting;
+            self.workspace_body(body, d);
             if self.counting && g >= head && !self.keep {
                 // Only the leaf run is gathered: its entries are the distinct
                 // labels, which need no sort to count.

@@ -3,10 +3,19 @@
 //! which tensor a load reads at which axes, `c * X + range a` index
 //! arithmetic), and the opening lines of the kernel they print.
 
+use std::fmt::Write as _;
+
 use spindle_c::namer::Names;
 use spindle_ir::kernel::*;
 
 use super::cuda_type;
+
+/// Appends `text` to `src`, each line indented two spaces per `depth`.
+pub(super) fn push_lines(src: &mut String, depth: usize, text: &str) {
+    for l in text.lines() {
+        let _ = writeln!(src, "{}{l}", "  ".repeat(depth));
+    }
+}
 
 /// The comment that opens a kernel printed under `mapping`: what it is, its
 /// IR, and `notes` (how it launches, what it needs of its data).

@@ -22,8 +22,6 @@
 //!
 //! Every other kernel is refused with the reason.
 
-use std::fmt::Write as _;
-
 use spindle_ir::formats::DType;
 use spindle_ir::kernel::*;
 use spindle_ir::lang::ElemType;
@@ -276,11 +274,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     let out_half = k.tensor(w.out).dtype == ElemType::Value(DType::F16);
 
     let mut src = String::new();
-    let mut line = |depth: usize, text: &str| {
-        for l in text.lines() {
-            let _ = writeln!(src, "{}{l}", "  ".repeat(depth));
-        }
-    };
+    let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
     let notes = [
         format!(
             "launch: grid {grid}, block {block}; block b owns block row b / {slabs} of {out} and its columns \

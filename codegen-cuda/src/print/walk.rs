@@ -17,8 +17,6 @@
 //!
 //! Every other kernel is refused with the reason.
 
-use std::fmt::Write as _;
-
 use spindle_c::dialect::Dialect;
 use spindle_ir::formats::DType;
 use spindle_ir::kernel::*;
@@ -161,11 +159,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     let load = |t: TensorId, array: &str, address: &str| d.load(dtype(t), array, address);
 
     let mut src = String::new();
-    let mut line = |depth: usize, text: &str| {
-        for l in text.lines() {
-            let _ = writeln!(src, "{}{l}", "  ".repeat(depth));
-        }
-    };
+    let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
     let notes = [
         format!(
             "launch: grid {grid}, block {block}; warp w walks groups [{r}*(w/{chunks}), +{r}) of p, its lanes {vec} columns each of chunk w%{chunks} of n",
@@ -227,11 +221,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     let chunk = CHUNK.min(g);
     let bty = cuda_type(dtype(w.dense));
     let mut group = String::new();
-    let mut gl = |depth: usize, text: &str| {
-        for l in text.lines() {
-            let _ = writeln!(group, "{}{l}", "  ".repeat(depth));
-        }
-    };
+    let mut gl = |depth: usize, text: &str| pattern::push_lines(&mut group, depth, text);
     gl(0, "// The next group's entries, ahead of this group's products.");
     gl(0, &format!("long long crd_next = 0;\n{real} val_next = 0;"));
     gl(0, &format!("if (p + 1 < p1 && lane < {g}) {{"));
