@@ -6,9 +6,11 @@
 #
 # Stages (all when none is named), each logged to OUT_DIR/<stage>.log:
 #   corpus     every corpus entry on the GPU against the reference evaluator
-#   sanitizer  compute-sanitizer memcheck on five kernels, racecheck on three
+#   sanitizer  compute-sanitizer memcheck on six kernels, racecheck on three
 #   smoke      the plain command on one SpMM, f32 and f16, checked and timed
 #              (not in the default list: the suites cover it)
+#   pointcloud the bunny's submanifold convolution from its .xyz file (kernel
+#              map by subsection iteration, GroupCOO by offset), checked and timed
 #   spmm       spindle bench spmm --target cuda (GroupCOO over g vs cuSPARSE CSR)
 #   bsr        spindle bench bsr --target cuda (BlockGroupCOO vs cuSPARSE BSR, cuBLAS)
 #   torch      the same computations through PyTorch (when python3 imports torch)
@@ -20,10 +22,10 @@
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-out="${1:?usage: run.sh OUT_DIR [corpus sanitizer spmm bsr torch summary]}"
+out="${1:?usage: run.sh OUT_DIR [corpus sanitizer smoke pointcloud spmm bsr torch summary]}"
 shift
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(corpus sanitizer spmm bsr torch summary)
+[ ${#stages[@]} -eq 0 ] && stages=(corpus sanitizer pointcloud spmm bsr torch summary)
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 work="${SPINDLE_GPU_WORK:-$out/work}"
@@ -120,10 +122,11 @@ run_stage() {
   fi
 }
 
-# compute-sanitizer on five kernels: memcheck on GroupCOO SpMM (f32, scatter
+# compute-sanitizer on six kernels: memcheck on GroupCOO SpMM (f32, scatter
 # by atomics), BlockGroupCOO SpMM (f16 on Tensor Cores), the
-# gather-dot-scatter Einsum of Insum §5.2, the warp walk (map=walk) and block
-# rows (map=rows, a cp.async ring), and racecheck (shared-memory hazards
+# gather-dot-scatter Einsum of Insum §5.2, the warp walk (map=walk), the row
+# walk (map=rows on GroupCOO, f16) and block rows (map=rows, a cp.async
+# ring), and racecheck (shared-memory hazards
 # between threads of a block) on the three that stage tiles in shared memory.
 # Writes sanitizer.json, one entry per (tool, kernel).
 sanitizer() {
@@ -135,14 +138,15 @@ sanitizer() {
     return 1
   fi
   "$spindle" convert gen:blocks:rows=256,cols=256,bm=32,bk=32,density=0.3,seed=5 --to coo --out "$work/blocks.mtx" >/dev/null || return 1
-  local names=(groupcoo-spmm blockgroupcoo-spmm gather-dot-scatter warp-walk block-rows blockgroupcoo-spmm gather-dot-scatter block-rows)
-  local tools=(memcheck memcheck memcheck memcheck memcheck racecheck racecheck racecheck)
+  local names=(groupcoo-spmm blockgroupcoo-spmm gather-dot-scatter warp-walk row-walk block-rows blockgroupcoo-spmm gather-dot-scatter block-rows)
+  local tools=(memcheck memcheck memcheck memcheck memcheck memcheck racecheck racecheck racecheck)
   local groupcoo="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f32:1 --format A=groupcoo:dim=0,g=auto --target cuda --check --repeats 1"
   local blocks="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$work/blocks.mtx --shape A=256x256:f16 --rand B=256x64:f16:1 --shape C=256x64:f16 --format A=blockgroupcoo:bm=32,bk=32,dim=0,g=auto --schedule \"tile.p=1 tile.q=1 tile.bi=32 tile.bj=32 tile.n=64\" --target cuda --check --repeats 1"
   local gds="run \"C[D[y],x] += A[y,E[r]] * B[r,x]\" --rand A=64x512:f16:1 --rand B=256x64:f16:2 --rand D=64:i32:3:128 --rand E=256:i32:4:512 --shape C=128x64:f16 --target cuda --check --repeats 1"
   local walk="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f32:1 --format A=groupcoo:dim=0,g=4 --schedule \"map=walk tile.p=8\" --target cuda --check --repeats 1"
   local rows="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$work/blocks.mtx --shape A=256x256:f16 --rand B=256x160:f16:1 --shape C=256x160:f16 --format A=blockgroupcoo:bm=32,bk=32,dim=0,g=auto --schedule \"map=rows tile.n=128\" --target cuda --check --repeats 1"
-  local cmds=("$groupcoo" "$blocks" "$gds" "$walk" "$rows" "$blocks" "$gds" "$rows")
+  local row_walk="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f16:1 --shape C=2708x64:f16 --format A=groupcoo:dim=0,g=4 --schedule \"map=rows tile.p=8\" --target cuda --check --repeats 1"
+  local cmds=("$groupcoo" "$blocks" "$gds" "$walk" "$row_walk" "$rows" "$blocks" "$gds" "$rows")
   local ok_all=0 i json="["
   for i in "${!names[@]}"; do
     local label="${tools[$i]} ${names[$i]}"
@@ -183,6 +187,32 @@ smoke() {
   return $ok
 }
 
+# The bunny's submanifold convolution (Insum §6.4), its kernel map built by
+# subsection iteration from the .xyz file (`--tensor Map=kernelmap:...`) and
+# grouped by offset: `Out[MX[p,q],m] += In[MY[p,q],c] * W[MZ[p],c,m]` on
+# Tensor Cores in f16 (FMA in f32). Checked against the reference evaluator
+# at 16 channels (it walks every group, channel pair in f64), timed at 64,
+# beside the same layer on this machine's CPU (the C backend, all cores).
+pointcloud() {
+  local map="kernelmap:$SPINDLE_DATA/pointclouds/bunny.xyz:voxel=0.05" ok=0 t c voxels
+  local stmt="Out[x,m] += Map[x,y,z] * In[y,c] * W[z,c,m]"
+  voxels="$("$spindle" stats "$map" | awk '$1 == "shape" {print $2}')"
+  [ -n "$voxels" ] || return 1
+  for t in f16 f32; do
+    for c in 16 64; do
+      local args=(--tensor "Map=$map" --rand "In=${voxels}x$c:$t:6" --rand "W=27x${c}x$c:$t:7"
+        --shape "Out=${voxels}x$c:$t" --format Map=groupcoo:dim=2,g=auto)
+      if [ "$c" = 16 ]; then
+        "$spindle" run "$stmt" "${args[@]}" --target cuda --check --repeats 5 || ok=1
+      else
+        "$spindle" run "$stmt" "${args[@]}" --target cuda --repeats 50 || ok=1
+        "$spindle" run "$stmt" "${args[@]}" --target c --repeats 10 || ok=1
+      fi
+    done
+  done
+  return $ok
+}
+
 has_torch() { python3 -c 'import torch, numpy; assert torch.cuda.is_available()' >/dev/null 2>&1; }
 
 for stage in "${stages[@]}"; do
@@ -190,6 +220,7 @@ for stage in "${stages[@]}"; do
     corpus) run_stage corpus "$corpus" --target cuda --json "$out/corpus.json" ;;
     sanitizer) run_stage sanitizer sanitizer ;;
     smoke) run_stage smoke smoke ;;
+    pointcloud) run_stage pointcloud pointcloud ;;
     # SPINDLE_SPMM_ARGS / SPINDLE_BSR_ARGS: extra arguments of the suites
     # (`--precision f32`, `--matrix NAME`, `--repeats N`), to split a suite
     # over several short calls.

@@ -138,6 +138,21 @@ pub enum DeviceTensor {
     I64(CudaSlice<i64>),
 }
 
+impl DeviceTensor {
+    /// The element type it holds.
+    fn dtype(&self) -> ElemType {
+        use spindle_ir::formats::{DType, IType};
+        match self {
+            DeviceTensor::F64(_) => ElemType::Value(DType::F64),
+            DeviceTensor::F32(_) => ElemType::Value(DType::F32),
+            DeviceTensor::F16(_) => ElemType::Value(DType::F16),
+            DeviceTensor::Bf16(_) => ElemType::Value(DType::Bf16),
+            DeviceTensor::I32(_) => ElemType::Index(IType::I32),
+            DeviceTensor::I64(_) => ElemType::Index(IType::I64),
+        }
+    }
+}
+
 /// Every tensor of a kernel on the device, in the kernel's argument order.
 #[derive(Debug)]
 pub struct DeviceBuffers {
@@ -559,6 +574,20 @@ impl Gpu {
         Ok(())
     }
 
+    /// Fills the output with NaN before the checked run of a kernel that
+    /// writes every element without reading it
+    /// ([`CudaKernel::writes_output`]): an element it fails to write shows
+    /// as NaN instead of passing as the zero it started from.
+    fn poison_output(&self, buffers: &mut DeviceBuffers, writes_output: bool) -> Result<()> {
+        if !(writes_output && buffers.zero_start) {
+            return Ok(());
+        }
+        let len: usize = buffers.out_shape.iter().product();
+        let dtype = buffers.tensors[buffers.output].dtype();
+        buffers.tensors[buffers.output] = self.put(dtype, &HostData::Values(vec![f64::NAN; len]))?;
+        Ok(())
+    }
+
     /// Puts the output back to its initial contents.
     pub fn reset_output(&self, buffers: &mut DeviceBuffers) -> Result<()> {
         let s = &self.stream;
@@ -614,6 +643,7 @@ impl Gpu {
     ) -> Result<ArrayD<f64>> {
         let loaded = self.load(printed)?;
         let mut buffers = self.upload(kernel, tensors)?;
+        self.poison_output(&mut buffers, loaded.writes_output)?;
         self.launch(&loaded, &mut buffers)?;
         self.stream.synchronize()?;
         self.download(kernel, &buffers, tensors.contains_key(&output_name(kernel)))
@@ -630,6 +660,7 @@ impl Gpu {
         opts: TimingOptions,
     ) -> Result<(ArrayD<f64>, Timing)> {
         let mut first = self.upload(kernel, tensors)?;
+        self.poison_output(&mut first, loaded.writes_output)?;
         self.launch(loaded, &mut first)?;
         self.stream.synchronize()?;
         let output = self.download(kernel, &first, tensors.contains_key(&output_name(kernel)))?;

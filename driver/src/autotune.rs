@@ -199,8 +199,10 @@ pub fn tune(
 ///   threads, half occupancy at best) only when nothing larger fits;
 /// - on a GPU, where the warp walk prints the kernel (GroupCOO and COO
 ///   SpMM, CSR through its rewrite), `map=walk` with runs of 8, 32 and 128
-///   groups per warp beside the tiles (a candidate whose data has rows out
-///   of order fails, and the search goes on without it);
+///   groups per warp beside the tiles, and the row walk (`map=rows`, whole
+///   rows per warp: no atomics, no zeroing) over the same runs (a candidate
+///   whose data has rows out of order fails, and the search goes on
+///   without it);
 /// - on a GPU, where block rows print the kernel (BlockGroupCOO SpMM over
 ///   rows, 16-bit operands), `map=rows` with blocks of 64, 128 and 256
 ///   columns.
@@ -264,6 +266,7 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
             let mut all = if full.is_empty() { tiles } else { full };
             if let Ok(walked) = spindle_cuda::print::walkable(kernel) {
                 all.extend(WALK_RUNS.iter().map(|r| format!("map=walk tile.{walked}={r}")));
+                all.extend(WALK_RUNS.iter().map(|r| format!("map=rows tile.{walked}={r}")));
             }
             if let Ok(columns) = spindle_cuda::print::rows_printable(kernel, false) {
                 all.extend(ROW_SLABS.iter().map(|s| format!("map=rows tile.{columns}={s}")));
@@ -323,7 +326,10 @@ mod tests {
                 "tile.p=16 tile.n=128",
                 "map=walk tile.p=8",
                 "map=walk tile.p=32",
-                "map=walk tile.p=128"
+                "map=walk tile.p=128",
+                "map=rows tile.p=8",
+                "map=rows tile.p=32",
+                "map=rows tile.p=128"
             ]
         );
         assert_eq!(
@@ -335,7 +341,15 @@ mod tests {
         // tiles of 4 and 16 elements (blocks of 32 threads) give way to 64.
         assert_eq!(
             space(&spmm(3), Target::Cuda, 2),
-            ["tile.p=4 tile.n=16", "map=walk tile.p=8", "map=walk tile.p=32", "map=walk tile.p=128"]
+            [
+                "tile.p=4 tile.n=16",
+                "map=walk tile.p=8",
+                "map=walk tile.p=32",
+                "map=walk tile.p=128",
+                "map=rows tile.p=8",
+                "map=rows tile.p=32",
+                "map=rows tile.p=128"
+            ]
         );
     }
 
@@ -381,7 +395,10 @@ mod tests {
         assert_eq!(rows, ["map=rows tile.n=64", "map=rows tile.n=128", "map=rows tile.n=256"], "{f16:?}");
         // f32 blocks would need tf32, a precision the tuner does not pick.
         assert!(!space(&blocks("f32"), Target::Cuda, 1).iter().any(|s| s.contains("map=rows")));
-        assert!(!space(&spmm(64), Target::Cuda, 1).iter().any(|s| s.contains("map=rows")));
+        // Unstructured SpMM takes the row walk, over the walk's runs.
+        let walk = space(&spmm(64), Target::Cuda, 1);
+        let rows: Vec<&String> = walk.iter().filter(|s| s.starts_with("map=rows")).collect();
+        assert_eq!(rows, ["map=rows tile.p=8", "map=rows tile.p=32", "map=rows tile.p=128"], "{walk:?}");
     }
 
     #[test]

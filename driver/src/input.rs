@@ -168,12 +168,17 @@ pub(crate) fn load(input: &Input) -> Result<Loaded> {
 
 /// A `.npy` file as dense values or integer indices; a `.mtx` / `.tns` file
 /// as sparse entries; `gen:SPEC` a generated sparse matrix (the `spindle
-/// stats gen:...` syntax, e.g. `gen:uniform:rows=999,cols=999,nnz=9980`).
+/// stats gen:...` syntax, e.g. `gen:uniform:rows=999,cols=999,nnz=9980`);
+/// `kernelmap:FILE.xyz:voxel=V[,kernel=K]` a point cloud's kernel map
+/// ([`kernel_map`]).
 pub fn read_file(path: &Path) -> Result<Loaded> {
     if let Some(spec) = path.to_str().and_then(|p| p.strip_prefix("gen:")) {
         let spec: spindle_formats::generate::GeneratorSpec =
             spec.parse().map_err(|e| Error::input(format!("gen:{spec}: {e}")))?;
         return Ok(Loaded::Sparse(spec.generate()?));
+    }
+    if let Some(spec) = path.to_str().and_then(|p| p.strip_prefix("kernelmap:")) {
+        return Ok(Loaded::Sparse(kernel_map(spec)?));
     }
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
     if ext == "npy" {
@@ -183,6 +188,36 @@ pub fn read_file(path: &Path) -> Result<Loaded> {
         });
     }
     Ok(Loaded::Sparse(spindle_formats::io::read_tensor(path)?))
+}
+
+/// `FILE.xyz:voxel=V[,kernel=K]`: the points of FILE voxelized at size V,
+/// and the map `Map[x,y,z]` of a K×K×K submanifold convolution (K = 3
+/// unless told): input voxel `y` sits at offset `z` from output voxel `x`.
+/// Found by subsection iteration ([`spindle_conv::kernel_map`]), so
+/// `spindle run "Out[x,m] += Map[x,y,z] * In[y,c] * W[z,c,m]"` runs a
+/// point-cloud layer from the file alone.
+pub fn kernel_map(spec: &str) -> Result<spindle_formats::Coo<f64, i64>> {
+    const FORM: &str = "kernelmap:FILE.xyz:voxel=V[,kernel=K]";
+    let bad = |why: String| Error::input(format!("kernelmap:{spec}: {why} (the form is {FORM})"));
+    let (path, options) = spec.rsplit_once(':').ok_or_else(|| bad("no options after the file".into()))?;
+    let (mut voxel, mut kernel) = (None, 3usize);
+    for item in options.split(',') {
+        match item.split_once('=') {
+            Some(("voxel", v)) => {
+                let size = v.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0);
+                voxel = Some(size.ok_or_else(|| bad(format!("voxel={v} is not a positive number")))?);
+            }
+            Some(("kernel", k)) => {
+                let size = k.parse::<usize>().ok().filter(|k| k % 2 == 1 && *k <= 9);
+                kernel = size.ok_or_else(|| bad(format!("kernel={k} is not an odd number from 1 to 9")))?;
+            }
+            _ => return Err(bad(format!("`{item}` is not voxel=V or kernel=K"))),
+        }
+    }
+    let voxel = voxel.ok_or_else(|| bad("the voxel size is missing".into()))?;
+    let points = spindle_formats::io::read_xyz(Path::new(path))?;
+    let voxels: spindle_formats::Coo<f64, i64> = spindle_formats::generate::voxelize(&points, voxel)?;
+    Ok(spindle_conv::kernel_map(&voxels, kernel)?)
 }
 
 /// Values uniform in ±[0.1, 1) (never zero), or indices in `0..max`.

@@ -156,7 +156,10 @@ impl Problem {
     /// Whether the text runs as a program: several statements, or one
     /// compound product (a product inside a product) over an operand with
     /// a format and no indirect subscripts, its output dense or in the
-    /// format of an operand.
+    /// format of an operand. A product over grouped operands alone
+    /// (GroupCOO, BlockGroupCOO) is Insum's one fused kernel instead, as in
+    /// the notebook: the point-cloud layer
+    /// `Out[x,m] += Map[x,y,z] * In[y,c] * W[z,c,m]` with Map in GroupCOO.
     pub fn is_program(&self) -> bool {
         let Ok(statements) = parse_program(self.statement()) else { return false };
         match &statements[..] {
@@ -168,7 +171,14 @@ impl Problem {
                 // A sparse output only in an input's format: the pattern
                 // of the operand that masks it (SDDMM's).
                 let output_fits = format_of(output).is_none_or(|f| inputs.contains(&f));
-                !inputs.is_empty() && output_fits && compound(&one.rhs) && !indirect(one)
+                let grouped = |f: &&String| {
+                    matches!(f.parse(), Ok(FormatSpec::GroupCoo { .. } | FormatSpec::BlockGroupCoo { .. }))
+                };
+                !inputs.is_empty()
+                    && !inputs.iter().all(grouped)
+                    && output_fits
+                    && compound(&one.rhs)
+                    && !indirect(one)
             }
             _ => true,
         }

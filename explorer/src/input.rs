@@ -14,16 +14,21 @@ pub struct Loaded<V, I> {
     pub seconds: f64,
 }
 
-/// `gen:SPEC` runs a generator; anything else is a `.mtx` / `.tns` path.
-/// Entries come back in file order (not canonicalized).
+/// `gen:SPEC` runs a generator, `kernelmap:FILE.xyz:voxel=V[,kernel=K]`
+/// builds a point cloud's kernel map; anything else is a `.mtx` / `.tns`
+/// path. Entries come back in file order (not canonicalized).
 pub fn load<V: Value, I: Index>(input: &str) -> Result<Loaded<V, I>> {
     let start = Instant::now();
-    let (coo, name) = match input.strip_prefix("gen:") {
-        Some(spec) => {
+    let (coo, name) = match (input.strip_prefix("gen:"), input.strip_prefix("kernelmap:")) {
+        (Some(spec), _) => {
             let spec: GeneratorSpec = spec.parse()?;
             (spec.generate()?, spec.to_string())
         }
-        None => {
+        (_, Some(spec)) => {
+            let map = spindle::input::kernel_map(spec)?;
+            (map.cast()?, format!("kernel map {spec}"))
+        }
+        (None, None) => {
             let path = std::path::Path::new(input);
             let coo = spindle_formats::io::read_tensor(path).with_context(|| format!("reading {input}"))?;
             let name = path.file_name().map_or(input.to_string(), |n| n.to_string_lossy().into_owned());

@@ -308,6 +308,59 @@ fn kernel_maps_by_subsection_iteration_match_the_hash_table() {
     assert_eq!(spindle_conv::kernel_map(&voxels, 3).unwrap(), want);
 }
 
+/// The plain command's point-cloud layer: `--tensor Map=kernelmap:FILE:...`
+/// builds the map from an `.xyz` file by subsection iteration, and the
+/// three-factor product over Map in GroupCOO runs as Insum's one grouped
+/// kernel (not as a program of two), checked against the reference
+/// evaluator; malformed specs are refused with the reason.
+#[test]
+fn a_point_cloud_layer_runs_from_its_xyz_file() {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let text: String = (0..300)
+        .map(|_| {
+            let [x, y, z]: [f64; 3] = std::array::from_fn(|_| rng.random_range(0.0..1.0));
+            format!("{x} {y} {z:.3}\n")
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("spindle-cloud-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cloud.xyz");
+    std::fs::write(&file, text).unwrap();
+    let spec = format!("{}:voxel=0.2", file.display());
+    let map = spindle::input::kernel_map(&spec).unwrap();
+    let points = spindle_formats::io::read_xyz(&file).unwrap();
+    let voxels: Coo<f64, i64> = spindle_formats::generate::voxelize(&points, 0.2).unwrap();
+    assert_eq!(map, spindle_conv::kernel_map(&voxels, 3).unwrap());
+    let five = spindle::input::kernel_map(&format!("{spec},kernel=5")).unwrap();
+    assert_eq!(five, spindle_conv::kernel_map(&voxels, 5).unwrap());
+    for (bad, why) in [
+        ("nothing.xyz", "no options after the file"),
+        ("nothing.xyz:kernel=3", "the voxel size is missing"),
+        ("nothing.xyz:voxel=-1", "voxel=-1 is not a positive number"),
+        ("nothing.xyz:voxel=0.1,kernel=4", "kernel=4 is not an odd number"),
+        ("nothing.xyz:voxel=0.1,size=2", "`size=2` is not voxel=V or kernel=K"),
+    ] {
+        let err = spindle::input::kernel_map(bad).unwrap_err().to_string();
+        assert!(err.contains(why), "{bad}: {err}");
+    }
+
+    let voxels = map.shape[0];
+    let f32 = spindle::ElemType::Value(spindle_formats::DType::F32);
+    let layer = spindle::Problem::new("Out[x,m] += Map[x,y,z] * In[y,c] * W[z,c,m]")
+        .tensor("Map", spindle::Input::file(format!("kernelmap:{spec}")))
+        .tensor("In", spindle::Input::random(&[voxels, 8], spindle_formats::DType::F32, 1))
+        .tensor("W", spindle::Input::random(&[27, 8, 4], spindle_formats::DType::F32, 2))
+        .tensor("Out", spindle::Input::shape(&[voxels, 4], f32))
+        .format("Map", "groupcoo:dim=2,g=auto");
+    assert!(!layer.is_program(), "a product over GroupCOO alone is one Insum kernel");
+    let prepared = layer.prepare().unwrap_or_else(|e| panic!("{}", e.render(false)));
+    assert!(prepared.text.contains("Map_grp[p]"), "{}", prepared.text);
+    let compiled = prepared.compile(&spindle::CBackend::new(), &Schedule::default()).unwrap();
+    let (_, check) = compiled.check().unwrap();
+    assert!(check.max_rel_error <= check.tolerance, "error {:.2e}", check.max_rel_error);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn pooling_folds_in_the_zeros_its_windows_skip() {
     let shapes: Shapes = &[("O", &[8, 8]), ("I", &[15, 15])];

@@ -269,10 +269,72 @@ fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
     assert!(err.contains("the output is not a matrix C[R[p],n]") && err.contains("use map=tiles"), "{err}");
 }
 
+/// The row walk (`map=rows` on GroupCOO and COO SpMM): each warp writes
+/// whole rows, so no atomics, no f32 copy of a 16-bit output and no zeroing
+/// first. On the emulated GPU against the reference evaluator: runs of 1 to
+/// 16 groups (rows longer than a run go whole to the warp where they start,
+/// runs inside a long row own nothing), ragged `n`, f16/bf16 outputs stored
+/// directly, empty rows before the first group, between groups and after
+/// the last (written as zeros by their owner), and `+=` into given data.
+#[test]
+fn the_row_walk_computes_spmm_on_the_emulated_gpu() {
+    if !emulate::compiler_or_skip("the_row_walk_computes_spmm_on_the_emulated_gpu") {
+        return;
+    }
+    let backend = spindle::EmulateBackend::from_env();
+    let cases = [
+        ("groupcoo:dim=0,g=4", DType::F32, 64, 4),
+        ("groupcoo:dim=0,g=1", DType::F32, 13, 1),
+        ("groupcoo:dim=0,g=8", DType::F16, 128, 16),
+        ("groupcoo:dim=0,g=16", DType::Bf16, 24, 8),
+        ("coo", DType::F16, 64, 16),
+        ("coo", DType::F64, 6, 4),
+    ];
+    for (format, dtype, n, run) in cases {
+        let what = format!("{format} {} n={n} tile.p={run}", dtype.name());
+        let prepared = walk_problem(format, dtype, n);
+        let schedule: Schedule = format!("map=rows tile.p={run}").parse().unwrap();
+        let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let source = compiled.source();
+        assert!(source.contains("row-walk mapping"), "{what}: not the row walk");
+        assert!(!source.contains("atomicAdd"), "{what}: an atomic\n{source}");
+        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
+    }
+    // Rows 0-1, 3-4 and 7-8 empty; `+=` into data (kept where no group
+    // writes) and into no data (zeros written by the rows' owners).
+    let problem = |with_data: bool| {
+        let f32 = spindle::ElemType::Value(DType::F32);
+        let rows = ndarray::Array1::from(vec![2i64, 2, 5, 6]);
+        let c = if with_data {
+            spindle::Input::random(&[9, 8], DType::F32, 3)
+        } else {
+            spindle::Input::shape(&[9, 8], f32)
+        };
+        spindle::Problem::new("C[R[p],n] += V[p] * B[K[p],n]")
+            .tensor("R", spindle::Input::indices(rows))
+            .tensor("K", spindle::Input::indices(ndarray::Array1::from(vec![0i64, 1, 2, 3])))
+            .tensor("V", spindle::Input::random(&[4], DType::F32, 1))
+            .tensor("B", spindle::Input::random(&[4, 8], DType::F32, 2))
+            .tensor("C", c)
+            .prepare()
+            .unwrap_or_else(|e| panic!("{}", e.render(false)))
+    };
+    for (with_data, run) in [(false, 1), (false, 2), (false, 8), (true, 1), (true, 2)] {
+        let what = format!("empty rows, data {with_data}, tile.p={run}");
+        let schedule: Schedule = format!("map=rows tile.p={run}").parse().unwrap();
+        let prepared = problem(with_data);
+        let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
+    }
+}
+
 /// The warp walk in machine code, for sm_80 and sm_90: no spills, B read in
 /// 16-byte loads (`LDG.E.128`), interior rows written with 16-byte stores,
 /// and no atomic (`RED`/`ATOM`) inside any loop: the run's rows are summed
 /// in registers and only its first and last rows are written atomically.
+/// The row walk (`map=rows`) has no atomic at all.
 #[test]
 fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
     let test = "the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops";
@@ -280,15 +342,14 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
         return;
     }
     let toolchain = nvrtc::Toolchain::locate().unwrap();
-    for (format, dtype) in
-        [("groupcoo:dim=0,g=8", DType::F32), ("groupcoo:dim=0,g=4", DType::F16), ("coo", DType::F32)]
-    {
+    let cases = [("groupcoo:dim=0,g=8", DType::F32), ("groupcoo:dim=0,g=4", DType::F16), ("coo", DType::F32)];
+    for ((format, dtype), map) in cases.into_iter().flat_map(|c| [(c, "walk"), (c, "rows")]) {
         let prepared = walk_problem(format, dtype, 128);
-        let schedule: Schedule = "map=walk tile.p=16".parse().unwrap();
+        let schedule: Schedule = format!("map={map} tile.p=16").parse().unwrap();
         let kernel = prepared.lower(&schedule).unwrap();
         let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
         for arch in [Arch::Sm80, Arch::Sm90] {
-            let what = format!("{format} {} for {arch}", dtype.name());
+            let what = format!("map={map} {format} {} for {arch}", dtype.name());
             let compiled = nvrtc::compile(&printed.source, "walk", arch, &CompileOptions::default())
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
@@ -305,6 +366,10 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
             assert!(sass.with_opcode("LDG.E.128").count() >= 1, "{what}: no 16-byte loads\n{}", listing());
             assert!(sass.with_opcode("STG.E.128").count() >= 1, "{what}: no 16-byte stores\n{}", listing());
             let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
+            if map == "rows" {
+                assert!(atomics.is_empty(), "{what}: an atomic\n{}", listing());
+                continue;
+            }
             assert!(!atomics.is_empty(), "{what}: the run's boundary rows need atomics\n{}", listing());
             assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing());
             for a in atomics {
@@ -380,7 +445,8 @@ fn blockgroupcoo_runs_hmma_16816_from_ldsm_without_local_memory() {
 /// exchange through shuffles and ballots, and the walk mixes plain and
 /// atomic writes of one output, so a write of a row that another warp also
 /// writes shows up here (it did once: the walk wrote its first row again,
-/// zeros, with a plain store racing the previous run's atomics).
+/// zeros, with a plain store racing the previous run's atomics); the row
+/// walk's warps must write disjoint rows.
 #[test]
 fn sgap_groups_and_the_warp_walk_have_no_data_race() {
     if !emulate::compiler_or_skip("sgap_groups_and_the_warp_walk_have_no_data_race") {
@@ -390,6 +456,8 @@ fn sgap_groups_and_the_warp_walk_have_no_data_race() {
     let cases = [
         ("groupcoo:dim=0,g=4", DType::F32, 24, "map=walk tile.p=4"),
         ("coo", DType::F16, 16, "map=walk tile.p=8"),
+        ("groupcoo:dim=0,g=4", DType::F32, 24, "map=rows tile.p=2"),
+        ("coo", DType::F16, 16, "map=rows tile.p=8"),
         ("groupcoo:dim=0,g=4", DType::F32, 24, "reduce=segment(4) tile.p=16 tile.n=8"),
         ("groupcoo:dim=0,g=4", DType::F32, 24, "reduce=parallel tile.p=8 tile.n=8"),
     ];
@@ -599,14 +667,14 @@ fn block_rows_compute_block_sparse_spmm_on_the_emulated_gpu() {
         let tolerance = if items.contains("tf32") { 1e-2 } else { check.tolerance };
         assert!(check.max_rel_error <= tolerance, "{what}: error {:.2e}", check.max_rel_error);
     }
-    // Groups out of row order are refused before the kernel runs; a kernel
-    // the mapping does not print is refused with the reason.
-    let walk = walk_problem("groupcoo:dim=0,g=4", DType::F16, 64);
-    let err = walk.compile(&backend, &"map=rows tile.n=64".parse().unwrap()).err().unwrap().to_string();
-    assert!(
-        err.contains("map=rows: the output's row is not bm*R[p]+bi") && err.contains("map=tiles"),
-        "{err}"
-    );
+    // A kernel the mapping does not print is refused with the reason.
+    use spindle_ir::lang::{check, declarations, parse};
+    let decls = declarations(&[("y", &[10], "f32"), ("A", &[10, 12], "f32"), ("x", &[12], "f32")]);
+    let spmv = check(&parse("y[i] += A[i,k] * x[k]").unwrap(), &decls).unwrap();
+    let kernel = lower(&spmv, &Schedule::default(), SYMBOL).unwrap();
+    let rows = PrintOptions { map: Mapping::Rows, ..PrintOptions::default() };
+    let err = print_kernel(&kernel, SYMBOL, &rows).unwrap_err().to_string();
+    assert!(err.contains("map=rows: the output is not a matrix") && err.contains("use map=tiles"), "{err}");
 }
 
 /// Block rows under ThreadSanitizer: a `cp.async` into a buffer that a warp

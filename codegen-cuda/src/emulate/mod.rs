@@ -222,7 +222,19 @@ pub fn run(
 ) -> Result<ArrayD<f64>, EmulateError> {
     kernel.check_indices(tensors).map_err(EmulateError::Data)?;
     let params: Vec<TensorParam> = kernel.tensors.values().cloned().collect();
-    run_with(&params, kernel.init, program(kernel, printed), tensors, opts)
+    // A kernel that writes every element without reading it starts from
+    // NaN, as on the GPU: an element it fails to write shows.
+    let start = if printed.writes_output { Start::Poisoned } else { Start::As(kernel.init) };
+    run_with(&params, start, program(kernel, printed), tensors, opts)
+}
+
+/// What the output holds before a run.
+#[derive(Clone, Copy)]
+enum Start {
+    /// As the kernel's [`OutputInit`] says.
+    As(OutputInit),
+    /// NaN everywhere.
+    Poisoned,
 }
 
 /// Runs a printed level kernel ([`crate::print::levels`]) on `tensors` (its
@@ -234,14 +246,15 @@ pub fn run_level(
     opts: &EmulateOptions,
 ) -> Result<ArrayD<f64>, EmulateError> {
     let params: Vec<TensorParam> = kernel.tensors.values().cloned().collect();
-    run_with(&params, kernel.init, program_for(&params, printed), tensors, opts)
+    let start = if printed.writes_output { Start::Poisoned } else { Start::As(kernel.init) };
+    run_with(&params, start, program_for(&params, printed), tensors, opts)
 }
 
 /// Compiles `source` (a [`program`]) and runs it on `tensors`, the output
-/// (the parameter marked `output`) starting as `init` says.
+/// (the parameter marked `output`) starting as `start` says.
 fn run_with(
     params: &[TensorParam],
-    init: OutputInit,
+    start: Start,
     program: String,
     tensors: &Tensors,
     opts: &EmulateOptions,
@@ -255,9 +268,10 @@ fn run_with(
         let data = tensors.get(&t.name);
         if t.output {
             out_shape = t.shape.clone();
-            let start = match (init, data) {
-                (OutputInit::Zero, _) | (OutputInit::Keep, None) => vec![0.0; len],
-                (OutputInit::Identity(r), None) => vec![r.identity(); len],
+            let start = match (start, data) {
+                (Start::Poisoned, _) => vec![f64::NAN; len],
+                (Start::As(OutputInit::Zero), _) | (Start::As(OutputInit::Keep), None) => vec![0.0; len],
+                (Start::As(OutputInit::Identity(r)), None) => vec![r.identity(); len],
                 (_, Some(TensorValue::Values(a))) => a.iter().copied().collect(),
                 (_, Some(TensorValue::Indices(a))) => a.iter().map(|&x| x as f64).collect(),
             };
@@ -321,7 +335,7 @@ fn run_with(
     let mut data: Vec<f64> =
         bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
     let out_name = params.iter().find(|t| t.output).map(|t| t.name.as_str()).unwrap_or_default();
-    if let (OutputInit::Identity(r), false) = (init, tensors.contains_key(out_name)) {
+    if let (Start::As(OutputInit::Identity(r)), false) = (start, tensors.contains_key(out_name)) {
         data.iter_mut().filter(|x| **x == r.identity()).for_each(|x| *x = 0.0);
     }
     ArrayD::from_shape_vec(out_shape, data).map_err(|e| EmulateError::Data(e.to_string()))

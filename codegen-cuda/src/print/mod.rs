@@ -226,8 +226,9 @@ pub enum PrintError {
     )]
     Walk { kernel: String, reason: String },
     #[error(
-        "cannot print kernel `{kernel}` with map=rows: {reason} (block rows print C[bm*R[p]+bi,n] += \
-         V[p,q,bi,bj] * B[bk*K[p,q]+bj,n] on Tensor Cores, BlockGroupCOO SpMM over rows; use map=tiles)"
+        "cannot print kernel `{kernel}` with map=rows: {reason} (map=rows prints C[bm*R[p]+bi,n] += \
+         V[p,q,bi,bj] * B[bk*K[p,q]+bj,n] on Tensor Cores, BlockGroupCOO SpMM over block rows, and \
+         C[R[p],n] += V[p,q] * B[K[p,q],n] by warps over whole rows, GroupCOO and COO SpMM; use map=tiles)"
     )]
     Rows { kernel: String, reason: String },
     #[error("cannot print level kernel `{kernel}` as CUDA: {reason}")]
@@ -259,7 +260,11 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
     let kernel = mapped(kernel, opts);
     let device = device_kernel(&kernel);
     let mut printed = match opts.map {
-        Mapping::Walk => walk::print(&device, symbol, opts)?,
+        Mapping::Walk => walk::print(&device, symbol, opts, false)?,
+        // Block rows for BlockGroupCOO, the row walk for GroupCOO and COO.
+        Mapping::Rows if rows::recognise(&device).is_err() && walk::recognise(&device).is_ok() => {
+            walk::print(&device, symbol, opts, true)?
+        }
         Mapping::Rows => rows::print(&device, symbol, opts)?,
         Mapping::Tiles => Printer::new(&device, opts).print(symbol)?,
     };
@@ -270,12 +275,14 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
     Ok(printed)
 }
 
-/// The kernel as `opts`' mapping runs it. Under block rows (`map=rows`)
-/// one thread writes each output element, so the sink is exclusive: no
-/// atomics, and a 16-bit output is not summed in an f32 copy. The printer,
-/// the runtime's buffers and the emulation all take the kernel from here.
+/// The kernel as `opts`' mapping runs it. Under `map=rows` (block rows,
+/// or the row walk) one thread writes each output element, so the sink is
+/// exclusive: no atomics, and a 16-bit output is not summed in an f32 copy.
+/// The printer, the runtime's buffers and the emulation all take the kernel
+/// from here.
 pub fn mapped<'k>(kernel: &'k Kernel, opts: &PrintOptions) -> Cow<'k, Kernel> {
-    if opts.map != Mapping::Rows || kernel.sink.exclusive || rows::recognise(kernel).is_err() {
+    let owned_rows = || rows::recognise(kernel).is_ok() || walk::recognise(&device_kernel(kernel)).is_ok();
+    if opts.map != Mapping::Rows || kernel.sink.exclusive || !owned_rows() {
         return Cow::Borrowed(kernel);
     }
     let mut owned = kernel.clone();

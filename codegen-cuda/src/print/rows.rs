@@ -161,29 +161,9 @@ pub(super) fn recognise(k: &Kernel) -> Result<Rows, String> {
     })
 }
 
-/// The device helpers: a 32-way lower bound and the `cp.async` copies (the
-/// emulation defines its own, `SPINDLE_EMULATED`).
-const HELPERS: &str = r#"// The first i in [0, n) with r[i] >= v (n if none), r nondecreasing: each
-// step the 32 lanes probe 32 points and a ballot narrows the range 32-fold.
-// Called by every lane of the warp with the same arguments.
-template <class I>
-__device__ __forceinline__ long long spindle_lower_bound(const I *__restrict__ r, long long n, long long v) {
-  const int lane = threadIdx.x & 31;
-  long long lo = 0, hi = n;
-  while (lo < hi) {
-    const long long span = hi - lo;
-    const long long x = lo + (long long)(lane + 1) * span / 32 - 1;
-    const unsigned below = __ballot_sync(0xffffffffu, x < lo || (long long)r[x] < v);
-    // Lanes below c probe below v, the others at or above it (a prefix, r
-    // being sorted): the answer lies in (x of lane c - 1, x of lane c].
-    const int c = __popc(below);
-    const long long next_hi = c < 32 ? lo + (long long)(c + 1) * span / 32 - 1 : hi;
-    lo += (long long)c * span / 32;
-    hi = next_hi;
-  }
-  return lo;
-}
-#ifndef SPINDLE_EMULATED
+/// The `cp.async` copies (the emulation defines its own,
+/// `SPINDLE_EMULATED`).
+const HELPERS: &str = r#"#ifndef SPINDLE_EMULATED
 // 16 bytes from global to shared memory, asynchronously, with an L2 policy.
 __device__ __forceinline__ unsigned long long spindle_evict_last() {
   unsigned long long policy;
@@ -288,6 +268,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
         0,
         "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\nnamespace wmma = nvcuda::wmma;",
     );
+    line(0, pattern::LOWER_BOUND);
     line(0, HELPERS);
     if dynamic {
         line(0, "#ifndef SPINDLE_DYNAMIC_SHARED");

@@ -127,10 +127,19 @@ pub(super) fn recognise(k: &Kernel) -> Result<Walk, String> {
     })
 }
 
-/// Prints `k` (the device kernel: a 16-bit output already summed in f32)
-/// under the warp-walk mapping.
-pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<CudaKernel, PrintError> {
-    let w = recognise(k).map_err(|reason| PrintError::Walk { kernel: k.name.clone(), reason })?;
+/// Prints `k` under the warp-walk mapping: with `owned` (`map=rows`) a
+/// warp writes whole rows, else (`map=walk`; a 16-bit output already
+/// summed in f32) it shares its first and last rows by atomics.
+pub(super) fn print(
+    k: &Kernel,
+    symbol: &str,
+    opts: &PrintOptions,
+    owned: bool,
+) -> Result<CudaKernel, PrintError> {
+    let w = recognise(k).map_err(|reason| match owned {
+        true => PrintError::Rows { kernel: k.name.clone(), reason },
+        false => PrintError::Walk { kernel: k.name.clone(), reason },
+    })?;
     let names = Names::new(k, "g_");
     let d = Cuda { real: spindle_c::dialect::real_of(k), wide: true };
     let real = d.real;
@@ -160,17 +169,33 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
 
     let mut src = String::new();
     let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
-    let notes = [
-        format!(
-            "launch: grid {grid}, block {block}; warp w walks groups [{r}*(w/{chunks}), +{r}) of p, its lanes {vec} columns each of chunk w%{chunks} of n",
-            r = w.run
-        ),
-        format!("needs {} nondecreasing: a run's interior rows are its own", k.tensor(w.rows).name),
-    ];
-    line(0, &pattern::banner(k, "warp-walk mapping (map=walk)", &notes));
+    let r = w.run;
+    let notes = if owned {
+        [
+            format!(
+                "launch: grid {grid}, block {block}; warp w writes the rows whose first group lies in \
+                 [{r}*(w/{chunks}), +{r}) of p (and the empty rows after them), whole, its lanes {vec} columns \
+                 each of chunk w%{chunks} of n"
+            ),
+            format!("needs {} nondecreasing: a row's groups are one run", k.tensor(w.rows).name),
+        ]
+    } else {
+        [
+            format!(
+                "launch: grid {grid}, block {block}; warp w walks groups [{r}*(w/{chunks}), +{r}) of p, its \
+                 lanes {vec} columns each of chunk w%{chunks} of n"
+            ),
+            format!("needs {} nondecreasing: a run's interior rows are its own", k.tensor(w.rows).name),
+        ]
+    };
+    let mapping = if owned { "row-walk mapping (map=rows)" } else { "warp-walk mapping (map=walk)" };
+    line(0, &pattern::banner(k, mapping, &notes));
     let halves = k.tensors.values().any(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)));
     if halves {
         line(0, "#include <cuda_fp16.h>\n#include <cuda_bf16.h>");
+    }
+    if owned {
+        line(0, pattern::LOWER_BOUND);
     }
     line(0, "");
     line(0, &pattern::signature(k, &names, symbol, block));
@@ -182,15 +207,40 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     line(1, &format!("if (warp >= {warps}LL) return;"));
     line(1, &format!("const long long col = (warp % {chunks}) * {} + lane * {vec_text};", 32 * vec));
     line(1, &format!("const bool live = col < {n};"));
-    line(1, &format!("const long long p0 = (warp / {chunks}) * {};", w.run));
-    line(1, &format!("const long long p1 = min(p0 + {}, {}LL);", w.run, w.groups));
+    if owned {
+        let groups = w.groups;
+        line(1, &format!("const long long s = (warp / {chunks}) * {r}, e = min(s + {r}, {groups}LL);"));
+        line(1, "// The rows whose first group lies in [s, e) are this warp's, whole.");
+        line(
+            1,
+            &format!(
+                "const long long p0 = s == 0 ? 0 : s + spindle_lower_bound({rows} + s, {groups}LL - s, (long long){rows}[s - 1] + 1);"
+            ),
+        );
+        line(1, "if (s > 0 && p0 >= e) return;");
+        line(
+            1,
+            &format!(
+                "const long long p1 = e >= {groups} ? {groups}LL : e + spindle_lower_bound({rows} + e, {groups}LL - e, (long long){rows}[e - 1] + 1);"
+            ),
+        );
+    } else {
+        line(1, &format!("const long long p0 = (warp / {chunks}) * {r};"));
+        line(1, &format!("const long long p1 = min(p0 + {r}, {}LL);", w.groups));
+    }
     line(1, &format!("{real} acc[{vec}];"));
     line(1, &format!("#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] = 0;"));
-    line(1, &format!("long long row = {rows}[p0];"));
-    line(1, "const long long first_row = row;");
+    if owned {
+        // p0 == p1 only where there are no groups: warp 0 zeros every row.
+        let m = k.tensor(w.out).shape[0];
+        line(1, &format!("long long row = p0 < p1 ? (long long){rows}[p0] : {m}LL;"));
+    } else {
+        line(1, &format!("long long row = {rows}[p0];"));
+        line(1, "const long long first_row = row;");
+    }
     line(1, "// Group p0's coordinates and values, lane q holding entry q.");
     line(1, &format!("long long crd = 0;\n{real} val = 0;"));
-    line(1, &format!("if (lane < {g}) {{"));
+    line(1, &format!("if ({}lane < {g}) {{", if owned { "p0 < p1 && " } else { "" }));
     line(2, &format!("crd = {crd}[p0 * {g} + lane];"));
     line(2, &format!("val = {};", load(w.scale, &scale, &format!("p0 * {g} + lane"))));
     line(1, "}");
@@ -259,6 +309,51 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     gl(0, "}");
     gl(0, "crd = crd_next;\nval = val_next;");
 
+    if owned {
+        let keep = k.init == OutputInit::Keep;
+        let store =
+            |row: &str, from_acc: bool| owned_store(&d, dtype(w.out), &out, n, row, vec, keep, from_acc);
+        let (write, zero_row) = (store("row", true), store("z", false));
+        // Under `+=` into given data the empty rows keep theirs.
+        let zeros = |from: &str, to: &str| match keep {
+            true => String::new(),
+            // Rare (empty rows): not unrolled, so it takes no registers from the walk.
+            false => format!(
+                "#pragma unroll 1\nfor (long long z = {from}; z < {to}; z++) {{\n{}}}",
+                indent(&zero_row)
+            ),
+        };
+        line(1, "if (s == 0) {");
+        line(2, "// Warp 0 also owns the empty rows before the first group's.");
+        line(2, &zeros("0", "row"));
+        line(1, "}");
+        // One loop writes every row, the last too (at p == p1), so nothing
+        // stays live past it.
+        let (groups, m) = (w.groups, k.tensor(w.out).shape[0]);
+        line(1, "for (long long p = p0; p <= p1; p++) {");
+        line(2, "const bool end = p == p1;");
+        line(2, &format!("const long long r = end ? -1 : (long long){rows}[p];"));
+        line(2, "if (r != row) {");
+        line(3, &format!("if (row < {m}) {{"));
+        line(4, &write);
+        line(3, "}");
+        line(3, "// After the last row, the empty rows before the next warp's first are this warp's too.");
+        line(3, &format!("const long long upto = !end ? r : p1 < {groups} ? (long long){rows}[p1] : {m}LL;"));
+        line(3, &zeros("row + 1", "upto"));
+        line(3, &zero);
+        line(3, "row = r;");
+        line(2, "}");
+        line(2, "if (!end) {");
+        line(3, &group);
+        line(2, "}");
+        line(1, "}");
+        line(0, "}");
+        return Ok(CudaKernel {
+            sorted: Some(k.tensor(w.rows).name.clone()),
+            writes_output: k.init == OutputInit::Zero,
+            ..CudaKernel::plain(symbol, src, launch)
+        });
+    }
     line(1, "long long p = p0;");
     line(1, "// The run's first row, which the previous run may share: written atomically.");
     line(1, &format!("for (; p < p1 && {rows}[p] == row; p++) {{"));
@@ -286,4 +381,54 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     line(1, "}");
     line(0, "}");
     Ok(CudaKernel { sorted: Some(k.tensor(w.rows).name.clone()), ..CudaKernel::plain(symbol, src, launch) })
+}
+
+/// The statement that writes a lane's `vec` columns of row `row` of `out`
+/// (`n` columns) under the row walk, where a warp owns its rows: its sums
+/// `acc` (`from_acc`) or zeros, converted to the output's type, in 16-byte
+/// stores where the columns allow; with `keep` (`+=` into given data)
+/// added to what is there.
+#[allow(clippy::too_many_arguments)]
+fn owned_store(
+    d: &Cuda,
+    dtype: ElemType,
+    out: &str,
+    n: usize,
+    row: &str,
+    vec: usize,
+    keep: bool,
+    from_acc: bool,
+) -> String {
+    let per16 = 16
+        / match dtype {
+            ElemType::Value(v) => v.size_bytes(),
+            ElemType::Index(_) => 8,
+        };
+    let value = |j: &str, old: String| {
+        let sum = if from_acc { format!("acc[{j}]") } else { "0".into() };
+        let sum = if keep { format!("{old} + {sum}") } else { sum };
+        d.store_as(dtype, &sum)
+    };
+    if vec.is_multiple_of(per16) {
+        let ty = cuda_type(dtype);
+        let read = if keep { "*reinterpret_cast<uint4 *>(o) = *to;\n    " } else { "" };
+        format!(
+            "if (live) {{\n  #pragma unroll\n  for (int c = 0; c < {chunks}; c++) {{\n    __align__(16) {ty} o[{per16}];\n    \
+             uint4 *to = reinterpret_cast<uint4 *>(&{out}[{row} * {n} + col + c * {per16}]);\n    {read}\
+             #pragma unroll\n    for (int j = 0; j < {per16}; j++) o[j] = {};\n    \
+             *to = *reinterpret_cast<const uint4 *>(o);\n  }}\n}}\n",
+            value(&format!("c * {per16} + j"), d.load(dtype, "o", "j")),
+            chunks = vec / per16
+        )
+    } else {
+        format!(
+            "if (live) {{\n  #pragma unroll\n  for (int j = 0; j < {vec}; j++) {out}[{row} * {n} + col + j] = {};\n}}\n",
+            value("j", d.load(dtype, out, &format!("{row} * {n} + col + j")))
+        )
+    }
+}
+
+/// `text` indented one level.
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
 }

@@ -99,7 +99,11 @@ pub enum Mapping {
     /// each output element once: no atomics, and no zeroing of an output
     /// that starts at zero. For block-sparse SpMM
     /// `C[bm*R[p]+bi,n] += V[p,q,bi,bj] * B[bk*K[p,q]+bj,n]`
-    /// (BlockGroupCOO over rows) whose rows `R` are in order.
+    /// (BlockGroupCOO over rows) whose rows `R` are in order. For
+    /// `C[R[p],n] += V[p,q] * B[K[p,q],n]` (GroupCOO, COO SpMM) the row
+    /// walk: a warp walks the rows whose first group lies in its run of
+    /// `p` (the p tile), whole, and writes each of them (and the empty rows
+    /// after them) once, in its output type.
     Rows,
 }
 
