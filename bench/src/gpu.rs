@@ -596,10 +596,10 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
             let tuned_tiles = if opts.autotune {
                 let format = format!("groupcoo:dim=0,g={g_auto}");
                 let mut space = tile_space(&base(g_auto), &[("p", &[1, 4, 16]), ("n", &[32, 128])]);
-                // The warp walk (map=walk) and the row walk (map=rows) with
-                // runs of 8 to 128 groups.
+                // The warp walk (map=walk) with runs of 8 to 128 groups, the
+                // row walk (map=rows) with runs of 2 to 32.
                 space.extend([8, 32, 128].map(|r| format!("{} map=walk tile.p={r}", base(g_auto))));
-                space.extend([8, 32, 128].map(|r| format!("{} map=rows tile.p={r}", base(g_auto))));
+                space.extend([2, 8, 32].map(|r| format!("{} map=rows tile.p={r}", base(g_auto))));
                 let key = TuneKey {
                     kernel: format!("{STATEMENT} A={format}"),
                     shapes: format!("{name} {m}x{k} nnz={nnz} n={SPMM_N} {pname}"),

@@ -266,7 +266,7 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
             let mut all = if full.is_empty() { tiles } else { full };
             if let Ok(walked) = spindle_cuda::print::walkable(kernel) {
                 all.extend(WALK_RUNS.iter().map(|r| format!("map=walk tile.{walked}={r}")));
-                all.extend(WALK_RUNS.iter().map(|r| format!("map=rows tile.{walked}={r}")));
+                all.extend(ROW_WALK_RUNS.iter().map(|r| format!("map=rows tile.{walked}={r}")));
             }
             if let Ok(columns) = spindle_cuda::print::rows_printable(kernel, false) {
                 all.extend(ROW_SLABS.iter().map(|s| format!("map=rows tile.{columns}={s}")));
@@ -284,6 +284,12 @@ const MIN_BLOCK_ELEMENTS: usize = 64;
 
 /// Groups a warp walks, in the `map=walk` candidates.
 const WALK_RUNS: [usize; 3] = [8, 32, 128];
+
+/// Groups a warp's run spans in the row walk (`map=rows`) candidates:
+/// shorter than the walk's, since a warp pays for finding its rows once and
+/// small matrices want many warps (measured on the H100, 2026-11-26: small
+/// matrices sit at a 6-9 us floor, runs of 8 never won there).
+const ROW_WALK_RUNS: [usize; 3] = [2, 8, 32];
 
 /// Columns a block owns (a warp per 32), in the `map=rows` candidates.
 const ROW_SLABS: [usize; 3] = [64, 128, 256];
@@ -327,9 +333,9 @@ mod tests {
                 "map=walk tile.p=8",
                 "map=walk tile.p=32",
                 "map=walk tile.p=128",
+                "map=rows tile.p=2",
                 "map=rows tile.p=8",
-                "map=rows tile.p=32",
-                "map=rows tile.p=128"
+                "map=rows tile.p=32"
             ]
         );
         assert_eq!(
@@ -346,9 +352,9 @@ mod tests {
                 "map=walk tile.p=8",
                 "map=walk tile.p=32",
                 "map=walk tile.p=128",
+                "map=rows tile.p=2",
                 "map=rows tile.p=8",
-                "map=rows tile.p=32",
-                "map=rows tile.p=128"
+                "map=rows tile.p=32"
             ]
         );
     }
@@ -398,7 +404,7 @@ mod tests {
         // Unstructured SpMM takes the row walk, over the walk's runs.
         let walk = space(&spmm(64), Target::Cuda, 1);
         let rows: Vec<&String> = walk.iter().filter(|s| s.starts_with("map=rows")).collect();
-        assert_eq!(rows, ["map=rows tile.p=8", "map=rows tile.p=32", "map=rows tile.p=128"], "{walk:?}");
+        assert_eq!(rows, ["map=rows tile.p=2", "map=rows tile.p=8", "map=rows tile.p=32"], "{walk:?}");
     }
 
     #[test]

@@ -302,28 +302,44 @@ fn the_row_walk_computes_spmm_on_the_emulated_gpu() {
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
     }
     // Rows 0-1, 3-4 and 7-8 empty; `+=` into data (kept where no group
-    // writes) and into no data (zeros written by the rows' owners).
-    let problem = |with_data: bool| {
+    // writes) and into no data (zeros written by the rows' owners). Then
+    // rows of 40 and 50 groups: a run's first row start lies more than 32
+    // entries ahead, past the one-load look, so the search finds it.
+    let problem = |rows: Vec<i64>, m: usize, with_data: bool| {
         let f32 = spindle::ElemType::Value(DType::F32);
-        let rows = ndarray::Array1::from(vec![2i64, 2, 5, 6]);
+        let p = rows.len();
         let c = if with_data {
-            spindle::Input::random(&[9, 8], DType::F32, 3)
+            spindle::Input::random(&[m, 8], DType::F32, 3)
         } else {
-            spindle::Input::shape(&[9, 8], f32)
+            spindle::Input::shape(&[m, 8], f32)
         };
+        let crd: Vec<i64> = (0..p as i64).map(|i| i % 4).collect();
         spindle::Problem::new("C[R[p],n] += V[p] * B[K[p],n]")
-            .tensor("R", spindle::Input::indices(rows))
-            .tensor("K", spindle::Input::indices(ndarray::Array1::from(vec![0i64, 1, 2, 3])))
-            .tensor("V", spindle::Input::random(&[4], DType::F32, 1))
+            .tensor("R", spindle::Input::indices(ndarray::Array1::from(rows)))
+            .tensor("K", spindle::Input::indices(ndarray::Array1::from(crd)))
+            .tensor("V", spindle::Input::random(&[p], DType::F32, 1))
             .tensor("B", spindle::Input::random(&[4, 8], DType::F32, 2))
             .tensor("C", c)
             .prepare()
             .unwrap_or_else(|e| panic!("{}", e.render(false)))
     };
-    for (with_data, run) in [(false, 1), (false, 2), (false, 8), (true, 1), (true, 2)] {
-        let what = format!("empty rows, data {with_data}, tile.p={run}");
+    let gaps = vec![2i64, 2, 5, 6];
+    let long: Vec<i64> =
+        [(0i64, 40), (1, 3), (3, 50), (4, 1)].iter().flat_map(|&(r, k)| vec![r; k]).collect();
+    let cases = [
+        (&gaps, 9, false, 1),
+        (&gaps, 9, false, 2),
+        (&gaps, 9, false, 8),
+        (&gaps, 9, true, 1),
+        (&gaps, 9, true, 2),
+        (&long, 6, false, 1),
+        (&long, 6, false, 2),
+        (&long, 6, true, 8),
+    ];
+    for (rows, m, with_data, run) in cases {
+        let what = format!("rows {rows:?}, data {with_data}, tile.p={run}");
         let schedule: Schedule = format!("map=rows tile.p={run}").parse().unwrap();
-        let prepared = problem(with_data);
+        let prepared = problem(rows.clone(), m, with_data);
         let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
         let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);

@@ -46,6 +46,24 @@ pub(super) struct Walk {
     run: usize,
 }
 
+/// The row walk's device helper: where the first row at or after `at`
+/// starts. One coalesced load of the 32 entries from `at` answers unless a
+/// row runs past them (then the 32-way search does): a kernel that starts
+/// after an L2 flush pays a round trip to memory per dependent load.
+const ROW_START: &str = r#"// The first i in [at, n) with r[i] != r[at - 1] (n if none), r
+// nondecreasing, 0 < at <= n. Called by every lane with the same arguments.
+template <class I>
+__device__ __forceinline__ long long spindle_row_start(const I *__restrict__ r, long long n, long long at) {
+  const int lane = threadIdx.x & 31;
+  const long long before = r[at - 1];
+  const long long i = at + lane;
+  const unsigned starts = __ballot_sync(0xffffffffu, i < n && (long long)r[i] != before);
+  if (starts) return at + __ffs(starts) - 1;
+  if (at + 32 >= n) return n;
+  return at + 32 + spindle_lower_bound(r + at + 32, n - at - 32, before + 1);
+}
+"#;
+
 /// Rows of B loaded before their products.
 const CHUNK: usize = 8;
 /// Threads per block unless the schedule says.
@@ -196,6 +214,7 @@ pub(super) fn print(
     }
     if owned {
         line(0, pattern::LOWER_BOUND);
+        line(0, ROW_START);
     }
     line(0, "");
     line(0, &pattern::signature(k, &names, symbol, block));
@@ -211,17 +230,12 @@ pub(super) fn print(
         let groups = w.groups;
         line(1, &format!("const long long s = (warp / {chunks}) * {r}, e = min(s + {r}, {groups}LL);"));
         line(1, "// The rows whose first group lies in [s, e) are this warp's, whole.");
-        line(
-            1,
-            &format!(
-                "const long long p0 = s == 0 ? 0 : s + spindle_lower_bound({rows} + s, {groups}LL - s, (long long){rows}[s - 1] + 1);"
-            ),
-        );
+        line(1, &format!("const long long p0 = s == 0 ? 0 : spindle_row_start({rows}, {groups}LL, s);"));
         line(1, "if (s > 0 && p0 >= e) return;");
         line(
             1,
             &format!(
-                "const long long p1 = e >= {groups} ? {groups}LL : e + spindle_lower_bound({rows} + e, {groups}LL - e, (long long){rows}[e - 1] + 1);"
+                "const long long p1 = e >= {groups} ? {groups}LL : spindle_row_start({rows}, {groups}LL, e);"
             ),
         );
     } else {
