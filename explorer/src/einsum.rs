@@ -92,9 +92,14 @@ pub struct DataArgs {
     /// fusion=none|maximal|trie says (trie unless told).
     pub statement: String,
     /// Data for a tensor: NAME=file.npy (dense values, or integer
-    /// indices), NAME=file.mtx or NAME=file.tns (sparse), or
+    /// indices), NAME=file.mtx or NAME=file.tns (sparse),
     /// NAME=gen:SPEC, a generated sparse matrix (as `spindle stats gen:...`,
-    /// e.g. gen:uniform:rows=999,cols=999,nnz=9980,seed=1).
+    /// e.g. gen:uniform:rows=999,cols=999,nnz=9980,seed=1), or
+    /// NAME=kernelmap:FILE.xyz:voxel=V[,kernel=K], a point cloud's
+    /// submanifold kernel map Map[x,y,z] (output voxel x, input voxel y at
+    /// offset z of K^3, K = 3 unless told), e.g. for
+    /// "Out[x,m] += Map[x,y,z] * In[y,c] * W[z,c,m]" with
+    /// --format Map=groupcoo:dim=2,g=auto.
     #[arg(long = "tensor", value_name = "NAME=PATH")]
     pub tensors: Vec<String>,
     /// Random data: NAME=DIMS:DTYPE:SEED (values in ±[0.1, 1)), or
