@@ -26,7 +26,11 @@
 //!
 //! Every kernel has the fixed C signature
 //! `void NAME(void *const *args, int64_t nthreads)`: one pointer per buffer
-//! in the order the printer documents, and the OpenMP thread count.
+//! in the order the printer documents, and the OpenMP thread count. The
+//! level printer puts the work in a `static` `NAME_body` taking each buffer
+//! as a `restrict` parameter (GCC ignores `restrict` on locals read from
+//! `args`), and a threaded level kernel runs a serial copy on one thread
+//! (OpenMP's outlined regions lose the parameters' `restrict`).
 //!
 //! ```
 //! use spindle_c::{Buffer, CProgram};
