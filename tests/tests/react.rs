@@ -191,10 +191,13 @@ fn trie_fusion_removes_loop_invariant_redundancy() {
     assert!(trie.contains("local T1[8]"), "T1 is one row of h: {trie}");
     // Rows write apart: the row loop runs on threads, each with its row.
     assert!(trie.contains("parallel outermost loop"), "{trie}");
+    // (One thread runs a serial copy first, with T1 its own.)
     let source = &run(&p, "trie threads=2").sources[0];
     let region = source.find("#pragma omp parallel").expect("a parallel region");
-    let local = source.find("l_T1 = calloc").expect("T1 allocated");
-    assert!(local > region && source[region..].contains("#pragma omp for"), "{source}");
+    let threaded = &source[region..];
+    let local = threaded.find("l_T1 = calloc").expect("T1 allocated in the region");
+    assert!(threaded[local..].contains("#pragma omp for"), "{source}");
+    assert!(source[..region].contains("if (nthreads <= 1)"), "{source}");
 }
 
 /// Dead-value redundancy: the product C·D is computed only where B has an
