@@ -216,16 +216,11 @@ fn walk_problem(format: &str, dtype: DType, n: usize) -> spindle::Prepared {
         .unwrap_or_else(|e| panic!("{format}: {}", e.render(false)))
 }
 
-/// The warp walk (`map=walk`) on GroupCOO and COO SpMM: on the emulated
-/// GPU against the reference evaluator (runs of 1 to 16 groups, so runs
-/// end inside rows and rows span runs; `n` ragged against the lanes' 16-byte
-/// vectors; f16 and bf16 summed in the f32 copy); unsorted rows are refused.
-#[test]
-fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
-    if !emulate::compiler_or_skip("the_warp_walk_computes_spmm_on_the_emulated_gpu") {
-        return;
-    }
-    let backend = spindle::EmulateBackend::from_env();
+/// GroupCOO and COO SpMM under `map={map}` on the emulated GPU against the
+/// reference evaluator: runs of 1 to 16 groups (so runs end inside rows and
+/// rows span runs), `n` ragged against the lanes' 16-byte vectors, f16,
+/// bf16 and f64; `inspect` looks at each printed source first.
+fn walk_cases_agree(backend: &spindle::EmulateBackend, map: &str, inspect: &dyn Fn(&str, &str)) {
     let cases = [
         ("groupcoo:dim=0,g=4", DType::F32, 64, 4),
         ("groupcoo:dim=0,g=1", DType::F32, 13, 1),
@@ -236,14 +231,29 @@ fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
         ("coo", DType::F64, 6, 4),
     ];
     for (format, dtype, n, run) in cases {
-        let what = format!("{format} {} n={n} tile.p={run}", dtype.name());
+        let what = format!("map={map} {format} {} n={n} tile.p={run}", dtype.name());
         let prepared = walk_problem(format, dtype, n);
-        let schedule: Schedule = format!("map=walk tile.p={run}").parse().unwrap();
-        let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert!(compiled.source().contains("warp-walk mapping"), "{what}: not the walk");
+        let schedule: Schedule = format!("map={map} tile.p={run}").parse().unwrap();
+        let compiled = prepared.compile(backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
+        inspect(&what, compiled.source());
         let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
     }
+}
+
+/// The warp walk (`map=walk`) on GroupCOO and COO SpMM: on the emulated
+/// GPU against the reference evaluator (runs of 1 to 16 groups, so runs
+/// end inside rows and rows span runs; `n` ragged against the lanes' 16-byte
+/// vectors; f16 and bf16 summed in the f32 copy); unsorted rows are refused.
+#[test]
+fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
+    if !emulate::compiler_or_skip("the_warp_walk_computes_spmm_on_the_emulated_gpu") {
+        return;
+    }
+    let backend = spindle::EmulateBackend::from_env();
+    walk_cases_agree(&backend, "walk", &|what, source| {
+        assert!(source.contains("warp-walk mapping"), "{what}: not the walk");
+    });
     // Rows out of order (an indirect statement's own data) are refused
     // before the kernel runs: its interior rows would race.
     let rows = ndarray::Array1::from(vec![0i64, 2, 1, 3]);
@@ -282,25 +292,10 @@ fn the_row_walk_computes_spmm_on_the_emulated_gpu() {
         return;
     }
     let backend = spindle::EmulateBackend::from_env();
-    let cases = [
-        ("groupcoo:dim=0,g=4", DType::F32, 64, 4),
-        ("groupcoo:dim=0,g=1", DType::F32, 13, 1),
-        ("groupcoo:dim=0,g=8", DType::F16, 128, 16),
-        ("groupcoo:dim=0,g=16", DType::Bf16, 24, 8),
-        ("coo", DType::F16, 64, 16),
-        ("coo", DType::F64, 6, 4),
-    ];
-    for (format, dtype, n, run) in cases {
-        let what = format!("{format} {} n={n} tile.p={run}", dtype.name());
-        let prepared = walk_problem(format, dtype, n);
-        let schedule: Schedule = format!("map=rows tile.p={run}").parse().unwrap();
-        let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
-        let source = compiled.source();
+    walk_cases_agree(&backend, "rows", &|what, source| {
         assert!(source.contains("row-walk mapping"), "{what}: not the row walk");
         assert!(!source.contains("atomicAdd"), "{what}: an atomic\n{source}");
-        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
-    }
+    });
     // Rows 0-1, 3-4 and 7-8 empty; `+=` into data (kept where no group
     // writes) and into no data (zeros written by the rows' owners). Then
     // rows of 40 and 50 groups: a run's first row start lies more than 32
