@@ -236,6 +236,34 @@ pub enum Node {
     Fill { at: Vec<VarId>, points: usize, body: Vec<Node> },
 }
 
+impl Node {
+    /// The node lists directly below this node: a loop's or a scope's body,
+    /// each lattice point's body of a merge; none for a leaf.
+    pub fn bodies(&self) -> impl Iterator<Item = &[Node]> {
+        let (body, points): (Option<&[Node]>, &[Point]) = match self {
+            Node::Dense { body, .. }
+            | Node::Entry { body, .. }
+            | Node::Workspace { body }
+            | Node::Subsect { body, .. }
+            | Node::Resolve { body, .. }
+            | Node::Find { body, .. }
+            | Node::Fill { body, .. } => (Some(body), &[]),
+            Node::Merge { points, .. } => (None, points),
+            Node::Locate { .. }
+            | Node::Update { .. }
+            | Node::Accumulate { .. }
+            | Node::Store { .. }
+            | Node::Clear { .. } => (None, &[]),
+        };
+        body.into_iter().chain(points.iter().map(|p| p.body.as_slice()))
+    }
+
+    /// Whether `f` holds for a node of `nodes` or of a list below them.
+    pub fn any(nodes: &[Node], f: &dyn Fn(&Node) -> bool) -> bool {
+        nodes.iter().any(|n| f(n) || n.bodies().any(|b| Node::any(b, f)))
+    }
+}
+
 /// An affine coordinate `Σ coeff·var + offset` (coefficients positive):
 /// the subscript of a stored operand's dimension in a convolution.
 #[derive(Clone, Debug, PartialEq)]

@@ -352,21 +352,13 @@ fn kept_var(nodes: &[Node], id: LocalId, var: VarId) -> bool {
             Expr::Call { args, .. } => args.iter().any(|a| expr(a, id, var)),
         }
     }
-    nodes.iter().any(|n| match n {
-        Node::Dense { body, .. }
-        | Node::Entry { body, .. }
-        | Node::Workspace { body }
-        | Node::Subsect { body, .. }
-        | Node::Resolve { body, .. }
-        | Node::Find { body, .. }
-        | Node::Fill { body, .. } => kept_var(body, id, var),
-        Node::Merge { points, .. } => points.iter().any(|p| kept_var(&p.body, id, var)),
+    Node::any(nodes, &|n| match n {
         Node::Store { target, at, value } => {
             (*target == Target::Local(id) && matches!(at, Place::Coords(at) if at.contains(&var)))
                 || expr(value, id, var)
         }
         Node::Update { value, .. } | Node::Accumulate { value } => expr(value, id, var),
-        Node::Locate { .. } | Node::Clear { .. } => false,
+        _ => false,
     })
 }
 
