@@ -427,6 +427,49 @@ fn discordant_outputs_gather_in_an_ism_workspace_under_every_policy() {
     assert!(tree.contains("over (i, j)"), "{tree}");
 }
 
+/// Row-wise SpGEMM whose rows of B repeat every 16 columns: under
+/// `label mod L` a row's labels crowd a few home slots, so the kernels' hash
+/// table switches to Fibonacci hashing (while full and growing, `ws.cap=8`)
+/// and must still assemble every row as the reference does.
+#[test]
+fn the_hash_workspace_rehashes_labels_that_collide() {
+    let (n, k, m) = (9, 6, 160);
+    let a = sparse(&[n, k], 0.7, 41);
+    let (mut rows, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..k {
+        for c in (r..m).step_by(16) {
+            rows.push(r as i64);
+            cols.push(c as i64);
+            vals.push(0.25 + ((r * m + c) % 7) as f64 / 8.0);
+        }
+    }
+    let b = Coo::new(vec![k, m], vec![rows, cols], vals).unwrap();
+    let decls = declarations(&[("C", &[n, m], "f64"), ("A", &[n, k], "f64"), ("B", &[k, m], "f64")]);
+    let einsum = check(&parse("C[i,j] = A[i,k] * B[k,j]").unwrap(), &decls).unwrap();
+    let mut data = Tensors::new();
+    for (name, coo) in [("A", &a), ("B", &b)] {
+        data.insert(name.to_string(), TensorValue::Values(coo.to_ndarray().unwrap()));
+    }
+    let want = spindle_ir::eval::evaluate(&einsum, &data).unwrap();
+    let entries = BTreeMap::from([("A".to_string(), a), ("B".to_string(), b)]);
+    let formats: BTreeMap<String, FormatSpec> = [("A", "csr"), ("B", "csr"), ("C", "csr")]
+        .iter()
+        .map(|(t, f)| (t.to_string(), f.parse().unwrap()))
+        .collect();
+    let schedule: Schedule = "workspace=hash ws.cap=8".parse().unwrap();
+    let lowered = lower(&einsum, &formats, &entries, &schedule, "k").unwrap();
+    let mut inputs = Tensors::new();
+    inputs.extend(lowered.arrays.clone());
+    let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
+    for threads in [1, 2] {
+        let got = compiled.run_assembled(&inputs, threads).unwrap().to_coo().unwrap();
+        assert_eq!(got.nnz(), want.iter().filter(|w| **w != 0.0).count(), "{threads} threads");
+        for (g, w) in got.to_ndarray().unwrap().iter().zip(want.iter()) {
+            assert!((g - w).abs() <= 1e-12 * w.abs().max(1.0), "{threads} threads: {g} vs {w}");
+        }
+    }
+}
+
 #[test]
 fn outer_product_spgemm_gathers_the_whole_output_in_a_second_order_workspace() {
     for out in ["csr", "dcsr", "coo", "csc"] {
