@@ -860,7 +860,7 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
         let prepared = prepare(&coo, &b, BSR_N, precision, &format);
         let schedule = if opts.autotune {
             let mut space = tile_space(&base, &[("p", &[1, 2]), ("n", &[32, 64, 128])]);
-            space.extend([64, 128, 256].map(|slab| format!("map=rows tile.n={slab}")));
+            space.extend(spindle::autotune::block_row_candidates("n"));
             let key = TuneKey {
                 kernel: format!("{STATEMENT} A={format}"),
                 shapes: format!("{BSR_SIZE}x{BSR_SIZE} sparsity={sparsity} n={BSR_N} f16"),

@@ -269,7 +269,7 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
                 all.extend(ROW_WALK_RUNS.iter().map(|r| format!("map=rows tile.{walked}={r}")));
             }
             if let Ok(columns) = spindle_cuda::print::rows_printable(kernel, false) {
-                all.extend(ROW_SLABS.iter().map(|s| format!("map=rows tile.{columns}={s}")));
+                all.extend(block_row_candidates(&columns));
             }
             all
         }
@@ -293,6 +293,20 @@ const ROW_WALK_RUNS: [usize; 3] = [2, 8, 32];
 
 /// Columns a block owns (a warp per 32), in the `map=rows` candidates.
 const ROW_SLABS: [usize; 3] = [64, 128, 256];
+
+/// `(tile.n, block)` of the block-row candidates whose blocks own several
+/// block rows sharing B's rows (`block / tile.n` of them): up to 512
+/// threads, since at 1024 a thread keeps 64 registers and spills.
+const SHARED_ROWS: [(usize, usize); 4] = [(64, 256), (64, 512), (128, 256), (128, 512)];
+
+/// The block-row candidates (`map=rows`) of block-sparse SpMM whose output
+/// columns are the index `columns`: a block row to a block at each of
+/// [`ROW_SLABS`], then block rows sharing B ([`SHARED_ROWS`]).
+pub fn block_row_candidates(columns: &str) -> Vec<String> {
+    let one = ROW_SLABS.iter().map(|s| format!("map=rows tile.{columns}={s}"));
+    let shared = SHARED_ROWS.iter().map(|(s, b)| format!("map=rows tile.{columns}={s} block={b}"));
+    one.chain(shared).collect()
+}
 
 #[cfg(test)]
 mod tests {
@@ -398,7 +412,16 @@ mod tests {
         };
         let f16 = space(&blocks("f16"), Target::Cuda, 1);
         let rows: Vec<&String> = f16.iter().filter(|s| s.starts_with("map=rows")).collect();
-        assert_eq!(rows, ["map=rows tile.n=64", "map=rows tile.n=128", "map=rows tile.n=256"], "{f16:?}");
+        let want = [
+            "map=rows tile.n=64",
+            "map=rows tile.n=128",
+            "map=rows tile.n=256",
+            "map=rows tile.n=64 block=256",
+            "map=rows tile.n=64 block=512",
+            "map=rows tile.n=128 block=256",
+            "map=rows tile.n=128 block=512",
+        ];
+        assert_eq!(rows, want, "{f16:?}");
         // f32 blocks would need tf32, a precision the tuner does not pick.
         assert!(!space(&blocks("f32"), Target::Cuda, 1).iter().any(|s| s.contains("map=rows")));
         // Unstructured SpMM takes the row walk, over the walk's runs.

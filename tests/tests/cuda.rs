@@ -660,6 +660,14 @@ fn block_rows_compute_block_sparse_spmm_on_the_emulated_gpu() {
         (32, DType::Bf16, DType::F32, "g=3", true, "tile.n=32"),
         (32, DType::F32, DType::F32, "g=2", false, "tile.n=64 tf32=on"),
         (16, DType::F16, DType::F16, "g=2", false, "tile.n=256"),
+        // Block rows sharing B's rows (block = share x tile.n threads): 6
+        // block rows in blocks of 2, 4 (the last block holds 2), 3 and 6.
+        (64, DType::F16, DType::F16, "g=auto", false, "tile.n=32 block=64"),
+        (48, DType::F16, DType::F16, "g=2", true, "tile.n=32 block=128"),
+        (64, DType::F16, DType::F32, "g=3", false, "tile.n=64 block=256"),
+        (32, DType::F32, DType::F32, "g=2", false, "tile.n=32 block=96 tf32=on"),
+        (32, DType::Bf16, DType::F32, "g=1", true, "tile.n=32 block=192"),
+        (16, DType::F16, DType::F16, "g=3", false, "tile.n=256 block=512"),
     ];
     for (n, operands, output, g, c_data, items) in cases {
         let what = format!("{} -> {} n={n} {g} C data {c_data} [{items}]", operands.name(), output.name());
@@ -672,12 +680,18 @@ fn block_rows_compute_block_sparse_spmm_on_the_emulated_gpu() {
         assert_eq!(printed.round, None, "{what}: each element is written once, in its own type");
         let launch = printed.launch;
         assert_eq!(launch.dynamic, launch.shared_bytes > 48 * 1024, "{what}: {launch:?}");
-        assert!(launch.dynamic || items != "tile.n=256", "{what}: {launch:?}");
+        assert!(launch.dynamic || !items.starts_with("tile.n=256"), "{what}: {launch:?}");
+        assert_eq!(printed.source.contains("sharing B"), items.contains("block="), "{what}");
         let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
         let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
         let tolerance = if items.contains("tf32") { 1e-2 } else { check.tolerance };
         assert!(check.max_rel_error <= tolerance, "{what}: error {:.2e}", check.max_rel_error);
     }
+    // Threads that are not a whole number of block rows are refused.
+    let schedule: Schedule = "map=rows tile.n=64 block=96".parse().unwrap();
+    let kernel = block_problem(64, DType::F16, DType::F16, "g=1", false).lower(&schedule).unwrap();
+    let err = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap_err().to_string();
+    assert!(err.contains("block=96") && err.contains("a multiple of 64"), "{err}");
     // A kernel the mapping does not print is refused with the reason.
     use spindle_ir::lang::{check, declarations, parse};
     let decls = declarations(&[("y", &[10], "f32"), ("A", &[10, 12], "f32"), ("x", &[12], "f32")]);
@@ -697,10 +711,12 @@ fn block_rows_have_no_data_race() {
         return;
     }
     let backend = spindle::EmulateBackend::with(EmulateOptions { sanitizer: emulate::Sanitizer::Thread });
-    let prepared = block_problem(64, DType::F16, DType::F16, "g=1", false);
-    let compiled = prepared.compile(&backend, &"map=rows tile.n=64".parse().unwrap()).unwrap();
-    let (_, check) = compiled.check().unwrap();
-    assert!(check.max_rel_error <= check.tolerance, "error {:.2e}", check.max_rel_error);
+    for (g, items) in [("g=1", "map=rows tile.n=64"), ("g=2", "map=rows tile.n=32 block=128")] {
+        let prepared = block_problem(64, DType::F16, DType::F16, g, false);
+        let compiled = prepared.compile(&backend, &items.parse().unwrap()).unwrap();
+        let (_, check) = compiled.check().unwrap();
+        assert!(check.max_rel_error <= check.tolerance, "{items}: error {:.2e}", check.max_rel_error);
+    }
 }
 
 /// Block rows in machine code for sm_80 and sm_90 (4096 x 4096, 32x32
@@ -746,6 +762,32 @@ fn block_rows_run_hmma_from_a_cp_async_ring_without_atomics() {
             assert!(copies > 0, "{what}: no 16-byte cp.async");
             assert_eq!(count("BAR.SYNC"), 1, "{what}: one barrier per block of the row");
             assert_eq!(count("RED") + count("ATOM") + count("LDL") + count("STL"), 0, "{what}");
+        }
+    }
+    // Block rows sharing B (4, 2 or 8 rows a block; at 1024 threads a
+    // thread has 64 registers and spills): the same column steps;
+    // atomics only on shared memory (the table of the rows' blocks).
+    for items in ["tile.n=128 block=512", "tile.n=256 block=512", "tile.n=64 block=512"] {
+        let schedule: Schedule = format!("map=rows {items}").parse().unwrap();
+        let kernel = prepared.lower(&schedule).unwrap();
+        let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
+        assert!(printed.source.contains("sharing B"), "{items}");
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let what = format!("{items} for {arch}");
+            let compiled = nvrtc::compile(&printed.source, "rows", arch, &CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
+            assert!(!r.spills() && r.stack_bytes == 0, "{what}: {r:?}");
+            let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let count = |op: &str| sass.with_opcode(op).count();
+            let hmma: Vec<_> = sass.with_opcode("HMMA.16816").collect();
+            assert!(hmma.len() >= 8 && hmma.iter().all(|i| sass.in_loop(i)), "{what}: HMMA outside the loop");
+            assert!(count("LDSM") > 0, "{what}: no LDSM");
+            let copies = sass.with_opcode("LDGSTS").filter(|i| i.opcode().contains("128")).count();
+            assert!(copies > 0, "{what}: no 16-byte cp.async");
+            let global_atomics = count("RED") + count("ATOMG") + sass.with_opcode("ATOM.").count();
+            assert_eq!(global_atomics + count("LDL") + count("STL"), 0, "{what}");
         }
     }
 }

@@ -186,6 +186,7 @@ inline double __longlong_as_double(long long x) { return emu::bits<double>(x); }
 inline long long __double_as_longlong(double x) { return emu::bits<long long>(x); }
 
 // Atomics.
+inline int atomicAdd(int *p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
 inline float atomicAdd(float *p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 inline double atomicAdd(double *p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
 inline __half atomicAdd(__half *p, __half v) {

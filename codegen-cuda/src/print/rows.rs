@@ -204,10 +204,14 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     if let Some(t) = opts.threads
         && t != block
     {
-        return Err(refuse(format!(
-            "block={t}, but a block of tile.n = {} columns is {block} threads (a warp per 32 columns)",
-            w.slab
-        )));
+        if !t.is_multiple_of(block) {
+            return Err(refuse(format!(
+                "block={t}: a block of tile.n = {} columns is {block} threads per block row it owns (a warp \
+                 per 32 columns), so block is a multiple of {block}",
+                w.slab
+            )));
+        }
+        return print_shared(k, &w, (t / block) as usize, symbol);
     }
     let names = Names::new(k, "g_");
     let name = |t: TensorId| names.tensors[t].clone();
@@ -219,11 +223,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
         DType::Bf16 => ("__nv_bfloat16", 2),
         _ => ("float", 4),
     };
-    let (frag_ty, ks) = match w.operand {
-        DType::F16 => ("__half", 16),
-        DType::Bf16 => ("__nv_bfloat16", 16),
-        _ => ("wmma::precision::tf32", 8),
-    };
+    let (_, ks) = fragment(w.operand);
     // Elements per 16-byte copy, and the 16-byte pad of each shared row.
     let vec = 16 / elem;
     let (a_pitch, b_pitch) = (bk + vec, slab + vec);
@@ -247,11 +247,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     let launch = LaunchGeometry { grid: grid as u32, block, shared_bytes: bytes, dynamic };
     let (mi, ni) = (bm / 16, WARP_COLUMNS / 16);
     let a_chunks = bm * bk / vec;
-    let b_chunks = bk * slab / vec;
     let threads = block as usize;
-    let ragged = !n.is_multiple_of(slab);
-    let out_ty = cuda_type(k.tensor(w.out).dtype);
-    let out_half = k.tensor(w.out).dtype == ElemType::Value(DType::F16);
 
     let mut src = String::new();
     let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
@@ -318,27 +314,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
         &format!("{a_guard}spindle_cp_async16(&a_s[buf][r][e], &{values}[at * {} + r * {bk} + e]);", bm * bk),
     );
     line(2, "}");
-    line(2, "#pragma unroll");
-    line(2, &format!("for (int i = 0; i < {}; i++) {{", b_chunks.div_ceil(threads)));
-    line(3, &format!("const int c = threadIdx.x + i * {threads};"));
-    line(3, &format!("const int r = c / {}, e = c % {} * {vec};", slab / vec, slab / vec));
-    let b_copy =
-        format!("spindle_cp_async16_keep(&b_s[buf][r][e], &{dense}[(kb + r) * {n} + n0 + e], keep);");
-    let b_copy = if ragged {
-        format!(
-            "if (n0 + e < {n}) {b_copy}\nelse *reinterpret_cast<uint4 *>(&b_s[buf][r][e]) = make_uint4(0, 0, 0, 0);"
-        )
-    } else {
-        b_copy
-    };
-    if b_chunks.is_multiple_of(threads) {
-        line(3, &b_copy);
-    } else {
-        line(3, &format!("if (c < {b_chunks}) {{"));
-        line(4, &b_copy);
-        line(3, "}");
-    }
-    line(2, "}");
+    line(2, &copy_b_rows(&w, &dense, threads));
     line(1, "};");
     line(1, &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, float> acc[{mi}][{ni}];"));
     line(1, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++)"));
@@ -364,74 +340,434 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     );
     line(2, "spindle_cp_async_commit();");
     line(2, &format!("const int buf = (int)(t % {STAGES});"));
-    line(2, "#pragma unroll");
-    line(2, &format!("for (int kk = 0; kk < {bk}; kk += {ks}) {{"));
-    line(3, &format!("wmma::fragment<wmma::matrix_a, 16, 16, {ks}, {frag_ty}, wmma::row_major> fa[{mi}];"));
-    line(3, &format!("wmma::fragment<wmma::matrix_b, 16, 16, {ks}, {frag_ty}, wmma::row_major> fb[{ni}];"));
-    line(3, "#pragma unroll");
+    line(2, &products(&w, "a_s[buf]", "warp", a_pitch, b_pitch));
+    line(1, "}");
+    line(1, &store(k, &w, &out, "row", "warp"));
+    line(0, "}");
+    Ok(CudaKernel {
+        sorted: Some(k.tensor(w.rows).name.clone()),
+        writes_output: k.init == OutputInit::Zero,
+        ..CudaKernel::plain(symbol, src, launch)
+    })
+}
+
+/// The fragments' element type and k extent for `operand`.
+fn fragment(operand: DType) -> (&'static str, usize) {
+    match operand {
+        DType::F16 => ("__half", 16),
+        DType::Bf16 => ("__nv_bfloat16", 16),
+        _ => ("wmma::precision::tf32", 8),
+    }
+}
+
+/// One block's products on Tensor Cores: `acc += a_tile · b_s[buf]` where
+/// `a_tile` is the block's `bm x bk` shared tile and the warp's columns of
+/// the slab start at `32 * col_warp`.
+fn products(w: &Rows, a_tile: &str, col_warp: &str, a_pitch: usize, b_pitch: usize) -> String {
+    let (frag_ty, ks) = fragment(w.operand);
+    let (bk, mi, ni) = (w.bk, w.bm / 16, WARP_COLUMNS / 16);
+    let mut src = String::new();
+    let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
+    line(0, "#pragma unroll");
+    line(0, &format!("for (int kk = 0; kk < {bk}; kk += {ks}) {{"));
+    line(1, &format!("wmma::fragment<wmma::matrix_a, 16, 16, {ks}, {frag_ty}, wmma::row_major> fa[{mi}];"));
+    line(1, &format!("wmma::fragment<wmma::matrix_b, 16, 16, {ks}, {frag_ty}, wmma::row_major> fb[{ni}];"));
+    line(1, "#pragma unroll");
     line(
-        3,
+        1,
         &format!(
-            "for (int i = 0; i < {mi}; i++) wmma::load_matrix_sync(fa[i], &a_s[buf][i * 16][kk], {a_pitch});"
+            "for (int i = 0; i < {mi}; i++) wmma::load_matrix_sync(fa[i], &{a_tile}[i * 16][kk], {a_pitch});"
         ),
     );
-    line(3, "#pragma unroll");
+    line(1, "#pragma unroll");
     line(
-        3,
+        1,
         &format!(
-            "for (int j = 0; j < {ni}; j++) wmma::load_matrix_sync(fb[j], &b_s[buf][kk][warp * {WARP_COLUMNS} + j * 16], {b_pitch});"
+            "for (int j = 0; j < {ni}; j++) wmma::load_matrix_sync(fb[j], &b_s[buf][kk][{col_warp} * {WARP_COLUMNS} + j * 16], {b_pitch});"
         ),
     );
     if w.operand == DType::F32 {
-        line(3, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++)"));
+        line(1, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++)"));
         line(
-            4,
+            2,
             "for (int t = 0; t < fa[i].num_elements; t++) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);",
         );
-        line(3, &format!("#pragma unroll\nfor (int j = 0; j < {ni}; j++)"));
+        line(1, &format!("#pragma unroll\nfor (int j = 0; j < {ni}; j++)"));
         line(
-            4,
+            2,
             "for (int t = 0; t < fb[j].num_elements; t++) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);",
         );
     }
-    line(3, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++)"));
+    line(1, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++)"));
     line(
-        4,
+        2,
         &format!(
             "#pragma unroll\nfor (int j = 0; j < {ni}; j++) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);"
         ),
     );
-    line(2, "}");
-    line(1, "}");
-    line(1, "// Each element written once, from the fragments.");
-    line(1, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++) {{"));
-    line(2, &format!("#pragma unroll\nfor (int j = 0; j < {ni}; j++) {{"));
-    line(3, &format!("const long long col = n0 + warp * {WARP_COLUMNS} + j * 16;"));
-    line(3, &format!("if (col < {n}) {{"));
-    line(4, &format!("{out_ty} *to = &{out}[(row * {bm} + i * 16) * {n} + col];"));
+    line(0, "}");
+    src
+}
+
+/// The warp's `bm x 32` tile of block row `row` written once from its
+/// fragments (added to the output's values under `+=`), the warp's columns
+/// starting at `32 * col_warp` of the slab.
+fn store(k: &Kernel, w: &Rows, out: &str, row: &str, col_warp: &str) -> String {
+    let (_, ks) = fragment(w.operand);
+    let (bm, n, mi, ni) = (w.bm, w.n, w.bm / 16, WARP_COLUMNS / 16);
+    let out_ty = cuda_type(k.tensor(w.out).dtype);
+    let out_half = k.tensor(w.out).dtype == ElemType::Value(DType::F16);
+    let mut src = String::new();
+    let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
+    line(0, "// Each element written once, from the fragments.");
+    line(0, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++) {{"));
+    line(1, &format!("#pragma unroll\nfor (int j = 0; j < {ni}; j++) {{"));
+    line(2, &format!("const long long col = n0 + {col_warp} * {WARP_COLUMNS} + j * 16;"));
+    line(2, &format!("if (col < {n}) {{"));
+    line(3, &format!("{out_ty} *to = &{out}[({row} * {bm} + i * 16) * {n} + col];"));
     let keep_init = k.init == OutputInit::Keep;
     if out_half {
-        line(4, &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, __half> h;"));
+        line(3, &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, __half> h;"));
         if keep_init {
-            line(4, &format!("wmma::load_matrix_sync(h, to, {n}, wmma::mem_row_major);"));
+            line(3, &format!("wmma::load_matrix_sync(h, to, {n}, wmma::mem_row_major);"));
             line(
-                4,
+                3,
                 "for (int t = 0; t < h.num_elements; t++) h.x[t] = __float2half(acc[i][j].x[t] + __half2float(h.x[t]));",
             );
         } else {
-            line(4, "for (int t = 0; t < h.num_elements; t++) h.x[t] = __float2half(acc[i][j].x[t]);");
+            line(3, "for (int t = 0; t < h.num_elements; t++) h.x[t] = __float2half(acc[i][j].x[t]);");
         }
-        line(4, &format!("wmma::store_matrix_sync(to, h, {n}, wmma::mem_row_major);"));
+        line(3, &format!("wmma::store_matrix_sync(to, h, {n}, wmma::mem_row_major);"));
     } else {
         if keep_init {
-            line(4, &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, float> c;"));
-            line(4, &format!("wmma::load_matrix_sync(c, to, {n}, wmma::mem_row_major);"));
-            line(4, "for (int t = 0; t < c.num_elements; t++) acc[i][j].x[t] += c.x[t];");
+            line(3, &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, float> c;"));
+            line(3, &format!("wmma::load_matrix_sync(c, to, {n}, wmma::mem_row_major);"));
+            line(3, "for (int t = 0; t < c.num_elements; t++) acc[i][j].x[t] += c.x[t];");
         }
-        line(4, &format!("wmma::store_matrix_sync(to, acc[i][j], {n}, wmma::mem_row_major);"));
+        line(3, &format!("wmma::store_matrix_sync(to, acc[i][j], {n}, wmma::mem_row_major);"));
     }
+    line(2, "}");
+    line(1, "}");
+    line(0, "}");
+    src
+}
+
+/// The copies of the `bk` rows of B from row `kb` (a block's column block
+/// times `bk`), the block's slab of columns from `n0`, into `b_s[buf]`, by
+/// `threads` threads; columns past the end are zeros.
+fn copy_b_rows(w: &Rows, dense: &str, threads: usize) -> String {
+    let (bk, n, slab) = (w.bk, w.n, w.slab);
+    let vec = 16 / w.operand.size_bytes();
+    let b_chunks = bk * slab / vec;
+    let mut src = String::new();
+    let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
+    line(0, "#pragma unroll");
+    line(0, &format!("for (int i = 0; i < {}; i++) {{", b_chunks.div_ceil(threads)));
+    line(1, &format!("const int c = threadIdx.x + i * {threads};"));
+    line(1, &format!("const int r = c / {}, e = c % {} * {vec};", slab / vec, slab / vec));
+    let b_copy =
+        format!("spindle_cp_async16_keep(&b_s[buf][r][e], &{dense}[(kb + r) * {n} + n0 + e], keep);");
+    let b_copy = if !n.is_multiple_of(slab) {
+        format!(
+            "if (n0 + e < {n}) {b_copy}\nelse *reinterpret_cast<uint4 *>(&b_s[buf][r][e]) = make_uint4(0, 0, 0, 0);"
+        )
+    } else {
+        b_copy
+    };
+    if b_chunks.is_multiple_of(threads) {
+        line(1, &b_copy);
+    } else {
+        line(1, &format!("if (c < {b_chunks}) {{"));
+        line(2, &b_copy);
+        line(1, "}");
+    }
+    line(0, "}");
+    src
+}
+
+/// Blocks a block of shared block rows keeps for after its column steps
+/// (a row's second block at a column: BlockGroupCOO's padding, or repeats
+/// in given data); past this many it steps through its blocks one by one.
+const EXTRAS: usize = 256;
+
+/// Prints `k` under the block-row mapping with `share` block rows to a
+/// block: its warps own `share` consecutive block rows (a row's warps its
+/// `slab` columns), and each column block that any of them stores is one
+/// step of the copy ring: its `bk` rows of B, copied once, multiply the
+/// blocks of every row that has one there. B's rows are read from L2 once
+/// per column block of the union of the rows, not once per block.
+fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<CudaKernel, PrintError> {
+    let names = Names::new(k, "g_");
+    let name = |t: TensorId| names.tensors[t].clone();
+    let (rows, crd, values, dense, out) =
+        (name(w.rows), name(w.crd), name(w.values), name(w.dense), name(w.out));
+    let (bm, bk, g, n, slab) = (w.bm, w.bk, w.group, w.n, w.slab);
+    let elem = w.operand.size_bytes();
+    let ty = match w.operand {
+        DType::F16 => "__half",
+        DType::Bf16 => "__nv_bfloat16",
+        _ => "float",
+    };
+    let (_, ks) = fragment(w.operand);
+    let vec = 16 / elem;
+    let (a_pitch, b_pitch) = (bk + vec, slab + vec);
+    let row_warps = slab / WARP_COLUMNS;
+    let warps = share * row_warps;
+    let threads = warps * 32;
+    let column_blocks = k.tensor(w.dense).shape[0] / bk;
+    // Shared memory: the ring (every row's block and B's rows a stage), the
+    // row-by-column table of blocks, the column list, the kept blocks.
+    let a_bytes = STAGES * share * bm * a_pitch * elem;
+    let ring = a_bytes + STAGES * bk * b_pitch * elem;
+    let table = share * column_blocks * 4;
+    let bytes = ring + table + column_blocks * 4 + EXTRAS * 4;
+    if bytes > MAX_DYNAMIC_SHARED_BYTES {
+        return Err(PrintError::SharedMemory {
+            kernel: k.name.clone(),
+            bytes,
+            limit: MAX_DYNAMIC_SHARED_BYTES,
+            arrays: vec![
+                ("the copy ring".into(), ring),
+                (format!("the blocks of {share} rows at {column_blocks} column blocks"), table),
+            ],
+        });
+    }
+    let dynamic = bytes > MAX_STATIC_SHARED_BYTES;
+    let block_rows = w.m / bm;
+    let slabs = n.div_ceil(slab);
+    let grid = block_rows.div_ceil(share) * slabs;
+    if grid > i32::MAX as usize {
+        return Err(PrintError::Grid { kernel: k.name.clone(), programs: grid as u64 });
+    }
+    let launch = LaunchGeometry { grid: grid as u32, block: threads as u32, shared_bytes: bytes, dynamic };
+    let (mi, ni) = (bm / 16, WARP_COLUMNS / 16);
+    let a_chunks = bm * bk / vec;
+
+    let mut src = String::new();
+    let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
+    let notes = [
+        format!(
+            "launch: grid {grid}, block {threads}; block b owns block rows [(b / {slabs}) * {share}, +{share}) \
+             of {out} and its columns [(b % {slabs}) * {slab}, +{slab}); warp w the {bm}x32 tile of row w / \
+             {row_warps} at column 32*(w % {row_warps}); a step per column block some of the rows store: a \
+             {STAGES}-buffer cp.async ring of {bk}x{slab} rows of {dense} and the rows' {bm}x{bk} blocks \
+             ({bytes} bytes of shared memory)"
+        ),
+        format!("needs {} nondecreasing: a block row's groups are one run", k.tensor(w.rows).name),
+    ];
+    line(0, &pattern::banner(k, &format!("block-row mapping (map=rows), {share} rows sharing B"), &notes));
+    line(
+        0,
+        "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\nnamespace wmma = nvcuda::wmma;",
+    );
+    line(0, pattern::LOWER_BOUND);
+    line(0, HELPERS);
+    if dynamic {
+        line(0, "#ifndef SPINDLE_DYNAMIC_SHARED");
+        line(
+            0,
+            "#define SPINDLE_DYNAMIC_SHARED(name, bytes) extern __shared__ __align__(128) unsigned char name[]",
+        );
+        line(0, "#endif");
+    }
+    line(0, &pattern::signature(k, &names, symbol, threads as u32));
+    if dynamic {
+        line(1, &format!("SPINDLE_DYNAMIC_SHARED(spindle_smem, {bytes});"));
+    } else {
+        line(1, &format!("__shared__ __align__(128) unsigned char spindle_smem[{bytes}];"));
+    }
+    let a_dims = format!("[{STAGES}][{share}][{bm}][{a_pitch}]");
+    let b_dims = format!("[{STAGES}][{bk}][{b_pitch}]");
+    line(1, &format!("{ty} (&a_s){a_dims} = *reinterpret_cast<{ty} (*){a_dims}>(spindle_smem);"));
+    line(1, &format!("{ty} (&b_s){b_dims} = *reinterpret_cast<{ty} (*){b_dims}>(spindle_smem + {a_bytes});"));
+    line(1, "// pos_s[r][c]: the block (from the first of the rows') of row r at column block c, or ~0u.");
+    line(
+        1,
+        &format!(
+            "unsigned (&pos_s)[{share}][{column_blocks}] = *reinterpret_cast<unsigned (*)[{share}][{column_blocks}]>(spindle_smem + {ring});"
+        ),
+    );
+    line(1, "// The column blocks some row stores, in order; the blocks kept for after them.");
+    line(1, &format!("int *cols_s = reinterpret_cast<int *>(spindle_smem + {});", ring + table));
+    line(
+        1,
+        &format!(
+            "int *extra_s = reinterpret_cast<int *>(spindle_smem + {});",
+            ring + table + column_blocks * 4
+        ),
+    );
+    line(1, &format!("__shared__ long long run_s[{}];", share + 1));
+    line(1, "__shared__ int ncols_s, nextra_s;");
+    line(1, "const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;");
+    line(1, &format!("const int wr = warp / {row_warps}, wc = warp % {row_warps};"));
+    line(1, &format!("const long long row0 = (long long)(blockIdx.x / {slabs}) * {share};"));
+    line(1, &format!("const long long n0 = (long long)(blockIdx.x % {slabs}) * {slab};"));
+    line(
+        1,
+        &format!(
+            "const int here = (int)({block_rows}LL - row0 < {share} ? {block_rows}LL - row0 : {share});"
+        ),
+    );
+    line(1, "// Row r's groups are the run of p with R[p] == row0 + r; the rows' runs follow each other.");
+    line(
+        1,
+        &format!(
+            "if (warp < here) {{\n  const long long lo = spindle_lower_bound({rows}, {}LL, row0 + warp);\n  if (lane == 0) run_s[warp] = lo;\n}}",
+            w.groups
+        ),
+    );
+    line(
+        1,
+        &format!(
+            "if (warp == {}) {{\n  const long long hi = spindle_lower_bound({rows}, {}LL, row0 + here);\n  if (lane == 0) run_s[here] = hi;\n}}",
+            warps - 1,
+            w.groups
+        ),
+    );
+    line(
+        1,
+        &format!(
+            "for (int i = threadIdx.x; i < {}; i += {threads}) (&pos_s[0][0])[i] = ~0u;",
+            share * column_blocks
+        ),
+    );
+    line(1, "if (threadIdx.x == 0) nextra_s = 0;");
+    line(1, "__syncthreads();");
+    line(1, &format!("const long long first = run_s[0] * {g}, total = (run_s[here] - run_s[0]) * {g};"));
+    line(1, "// Each block into its row's slot at its column block: first the blocks that do not repeat the");
+    line(
+        1,
+        "// column of the slot before them, then those that do (BlockGroupCOO pads a group so, with zeros).",
+    );
+    line(1, "// A block whose slot is taken is kept for after the column steps.");
+    line(1, "for (int pass = 0; pass < 2; pass++) {");
+    line(2, &format!("for (long long s = threadIdx.x; s < total; s += {threads}) {{"));
+    line(3, "const long long at = first + s;");
+    line(3, &format!("const int c = (int){crd}[at];"));
+    line(3, &format!("const bool repeat = at % {g} != 0 && (int){crd}[at - 1] == c;"));
+    line(3, "if (repeat == (pass == 1)) {");
+    line(4, &format!("const int r = (int)((long long){rows}[at / {g}] - row0);"));
+    line(4, "if (atomicCAS(&pos_s[r][c], ~0u, (unsigned)s) != ~0u) {");
+    line(5, "const int e = atomicAdd(&nextra_s, 1);");
+    line(5, &format!("if (e < {EXTRAS}) extra_s[e] = (int)s;"));
+    line(4, "}");
     line(3, "}");
     line(2, "}");
+    line(2, "__syncthreads();");
+    line(1, "}");
+    line(1, "// The column blocks some row stores, in order (warp 0, a ballot per 32 columns).");
+    line(1, "if (warp == 0) {");
+    line(2, "int count = 0;");
+    line(2, &format!("for (int c0 = 0; c0 < {column_blocks}; c0 += 32) {{"));
+    line(3, "const int c = c0 + lane;");
+    line(3, "bool any = false;");
+    line(3, &format!("if (c < {column_blocks}) for (int r = 0; r < here; r++) any |= pos_s[r][c] != ~0u;"));
+    line(3, "const unsigned m = __ballot_sync(0xffffffffu, any);");
+    line(3, "if (any) cols_s[count + __popc(m & ((1u << lane) - 1u))] = c;");
+    line(3, "count += __popc(m);");
+    line(2, "}");
+    line(2, "if (lane == 0) ncols_s = count;");
+    line(1, "}");
+    line(1, "// Kept blocks of zeros (padding) need no step: a warp a block reads its values.");
+    line(1, &format!("const int kept = nextra_s < {EXTRAS} ? nextra_s : 0;"));
+    line(1, &format!("for (int e = warp; e < kept; e += {warps}) {{"));
+    line(
+        2,
+        &format!(
+            "const uint4 *v = reinterpret_cast<const uint4 *>(&{values}[(first + extra_s[e]) * {}]);",
+            bm * bk
+        ),
+    );
+    line(2, "bool nonzero = false;");
+    line(
+        2,
+        &format!(
+            "for (int i = lane; i < {a_chunks}; i += 32) {{\n  const uint4 x = v[i];\n  nonzero |= (x.x | x.y | x.z | x.w) != 0u;\n}}"
+        ),
+    );
+    line(2, "if (__ballot_sync(0xffffffffu, nonzero) == 0u && lane == 0) extra_s[e] = -1;");
+    line(1, "}");
+    line(1, "__syncthreads();");
+    line(1, &format!("// Past {EXTRAS} kept blocks, every block is a step of its own (no column steps)."));
+    line(1, &format!("const bool one_by_one = nextra_s > {EXTRAS};"));
+    line(1, "const int steps = one_by_one ? 0 : ncols_s;");
+    line(1, "const unsigned long long keep = spindle_evict_last();");
+    line(1, "// Step t into buffer `buf`: B's rows at column block cols_s[t] and the rows' blocks there.");
+    line(1, "auto fill = [&](int buf, int t) {");
+    line(2, "const int col = cols_s[t];");
+    line(2, &format!("const long long kb = (long long)col * {bk};"));
+    line(2, &format!("for (int i = threadIdx.x; i < {}; i += {threads}) {{", share * a_chunks));
+    line(3, &format!("const int r = i / {a_chunks}, c = i % {a_chunks};"));
+    line(3, "const unsigned s = pos_s[r][col];");
+    line(3, &format!("const int y = c / {}, e = c % {} * {vec};", bk / vec, bk / vec));
+    line(
+        3,
+        &format!(
+            "if (s != ~0u) spindle_cp_async16(&a_s[buf][r][y][e], &{values}[(first + s) * {} + y * {bk} + e]);",
+            bm * bk
+        ),
+    );
+    line(2, "}");
+    line(2, &copy_b_rows(w, &dense, threads));
+    line(1, "};");
+    line(1, &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, float> acc[{mi}][{ni}];"));
+    line(1, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++)"));
+    line(2, &format!("#pragma unroll\nfor (int j = 0; j < {ni}; j++) wmma::fill_fragment(acc[i][j], 0.0f);"));
+    line(1, "// Block s alone through buffer 0: its B rows and values, its row's warps multiplying.");
+    line(1, "auto alone = [&](long long s) {");
+    line(2, "const long long at = first + s;");
+    line(2, &format!("const int r = (int)((long long){rows}[at / {g}] - row0);"));
+    line(2, &format!("const long long kb = (long long){crd}[at] * {bk};"));
+    line(2, "const int buf = 0;");
+    line(2, &format!("for (int c = threadIdx.x; c < {a_chunks}; c += {threads}) {{"));
+    line(3, &format!("const int y = c / {}, e = c % {} * {vec};", bk / vec, bk / vec));
+    line(3, &format!("spindle_cp_async16(&a_s[buf][r][y][e], &{values}[at * {} + y * {bk} + e]);", bm * bk));
+    line(2, "}");
+    line(2, &copy_b_rows(w, &dense, threads));
+    line(2, "spindle_cp_async_commit();");
+    line(2, "spindle_cp_async_wait<0>();");
+    line(2, "__syncthreads();");
+    line(2, "if (wr == r) {");
+    line(3, &products(w, "a_s[buf][wr]", "wc", a_pitch, b_pitch));
+    line(2, "}");
+    line(2, "__syncthreads();");
+    line(1, "};");
+    line(1, "// The first steps into the ring, a copy group each.");
+    line(1, "#pragma unroll");
+    line(1, &format!("for (int t = 0; t < {}; t++) {{", STAGES - 1));
+    line(2, "if (t < steps) fill(t, t);");
+    line(2, "spindle_cp_async_commit();");
+    line(1, "}");
+    line(1, "for (int t = 0; t < steps; t++) {");
+    line(2, "// Step t has landed; every warp is done with step t - 1, whose buffer is refilled.");
+    line(2, &format!("spindle_cp_async_wait<{}>();", STAGES - 2));
+    line(2, "__syncthreads();");
+    line(
+        2,
+        &format!(
+            "if (t + {} < steps) fill((t + {}) % {STAGES}, t + {});",
+            STAGES - 1,
+            STAGES - 1,
+            STAGES - 1
+        ),
+    );
+    line(2, "spindle_cp_async_commit();");
+    line(2, &format!("const int buf = t % {STAGES};"));
+    line(2, "if (pos_s[wr][cols_s[t]] != ~0u) {");
+    line(3, &products(w, "a_s[buf][wr]", "wc", a_pitch, b_pitch));
+    line(2, "}");
+    line(1, "}");
+    line(1, "spindle_cp_async_wait<0>();");
+    line(1, "__syncthreads();");
+    line(1, "if (one_by_one) {");
+    line(2, "for (long long s = 0; s < total; s++) alone(s);");
+    line(1, "} else {");
+    line(2, "for (int e = 0; e < nextra_s; e++)");
+    line(3, "if (extra_s[e] >= 0) alone(extra_s[e]);");
+    line(1, "}");
+    line(1, "if (wr < here) {");
+    line(2, "const long long row = row0 + wr;");
+    line(2, &store(k, w, &out, "row", "wc"));
     line(1, "}");
     line(0, "}");
     Ok(CudaKernel {
