@@ -260,20 +260,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
         format!("needs {} nondecreasing: a block row's groups are one run", k.tensor(w.rows).name),
     ];
     line(0, &pattern::banner(k, "block-row mapping (map=rows)", &notes));
-    line(
-        0,
-        "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\nnamespace wmma = nvcuda::wmma;",
-    );
-    line(0, pattern::LOWER_BOUND);
-    line(0, HELPERS);
-    if dynamic {
-        line(0, "#ifndef SPINDLE_DYNAMIC_SHARED");
-        line(
-            0,
-            "#define SPINDLE_DYNAMIC_SHARED(name, bytes) extern __shared__ __align__(128) unsigned char name[]",
-        );
-        line(0, "#endif");
-    }
+    line(0, &headers(dynamic));
     line(0, &pattern::signature(k, &names, symbol, block));
     let a_dims = format!("[{STAGES}][{bm}][{a_pitch}]");
     let b_dims = format!("[{STAGES}][{bk}][{b_pitch}]");
@@ -556,20 +543,7 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
         format!("needs {} nondecreasing: a block row's groups are one run", k.tensor(w.rows).name),
     ];
     line(0, &pattern::banner(k, &format!("block-row mapping (map=rows), {share} rows sharing B"), &notes));
-    line(
-        0,
-        "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\nnamespace wmma = nvcuda::wmma;",
-    );
-    line(0, pattern::LOWER_BOUND);
-    line(0, HELPERS);
-    if dynamic {
-        line(0, "#ifndef SPINDLE_DYNAMIC_SHARED");
-        line(
-            0,
-            "#define SPINDLE_DYNAMIC_SHARED(name, bytes) extern __shared__ __align__(128) unsigned char name[]",
-        );
-        line(0, "#endif");
-    }
+    line(0, &headers(dynamic));
     line(0, &pattern::signature(k, &names, symbol, threads as u32));
     if dynamic {
         line(1, &format!("SPINDLE_DYNAMIC_SHARED(spindle_smem, {bytes});"));
@@ -775,4 +749,21 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
         writes_output: k.init == OutputInit::Zero,
         ..CudaKernel::plain(symbol, src, launch)
     })
+}
+
+/// What a block-row kernel includes and defines before its signature: the
+/// headers, the 32-way search, the `cp.async` helpers, and with `dynamic`
+/// shared memory the macro that declares it.
+fn headers(dynamic: bool) -> String {
+    let mut text =
+        "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\nnamespace wmma = nvcuda::wmma;\n"
+            .to_string();
+    text += pattern::LOWER_BOUND;
+    text += HELPERS;
+    if dynamic {
+        text += "#ifndef SPINDLE_DYNAMIC_SHARED\n\
+                 #define SPINDLE_DYNAMIC_SHARED(name, bytes) extern __shared__ __align__(128) unsigned char name[]\n\
+                 #endif\n";
+    }
+    text
 }
