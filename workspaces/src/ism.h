@@ -27,15 +27,6 @@ typedef struct {
     REAL val;
 } ism_c;
 
-/* A label's home slot in the hash table: label mod L as in the paper
-   (nearby labels in nearby slots), until a gathering's probes outnumber
-   its labels; from the next gathering on, the top bits of label * 2^64/phi
-   (Fibonacci hashing). The low bits alone put labels a power of two apart
-   in one slot: on sparse-dnn, whose rows repeat every 64 columns, that
-   cost 2.37 probes per insert (1.00 hashed). */
-#define ISM_PHI 0x9E3779B97F4A7C15ull
-#define ISM_SLOT(a, key) ((int64_t)((((uint64_t)(key) * (a)->mult) >> (a)->shift) & (uint64_t)((a)->slots - 1)))
-
 /* Quicksort (median of three, the smaller side first on an explicit stack)
    down to runs of 24, then insertion sort: no comparator calls. */
 #define SPINDLE_SORT(NAME, T, KEY, CTX)                                                     \
@@ -127,10 +118,6 @@ typedef struct {
     int32_t *used;
     REAL *vals;
     int64_t slots;
-    uint64_t mult; /* ISM_SLOT's: 1 and 0 (label mod L), or ISM_PHI and */
-    int shift;     /* 64 - log2(slots) once scrambled */
-    int scrambled;
-    int64_t probes; /* probes past a label's home slot in this gathering */
 #endif
 #if ISM_BUCKET
     int64_t *head, *next, *flagged;
@@ -148,24 +135,6 @@ typedef struct {
 #endif
 } ism_acc;
 
-#if ISM_HASH
-/* ISM_SLOT's multiplier and shift for the table's size. */
-static inline void ism_hash_slot_fn(ism_acc *a) {
-    a->mult = a->scrambled ? ISM_PHI : 1;
-    a->shift = a->scrambled ? 64 - __builtin_ctzll((uint64_t)a->slots) : 0;
-}
-
-/* The table is empty again: a gathering that probed more often than it
-   found labels switches it to Fibonacci hashing for good. */
-static inline void ism_hash_emptied(ism_acc *a) {
-    if (!a->scrambled && a->probes > a->n) {
-        a->scrambled = 1;
-        ism_hash_slot_fn(a);
-    }
-    a->probes = 0;
-}
-#endif
-
 static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int64_t cap) {
     memset(a, 0, sizeof *a);
     a->cap = cap;
@@ -176,7 +145,6 @@ static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int6
 #if ISM_HASH
     a->slots = 2;
     while (a->slots < 2 * cap) a->slots *= 2;
-    a->mult = 1;
     a->cap = a->slots / 2;
     a->keys = malloc(a->slots * sizeof(int64_t));
     a->vals = malloc(a->slots * sizeof(REAL));
@@ -333,12 +301,11 @@ static inline void ism_acc_insert(ism_acc *a, int64_t key, REAL val) {
 #elif ISM_HASH
     const int64_t mask = a->slots - 1;
     int64_t *restrict keys = a->keys;
-    int64_t s = ISM_SLOT(a, key);
+    int64_t s = key & mask;
     int64_t k = keys[s];
     while (k != key && k != -1) {
         s = (s + 1) & mask;
         k = keys[s];
-        a->probes++;
     }
     if (k == key) {
         a->vals[s] += val;
@@ -391,13 +358,13 @@ static inline void ism_acc_insert(ism_acc *a, int64_t key, REAL val) {
 /* The hash table's components into `out` by label, the table emptied. A
    run of up to 16 is sorted by comparisons, one of up to 64 placed by
    rank. A longer one whose labels lie close together (a word of 64 labels
-   per two components at most) is marked in a bitmap of their span and read
-   back in order, each value found again by its label's probe: one pass
-   where a radix sort takes two or three. Otherwise it sorts 8-byte words
-   (its label's offset from the smallest, above its slot) by an LSD radix
-   sort over the offsets' bits, then reads each value from its slot: half
-   the bytes a pass of the components would move. */
-static inline void ism_hash_drain_sorted(ism_acc *a, ism_c *out) {
+   per two components at most: a banded matrix's row) is marked in a bitmap
+   of their span and read back in order, each value found again by its
+   label's probe: one pass where a radix sort takes two or three. Otherwise
+   it sorts 8-byte words (its label's offset from the smallest, above its
+   slot) by an LSD radix sort over the offsets' bits, then reads each value
+   from its slot: half the bytes a pass of the components would move. */
+static inline void ism_hash_drain(ism_acc *a, ism_c *out) {
     const int64_t n = a->n;
     if (n > 16 && n <= 64 && a->bits <= 31) {
         /* A short run by rank: each label's place is the number of labels
@@ -446,7 +413,7 @@ static inline void ism_hash_drain_sorted(ism_acc *a, ism_c *out) {
         for (int64_t w = 0; w < words; w++) {
             for (uint64_t b = bitmap[w]; b; b &= b - 1) {
                 const int64_t key = lo + w * 64 + __builtin_ctzll(b);
-                int64_t s = ISM_SLOT(a, key);
+                int64_t s = key & mask;
                 while (a->keys[s] != key) s = (s + 1) & mask;
                 out[m].key = key;
                 out[m++].val = a->vals[s];
@@ -500,8 +467,7 @@ static inline int64_t ism_acc_drain(ism_acc *a, ism_c *out) {
     memcpy(out, a->c, a->n * sizeof(ism_c));
     m = ism_sum_equal(out, a->n);
 #elif ISM_HASH
-    ism_hash_drain_sorted(a, out);
-    ism_hash_emptied(a);
+    ism_hash_drain(a, out);
     m = a->n;
 #elif ISM_BUCKET
     ism_sort_labels(a, a->flagged, a->nflagged);
@@ -545,7 +511,6 @@ static inline int64_t ism_acc_drain(ism_acc *a, ism_c *out) {
 static inline void ism_acc_reset(ism_acc *a) {
 #if ISM_HASH
     for (int64_t e = 0; e < a->n; e++) a->keys[a->used[e]] = -1;
-    ism_hash_emptied(a);
 #elif ISM_BUCKET
     for (int64_t f = 0; f < a->nflagged; f++) a->head[a->flagged[f]] = -1;
     a->nflagged = 0;
@@ -576,7 +541,6 @@ static inline void ism_acc_set_capacity(ism_acc *a, int64_t cap) {
         free(a->vals);
         free(a->used);
         a->slots = slots;
-        ism_hash_slot_fn(a);
         a->keys = malloc(slots * sizeof(int64_t));
         a->vals = malloc(slots * sizeof(REAL));
         a->used = malloc(slots / 2 * sizeof(int32_t));
@@ -741,12 +705,11 @@ static inline void spindle_ism_insert(spindle_ism *w, int64_t key, REAL val) {
        ended on, unless the table is full. */
     {
         const int64_t mask = a->slots - 1;
-        int64_t s = ISM_SLOT(a, key);
+        int64_t s = key & mask;
         int64_t k = a->keys[s];
         while (k != key && k != -1) {
             s = (s + 1) & mask;
             k = a->keys[s];
-            a->probes++;
         }
         if (k == key) {
             a->vals[s] += val;

@@ -161,27 +161,15 @@ impl Accumulation for Bucket {
 }
 
 /// Paper 001's Hash policy: `L = 2^⌈log2 n⌉` slots (`L` below the label
-/// range), linear probing, deduplication on insertion; sorted by sorting
-/// the occupied slots' labels. A label's home slot is `label mod L`, as in
-/// the paper, until a round probes past home slots more often than it holds
-/// labels; from the next round on it is the top `log2 L` bits of
-/// `label · ⌊2^64/φ⌋` (Fibonacci hashing): the low bits put labels a power
-/// of two apart (sparse-dnn's rows repeat every 64 columns) in one slot.
-/// The C runtime hashes the same way.
+/// range), `h = label mod L`, linear probing, deduplication on insertion;
+/// sorted by sorting the occupied slots' labels.
 #[derive(Debug)]
 pub struct Hash {
     slots: Vec<(u64, f64)>,
     used: Vec<u32>,
     mask: u64,
-    /// Fibonacci hashing from the next round on.
-    scrambled: bool,
-    /// Probes past a home slot this round.
-    probes: usize,
     capacity: usize,
 }
-
-/// `⌊2^64/φ⌋`, the multiplier of Fibonacci hashing.
-const PHI: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// An empty hash slot (no label reaches it: labels are below the range).
 const EMPTY: u64 = u64::MAX;
@@ -195,30 +183,14 @@ impl Hash {
             slots: vec![(EMPTY, 0.0); slots],
             used: Vec::new(),
             mask: slots as u64 - 1,
-            scrambled: false,
-            probes: 0,
             capacity: slots / 2,
         }
-    }
-
-    /// Whether labels are placed by Fibonacci hashing (after a round that
-    /// probed more often than it held labels).
-    pub fn scrambled(&self) -> bool {
-        self.scrambled
-    }
-
-    fn home(&self, label: u64) -> usize {
-        let hash = match self.scrambled {
-            true => label.wrapping_mul(PHI) >> (64 - self.mask.count_ones()),
-            false => label,
-        };
-        (hash & self.mask) as usize
     }
 }
 
 impl Accumulation for Hash {
     fn insert(&mut self, label: u64, value: f64) {
-        let mut s = self.home(label);
+        let mut s = (label & self.mask) as usize;
         loop {
             let slot = &mut self.slots[s];
             if slot.0 == label {
@@ -231,7 +203,6 @@ impl Accumulation for Hash {
                 return;
             }
             s = (s + 1) & self.mask as usize;
-            self.probes += 1;
         }
     }
 
@@ -250,8 +221,6 @@ impl Accumulation for Hash {
             out.push(slots[s as usize]);
             slots[s as usize] = (EMPTY, 0.0);
         }
-        self.scrambled |= self.probes > self.used.len();
-        self.probes = 0;
         self.used.clear();
     }
 

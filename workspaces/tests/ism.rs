@@ -84,32 +84,6 @@ fn every_policy_matches_the_reference_at_every_order() {
 }
 
 #[test]
-fn a_hash_table_whose_labels_collide_switches_to_fibonacci_hashing() {
-    // Labels 64 apart share their home slot under `label mod 16`: the first
-    // round probes 0 + 1 + ... + 7 = 28 times for 8 labels.
-    let labels: Vec<u64> = (0..8).map(|t| 3 + 64 * t).collect();
-    let mut hash = Hash::new(16);
-    for round in 0..3 {
-        for (t, &l) in labels.iter().enumerate().rev() {
-            hash.insert(l, t as f64);
-            hash.insert(l, 0.5);
-        }
-        let mut out = Vec::new();
-        hash.drain_sorted(&mut out);
-        let want: Vec<(u64, f64)> = labels.iter().enumerate().map(|(t, &l)| (l, t as f64 + 0.5)).collect();
-        same(&out, &want, &format!("round {round}"));
-        assert!(hash.scrambled(), "round {round}");
-    }
-    // Labels in distinct home slots keep `label mod L`.
-    let mut calm = Hash::new(16);
-    for l in 0..8 {
-        calm.insert(l, 1.0);
-    }
-    calm.drain_sorted(&mut Vec::new());
-    assert!(!calm.scrambled());
-}
-
-#[test]
 fn small_accumulation_arrays_merge_often_and_grow() {
     let labels = Labels::new(&[100, 100]).unwrap();
     let inserts = inserts(&[100, 100], 5000, 9);

@@ -519,7 +519,8 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
             ],
         });
     }
-    let dynamic = bytes > MAX_STATIC_SHARED_BYTES;
+    // Beside it, the rows' runs and two counters are static: 256 bytes spare.
+    let dynamic = bytes + 256 > MAX_STATIC_SHARED_BYTES;
     let block_rows = w.m / bm;
     let slabs = n.div_ceil(slab);
     let grid = block_rows.div_ceil(share) * slabs;
@@ -643,7 +644,7 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
     line(2, "if (lane == 0) ncols_s = count;");
     line(1, "}");
     line(1, "// Kept blocks of zeros (padding) need no step: a warp a block reads its values.");
-    line(1, &format!("const int kept = nextra_s < {EXTRAS} ? nextra_s : 0;"));
+    line(1, &format!("const int kept = nextra_s <= {EXTRAS} ? nextra_s : 0;"));
     line(1, &format!("for (int e = warp; e < kept; e += {warps}) {{"));
     line(
         2,
