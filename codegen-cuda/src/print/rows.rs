@@ -691,18 +691,21 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
     line(1, "// Block s alone through buffer 0: its B rows and values, its row's warps multiplying.");
     line(1, "auto alone = [&](long long s) {");
     line(2, "const long long at = first + s;");
-    line(2, &format!("const int r = (int)((long long){rows}[at / {g}] - row0);"));
+    line(2, &format!("const int owner = (int)((long long){rows}[at / {g}] - row0);"));
     line(2, &format!("const long long kb = (long long){crd}[at] * {bk};"));
     line(2, "const int buf = 0;");
     line(2, &format!("for (int c = threadIdx.x; c < {a_chunks}; c += {threads}) {{"));
     line(3, &format!("const int y = c / {}, e = c % {} * {vec};", bk / vec, bk / vec));
-    line(3, &format!("spindle_cp_async16(&a_s[buf][r][y][e], &{values}[at * {} + y * {bk} + e]);", bm * bk));
+    line(
+        3,
+        &format!("spindle_cp_async16(&a_s[buf][owner][y][e], &{values}[at * {} + y * {bk} + e]);", bm * bk),
+    );
     line(2, "}");
     line(2, &copy_b_rows(w, &dense, threads));
     line(2, "spindle_cp_async_commit();");
     line(2, "spindle_cp_async_wait<0>();");
     line(2, "__syncthreads();");
-    line(2, "if (wr == r) {");
+    line(2, "if (wr == owner) {");
     line(3, &products(w, "a_s[buf][wr]", "wc", a_pitch, b_pitch));
     line(2, "}");
     line(2, "__syncthreads();");
