@@ -168,7 +168,6 @@ pub(super) fn print(
     };
     // Columns per lane: one 16-byte load of B, where the rows allow it.
     let vec = [16 / elem(w.dense), 1].into_iter().find(|v| w.columns.is_multiple_of(*v)).unwrap_or(1);
-    let out_per_16 = 16 / elem(w.out);
     let chunks = w.columns.div_ceil(32 * vec).max(1);
     let runs = w.groups.div_ceil(w.run.max(1));
     let block = opts.threads.unwrap_or(BLOCK);
@@ -265,20 +264,7 @@ pub(super) fn print(
     let atomic = format!(
         "if (live) {{\n  #pragma unroll\n  for (int j = 0; j < {vec}; j++) atomicAdd(&{out}[{at} + j], acc[j]);\n}}"
     );
-    let plain = if vec.is_multiple_of(out_per_16) {
-        let ty = cuda_type(dtype(w.out));
-        format!(
-            "if (live) {{\n  #pragma unroll\n  for (int c = 0; c < {chunks16}; c++) {{\n    __align__(16) {ty} o[{out_per_16}];\n    \
-             uint4 *to = reinterpret_cast<uint4 *>(&{out}[{at} + c * {out_per_16}]);\n    *reinterpret_cast<uint4 *>(o) = *to;\n    \
-             #pragma unroll\n    for (int j = 0; j < {out_per_16}; j++) o[j] += acc[c * {out_per_16} + j];\n    \
-             *to = *reinterpret_cast<const uint4 *>(o);\n  }}\n}}",
-            chunks16 = vec / out_per_16
-        )
-    } else {
-        format!(
-            "if (live) {{\n  #pragma unroll\n  for (int j = 0; j < {vec}; j++) {out}[{at} + j] += acc[j];\n}}"
-        )
-    };
+    let plain = owned_store(&d, dtype(w.out), &out, n, "row", vec, true, true);
     let zero = format!("#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] = 0;");
     // One group's products: the next group's entries loaded first, then up
     // to CHUNK rows of B, then their FMAs.
@@ -398,10 +384,11 @@ pub(super) fn print(
 }
 
 /// The statement that writes a lane's `vec` columns of row `row` of `out`
-/// (`n` columns) under the row walk, where a warp owns its rows: its sums
-/// `acc` (`from_acc`) or zeros, converted to the output's type, in 16-byte
-/// stores where the columns allow; with `keep` (`+=` into given data)
-/// added to what is there.
+/// (`n` columns) where its warp alone writes that row (the walk's rows
+/// inside a run, every row of the row walk): its sums `acc` (`from_acc`)
+/// or zeros, converted to the output's type, in 16-byte stores where the
+/// columns allow; with `keep` (`+=` into given data, or the walk's output
+/// that other warps' atomics add to) added to what is there.
 #[allow(clippy::too_many_arguments)]
 fn owned_store(
     d: &Cuda,
