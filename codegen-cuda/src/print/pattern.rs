@@ -17,6 +17,11 @@ pub(super) fn push_lines(src: &mut String, depth: usize, text: &str) {
     }
 }
 
+/// `text` indented one level.
+pub(super) fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
 /// The comment that opens a kernel printed under `mapping`: what it is, its
 /// IR, and `notes` (how it launches, what it needs of its data).
 pub(super) fn banner(k: &Kernel, mapping: &str, notes: &[String]) -> String {

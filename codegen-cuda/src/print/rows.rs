@@ -306,29 +306,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     line(1, &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, float> acc[{mi}][{ni}];"));
     line(1, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++)"));
     line(2, &format!("#pragma unroll\nfor (int j = 0; j < {ni}; j++) wmma::fill_fragment(acc[i][j], 0.0f);"));
-    line(1, "// The first blocks into the ring, a copy group each.");
-    line(1, "#pragma unroll");
-    line(1, &format!("for (int s = 0; s < {}; s++) {{", STAGES - 1));
-    line(2, "if (s < blocks) fill(s, s);");
-    line(2, "spindle_cp_async_commit();");
-    line(1, "}");
-    line(1, "for (long long t = 0; t < blocks; t++) {");
-    line(2, "// Block t has landed; every warp is done with block t - 1, whose buffer is refilled.");
-    line(2, &format!("spindle_cp_async_wait<{}>();", STAGES - 2));
-    line(2, "__syncthreads();");
-    line(
-        2,
-        &format!(
-            "if (t + {} < blocks) fill((int)((t + {}) % {STAGES}), t + {});",
-            STAGES - 1,
-            STAGES - 1,
-            STAGES - 1
-        ),
-    );
-    line(2, "spindle_cp_async_commit();");
-    line(2, &format!("const int buf = (int)(t % {STAGES});"));
-    line(2, &products(&w, "a_s[buf]", "warp", a_pitch, b_pitch));
-    line(1, "}");
+    line(1, &ring("blocks", "long long", &products(&w, "a_s[buf]", "warp", a_pitch, b_pitch)));
     line(1, &store(k, &w, &out, "row", "warp"));
     line(0, "}");
     Ok(CudaKernel {
@@ -505,16 +483,16 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
     // Shared memory: the ring (every row's block and B's rows a stage), the
     // row-by-column table of blocks, the column list, the kept blocks.
     let a_bytes = STAGES * share * bm * a_pitch * elem;
-    let ring = a_bytes + STAGES * bk * b_pitch * elem;
+    let ring_bytes = a_bytes + STAGES * bk * b_pitch * elem;
     let table = share * column_blocks * 4;
-    let bytes = ring + table + column_blocks * 4 + EXTRAS * 4;
+    let bytes = ring_bytes + table + column_blocks * 4 + EXTRAS * 4;
     if bytes > MAX_DYNAMIC_SHARED_BYTES {
         return Err(PrintError::SharedMemory {
             kernel: k.name.clone(),
             bytes,
             limit: MAX_DYNAMIC_SHARED_BYTES,
             arrays: vec![
-                ("the copy ring".into(), ring),
+                ("the copy ring".into(), ring_bytes),
                 (format!("the blocks of {share} rows at {column_blocks} column blocks"), table),
             ],
         });
@@ -559,16 +537,16 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
     line(
         1,
         &format!(
-            "unsigned (&pos_s)[{share}][{column_blocks}] = *reinterpret_cast<unsigned (*)[{share}][{column_blocks}]>(spindle_smem + {ring});"
+            "unsigned (&pos_s)[{share}][{column_blocks}] = *reinterpret_cast<unsigned (*)[{share}][{column_blocks}]>(spindle_smem + {ring_bytes});"
         ),
     );
     line(1, "// The column blocks some row stores, in order; the blocks kept for after them.");
-    line(1, &format!("int *cols_s = reinterpret_cast<int *>(spindle_smem + {});", ring + table));
+    line(1, &format!("int *cols_s = reinterpret_cast<int *>(spindle_smem + {});", ring_bytes + table));
     line(
         1,
         &format!(
             "int *extra_s = reinterpret_cast<int *>(spindle_smem + {});",
-            ring + table + column_blocks * 4
+            ring_bytes + table + column_blocks * 4
         ),
     );
     line(1, &format!("__shared__ long long run_s[{}];", share + 1));
@@ -710,31 +688,11 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
     line(2, "}");
     line(2, "__syncthreads();");
     line(1, "};");
-    line(1, "// The first steps into the ring, a copy group each.");
-    line(1, "#pragma unroll");
-    line(1, &format!("for (int t = 0; t < {}; t++) {{", STAGES - 1));
-    line(2, "if (t < steps) fill(t, t);");
-    line(2, "spindle_cp_async_commit();");
-    line(1, "}");
-    line(1, "for (int t = 0; t < steps; t++) {");
-    line(2, "// Step t has landed; every warp is done with step t - 1, whose buffer is refilled.");
-    line(2, &format!("spindle_cp_async_wait<{}>();", STAGES - 2));
-    line(2, "__syncthreads();");
-    line(
-        2,
-        &format!(
-            "if (t + {} < steps) fill((t + {}) % {STAGES}, t + {});",
-            STAGES - 1,
-            STAGES - 1,
-            STAGES - 1
-        ),
+    let step = format!(
+        "if (pos_s[wr][cols_s[t]] != ~0u) {{\n{}}}",
+        pattern::indent(&products(w, "a_s[buf][wr]", "wc", a_pitch, b_pitch))
     );
-    line(2, "spindle_cp_async_commit();");
-    line(2, &format!("const int buf = t % {STAGES};"));
-    line(2, "if (pos_s[wr][cols_s[t]] != ~0u) {");
-    line(3, &products(w, "a_s[buf][wr]", "wc", a_pitch, b_pitch));
-    line(2, "}");
-    line(1, "}");
+    line(1, &ring("steps", "int", &step));
     line(1, "spindle_cp_async_wait<0>();");
     line(1, "__syncthreads();");
     line(1, "if (one_by_one) {");
@@ -770,4 +728,31 @@ fn headers(dynamic: bool) -> String {
                  #endif\n";
     }
     text
+}
+
+/// The copy ring_bytes's loop over `count` steps (a `t_ty` counter `t`): the first
+/// `STAGES - 1` steps' copies (`fill(buf, t)`) in flight before it, then per
+/// step a wait for its copies and a barrier, the copies of the step
+/// `STAGES - 1` ahead into the buffer every warp has finished with, and
+/// `body` on buffer `buf`.
+fn ring(count: &str, t_ty: &str, body: &str) -> String {
+    let ahead = STAGES - 1;
+    let mut src = String::new();
+    let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
+    line(0, "// The first steps into the ring, a copy group each.");
+    line(0, "#pragma unroll");
+    line(0, &format!("for (int s = 0; s < {ahead}; s++) {{"));
+    line(1, &format!("if (s < {count}) fill(s, s);"));
+    line(1, "spindle_cp_async_commit();");
+    line(0, "}");
+    line(0, &format!("for ({t_ty} t = 0; t < {count}; t++) {{"));
+    line(1, "// Step t has landed; every warp is done with step t - 1, whose buffer is refilled.");
+    line(1, &format!("spindle_cp_async_wait<{}>();", STAGES - 2));
+    line(1, "__syncthreads();");
+    line(1, &format!("if (t + {ahead} < {count}) fill((int)((t + {ahead}) % {STAGES}), t + {ahead});"));
+    line(1, "spindle_cp_async_commit();");
+    line(1, &format!("const int buf = (int)(t % {STAGES});"));
+    line(1, body);
+    line(0, "}");
+    src
 }

@@ -320,7 +320,7 @@ pub(super) fn print(
             // Rare (empty rows): not unrolled, so it takes no registers from the walk.
             false => format!(
                 "#pragma unroll 1\nfor (long long z = {from}; z < {to}; z++) {{\n{}}}",
-                indent(&zero_row)
+                pattern::indent(&zero_row)
             ),
         };
         line(1, "if (s == 0) {");
@@ -427,9 +427,4 @@ fn owned_store(
             value("j", d.load(dtype, out, &format!("{row} * {n} + col + j")))
         )
     }
-}
-
-/// `text` indented one level.
-fn indent(text: &str) -> String {
-    text.lines().map(|l| format!("  {l}\n")).collect()
 }
