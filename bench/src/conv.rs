@@ -515,6 +515,10 @@ fn order_of(kernel: &LevelKernel) -> String {
                 names.push(kernel.vars[*var].name.clone());
                 nodes = body;
             }
+            Node::Taps { outer, inner, body, .. } => {
+                names.extend([*outer, *inner].map(|v| kernel.vars[v].name.clone()));
+                nodes = body;
+            }
             _ => break,
         }
     }

@@ -253,6 +253,10 @@ struct Printer<'k, D: Dialect> {
     hits: Option<String>,
     /// Position loops around the node being printed.
     position_loops: usize,
+    /// Inside a [`Node::Taps`]: reads loaded before they are used (each
+    /// tap's dense reads before the walk, the entry's value per entry),
+    /// printed as the C expression beside them.
+    hoisted: Vec<(Expr, String)>,
 }
 
 /// Whether a workspace over `extent` coordinates always drains through its
@@ -285,6 +289,7 @@ fn walks_stored_windows(k: &LevelKernel) -> bool {
     Node::any(&k.body, &|n| match n {
         Node::Subsect { operand, level, .. }
         | Node::Resolve { operand, level, .. }
+        | Node::Taps { operand, level, .. }
         | Node::Find { operand, level, .. } => compressed(*operand, *level),
         _ => false,
     })
@@ -318,6 +323,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             cursors: Vec::new(),
             hits: None,
             position_loops: 0,
+            hoisted: Vec::new(),
         }
     }
 
@@ -1113,6 +1119,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
         match n {
             Node::Subsect { var, operand, level, body } => self.subsect(*var, *operand, *level, body, depth),
             Node::Resolve { var, operand, level, body } => self.resolve(*var, *operand, *level, body, depth),
+            Node::Taps { outer, inner, operand, level, body } => {
+                self.taps((*outer, *inner), *operand, *level, body, depth)
+            }
             Node::Fill { at, points, body } => self.fill(at, *points, body, depth),
             Node::Find { operand, level, body } => self.find(*operand, *level, body, depth),
             Node::Dense { var, body } => {
@@ -1374,6 +1383,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
     }
 
     fn expr(&self, e: &Expr) -> String {
+        if let Some((_, hoisted)) = self.hoisted.iter().find(|(h, _)| h == e) {
+            return hoisted.clone();
+        }
         match e {
             Expr::Const(c) => self.d.float(*c),
             Expr::Stored { val, at } => {

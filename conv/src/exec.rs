@@ -6,7 +6,7 @@
 use ndarray::ArrayD;
 use spindle_ir::kernel::{OutputInit, Reduction};
 use spindle_ir::lang::BinOp;
-use spindle_ir::level::{AffineOperand, Expr, LevelKernel, Node, Position, Reach, VarId};
+use spindle_ir::level::{AffineOperand, Expr, LevelKernel, Node, Position, Reach, VarId, taps_order};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::subsect::{LevelView, Subsections, dense_values, lower_bound, ranges};
@@ -263,6 +263,35 @@ impl Run<'_> {
                 }
                 self.resolved[*operand] = *level;
                 self.unbind(*var);
+            }
+            Node::Taps { outer, inner, operand, level, body } => {
+                let o = &self.k.affine[*operand];
+                let (base, _) = self.window(o, *level);
+                let (tried, solved) = taps_order(&self.k.vars, *outer, *inner);
+                let coeff = |v: VarId| o.subscripts[*level].coeff(v);
+                let extent = |v: VarId| self.k.var(v).extent as i64;
+                let last = coeff(tried) * (extent(tried) - 1) + coeff(solved) * (extent(solved) - 1);
+                let view = self.views[*operand][*level];
+                let (crd, (b, e)) = (view.crd(), view.children(self.parent(*operand, *level)));
+                self.resolved[*operand] = level + 1;
+                let mut p = lower_bound(crd, b, e, base);
+                while p < e && crd[p as usize] - base <= last {
+                    let d = crd[p as usize] - base;
+                    for x in 0..extent(tried) {
+                        let rest = d - coeff(tried) * x;
+                        if rest < 0 || rest % coeff(solved) != 0 || rest / coeff(solved) >= extent(solved) {
+                            continue;
+                        }
+                        self.bind(tried, x);
+                        self.bind(solved, rest / coeff(solved));
+                        self.pos[*operand][*level] = p;
+                        self.nodes(body)?;
+                    }
+                    p += 1;
+                }
+                self.resolved[*operand] = *level;
+                self.unbind(*outer);
+                self.unbind(*inner);
             }
             Node::Update { at, value } => {
                 let v = self.expr(value);

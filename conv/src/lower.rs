@@ -189,12 +189,16 @@ pub fn lower(
         if pooling {
             nest = fill(nest, &order, &out_at, &vars);
         }
-        body.extend(nest);
+        body.extend(taps(nest, &affine, &vars, &mut vec![0; affine.len()]));
     }
     // One nest's outermost loop owns output rows (several nests in a row
     // run on one thread).
     let parallel = match &body[..] {
-        [Node::Dense { var, .. } | Node::Subsect { var, .. }] => out_at.contains(var),
+        // Taps on threads split the values of `outer`, as a subsection
+        // loop does.
+        [Node::Dense { var, .. } | Node::Subsect { var, .. } | Node::Taps { outer: var, .. }] => {
+            out_at.contains(var)
+        }
         [Node::Resolve { var, operand, level, .. }] => {
             out_at.contains(var) && affine[*operand].levels[*level].kind == Reach::Dense
         }
@@ -476,6 +480,61 @@ fn fill(body: Vec<Node>, order: &[VarId], out_at: &[VarId], vars: &PrimaryMap<Va
             .collect()
     }
     wrap(body, 0, inner, out_at, points)
+}
+
+/// Filters up to this many taps are walked entry by entry ([`Node::Taps`]);
+/// past it, the subsection loop and its resolve stay apart (each entry
+/// would try every value of both variables).
+const MAX_TAPS: usize = 16;
+
+/// Fuses every subsection loop over a compressed level whose only child
+/// resolves the same level into a [`Node::Taps`], where the levels above
+/// are resolved (one range to walk) and one of the two variables has at
+/// most [`MAX_TAPS`] values. `resolved` counts each operand's levels
+/// resolved above `nodes`. A 3-D convolution at 80 % in CSF, best order:
+/// 3.0 -> 1.8 ms (the window walk per tap and the search per fiber gone).
+fn taps(
+    nodes: Vec<Node>,
+    affine: &[AffineOperand],
+    vars: &PrimaryMap<VarId, Var>,
+    resolved: &mut Vec<usize>,
+) -> Vec<Node> {
+    let below = |body: Vec<Node>, operand: usize, level: usize, resolved: &mut Vec<usize>| {
+        let was = std::mem::replace(&mut resolved[operand], level + 1);
+        let body = taps(body, affine, vars, resolved);
+        resolved[operand] = was;
+        body
+    };
+    nodes
+        .into_iter()
+        .map(|n| match n {
+            Node::Subsect { var, operand, level, mut body }
+                if resolved[operand] == level
+                    && matches!(affine[operand].levels[level].kind, Reach::Compressed { .. })
+                    && matches!(&body[..], [Node::Resolve { var: inner, operand: o, level: l, .. }]
+                        if (*o, *l) == (operand, level)
+                            && vars[var].extent.min(vars[*inner].extent) <= MAX_TAPS) =>
+            {
+                let Some(Node::Resolve { var: inner, body, .. }) = body.pop() else { unreachable!() };
+                let body = below(body, operand, level, resolved);
+                Node::Taps { outer: var, inner, operand, level, body }
+            }
+            Node::Subsect { var, operand, level, body } => {
+                Node::Subsect { var, operand, level, body: taps(body, affine, vars, resolved) }
+            }
+            Node::Resolve { var, operand, level, body } => {
+                Node::Resolve { var, operand, level, body: below(body, operand, level, resolved) }
+            }
+            Node::Find { operand, level, body } => {
+                Node::Find { operand, level, body: below(body, operand, level, resolved) }
+            }
+            Node::Dense { var, body } => Node::Dense { var, body: taps(body, affine, vars, resolved) },
+            Node::Fill { at, points, body } => {
+                Node::Fill { at, points, body: taps(body, affine, vars, resolved) }
+            }
+            other => other,
+        })
+        .collect()
 }
 
 /// The loop nest in `order`, the output's update innermost; without

@@ -482,3 +482,32 @@ fn products_of_stored_operands_walk_one_and_find_the_others() {
         }
     }
 }
+
+#[test]
+fn a_filter_walks_each_stored_level_once_per_window() {
+    // The loop tree of `statement` over `I` in `format`, in `order`.
+    let tree = |statement: &str, shapes: Shapes, format: &str, order: &str| {
+        let c = case(statement, shapes, 0.3, 41);
+        let formats = BTreeMap::from([("I".to_string(), format.parse::<FormatSpec>().unwrap())]);
+        let sparse = BTreeMap::from([("I".to_string(), c.entries.clone())]);
+        let schedule: Schedule = format!("order={order}").parse().unwrap();
+        lower(&c.einsum, &formats, &sparse, &schedule, "conv").unwrap().kernel.to_string()
+    };
+    let cube: Shapes = &[("O", &[6, 5, 4]), ("I", &[8, 7, 6]), ("F", &[3, 3, 3])];
+    let statement = "O[i,j,k] += I[i+p,j+q,k+r] * F[p,q,r]";
+    // Every compressed level's window pair is one walk of its entries.
+    let csf = tree(statement, cube, "csf", "i+p+q+j+r+k");
+    for taps in ["taps i in 0..6, p in 0..3", "taps q in 0..3, j in 0..5", "taps r in 0..3, k in 0..4"] {
+        assert!(csf.contains(taps), "{taps}:\n{csf}");
+    }
+    assert!(!csf.contains("subsections"), "{csf}");
+    // Dense levels keep their subsection loops (a dense window is a
+    // contiguous run the compiler vectorises).
+    assert!(!tree(statement, cube, "ddd", "i+p+q+j+r+k").contains("taps"));
+    let dcc = tree(statement, cube, "dcc", "i+p+q+j+r+k");
+    assert!(dcc.contains("subsections i") && dcc.contains("taps r in 0..3, k in 0..4"), "{dcc}");
+    // Neither variable a filter's few taps: the pair stays apart.
+    let wide: Shapes = &[("O", &[30]), ("I", &[59]), ("G", &[30])];
+    let pair = tree("O[i] += I[i+j] * G[j]", wide, "c", "i+j");
+    assert!(pair.contains("subsections i") && !pair.contains("taps"), "{pair}");
+}

@@ -1,4 +1,5 @@
-//! Printing subsection loops ([`Node::Subsect`], [`Node::Resolve`]): the C
+//! Printing subsection loops ([`Node::Subsect`], [`Node::Resolve`],
+//! [`Node::Taps`]): the C
 //! twin of `spindle_conv::subsect` and its executor, statement for
 //! statement, so the two agree.
 //!
@@ -10,7 +11,7 @@
 //! forward only. A resolve loop walks the level's entries under its parent
 //! from the window's start (a binary search) and breaks past its end.
 
-use spindle_ir::level::{AffineOperand, Node, Position, Reach, VarId};
+use spindle_ir::level::{AffineOperand, Expr, Node, Position, Reach, VarId, taps_order};
 
 use super::Printer;
 use crate::dialect::Dialect;
@@ -387,6 +388,183 @@ impl<D: Dialect> Printer<'_, D> {
 }
 
 impl<D: Dialect> Printer<'_, D> {
+    /// A subsection loop fused with its resolve ([`Node::Taps`]): the
+    /// level's entries in the window of both variables walked once, each
+    /// trying every value of the variable with fewer and solving the other.
+    /// On threads, each chunk of `outer`'s values walks the entries its
+    /// values reach. Where the body is the updates alone (the innermost
+    /// loop), the tries are unrolled, the dense reads that change only with
+    /// the tried variable (a filter's taps) are loaded once before the walk,
+    /// and the entries whose every try lands in range are walked without
+    /// the range checks (3-D convolution at 80 %: 2.8 -> 2.0 ms).
+    pub(super) fn taps(
+        &mut self,
+        (outer, inner): (VarId, VarId),
+        operand: usize,
+        level: usize,
+        body: &[Node],
+        depth: usize,
+    ) {
+        let n = self.ss_next;
+        self.ss_next += 1;
+        let (base, _) = self.window(operand, level);
+        let outer_extent = self.k.var(outer).extent;
+        let (from, to) = if self.outermost() {
+            let per = outer_extent.div_ceil(CHUNKS);
+            let chunks = outer_extent.div_ceil(per);
+            self.line(
+                depth,
+                &format!("for (int64_t t{n}_chunk = 0; t{n}_chunk < {chunks}; t{n}_chunk++) {{"),
+            );
+            self.line(depth + 1, &format!("const int64_t t{n}_from = t{n}_chunk * {per};"));
+            let to = format!("t{n}_from + {per} < {outer_extent} ? t{n}_from + {per} : {outer_extent}");
+            self.line(depth + 1, &format!("const int64_t t{n}_to = {to};"));
+            (format!("t{n}_from"), format!("t{n}_to"))
+        } else {
+            self.line(depth, "{");
+            ("0".to_string(), outer_extent.to_string())
+        };
+        // Each variable's values: `outer`'s this chunk's, `inner`'s all.
+        let range = |v: VarId| match v == outer {
+            true => (from.clone(), to.clone()),
+            false => ("0".to_string(), self.k.var(v).extent.to_string()),
+        };
+        let (tried, solved) = taps_order(&self.k.vars, outer, inner);
+        let subscript = &self.operand(operand).subscripts[level];
+        let (a_outer, a_inner) = (subscript.coeff(outer), subscript.coeff(inner));
+        let (a_tried, a_solved) = (subscript.coeff(tried), subscript.coeff(solved));
+        let ((x_lo, x_hi), (y_lo, y_hi)) = (range(tried), range(solved));
+        let (x, y) = (self.var(tried).to_string(), self.var(solved).to_string());
+        let leaf = body.iter().all(|b| matches!(b, Node::Update { .. }));
+        let d = depth + 1;
+        let parent = self.parent(operand, level);
+        let (crd, _) = self.crd_of(operand, level);
+        let (b, e) = self.children(operand, level, &parent);
+        let tensor = self.operand(operand).tensor.clone();
+        let p = Self::position(&Position::Level { tensor, level });
+        self.line(d, &format!("const int64_t t{n}_base = {base};"));
+        let last = edge(a_outer, &to, a_inner, &(self.k.var(inner).extent - 1).to_string());
+        self.line(d, &format!("const int64_t t{n}_last = {last};"));
+        self.line(d, &format!("const int64_t t{n}_end = {e};"));
+        // The entries from `outer`'s first value's window on; a window
+        // from 0 starts at the first child.
+        let begin = match (base.as_str(), from.as_str()) {
+            ("0", "0") => b,
+            _ => format!("SPINDLE_LOWER_BOUND({crd}, {b}, {e}, t{n}_base + {a_outer} * {from})"),
+        };
+        self.line(d, &format!("int64_t {p} = {begin};"));
+        let reads = match leaf {
+            true => self.tap_reads(tried, body),
+            false => Vec::new(),
+        };
+        let extent = self.k.var(tried).extent;
+        for (m, read) in reads.iter().enumerate() {
+            // Each tap's value, before the walk.
+            let ty = match read {
+                Expr::Dense { tensor, .. } | Expr::Stored { val: tensor, .. } => {
+                    c_type(self.k.tensor(*tensor).dtype)
+                }
+                _ => unreachable!("reads are loads"),
+            };
+            let load = self.expr(read);
+            let array = format!("t{n}_f{m}");
+            self.line(d, &format!("{ty} {array}[{extent}];"));
+            self.line(d, &format!("for (int64_t {x} = 0; {x} < {extent}; {x}++) {array}[{x}] = {load};"));
+            self.hoisted.push((read.clone(), format!("{array}[{x}]")));
+        }
+        // Leaf walks: the entries below the first whose every try lands in
+        // range, those up to the last such, and the rest; else one walk.
+        let walks = match leaf {
+            true => vec![
+                (format!("t{n}_d >= {}", edge(a_tried, &x_hi, a_solved, &y_lo)), true),
+                (format!("t{n}_d > {}", edge(a_solved, &y_hi, a_tried, &x_lo)), false),
+                (format!("t{n}_d > t{n}_last"), true),
+            ],
+            false => vec![(format!("t{n}_d > t{n}_last"), true)],
+        };
+        let was = self.resolved[operand];
+        self.resolved[operand] = level + 1;
+        self.bind(outer);
+        self.bind(inner);
+        for (stop, checked) in walks {
+            self.line(d, &format!("for (; {p} < t{n}_end; {p}++) {{"));
+            self.line(d + 1, &format!("const int64_t t{n}_d = {crd}[{p}] - t{n}_base;"));
+            self.line(d + 1, &format!("if ({stop}) break;"));
+            let value = leaf.then(|| self.entry_value(operand, level, body)).flatten();
+            if let Some((val, ty)) = &value {
+                // The entry's value, once for every try.
+                let load = self.expr(val);
+                self.line(d + 1, &format!("const {ty} t{n}_v = {load};"));
+                self.hoisted.push((val.clone(), format!("t{n}_v")));
+            }
+            if leaf {
+                self.line(d + 1, &format!("#pragma GCC unroll {extent}"));
+            }
+            self.line(d + 1, &format!("for (int64_t {x} = {x_lo}; {x} < {x_hi}; {x}++) {{"));
+            let rest = match a_tried {
+                1 => format!("t{n}_d - {x}"),
+                a => format!("t{n}_d - {a} * {x}"),
+            };
+            match a_solved {
+                1 => self.line(d + 2, &format!("const int64_t {y} = {rest};")),
+                a => {
+                    self.line(d + 2, &format!("const int64_t t{n}_rest = {rest};"));
+                    self.line(d + 2, &format!("if (t{n}_rest % {a}) continue;"));
+                    self.line(d + 2, &format!("const int64_t {y} = t{n}_rest / {a};"));
+                }
+            }
+            if checked {
+                self.line(d + 2, &format!("if ({y} < {y_lo} || {y} >= {y_hi}) continue;"));
+            }
+            body.iter().for_each(|b| self.node(b, d + 2));
+            if value.is_some() {
+                self.hoisted.pop();
+            }
+            self.line(d + 1, "}");
+            self.line(d, "}");
+        }
+        self.hoisted.clear();
+        self.unbind();
+        self.unbind();
+        self.resolved[operand] = was;
+        self.line(depth, "}");
+    }
+
+    /// The dense reads of a leaf [`Node::Taps`]'s updates that change with
+    /// `tried` and otherwise only with variables bound outside it: loaded
+    /// into an array over `tried`'s values before the walk (GCC reloads
+    /// them after every store otherwise: the output may alias them, as far
+    /// as it knows). 3-D convolution at 80 %: 2.4 -> 2.0 ms.
+    fn tap_reads(&self, tried: VarId, body: &[Node]) -> Vec<Expr> {
+        let mut found: Vec<Expr> = Vec::new();
+        visit_reads(body, &mut |e| {
+            if let Expr::Dense { at, .. } = e
+                && at.contains(&tried)
+                && at.iter().all(|v| *v == tried || self.bound.contains(v))
+                && !found.contains(e)
+            {
+                found.push(e.clone());
+            }
+        });
+        found
+    }
+
+    /// The stored value a leaf [`Node::Taps`]'s updates read at the walked
+    /// entry, with its C type: loaded once per entry.
+    fn entry_value(&self, operand: usize, level: usize, body: &[Node]) -> Option<(Expr, &'static str)> {
+        let tensor = self.operand(operand).tensor.clone();
+        let at = Position::Level { tensor, level };
+        let mut found = None;
+        visit_reads(body, &mut |e| {
+            if let Expr::Stored { val, at: p } = e
+                && *p == at
+            {
+                found = Some((e.clone(), c_type(self.k.tensor(*val).dtype)));
+            }
+        });
+        found
+    }
+
     /// The entries of a level at the coordinate its subscript gives: a
     /// search of the parent's children, or a locate; the body runs only
     /// there.
@@ -449,6 +627,35 @@ impl<D: Dialect> Printer<'_, D> {
     }
 }
 
+/// `a * (hi - 1) + b * lo` in C, a number where both are.
+fn edge(a: i64, hi: &str, b: i64, lo: &str) -> String {
+    match (hi.parse::<i64>(), lo.parse::<i64>()) {
+        (Ok(hi), Ok(lo)) => (a * (hi - 1) + b * lo).to_string(),
+        _ => format!("{a} * ({hi} - 1) + {b} * ({lo})"),
+    }
+}
+
+/// Calls `f` on every load in the values of the updates of `nodes`.
+fn visit_reads(nodes: &[Node], f: &mut dyn FnMut(&Expr)) {
+    fn walk(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+        match e {
+            Expr::Dense { .. } | Expr::Stored { .. } => f(e),
+            Expr::Neg(x) => walk(x, f),
+            Expr::Binary { lhs, rhs, .. } => {
+                walk(lhs, f);
+                walk(rhs, f);
+            }
+            Expr::Call { args, .. } => args.iter().for_each(|a| walk(a, f)),
+            Expr::Const(_) | Expr::Local { .. } => {}
+        }
+    }
+    for n in nodes {
+        if let Node::Update { value, .. } = n {
+            walk(value, f);
+        }
+    }
+}
+
 /// The position a dense level locates: `parent * n + base + coeff * v`.
 fn affine_at(parent: &str, n: i64, base: &str, coeff: i64, v: &str) -> String {
     let step = if coeff == 1 { v.to_string() } else { format!("{coeff} * {v}") };
@@ -478,7 +685,7 @@ fn collect(nodes: &[Node], resolved: &mut Vec<usize>, found: &mut Vec<(usize, us
                     *count += 1;
                     walk(body, resolved, count, found);
                 }
-                Node::Resolve { operand, level, body, .. } => {
+                Node::Resolve { operand, level, body, .. } | Node::Taps { operand, level, body, .. } => {
                     *count += 1;
                     let was = resolved[*operand];
                     resolved[*operand] = level + 1;

@@ -529,6 +529,7 @@ fn walks_each_entry_once(body: &[Node], levels: &[OutLevel], order: &[VarId], ou
             Node::Workspace { .. }
             | Node::Subsect { .. }
             | Node::Resolve { .. }
+            | Node::Taps { .. }
             | Node::Find { .. }
             | Node::Fill { .. } => false,
             Node::Locate { .. }

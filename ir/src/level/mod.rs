@@ -221,6 +221,14 @@ pub enum Node {
     /// walks its entries under the parent position from the window's start
     /// and breaks past its end, binding `var` where the coordinate is hit.
     Resolve { var: VarId, operand: usize, level: usize, body: Vec<Node> },
+    /// A [`Node::Subsect`] of `outer` whose only child is the
+    /// [`Node::Resolve`] of `inner` at the same compressed level, fused: the
+    /// level's entries in the window of both are walked once, and each entry
+    /// runs `body` at every (`outer`, `inner`) its coordinate solves (the
+    /// taps of a filter at one input entry) — the pair's visits without a
+    /// search or a window walk per value of `outer`. An output element meets
+    /// the entries in coordinate order, so it is summed in the pair's order.
+    Taps { outer: VarId, inner: VarId, operand: usize, level: usize, body: Vec<Node> },
     /// Finds the entries of level `level` of affine operand `operand` at
     /// the coordinate its subscript gives (every variable of it bound; the
     /// level above resolved) — a search in a compressed level (a run where
@@ -236,6 +244,16 @@ pub enum Node {
     Fill { at: Vec<VarId>, points: usize, body: Vec<Node> },
 }
 
+/// The variables of a [`Node::Taps`] in the order an entry binds them: the
+/// one with fewer values (`outer` on a tie) tried at each of its values,
+/// then the other solved from the coordinate.
+pub fn taps_order(vars: &PrimaryMap<VarId, Var>, outer: VarId, inner: VarId) -> (VarId, VarId) {
+    match vars[inner].extent < vars[outer].extent {
+        true => (inner, outer),
+        false => (outer, inner),
+    }
+}
+
 impl Node {
     /// The node lists directly below this node: a loop's or a scope's body,
     /// each lattice point's body of a merge; none for a leaf.
@@ -246,6 +264,7 @@ impl Node {
             | Node::Workspace { body }
             | Node::Subsect { body, .. }
             | Node::Resolve { body, .. }
+            | Node::Taps { body, .. }
             | Node::Find { body, .. }
             | Node::Fill { body, .. } => (Some(body), &[]),
             Node::Merge { points, .. } => (None, points),
@@ -417,7 +436,7 @@ pub struct LevelKernel {
     /// A program kernel's temporaries.
     pub locals: PrimaryMap<LocalId, Local>,
     /// The stored operands read at affine subscripts, which
-    /// [`Node::Subsect`] and [`Node::Resolve`] walk.
+    /// [`Node::Subsect`], [`Node::Resolve`] and [`Node::Taps`] walk.
     pub affine: Vec<AffineOperand>,
     pub body: Vec<Node>,
 }

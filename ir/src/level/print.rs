@@ -153,6 +153,20 @@ impl LevelKernel {
                 );
                 body.iter().for_each(|b| self.node_text(b, depth + 1, out));
             }
+            Node::Taps { outer, inner, operand, level, body } => {
+                let (o, i) = (self.var(*outer), self.var(*inner));
+                let position = self.affine[*operand].levels[*level].position().name();
+                let _ = writeln!(
+                    out,
+                    "{pad}taps {} in 0..{}, {} in 0..{}: each {position} of {}",
+                    o.name,
+                    o.extent,
+                    i.name,
+                    i.extent,
+                    self.affine_level_text(*operand, *level)
+                );
+                body.iter().for_each(|b| self.node_text(b, depth + 1, out));
+            }
             Node::Dense { var, body } => {
                 let v = self.var(*var);
                 let _ = writeln!(out, "{pad}for {} in 0..{}", v.name, v.extent);
