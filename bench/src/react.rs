@@ -5,7 +5,10 @@
 //! - **SDDMM** `A[i,j] = B[i,j] * (C[i,k] * D[k,j])`, B a shared matrix in
 //!   CSR, A in B's pattern, NK = 16, 32, 64;
 //! - **GNN kernel 1** `Z[i,j] = A[i,k] * X[k,h] * W[h,j]`, NH = 128, 256,
-//!   NJ = 16;
+//!   NJ = 16, and NJ = 32, 64 at NH = 128: by its work, maximal's
+//!   `nnz·NH·NJ` against trie's `nnz·NH + NI·NH·NJ`, trie's advantage
+//!   `nnz·NJ / (nnz + NI·NJ)` does not change with NH but grows with NJ (to
+//!   the rows' mean length), so NJ is swept to show it;
 //! - **GNN kernel 2** `Z[i,j] = (A[i,h] * (X[i,k] * Y[k,h])) * V[h,j]`, NK
 //!   (the features X·Y sums over) = 128, 256, NJ = 16 (the second
 //!   `Y` is `V` here: one matrix cannot be NK × NI and NI × NJ);
@@ -42,6 +45,9 @@ pub const FUSIONS: [&str; 3] = ["none", "maximal", "trie"];
 pub const SCIPY_DENSE_LIMIT: usize = 1 << 26;
 
 pub const SDDMM: &str = "A[i,j] = B[i,j] * (C[i,k] * D[k,j])";
+/// GNN kernel 1's NJ where NH is swept, and NH where NJ is.
+pub const GNN1_NJ: usize = 16;
+pub const GNN1_NH: usize = 128;
 pub const GNN1: &str = "Z[i,j] = A[i,k] * X[k,h] * W[h,j]";
 pub const GNN2: &str = "Z[i,j] = (A[i,h] * (X[i,k] * Y[k,h])) * V[h,j]";
 pub const MTTKRP: &str = "A[i,r] = X[i,j,k] * C[k,r] * B[j,r]";
@@ -82,6 +88,10 @@ pub struct KernelRun {
     pub nnz: usize,
     /// In [`FUSIONS`] order.
     pub policies: Vec<PolicyRun>,
+    /// GNN kernel 1: maximal's work over trie's, `nnz·NJ / (nnz + NI·NJ)`
+    /// (multiply-adds), what maximal / trie would be if time followed work.
+    #[serde(default)]
+    pub work_maximal_over_trie: Option<f64>,
     pub scipy_ms: Option<f64>,
     pub scipy_error: Option<String>,
     /// Max |x − trie| / max |trie| over the other policies' outputs.
@@ -106,8 +116,13 @@ pub struct PolicyRun {
 pub struct ReactSummary {
     /// maximal / trie, geomean over SDDMM's runs.
     pub sddmm_trie_over_maximal: Option<f64>,
-    /// (NH, maximal / trie geomean over the matrices) for GNN kernel 1.
+    /// (NH, maximal / trie geomean over the matrices) for GNN kernel 1 at
+    /// NJ = 16.
     pub gnn1_trie_over_maximal_by_nh: Vec<(usize, f64)>,
+    /// (NJ, maximal / trie geomean over the matrices, the same geomean of
+    /// their work ratios) for GNN kernel 1 at NH = 128.
+    #[serde(default)]
+    pub gnn1_trie_over_maximal_by_nj: Vec<(usize, f64, f64)>,
     /// The largest trie / none over every run, and where.
     pub worst_trie_over_none: Option<(String, f64)>,
     /// Geomean of SciPy / trie per kernel where SciPy ran.
@@ -187,16 +202,22 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
     for (name, coo) in &matrices {
         let (ni, nj) = (coo.shape[0], coo.shape[1]);
         let csr = Compressed::from_coo(coo, 0)?;
-        let sizes: [(&str, &str, &[usize]); 3] =
-            [("sddmm", "NK", &[16, 32, 64]), ("gnn1", "NH", &[128, 256]), ("gnn2", "NK", &[128, 256])];
+        let sizes: [(&str, &str, &[usize]); 4] = [
+            ("sddmm", "NK", &[16, 32, 64]),
+            ("gnn1", "NH", &[128, 256]),
+            ("gnn1", "NJ", &[32, 64]),
+            ("gnn2", "NK", &[128, 256]),
+        ];
         for (kernel, size_name, sizes) in sizes {
             if !want_kernel(kernel) {
                 continue;
             }
             for &n in sizes {
+                // GNN kernel 1's (NH, NJ).
+                let (nh, nj_out) = if size_name == "NJ" { (GNN1_NH, n) } else { (n, GNN1_NJ) };
                 let (statement, operands): (&str, Vec<(&str, ArrayD<f64>)>) = match kernel {
                     "sddmm" => (SDDMM, vec![("C", dense(&[ni, n], 1)?), ("D", dense(&[n, nj], 2)?)]),
-                    "gnn1" => (GNN1, vec![("X", dense(&[nj, n], 3)?), ("W", dense(&[n, 16], 4)?)]),
+                    "gnn1" => (GNN1, vec![("X", dense(&[nj, nh], 3)?), ("W", dense(&[nh, nj_out], 4)?)]),
                     _ => (
                         GNN2,
                         vec![
@@ -216,6 +237,10 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
                 }
                 progress(&format!("{kernel} {name} {size_name}={n}"));
                 let mut run = measure(&problem, kernel, name, size_name, n, coo.nnz(), opts.timing)?;
+                if kernel == "gnn1" {
+                    let (nnz, rows, nj) = (coo.nnz() as f64, ni as f64, nj_out as f64);
+                    run.report.work_maximal_over_trie = Some(nnz * nj / (nnz + rows * nj));
+                }
                 // SciPy's SDDMM and GNN kernel 2 hold a dense NI x NJ
                 // intermediate: past this, it is not run.
                 let dense_intermediate = kernel != "gnn1" && ni * nj > SCIPY_DENSE_LIMIT;
@@ -326,6 +351,7 @@ fn measure(
             size,
             nnz,
             policies,
+            work_maximal_over_trie: None,
             scipy_ms: None,
             scipy_error: None,
             max_rel_error_between_policies,
@@ -344,14 +370,32 @@ fn summarize(runs: &[KernelRun]) -> ReactSummary {
         runs.iter().filter(move |r| r.kernel == kernel)
     }
     let sddmm_trie_over_maximal = geomean(of(runs, "sddmm").map(|r| ms(r, "maximal") / ms(r, "trie")));
-    let mut nhs: Vec<usize> = of(runs, "gnn1").map(|r| r.size).collect();
-    nhs.sort();
-    nhs.dedup();
-    let gnn1_trie_over_maximal_by_nh = nhs
+    // GNN kernel 1 by (NH, NJ).
+    let gnn1 = |nh: usize, nj: usize| {
+        of(runs, "gnn1").filter(move |r| match r.size_name.as_str() {
+            "NJ" => (GNN1_NH, r.size) == (nh, nj),
+            _ => (r.size, GNN1_NJ) == (nh, nj),
+        })
+    };
+    let sizes = |name: &str| {
+        let mut sizes: Vec<usize> =
+            of(runs, "gnn1").filter(|r| r.size_name == name).map(|r| r.size).collect();
+        sizes.sort();
+        sizes.dedup();
+        sizes
+    };
+    let gnn1_trie_over_maximal_by_nh = sizes("NH")
         .into_iter()
         .filter_map(|nh| {
-            geomean(of(runs, "gnn1").filter(|r| r.size == nh).map(|r| ms(r, "maximal") / ms(r, "trie")))
-                .map(|g| (nh, g))
+            geomean(gnn1(nh, GNN1_NJ).map(|r| ms(r, "maximal") / ms(r, "trie"))).map(|g| (nh, g))
+        })
+        .collect();
+    let gnn1_trie_over_maximal_by_nj = std::iter::once(GNN1_NJ)
+        .chain(sizes("NJ"))
+        .filter_map(|nj| {
+            let measured = geomean(gnn1(GNN1_NH, nj).map(|r| ms(r, "maximal") / ms(r, "trie")))?;
+            let work = geomean(gnn1(GNN1_NH, nj).filter_map(|r| r.work_maximal_over_trie))?;
+            Some((nj, measured, work))
         })
         .collect();
     let worst_trie_over_none = runs
@@ -370,6 +414,7 @@ fn summarize(runs: &[KernelRun]) -> ReactSummary {
     ReactSummary {
         sddmm_trie_over_maximal,
         gnn1_trie_over_maximal_by_nh,
+        gnn1_trie_over_maximal_by_nj,
         worst_trie_over_none,
         scipy_over_trie,
     }
@@ -383,4 +428,56 @@ fn random_tensor(shape: &[usize], nnz: usize, seed: u64) -> Result<Coo<f64, i64>
     let crd = shape.iter().map(|&n| (0..nnz).map(|_| rng.random_range(0..n as i64)).collect()).collect();
     let val = (0..nnz).map(|_| rng.random_range(0.1..1.0)).collect();
     Ok(Coo::new(shape.to_vec(), crd, val)?.canonicalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(kernel: &str, input: &str, size_name: &str, size: usize, maximal: f64, trie: f64) -> KernelRun {
+        let policy = |fusion: &str, ms: f64| PolicyRun {
+            fusion: fusion.to_string(),
+            timing: Timing::of(vec![ms], 1),
+            statements: 1,
+            notes: Vec::new(),
+        };
+        KernelRun {
+            kernel: kernel.to_string(),
+            input: input.to_string(),
+            size_name: size_name.to_string(),
+            size,
+            nnz: 10,
+            policies: vec![policy("none", trie), policy("maximal", maximal), policy("trie", trie)],
+            work_maximal_over_trie: Some(maximal / trie / 2.0),
+            scipy_ms: None,
+            scipy_error: None,
+            max_rel_error_between_policies: 0.0,
+            scipy_sum_rel_diff: None,
+        }
+    }
+
+    #[test]
+    fn gnn_kernel_1_is_summarized_by_nh_at_nj_16_and_by_nj_at_nh_128() {
+        let runs = [
+            run("gnn1", "a", "NH", 128, 3.0, 1.0),
+            run("gnn1", "b", "NH", 128, 12.0, 1.0),
+            run("gnn1", "a", "NH", 256, 8.0, 2.0),
+            run("gnn1", "a", "NJ", 64, 16.0, 2.0),
+            run("sddmm", "a", "NK", 64, 1.5, 1.0),
+        ];
+        let s = summarize(&runs);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        let by_nh: Vec<usize> = s.gnn1_trie_over_maximal_by_nh.iter().map(|p| p.0).collect();
+        assert_eq!(by_nh, [128, 256]);
+        assert!(
+            close(s.gnn1_trie_over_maximal_by_nh[0].1, 6.0)
+                && close(s.gnn1_trie_over_maximal_by_nh[1].1, 4.0)
+        );
+        // NJ = 16 is the NH = 128 runs; the work ratios' geomean beside.
+        let by_nj = &s.gnn1_trie_over_maximal_by_nj;
+        assert_eq!(by_nj.iter().map(|p| p.0).collect::<Vec<_>>(), [16, 64]);
+        assert!(close(by_nj[0].1, 6.0) && close(by_nj[0].2, 3.0), "{by_nj:?}");
+        assert!(close(by_nj[1].1, 8.0) && close(by_nj[1].2, 4.0), "{by_nj:?}");
+        assert!(s.sddmm_trie_over_maximal.is_some_and(|g| close(g, 1.5)));
+    }
 }

@@ -70,6 +70,9 @@ fn print_tables(report: &ReactReport) {
     for (nh, g) in &s.gnn1_trie_over_maximal_by_nh {
         println!("GNN kernel 1 maximal/trie at NH={nh} (geomean): {g:.1}x");
     }
+    for (nj, g, work) in &s.gnn1_trie_over_maximal_by_nj {
+        println!("GNN kernel 1 maximal/trie at NJ={nj}, NH=128 (geomean): {g:.1}x (by work: {work:.1}x)");
+    }
     if let Some((at, r)) = &s.worst_trie_over_none {
         println!("worst trie/none: {r:.3} ({at}) (goal <= 1.05)");
     }
