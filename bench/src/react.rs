@@ -299,7 +299,9 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
         warmup: opts.timing.warmup,
         repeats: opts.timing.repeats,
         timing_protocol:
-            "medians of --repeats timed launches after --warmup; outputs zeroed outside the clock".to_string(),
+            "medians of --repeats rounds in which the three policies take turns, each a warm-up launch and a \
+             timed one; outputs zeroed outside the clock"
+                .to_string(),
         goals: GOALS.iter().map(|g| g.to_string()).collect(),
         notes,
         runs,
@@ -323,20 +325,34 @@ fn measure(
     nnz: usize,
     timing: TimingOptions,
 ) -> Result<Measured> {
+    // The policies take turns, one timed launch (after the warm-up) each per
+    // round, so a slow spell of this shared machine falls on all three
+    // alike rather than on whichever ran then.
+    let schedules: Vec<Schedule> =
+        FUSIONS.iter().map(|f| format!("fusion={f} threads=1").parse()).collect::<Result<_, _>>()?;
+    let once = TimingOptions { warmup: timing.warmup, repeats: 1 };
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); FUSIONS.len()];
     let mut policies = Vec::new();
     let mut outputs = Vec::new();
-    for fusion in FUSIONS {
-        let schedule: Schedule = format!("fusion={fusion} threads=1").parse()?;
-        let ran = problem
-            .run_program(&CBackend::new(), &schedule, timing, false)
-            .with_context(|| format!("{kernel} on {input}, fusion={fusion}"))?;
-        outputs.push(values(&ran)?);
-        policies.push(PolicyRun {
-            fusion: fusion.to_string(),
-            timing: ran.timings[0].clone(),
-            statements: ran.statements.len(),
-            notes: ran.notes.clone(),
-        });
+    for round in 0..timing.repeats.max(1) {
+        for ((fusion, schedule), times) in FUSIONS.iter().zip(&schedules).zip(&mut times) {
+            let ran = problem
+                .run_program(&CBackend::new(), schedule, once, false)
+                .with_context(|| format!("{kernel} on {input}, fusion={fusion}"))?;
+            times.push(ran.timings[0].median_ms);
+            if round == 0 {
+                outputs.push(values(&ran)?);
+                policies.push(PolicyRun {
+                    fusion: fusion.to_string(),
+                    timing: ran.timings[0].clone(),
+                    statements: ran.statements.len(),
+                    notes: ran.notes.clone(),
+                });
+            }
+        }
+    }
+    for (policy, times) in policies.iter_mut().zip(times) {
+        policy.timing = Timing::of(times, 1);
     }
     let trie = outputs.pop().expect("three policies");
     let max_rel_error_between_policies = outputs
