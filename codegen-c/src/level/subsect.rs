@@ -149,6 +149,27 @@ impl<D: Dialect> Printer<'_, D> {
         self.threads && self.bound.is_empty()
     }
 
+    /// Opens the scope of a loop over a variable's `extent` values: on
+    /// threads (the kernel's outermost loop), a loop over chunks of them,
+    /// each chunk beginning its own walk; else a block. Returns the C
+    /// expressions of the first value and the end. The caller closes it.
+    fn open_values(&mut self, name: &str, extent: usize, depth: usize) -> (String, String) {
+        if !self.outermost() {
+            self.line(depth, "{");
+            return ("0".to_string(), extent.to_string());
+        }
+        let per = extent.div_ceil(CHUNKS);
+        let chunks = extent.div_ceil(per);
+        self.line(
+            depth,
+            &format!("for (int64_t {name}_chunk = 0; {name}_chunk < {chunks}; {name}_chunk++) {{"),
+        );
+        self.line(depth + 1, &format!("const int64_t {name}_from = {name}_chunk * {per};"));
+        let to = format!("{name}_from + {per} < {extent} ? {name}_from + {per} : {extent}");
+        self.line(depth + 1, &format!("const int64_t {name}_to = {to};"));
+        (format!("{name}_from"), format!("{name}_to"))
+    }
+
     pub(super) fn subsect(&mut self, var: VarId, operand: usize, level: usize, body: &[Node], depth: usize) {
         let n = self.ss_next;
         self.ss_next += 1;
@@ -157,23 +178,7 @@ impl<D: Dialect> Printer<'_, D> {
         let coeff = self.operand(operand).subscripts[level].coeff(var);
         let (base, span_all) = self.window(operand, level);
         let span = span_all - coeff * (extent as i64 - 1);
-        let outermost = self.outermost();
-        let (from, to) = if outermost {
-            // On threads: each chunk of values begins its own subsections.
-            let per = extent.div_ceil(CHUNKS);
-            let chunks = extent.div_ceil(per);
-            self.line(
-                depth,
-                &format!("for (int64_t s{n}_chunk = 0; s{n}_chunk < {chunks}; s{n}_chunk++) {{"),
-            );
-            self.line(depth + 1, &format!("const int64_t s{n}_from = s{n}_chunk * {per};"));
-            let to = format!("s{n}_from + {per} < {extent} ? s{n}_from + {per} : {extent}");
-            self.line(depth + 1, &format!("const int64_t s{n}_to = {to};"));
-            (format!("s{n}_from"), format!("s{n}_to"))
-        } else {
-            self.line(depth, "{");
-            ("0".to_string(), extent.to_string())
-        };
+        let (from, to) = self.open_values(&format!("s{n}"), extent, depth);
         let d = depth + 1;
         self.line(d, &format!("const int64_t s{n}_base = {base};"));
         if let Reach::Dense = self.operand(operand).levels[level].kind {
@@ -409,21 +414,7 @@ impl<D: Dialect> Printer<'_, D> {
         self.ss_next += 1;
         let (base, _) = self.window(operand, level);
         let outer_extent = self.k.var(outer).extent;
-        let (from, to) = if self.outermost() {
-            let per = outer_extent.div_ceil(CHUNKS);
-            let chunks = outer_extent.div_ceil(per);
-            self.line(
-                depth,
-                &format!("for (int64_t t{n}_chunk = 0; t{n}_chunk < {chunks}; t{n}_chunk++) {{"),
-            );
-            self.line(depth + 1, &format!("const int64_t t{n}_from = t{n}_chunk * {per};"));
-            let to = format!("t{n}_from + {per} < {outer_extent} ? t{n}_from + {per} : {outer_extent}");
-            self.line(depth + 1, &format!("const int64_t t{n}_to = {to};"));
-            (format!("t{n}_from"), format!("t{n}_to"))
-        } else {
-            self.line(depth, "{");
-            ("0".to_string(), outer_extent.to_string())
-        };
+        let (from, to) = self.open_values(&format!("t{n}"), outer_extent, depth);
         // Each variable's values: `outer`'s this chunk's, `inner`'s all.
         let range = |v: VarId| match v == outer {
             true => (from.clone(), to.clone()),
@@ -458,14 +449,11 @@ impl<D: Dialect> Printer<'_, D> {
             false => Vec::new(),
         };
         let extent = self.k.var(tried).extent;
+        let hoisted_before = self.hoisted.len();
         for (m, read) in reads.iter().enumerate() {
             // Each tap's value, before the walk.
-            let ty = match read {
-                Expr::Dense { tensor, .. } | Expr::Stored { val: tensor, .. } => {
-                    c_type(self.k.tensor(*tensor).dtype)
-                }
-                _ => unreachable!("reads are loads"),
-            };
+            let Expr::Dense { tensor, .. } = read else { unreachable!("tap reads are dense loads") };
+            let ty = c_type(self.k.tensor(*tensor).dtype);
             let load = self.expr(read);
             let array = format!("t{n}_f{m}");
             self.line(d, &format!("{ty} {array}[{extent}];"));
@@ -523,7 +511,7 @@ impl<D: Dialect> Printer<'_, D> {
             self.line(d + 1, "}");
             self.line(d, "}");
         }
-        self.hoisted.clear();
+        self.hoisted.truncate(hoisted_before);
         self.unbind();
         self.unbind();
         self.resolved[operand] = was;
