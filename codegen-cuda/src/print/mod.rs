@@ -261,10 +261,10 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
     let device = device_kernel(&kernel);
     let mut printed = match opts.map {
         Mapping::Walk => walk::print(&device, symbol, opts, false)?,
-        // Block rows for BlockGroupCOO, the row walk for GroupCOO and COO.
-        Mapping::Rows if rows::recognise(&device).is_err() && walk::recognise(&device).is_ok() => {
+        Mapping::Rows if rows_mapping(&kernel) == Some(RowsMapping::Walk) => {
             walk::print(&device, symbol, opts, true)?
         }
+        // Block rows, or why the kernel is neither.
         Mapping::Rows => rows::print(&device, symbol, opts)?,
         Mapping::Tiles => Printer::new(&device, opts).print(symbol)?,
     };
@@ -281,13 +281,32 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
 /// The printer, the runtime's buffers and the emulation all take the kernel
 /// from here.
 pub fn mapped<'k>(kernel: &'k Kernel, opts: &PrintOptions) -> Cow<'k, Kernel> {
-    let owned_rows = || rows::recognise(kernel).is_ok() || walk::recognise(&device_kernel(kernel)).is_ok();
-    if opts.map != Mapping::Rows || kernel.sink.exclusive || !owned_rows() {
+    if opts.map != Mapping::Rows || kernel.sink.exclusive || rows_mapping(kernel).is_none() {
         return Cow::Borrowed(kernel);
     }
     let mut owned = kernel.clone();
     owned.sink.exclusive = true;
     Cow::Owned(owned)
+}
+
+/// What `map=rows` prints a kernel as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RowsMapping {
+    /// Block rows: BlockGroupCOO, a block's Tensor Core tiles over whole
+    /// block rows.
+    Blocks,
+    /// The row walk: GroupCOO or COO, a warp's whole rows.
+    Walk,
+}
+
+/// The one decision of `map=rows` (block rows first), or `None` where the
+/// kernel is neither; [`mapped`] and [`print_kernel`] both ask it.
+fn rows_mapping(kernel: &Kernel) -> Option<RowsMapping> {
+    if rows::recognise(kernel).is_ok() {
+        Some(RowsMapping::Blocks)
+    } else {
+        walk::recognise(&device_kernel(kernel)).is_ok().then_some(RowsMapping::Walk)
+    }
 }
 
 /// The column index whose tile the block-row mapping (`map=rows`) makes
