@@ -646,20 +646,23 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
     line(1, "const int steps = one_by_one ? 0 : ncols_s;");
     line(1, "const unsigned long long keep = spindle_evict_last();");
     line(1, "// Step t into buffer `buf`: B's rows at column block cols_s[t] and the rows' blocks there.");
+    // 16-byte chunk `c` of a block's values into row `row` of a buffer:
+    // each step's copy and the copy of a block multiplied alone.
+    let chunk_at = format!("const int y = c / {}, e = c % {} * {vec};", bk / vec, bk / vec);
+    let copy_chunk = |row: &str, block: &str| {
+        format!(
+            "spindle_cp_async16(&a_s[buf][{row}][y][e], &{values}[({block}) * {} + y * {bk} + e]);",
+            bm * bk
+        )
+    };
     line(1, "auto fill = [&](int buf, int t) {");
     line(2, "const int col = cols_s[t];");
     line(2, &format!("const long long kb = (long long)col * {bk};"));
     line(2, &format!("for (int i = threadIdx.x; i < {}; i += {threads}) {{", share * a_chunks));
     line(3, &format!("const int r = i / {a_chunks}, c = i % {a_chunks};"));
     line(3, "const unsigned s = pos_s[r][col];");
-    line(3, &format!("const int y = c / {}, e = c % {} * {vec};", bk / vec, bk / vec));
-    line(
-        3,
-        &format!(
-            "if (s != ~0u) spindle_cp_async16(&a_s[buf][r][y][e], &{values}[(first + s) * {} + y * {bk} + e]);",
-            bm * bk
-        ),
-    );
+    line(3, &chunk_at);
+    line(3, &format!("if (s != ~0u) {}", copy_chunk("r", "first + s")));
     line(2, "}");
     line(2, &copy_b_rows(w, &dense, threads));
     line(1, "};");
@@ -673,11 +676,8 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
     line(2, &format!("const long long kb = (long long){crd}[at] * {bk};"));
     line(2, "const int buf = 0;");
     line(2, &format!("for (int c = threadIdx.x; c < {a_chunks}; c += {threads}) {{"));
-    line(3, &format!("const int y = c / {}, e = c % {} * {vec};", bk / vec, bk / vec));
-    line(
-        3,
-        &format!("spindle_cp_async16(&a_s[buf][owner][y][e], &{values}[at * {} + y * {bk} + e]);", bm * bk),
-    );
+    line(3, &chunk_at);
+    line(3, &copy_chunk("owner", "at"));
     line(2, "}");
     line(2, &copy_b_rows(w, &dense, threads));
     line(2, "spindle_cp_async_commit();");
