@@ -221,20 +221,26 @@ fn walk_problem(format: &str, dtype: DType, n: usize) -> spindle::Prepared {
 /// rows span runs), `n` ragged against the lanes' 16-byte vectors, f16,
 /// bf16 and f64; `inspect` looks at each printed source first.
 fn walk_cases_agree(backend: &spindle::EmulateBackend, map: &str, inspect: &dyn Fn(&str, &str)) {
+    // The last field: sub-warps a warp splits into (a row of B takes at
+    // most half its lanes and a group has entries to share).
     let cases = [
-        ("groupcoo:dim=0,g=4", DType::F32, 64, 4),
-        ("groupcoo:dim=0,g=1", DType::F32, 13, 1),
-        ("groupcoo:dim=0,g=8", DType::F16, 128, 16),
-        ("groupcoo:dim=0,g=32", DType::F32, 40, 2),
-        ("groupcoo:dim=0,g=16", DType::Bf16, 24, 8),
-        ("coo", DType::F16, 64, 16),
-        ("coo", DType::F64, 6, 4),
+        ("groupcoo:dim=0,g=4", DType::F32, 64, 4, 2),
+        ("groupcoo:dim=0,g=1", DType::F32, 13, 1, 1),
+        ("groupcoo:dim=0,g=8", DType::F16, 128, 16, 2),
+        ("groupcoo:dim=0,g=32", DType::F32, 40, 2, 2),
+        ("groupcoo:dim=0,g=16", DType::Bf16, 24, 8, 8),
+        ("groupcoo:dim=0,g=3", DType::F32, 16, 4, 4),
+        ("groupcoo:dim=0,g=8", DType::F32, 128, 8, 1),
+        ("coo", DType::F16, 64, 16, 1),
+        ("coo", DType::F64, 6, 4, 1),
     ];
-    for (format, dtype, n, run) in cases {
+    for (format, dtype, n, run, split) in cases {
         let what = format!("map={map} {format} {} n={n} tile.p={run}", dtype.name());
         let prepared = walk_problem(format, dtype, n);
         let schedule: Schedule = format!("map={map} tile.p={run}").parse().unwrap();
         let compiled = prepared.compile(backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let split_note = format!("entries q % {split} == sub");
+        assert_eq!(compiled.source().contains(&split_note), split > 1, "{what}: not in {split} sub-warps");
         inspect(&what, compiled.source());
         let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
@@ -343,6 +349,7 @@ fn the_row_walk_computes_spmm_on_the_emulated_gpu() {
 
 /// The warp walk in machine code, for sm_80 and sm_90: no spills, B read in
 /// 16-byte loads (`LDG.E.128`), interior rows written with 16-byte stores,
+/// f16 rows of 128 walked by two sub-warps (their sums added by `SHFL.BFLY`),
 /// and no atomic (`RED`/`ATOM`) inside any loop: the run's rows are summed
 /// in registers and only its first and last rows are written atomically.
 /// The row walk (`map=rows`) has no atomic at all.
@@ -376,6 +383,9 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
             };
             assert!(sass.with_opcode("LDG.E.128").count() >= 1, "{what}: no 16-byte loads\n{}", listing());
             assert!(sass.with_opcode("STG.E.128").count() >= 1, "{what}: no 16-byte stores\n{}", listing());
+            // f16 rows of 128 take 16 lanes: two sub-warps, whose sums meet by butterfly shuffles.
+            let split = dtype == DType::F16;
+            assert_eq!(sass.with_opcode("SHFL.BFLY").count() > 0, split, "{what}: sub-warps\n{}", listing());
             let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
             if map == "rows" {
                 assert!(atomics.is_empty(), "{what}: an atomic\n{}", listing());

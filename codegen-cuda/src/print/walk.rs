@@ -4,6 +4,9 @@
 //! - a warp walks a run of consecutive `p` (the schedule's p tile) in
 //!   order; its lanes own adjacent columns of `n`, `VEC` each, so B is
 //!   read and C written in 16-byte vectors;
+//! - where a row of B takes at most half the lanes (f16 at N = 128), the
+//!   warp splits into sub-warps that take alternate entries of each group
+//!   and add their sums with shuffles before a row is written;
 //! - lanes `q < g` read the group's `K` and `V` in one coalesced load and
 //!   broadcast them with `__shfl_sync`: no shared memory, no barrier; the
 //!   next group's are loaded before this group's products;
@@ -169,6 +172,7 @@ pub(super) fn print(
     // Columns per lane: one 16-byte load of B, where the rows allow it.
     let vec = [16 / elem(w.dense), 1].into_iter().find(|v| w.columns.is_multiple_of(*v)).unwrap_or(1);
     let chunks = w.columns.div_ceil(32 * vec).max(1);
+    let (lanes, split) = sub_warps(w.columns, vec, w.group);
     let runs = w.groups.div_ceil(w.run.max(1));
     let block = opts.threads.unwrap_or(BLOCK);
     let warps_per_block = (block / 32) as usize;
@@ -178,6 +182,23 @@ pub(super) fn print(
         return Err(PrintError::Grid { kernel: k.name.clone(), programs: grid as u64 });
     }
     let launch = LaunchGeometry { grid: grid as u32, block, shared_bytes: 0, dynamic: false };
+    // Positions, rows and warps of a split warp as 32-bit integers where
+    // every offset the kernel forms from them fits: ptxas spilled the upper
+    // halves of 64-bit ones there (f16, N = 128, g = 4). Unsplit kernels
+    // keep 64-bit ones, which ptxas handled better. Over 448 shapes on
+    // sm_90 (dtypes, N, g, map, runs), ptxas spills 4-20 bytes outside the
+    // inner loop in 46 this way, 26 all 32-bit, 70 all 64-bit, 44 before
+    // the split; none of the machine-code test's shapes spill.
+    let fits = [
+        w.groups * w.group,
+        k.tensor(w.out).shape[0] * w.columns,
+        k.tensor(w.dense).shape[0] * w.columns,
+        warps + warps_per_block,
+    ]
+    .iter()
+    .all(|&x| x < i32::MAX as usize);
+    let ix = if fits && split > 1 { "int" } else { "long long" };
+    let groups_lit = if ix == "int" { w.groups.to_string() } else { format!("{}LL", w.groups) };
     let name = |t: TensorId| names.tensors[t].clone();
     let (rows, scale, crd, dense, out) =
         (name(w.rows), name(w.scale), name(w.crd), name(w.dense), name(w.out));
@@ -218,41 +239,53 @@ pub(super) fn print(
     line(0, "");
     line(0, &pattern::signature(k, &names, symbol, block));
     line(1, "const int lane = threadIdx.x & 31;");
-    line(
-        1,
-        &format!("const long long warp = (long long)blockIdx.x * {warps_per_block} + (threadIdx.x >> 5);"),
-    );
-    line(1, &format!("if (warp >= {warps}LL) return;"));
-    line(1, &format!("const long long col = (warp % {chunks}) * {} + lane * {vec_text};", 32 * vec));
-    line(1, &format!("const bool live = col < {n};"));
-    if owned {
-        let groups = w.groups;
-        line(1, &format!("const long long s = (warp / {chunks}) * {r}, e = min(s + {r}, {groups}LL);"));
-        line(1, "// The rows whose first group lies in [s, e) are this warp's, whole.");
-        line(1, &format!("const long long p0 = s == 0 ? 0 : spindle_row_start({rows}, {groups}LL, s);"));
-        line(1, "if (s > 0 && p0 >= e) return;");
+    line(1, &format!("const {ix} warp = ({ix})blockIdx.x * {warps_per_block} + (threadIdx.x >> 5);"));
+    line(1, &format!("if (warp >= {warps}) return;"));
+    if split > 1 {
         line(
             1,
             &format!(
-                "const long long p1 = e >= {groups} ? {groups}LL : spindle_row_start({rows}, {groups}LL, e);"
+                "// A row of B takes {lanes} lanes: sub-warp `sub` takes entries q % {split} == sub of each group."
             ),
         );
+        line(1, &format!("const int sub = lane / {lanes};"));
+        line(
+            1,
+            &format!("const {ix} col = (warp % {chunks}) * {} + (lane % {lanes}) * {vec_text};", 32 * vec),
+        );
+        line(1, &format!("const bool reads = col < {n};"));
+        line(1, "// Sub-warp 0 writes the rows, once the sub-warps' sums are added.");
+        line(1, "const bool live = reads && sub == 0;");
     } else {
-        line(1, &format!("const long long p0 = (warp / {chunks}) * {r};"));
-        line(1, &format!("const long long p1 = min(p0 + {r}, {}LL);", w.groups));
+        line(1, &format!("const {ix} col = (warp % {chunks}) * {} + lane * {vec_text};", 32 * vec));
+        line(1, &format!("const bool live = col < {n};"));
+    }
+    let reads = if split > 1 { "reads" } else { "live" };
+    if owned {
+        let groups = w.groups;
+        line(1, &format!("const {ix} s = (warp / {chunks}) * {r}, e = min(s + {r}, {groups_lit});"));
+        line(1, "// The rows whose first group lies in [s, e) are this warp's, whole.");
+        line(1, &format!("const {ix} p0 = s == 0 ? 0 : spindle_row_start({rows}, {groups_lit}, s);"));
+        line(1, "if (s > 0 && p0 >= e) return;");
+        line(
+            1,
+            &format!("const {ix} p1 = e >= {groups} ? {groups} : spindle_row_start({rows}, {groups}LL, e);"),
+        );
+    } else {
+        line(1, &format!("const {ix} p0 = (warp / {chunks}) * {r};"));
+        line(1, &format!("const {ix} p1 = min(p0 + {r}, {groups_lit});"));
     }
     line(1, &format!("{real} acc[{vec}];"));
     line(1, &format!("#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] = 0;"));
     if owned {
         // p0 == p1 only where there are no groups: warp 0 zeros every row.
         let m = k.tensor(w.out).shape[0];
-        line(1, &format!("long long row = p0 < p1 ? (long long){rows}[p0] : {m}LL;"));
+        line(1, &format!("{ix} row = p0 < p1 ? ({ix}){rows}[p0] : {m};"));
     } else {
-        line(1, &format!("long long row = {rows}[p0];"));
-        line(1, "const long long first_row = row;");
+        line(1, &format!("{ix} row = {rows}[p0];"));
     }
     line(1, "// Group p0's coordinates and values, lane q holding entry q.");
-    line(1, &format!("long long crd = 0;\n{real} val = 0;"));
+    line(1, &format!("{ix} crd = 0;\n{real} val = 0;"));
     line(1, &format!("if ({}lane < {g}) {{", if owned { "p0 < p1 && " } else { "" }));
     line(2, &format!("crd = {crd}[p0 * {g} + lane];"));
     line(2, &format!("val = {};", load(w.scale, &scale, &format!("p0 * {g} + lane"))));
@@ -264,47 +297,75 @@ pub(super) fn print(
     let atomic = format!(
         "if (live) {{\n  #pragma unroll\n  for (int j = 0; j < {vec}; j++) atomicAdd(&{out}[{at} + j], acc[j]);\n}}"
     );
-    let plain = owned_store(&d, dtype(w.out), &out, n, "row", vec, true, true);
+    // Before a row is written, the sub-warps' sums of it are added (every
+    // lane ends with the total); the shuffles sit where the warp agrees.
+    let combine = match split {
+        1 => String::new(),
+        _ => format!(
+            "#pragma unroll\nfor (int apart = {lanes}; apart < 32; apart <<= 1) {{\n  #pragma unroll\n  \
+             for (int j = 0; j < {vec}; j++) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], apart);\n}}\n"
+        ),
+    };
+    let atomic = format!("{combine}{atomic}");
+    let plain = combine.clone() + &owned_store(&d, dtype(w.out), &out, n, "row", vec, true, true);
     let zero = format!("#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] = 0;");
     // One group's products: the next group's entries loaded first, then up
     // to CHUNK rows of B, then their FMAs.
-    let chunk = CHUNK.min(g);
+    // A sub-warp's entries of the group: t = 0, 1, ... is entry
+    // q = t * split + sub, which lanes past the group's last entry skip
+    // (only where split does not divide g: a guard the compiler cannot
+    // prove true costs registers).
+    let steps = g.div_ceil(split);
+    let chunk = CHUNK.min(steps);
+    let entry = match split {
+        1 => "t0 + t".to_string(),
+        _ => format!("(t0 + t) * {split} + sub"),
+    };
+    let inside = if g.is_multiple_of(split) { String::new() } else { format!("q < {g} && ") };
     let bty = cuda_type(dtype(w.dense));
     let mut group = String::new();
     let mut gl = |depth: usize, text: &str| pattern::push_lines(&mut group, depth, text);
     gl(0, "// The next group's entries, ahead of this group's products.");
-    gl(0, &format!("long long crd_next = 0;\n{real} val_next = 0;"));
+    gl(0, &format!("{ix} crd_next = 0;\n{real} val_next = 0;"));
     gl(0, &format!("if (p + 1 < p1 && lane < {g}) {{"));
     gl(1, &format!("crd_next = {crd}[(p + 1) * {g} + lane];"));
     gl(1, &format!("val_next = {};", load(w.scale, &scale, &format!("(p + 1) * {g} + lane"))));
     gl(0, "}");
     gl(0, "#pragma unroll");
-    gl(0, &format!("for (int q0 = 0; q0 < {g}; q0 += {chunk}) {{"));
+    gl(0, &format!("for (int t0 = 0; t0 < {steps}; t0 += {chunk}) {{"));
     gl(1, &format!("__align__(16) {bty} b[{chunk}][{vec}];"));
     gl(1, "#pragma unroll");
-    gl(1, &format!("for (int q = 0; q < {chunk} && q0 + q < {g}; q++) {{"));
-    gl(2, "const long long k = __shfl_sync(0xffffffffu, crd, q0 + q);");
+    gl(1, &format!("for (int t = 0; t < {chunk} && t0 + t < {steps}; t++) {{"));
+    gl(2, &format!("const int q = {entry};"));
+    gl(2, &format!("const {ix} k = __shfl_sync(0xffffffffu, crd, q);"));
     if vec * elem(w.dense) == 16 {
         gl(
             2,
             &format!(
-                "if (live) *reinterpret_cast<uint4 *>(b[q]) = *reinterpret_cast<const uint4 *>(&{dense}[k * {n} + col]);"
+                "if ({inside}{reads}) *reinterpret_cast<uint4 *>(b[t]) = *reinterpret_cast<const uint4 *>(&{dense}[k * {n} + col]);"
             ),
         );
     } else {
         gl(
             2,
             &format!(
-                "#pragma unroll\nfor (int j = 0; j < {vec}; j++) if (live) b[q][j] = {dense}[k * {n} + col + j];"
+                "#pragma unroll\nfor (int j = 0; j < {vec}; j++) if ({inside}{reads}) b[t][j] = {dense}[k * {n} + col + j];"
             ),
         );
     }
     gl(1, "}");
     gl(1, "#pragma unroll");
-    gl(1, &format!("for (int q = 0; q < {chunk} && q0 + q < {g}; q++) {{"));
-    gl(2, &format!("const {real} v = __shfl_sync(0xffffffffu, val, q0 + q);"));
-    gl(2, "#pragma unroll");
-    gl(2, &format!("for (int j = 0; j < {vec}; j++) acc[j] += v * {};", load(w.dense, "b[q]", "j")));
+    gl(1, &format!("for (int t = 0; t < {chunk} && t0 + t < {steps}; t++) {{"));
+    gl(2, &format!("const int q = {entry};"));
+    gl(2, &format!("const {real} v = __shfl_sync(0xffffffffu, val, q);"));
+    let fma = format!(
+        "#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] += v * {};",
+        load(w.dense, "b[t]", "j")
+    );
+    match inside.is_empty() {
+        true => gl(2, &fma),
+        false => gl(2, &format!("if (q < {g}) {{\n{}}}", pattern::indent(&fma))),
+    }
     gl(1, "}");
     gl(0, "}");
     gl(0, "crd = crd_next;\nval = val_next;");
@@ -313,13 +374,13 @@ pub(super) fn print(
         let keep = k.init == OutputInit::Keep;
         let store =
             |row: &str, from_acc: bool| owned_store(&d, dtype(w.out), &out, n, row, vec, keep, from_acc);
-        let (write, zero_row) = (store("row", true), store("z", false));
+        let (write, zero_row) = (combine.clone() + &store("row", true), store("z", false));
         // Under `+=` into given data the empty rows keep theirs.
         let zeros = |from: &str, to: &str| match keep {
             true => String::new(),
             // Rare (empty rows): not unrolled, so it takes no registers from the walk.
             false => format!(
-                "#pragma unroll 1\nfor (long long z = {from}; z < {to}; z++) {{\n{}}}",
+                "#pragma unroll 1\nfor ({ix} z = {from}; z < {to}; z++) {{\n{}}}",
                 pattern::indent(&zero_row)
             ),
         };
@@ -330,15 +391,17 @@ pub(super) fn print(
         // One loop writes every row, the last too (at p == p1), so nothing
         // stays live past it.
         let (groups, m) = (w.groups, k.tensor(w.out).shape[0]);
-        line(1, "for (long long p = p0; p <= p1; p++) {");
+        line(1, "// The first row of the next warp's rows (the output's end if none).");
+        line(1, &format!("const {ix} next_first = p1 < {groups} ? ({ix}){rows}[p1] : {m};"));
+        line(1, &format!("for ({ix} p = p0; p <= p1; p++) {{"));
         line(2, "const bool end = p == p1;");
-        line(2, &format!("const long long r = end ? -1 : (long long){rows}[p];"));
+        line(2, &format!("const {ix} r = end ? -1 : ({ix}){rows}[p];"));
         line(2, "if (r != row) {");
         line(3, &format!("if (row < {m}) {{"));
         line(4, &write);
         line(3, "}");
         line(3, "// After the last row, the empty rows before the next warp's first are this warp's too.");
-        line(3, &format!("const long long upto = !end ? r : p1 < {groups} ? (long long){rows}[p1] : {m}LL;"));
+        line(3, &format!("const {ix} upto = !end ? r : next_first;"));
         line(3, &zeros("row + 1", "upto"));
         line(3, &zero);
         line(3, "row = r;");
@@ -354,7 +417,7 @@ pub(super) fn print(
             ..CudaKernel::plain(symbol, src, launch)
         });
     }
-    line(1, "long long p = p0;");
+    line(1, &format!("{ix} p = p0;"));
     line(1, "// The run's first row, which the previous run may share: written atomically.");
     line(1, &format!("for (; p < p1 && {rows}[p] == row; p++) {{"));
     line(2, &group);
@@ -364,10 +427,13 @@ pub(super) fn print(
     // The next row starts here: the first row, written, must not be written
     // again by the plain writes below (they would race with the previous
     // run's atomics on it).
-    line(1, &format!("if (p < p1) row = {rows}[p];"));
+    // Past the first row, the run has a last row of its own to write at
+    // the end (a flag, not the first row kept: ptxas spilled that).
+    line(1, "const bool more_rows = p < p1;");
+    line(1, &format!("if (more_rows) row = {rows}[p];"));
     line(1, "// Rows inside the run are its own: plain writes, no atomics in this loop.");
     line(1, "for (; p < p1; p++) {");
-    line(2, &format!("const long long r = {rows}[p];"));
+    line(2, &format!("const {ix} r = {rows}[p];"));
     line(2, "if (r != row) {");
     line(3, &plain);
     line(3, &zero);
@@ -376,11 +442,25 @@ pub(super) fn print(
     line(2, &group);
     line(1, "}");
     line(1, "// The run's last row, which the next run may share (none if the run had one row).");
-    line(1, "if (row != first_row) {");
+    line(1, "if (more_rows) {");
     line(2, &atomic);
     line(1, "}");
     line(0, "}");
     Ok(CudaKernel { sorted: Some(k.tensor(w.rows).name.clone()), ..CudaKernel::plain(symbol, src, launch) })
+}
+
+/// How a warp's lanes split over a group: `(lanes, split)`, `split`
+/// sub-warps of `lanes` lanes each, sub-warp `s` taking the group's entries
+/// `q % split == s`. A row of B (`columns` of them, `vec` a lane) that
+/// takes under half a warp's lanes would leave the others idle; split, one
+/// load instruction brings rows of B for `split` entries (f16 at N = 128:
+/// 16 lanes a row, two rows a load), at the price of adding the
+/// sub-warps' sums with shuffles before each row is written. Groups of one
+/// entry (COO) have nothing to split.
+fn sub_warps(columns: usize, vec: usize, group: usize) -> (usize, usize) {
+    let needed = columns.div_ceil(vec).next_power_of_two().min(32);
+    let split = if group > 1 { (32 / needed).min(group.next_power_of_two()) } else { 1 };
+    (32 / split, split)
 }
 
 /// The statement that writes a lane's `vec` columns of row `row` of `out`

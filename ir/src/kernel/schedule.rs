@@ -89,7 +89,9 @@ pub enum Mapping {
     /// 16-byte vectors of `n`: a row's sum stays in registers while the
     /// run stays in the row (Sgap's segment reduction with a group of one
     /// thread per column, paper 004's ⟨g nnz, c col⟩), so only the run's
-    /// first and last row are written atomically. For gather-scale-scatter
+    /// first and last row are written atomically (where a row of `n` takes
+    /// at most half the lanes, sub-warps take alternate entries of a group
+    /// and add their sums before a row is written). For gather-scale-scatter
     /// kernels `C[R[p],n] += V[p,q] * B[K[p,q],n]` (GroupCOO, COO SpMM)
     /// whose rows `R` are in order.
     Walk,
