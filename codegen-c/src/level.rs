@@ -126,7 +126,9 @@ pub fn print_level_warps<D: Dialect>(
 
 /// Where lanes split a row of `kernel` (see [`LaneSplit`]): the innermost
 /// dense loop over the output's last index, else the first single-level
-/// position loop over a summed index holding the row's one update.
+/// position loop over a summed index holding the row's one update. Under
+/// `reduce=parallel` ([`LevelKernel::lanes_over_positions`]) only the
+/// position loop will do.
 pub fn lane_split(kernel: &LevelKernel) -> LaneSplit {
     let Some(row) = kernel.body.first() else { return LaneSplit::None };
     let inner = match row {
@@ -134,6 +136,9 @@ pub fn lane_split(kernel: &LevelKernel) -> LaneSplit {
         Node::Merge { points, .. } if points.len() == 1 => &points[0].body,
         _ => return LaneSplit::None,
     };
+    if kernel.lanes_over_positions {
+        return find_positions(inner, kernel).map_or(LaneSplit::None, LaneSplit::Positions);
+    }
     let out = kernel.tensor(kernel.output);
     let last = out.shape.len().checked_sub(1);
     let mut dense = None;
@@ -180,7 +185,8 @@ fn find_dense(nodes: &[Node], found: &mut Option<VarId>, wanted: &dyn Fn(VarId) 
 }
 
 /// The first single-level position loop over a summed index whose subtree
-/// holds exactly one update.
+/// holds exactly one update, at an output element fixed outside the loop
+/// (the lanes' sums all go to it).
 fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
     fn count(nodes: &[Node]) -> usize {
         nodes
@@ -188,11 +194,26 @@ fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
             .map(|n| usize::from(matches!(n, Node::Update { .. })) + n.bodies().map(count).sum::<usize>())
             .sum()
     }
+    /// Whether a loop in `nodes` binds one of `vars`.
+    fn binds(nodes: &[Node], vars: &[VarId]) -> bool {
+        nodes.iter().any(|n| {
+            let own = match n {
+                Node::Dense { var, .. }
+                | Node::Merge { var, .. }
+                | Node::Subsect { var, .. }
+                | Node::Resolve { var, .. } => vars.contains(var),
+                Node::Taps { outer, inner, .. } => vars.contains(outer) || vars.contains(inner),
+                _ => false,
+            };
+            own || n.bodies().any(|b| binds(b, vars))
+        })
+    }
     let out = updates_at(kernel)?;
     for n in nodes {
         match n {
             Node::Merge { var, levels, full: false, points } if levels.len() == 1 && points.len() == 1 => {
-                if !out.contains(var) && count(&points[0].body) == 1 {
+                let body = &points[0].body;
+                if !out.contains(var) && count(body) == 1 && !binds(body, &out) {
                     return Some(*var);
                 }
                 if let Some(v) = find_positions(&points[0].body, kernel) {

@@ -213,6 +213,7 @@ pub fn lower(
         reduction,
         init,
         parallel,
+        lanes_over_positions: false,
         locals: PrimaryMap::new(),
         affine,
         body,

@@ -513,6 +513,7 @@ fn sgap_spmm_algorithms_are_schedules() {
         ("EB, segment group of 32", "coo", 24, "reduce=segment(32) tile.p=32 tile.n=8"),
         ("RB+SR", "csr", 24, "path=levels"),
         ("RB+PR (SpMV)", "csr", 1, "path=levels"),
+        ("RB+PR", "csr", 24, "path=levels order=m+n+k reduce=parallel"),
     ];
     for (name, format, n, schedule) in algorithms {
         let what = format!("{name}: {format} n={n} [{schedule}]");
@@ -543,6 +544,20 @@ fn sgap_spmm_algorithms_are_schedules() {
         // where the algorithm reduces across lanes (r > 1).
         let across = source.contains("__shfl_down_sync") || source.contains("__shfl_xor_sync");
         assert_eq!(across, name.contains("32") || name.contains("PR"), "{what}\n{source}");
+    }
+    // RB+PR's lanes split a row's positions: refused where the row's update
+    // varies inside that loop (columns innermost), and for lane groups
+    // other than the warp.
+    let prepared = walk_problem("csr", DType::F32, 24);
+    for (schedule, reason) in [
+        ("path=levels reduce=parallel", "no loop over a row's positions holds one update"),
+        ("path=levels order=m+n+k reduce=parallel(4)", "not groups of 4"),
+    ] {
+        let err = match prepared.compile(&backend, &schedule.parse().unwrap()) {
+            Ok(_) => panic!("{schedule}: compiled"),
+            Err(e) => e.render(false),
+        };
+        assert!(err.contains(reason), "{schedule}: {err}");
     }
 }
 

@@ -52,6 +52,14 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     let double = kernel.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
     let dialect = Cuda { real: if double { "double" } else { "float" }, wide: true };
     let split = lane_split(kernel);
+    if kernel.lanes_over_positions && !matches!(split, LaneSplit::Positions(_)) {
+        return Err(refuse(
+            "reduce=parallel splits a row's positions over the lanes, but no loop over a row's \
+             positions holds one update at an output element fixed outside it; put the summed index \
+             innermost with order= (order=m+n+k for C[m,n] += A[m,k] * B[k,n])"
+                .to_string(),
+        ));
+    }
     let (names, body) = print_level_warps(kernel, dialect, split).map_err(|e| refuse(e.reason))?;
     let rows = rows(kernel);
     let grid = u32::try_from(rows.div_ceil(LEVEL_WARPS as usize).max(1))

@@ -433,6 +433,11 @@ pub struct LevelKernel {
     /// The outermost loop runs on CPU threads: its iterations write
     /// disjoint output elements.
     pub parallel: bool,
+    /// `reduce=parallel`: on a GPU, a warp splits its row's positions over
+    /// its lanes, which add their sums by shuffles for one lane to write
+    /// (paper 004's RB+PR, ⟨1/32 row, 1 col⟩), instead of splitting the
+    /// output's columns (RB+SR, the default).
+    pub lanes_over_positions: bool,
     /// A program kernel's temporaries.
     pub locals: PrimaryMap<LocalId, Local>,
     /// The stored operands read at affine subscripts, which

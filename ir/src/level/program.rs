@@ -307,6 +307,7 @@ pub fn lower_program(
         reduction: Reduction::Sum,
         init,
         parallel,
+        lanes_over_positions: false,
         locals,
         affine: Vec::new(),
         body,
