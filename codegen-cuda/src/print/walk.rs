@@ -49,21 +49,38 @@ pub(super) struct Walk {
     run: usize,
 }
 
-/// The row walk's device helper: where the first row at or after `at`
-/// starts. One coalesced load of the 32 entries from `at` answers unless a
-/// row runs past them (then the 32-way search does): a kernel that starts
-/// after an L2 flush pays a round trip to memory per dependent load.
-const ROW_START: &str = r#"// The first i in [at, n) with r[i] != r[at - 1] (n if none), r
-// nondecreasing, 0 < at <= n. Called by every lane with the same arguments.
+/// The row walk's device helpers: where the first rows at or after a
+/// warp's two ends start. One coalesced load of the 32 entries from each
+/// end answers unless a row runs past them (then the 32-way search does);
+/// both ends' loads go out before either answer is used, since a kernel
+/// that starts after an L2 flush pays a round trip to memory per
+/// dependent load.
+const ROW_START: &str = r#"// One end's answer from its look: `starts`, the lanes i of the 32 entries
+// from `at` with r[at + i] != before = r[at - 1].
 template <class I>
-__device__ __forceinline__ long long spindle_row_start(const I *__restrict__ r, long long n, long long at) {
-  const int lane = threadIdx.x & 31;
-  const long long before = r[at - 1];
-  const long long i = at + lane;
-  const unsigned starts = __ballot_sync(0xffffffffu, i < n && (long long)r[i] != before);
+__device__ __forceinline__ long long spindle_row_start_from(const I *__restrict__ r, long long n, long long at,
+                                                            long long before, unsigned starts) {
   if (starts) return at + __ffs(starts) - 1;
   if (at + 32 >= n) return n;
   return at + 32 + spindle_lower_bound(r + at + 32, n - at - 32, before + 1);
+}
+// The first i in [at, n) with r[i] != r[at - 1] (n if none), r
+// nondecreasing, for at = s (0 where s == 0) and at = e (n where e >= n),
+// 0 <= s < e. Called by every lane with the same arguments.
+template <class I>
+__device__ __forceinline__ void spindle_row_starts(const I *__restrict__ r, long long n, long long s, long long e,
+                                                   long long *p0, long long *p1) {
+  const int lane = threadIdx.x & 31;
+  const bool look0 = s > 0, look1 = e < n;
+  const long long i0 = s + lane, i1 = e + lane;
+  const long long before0 = look0 ? (long long)r[s - 1] : 0;
+  const long long before1 = look1 ? (long long)r[e - 1] : 0;
+  const long long at0 = look0 && i0 < n ? (long long)r[i0] : before0;
+  const long long at1 = look1 && i1 < n ? (long long)r[i1] : before1;
+  const unsigned starts0 = __ballot_sync(0xffffffffu, at0 != before0);
+  const unsigned starts1 = __ballot_sync(0xffffffffu, at1 != before1);
+  *p0 = look0 ? spindle_row_start_from(r, n, s, before0, starts0) : 0;
+  *p1 = look1 ? spindle_row_start_from(r, n, e, before1, starts1) : n;
 }
 "#;
 
@@ -183,12 +200,12 @@ pub(super) fn print(
     }
     let launch = LaunchGeometry { grid: grid as u32, block, shared_bytes: 0, dynamic: false };
     // Positions, rows and warps of a split warp as 32-bit integers where
-    // every offset the kernel forms from them fits: ptxas spilled the upper
-    // halves of 64-bit ones there (f16, N = 128, g = 4). Unsplit kernels
-    // keep 64-bit ones, which ptxas handled better. Over 448 shapes on
-    // sm_90 (dtypes, N, g, map, runs), ptxas spills 4-20 bytes outside the
-    // inner loop in 46 this way, 26 all 32-bit, 70 all 64-bit, 44 before
-    // the split; none of the machine-code test's shapes spill.
+    // every offset the kernel forms from them fits. ptxas aims at full
+    // occupancy (32 registers at 128 threads) and spills a few bytes
+    // outside the inner loop to get there in some shapes: over 448 shapes
+    // (dtypes, N, g, map, runs) on sm_90, 43 spill now and 44 did before
+    // the split; with 64-bit indices the split made it 70, and all 32-bit
+    // spilled in shapes the machine-code test compiles.
     let fits = [
         w.groups * w.group,
         k.tensor(w.out).shape[0] * w.columns,
@@ -265,12 +282,10 @@ pub(super) fn print(
         let groups = w.groups;
         line(1, &format!("const {ix} s = (warp / {chunks}) * {r}, e = min(s + {r}, {groups_lit});"));
         line(1, "// The rows whose first group lies in [s, e) are this warp's, whole.");
-        line(1, &format!("const {ix} p0 = s == 0 ? 0 : spindle_row_start({rows}, {groups_lit}, s);"));
+        line(1, "long long found0, found1;");
+        line(1, &format!("spindle_row_starts({rows}, {groups}LL, s, e, &found0, &found1);"));
+        line(1, &format!("const {ix} p0 = found0, p1 = found1;"));
         line(1, "if (s > 0 && p0 >= e) return;");
-        line(
-            1,
-            &format!("const {ix} p1 = e >= {groups} ? {groups} : spindle_row_start({rows}, {groups}LL, e);"),
-        );
     } else {
         line(1, &format!("const {ix} p0 = (warp / {chunks}) * {r};"));
         line(1, &format!("const {ix} p1 = min(p0 + {r}, {groups_lit});"));
