@@ -216,7 +216,7 @@ fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
                 if !out.contains(var) && count(body) == 1 && !binds(body, &out) {
                     return Some(*var);
                 }
-                if let Some(v) = find_positions(&points[0].body, kernel) {
+                if let Some(v) = find_positions(body, kernel) {
                     return Some(v);
                 }
             }

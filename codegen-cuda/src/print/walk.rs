@@ -55,7 +55,7 @@ pub(super) struct Walk {
 /// both ends' loads go out before either answer is used, since a kernel
 /// that starts after an L2 flush pays a round trip to memory per
 /// dependent load.
-const ROW_START: &str = r#"// One end's answer from its look: `starts`, the lanes i of the 32 entries
+const ROW_STARTS: &str = r#"// One end's answer from its look: `starts`, the lanes i of the 32 entries
 // from `at` with r[at + i] != before = r[at - 1].
 template <class I>
 __device__ __forceinline__ long long spindle_row_start_from(const I *__restrict__ r, long long n, long long at,
@@ -251,7 +251,7 @@ pub(super) fn print(
     }
     if owned {
         line(0, pattern::LOWER_BOUND);
-        line(0, ROW_START);
+        line(0, ROW_STARTS);
     }
     line(0, "");
     line(0, &pattern::signature(k, &names, symbol, block));
@@ -441,9 +441,9 @@ pub(super) fn print(
     line(1, &zero);
     // The next row starts here: the first row, written, must not be written
     // again by the plain writes below (they would race with the previous
-    // run's atomics on it).
-    // Past the first row, the run has a last row of its own to write at
-    // the end (a flag, not the first row kept: ptxas spilled that).
+    // run's atomics on it). Past the first row, the run has a last row of
+    // its own to write at the end (a flag, not the first row kept: ptxas
+    // spilled that).
     line(1, "const bool more_rows = p < p1;");
     line(1, &format!("if (more_rows) row = {rows}[p];"));
     line(1, "// Rows inside the run are its own: plain writes, no atomics in this loop.");
@@ -467,7 +467,7 @@ pub(super) fn print(
 /// How a warp's lanes split over a group: `(lanes, split)`, `split`
 /// sub-warps of `lanes` lanes each, sub-warp `s` taking the group's entries
 /// `q % split == s`. A row of B (`columns` of them, `vec` a lane) that
-/// takes under half a warp's lanes would leave the others idle; split, one
+/// takes at most half a warp's lanes would leave the others idle; split, one
 /// load instruction brings rows of B for `split` entries (f16 at N = 128:
 /// 16 lanes a row, two rows a load), at the price of adding the
 /// sub-warps' sums with shuffles before each row is written. Groups of one
