@@ -192,6 +192,14 @@ pub struct PaperCase {
     /// UCF ms / subsection ms.
     pub ucf_over_subsect: Option<f64>,
     pub max_rel_diff: f64,
+    /// What every variant here must at least do: add once to each output
+    /// element that the input reaches ([`output_floor`]), timed the same way.
+    #[serde(default = "missing")]
+    pub output_floor: Run,
+    /// UCF ms / floor ms: the largest UCF / subsection ratio any kernel
+    /// that writes this output could reach on this machine.
+    #[serde(default)]
+    pub ucf_over_floor: Option<f64>,
 }
 
 /// One convolution at every sparsity.
@@ -757,6 +765,7 @@ fn paper_layer(ctx: &mut Ctx<'_>) -> Result<PaperLayer> {
     for (k, &sparsity) in PAPER_SPARSITIES.iter().enumerate() {
         let coo = random_input(&input_shape, sparsity, 4000 + k as u64)?;
         let nnz = coo.nnz();
+        let windows = written_windows(&coo, &filter_shape[..2], &output[..3]);
         let label = format!("paper 002 layer {sparsity}% (nnz {nnz})");
         let prepared = Problem::new(PAPER_STATEMENT)
             .tensor("I", coo)
@@ -776,15 +785,25 @@ fn paper_layer(ctx: &mut Ctx<'_>) -> Result<PaperLayer> {
         let subsect = measure(ctx, "subsections", Some(PAPER_ORDER), true)?;
         let ucf = measure(ctx, "ucf", Some(PAPER_ORDER), false)?;
         let default = measure(ctx, "default order", None, true)?;
-        let ratio = ucf.ms() / subsect.ms();
+        (ctx.progress)(&format!("{label}: the output floor"));
+        let floor = finish_run(
+            "output floor",
+            format!("{} of {} windows", windows.len(), output[..3].iter().product::<usize>()),
+            output_floor(&windows, output[..3].iter().product(), channels_out, ctx.opts.timing)
+                .map(|t| (ArrayD::zeros(vec![0]), t)),
+        )
+        .0;
+        let ratio = |a: f64, b: f64| (a / b).is_finite().then_some(a / b);
         cases.push(PaperCase {
             sparsity,
             nnz,
+            ucf_over_subsect: ratio(ucf.ms(), subsect.ms()),
+            ucf_over_floor: ratio(ucf.ms(), floor.ms()),
             subsect,
             ucf,
             default,
-            ucf_over_subsect: ratio.is_finite().then_some(ratio),
             max_rel_diff: agree.max,
+            output_floor: floor,
         });
     }
     Ok(PaperLayer {
@@ -795,6 +814,56 @@ fn paper_layer(ctx: &mut Ctx<'_>) -> Result<PaperLayer> {
         order: PAPER_ORDER.into(),
         cases,
     })
+}
+
+/// The output windows (flat indices over the output's leading dimensions,
+/// `n, h, w` of an NHWC layer, ascending) that some stored entry of `input`
+/// reaches through a filter of `taps` (`r, q`) at unit stride: window
+/// `(n, h, w)` is written when an entry sits at `(n, h + r, w + q, ·)`.
+pub fn written_windows(input: &Coo<f64, i64>, taps: &[usize], windows: &[usize]) -> Vec<usize> {
+    let mut hit = vec![false; windows.iter().product()];
+    for e in 0..input.nnz() {
+        let (n, h, w) = (input.crd[0][e], input.crd[1][e], input.crd[2][e]);
+        for r in 0..taps[0] as i64 {
+            for q in 0..taps[1] as i64 {
+                let (oh, ow) = (h - r, w - q);
+                if (0..windows[1] as i64).contains(&oh) && (0..windows[2] as i64).contains(&ow) {
+                    hit[(n as usize * windows[1] + oh as usize) * windows[2] + ow as usize] = true;
+                }
+            }
+        }
+    }
+    hit.iter().enumerate().filter_map(|(k, &h)| h.then_some(k)).collect()
+}
+
+/// The least every kernel here does to its output: the whole output
+/// (`all_windows` of `channels` values) zeroed outside the clock, as for
+/// the kernels, then each value of the `windows` read, added to and stored
+/// once, in order. The kernels touch these values too, and more than once
+/// where windows share entries; the floor leaves out all their index work.
+pub fn output_floor(
+    windows: &[usize],
+    all_windows: usize,
+    channels: usize,
+    timing: TimingOptions,
+) -> spindle::Result<Timing> {
+    let mut out = vec![0.0f64; all_windows * channels];
+    let out = std::cell::RefCell::new(&mut out);
+    spindle::timing::wall_clock(
+        timing,
+        || {
+            out.borrow_mut().fill(0.0);
+            Ok(())
+        },
+        || {
+            let mut out = out.borrow_mut();
+            for &w in windows {
+                out[w * channels..(w + 1) * channels].iter_mut().for_each(|x| *x += 1.0);
+            }
+            std::hint::black_box(&mut **out);
+            Ok(())
+        },
+    )
 }
 
 /// Every order of the statement in `format` that the lowering takes, and
@@ -1153,6 +1222,32 @@ mod tests {
         assert_eq!(random_input(&[4, 5], 0.0, 1).unwrap().nnz(), 20);
         assert_eq!(random_input(&[10], 99.9, 1).unwrap().nnz(), 0);
         assert_eq!(random_input(&[7, 9], 60.0, 3).unwrap(), coo, "seeded");
+    }
+
+    #[test]
+    fn written_windows_are_those_an_entry_reaches() {
+        let coo = random_input(&[2, 6, 7, 3], 97.0, 5).unwrap();
+        let windows = [2, 4, 5];
+        let mut brute = Vec::new();
+        let all = (0..2i64).flat_map(|n| (0..4i64).flat_map(move |h| (0..5i64).map(move |w| (n, h, w))));
+        for (n, h, w) in all {
+            let reached = (0..coo.nnz()).any(|e| {
+                let (en, eh, ew) = (coo.crd[0][e], coo.crd[1][e], coo.crd[2][e]);
+                en == n && (h..h + 3).contains(&eh) && (w..w + 3).contains(&ew)
+            });
+            if reached {
+                brute.push(((n * 4 + h) * 5 + w) as usize);
+            }
+        }
+        assert!(!brute.is_empty() && brute.len() < 40, "a case with written and unwritten windows");
+        assert_eq!(written_windows(&coo, &[3, 3], &windows), brute);
+    }
+
+    #[test]
+    fn the_output_floor_times_its_launches() {
+        let timing = output_floor(&[0, 3, 4], 6, 8, TimingOptions { warmup: 1, repeats: 3 }).unwrap();
+        assert_eq!(timing.runs, 3);
+        assert!(timing.median_ms >= 0.0 && timing.max_ms >= timing.min_ms);
     }
 
     #[test]

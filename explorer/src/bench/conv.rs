@@ -242,21 +242,27 @@ fn print_summary(report: &ConvReport) {
             p.order
         );
         println!(
-            "  {:>9} {:>9} {:>12} {:>12} {:>12} {:>9} {:>8}",
-            "sparsity", "nnz", "subsect", "ucf", "default", "ucf/sub", "agree"
+            "  {:>9} {:>9} {:>12} {:>12} {:>12} {:>9} {:>12} {:>10} {:>8}",
+            "sparsity", "nnz", "subsect", "ucf", "default", "ucf/sub", "out floor", "ucf/floor", "agree"
         );
         for c in &p.cases {
             println!(
-                "  {:>8}% {:>9} {:>12.4} {:>12.4} {:>12.4} {:>9} {:>8.1e}",
+                "  {:>8}% {:>9} {:>12.4} {:>12.4} {:>12.4} {:>9} {:>12.4} {:>10} {:>8.1e}",
                 c.sparsity,
                 c.nnz,
                 c.subsect.ms(),
                 c.ucf.ms(),
                 c.default.ms(),
                 ratio(c.ucf_over_subsect),
+                c.output_floor.ms(),
+                ratio(c.ucf_over_floor),
                 c.max_rel_diff
             );
         }
+        println!(
+            "  (out floor: each output value the input reaches read, added to and stored once, the output \
+             zeroed outside the clock as for the kernels; ucf/floor bounds ucf/sub for any kernel writing O)"
+        );
         println!();
     }
     for (g, goal) in report.goals.iter().enumerate() {
