@@ -300,7 +300,8 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
         repeats: opts.timing.repeats,
         timing_protocol:
             "medians of --repeats rounds in which the three policies take turns, each a warm-up launch and a \
-             timed one; outputs zeroed outside the clock"
+             timed one (a kernel under 1 ms: the median of a batch of launches filling about 1 ms, at most \
+             100, counted from the first round); outputs zeroed outside the clock"
                 .to_string(),
         goals: GOALS.iter().map(|g| g.to_string()).collect(),
         notes,
@@ -330,17 +331,24 @@ fn measure(
     // alike rather than on whichever ran then.
     let schedules: Vec<Schedule> =
         FUSIONS.iter().map(|f| format!("fusion={f} threads=1").parse()).collect::<Result<_, _>>()?;
-    let once = TimingOptions { warmup: timing.warmup, repeats: 1 };
+    // A round times a batch of launches of each policy where one launch is
+    // short (their median), so the clock's resolution and the machine's
+    // jitter do not decide a ratio of microseconds.
+    let mut batches = vec![1; FUSIONS.len()];
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); FUSIONS.len()];
     let mut policies = Vec::new();
     let mut outputs = Vec::new();
     for round in 0..timing.repeats.max(1) {
-        for ((fusion, schedule), times) in FUSIONS.iter().zip(&schedules).zip(&mut times) {
+        for (((fusion, schedule), times), batch) in
+            FUSIONS.iter().zip(&schedules).zip(&mut times).zip(&mut batches)
+        {
+            let launches = TimingOptions { warmup: timing.warmup, repeats: *batch };
             let ran = problem
-                .run_program(&CBackend::new(), schedule, once, false)
+                .run_program(&CBackend::new(), schedule, launches, false)
                 .with_context(|| format!("{kernel} on {input}, fusion={fusion}"))?;
             times.push(ran.timings[0].median_ms);
             if round == 0 {
+                *batch = batch_for(ran.timings[0].median_ms);
                 outputs.push(values(&ran)?);
                 policies.push(PolicyRun {
                     fusion: fusion.to_string(),
@@ -376,6 +384,18 @@ fn measure(
         trie_values: trie,
     })
 }
+
+/// Launches a round times of a kernel taking `ms`: enough for about
+/// [`BATCH_MS`], at most 100.
+fn batch_for(ms: f64) -> usize {
+    match ms > 0.0 {
+        true => ((BATCH_MS / ms).ceil() as usize).clamp(1, 100),
+        false => 100,
+    }
+}
+
+/// The least time a round spends on one policy's launches.
+const BATCH_MS: f64 = 1.0;
 
 fn ms(run: &KernelRun, fusion: &str) -> f64 {
     run.policies.iter().find(|p| p.fusion == fusion).map_or(f64::NAN, |p| p.timing.median_ms)
@@ -449,6 +469,15 @@ fn random_tensor(shape: &[usize], nnz: usize, seed: u64) -> Result<Coo<f64, i64>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_kernels_are_timed_in_batches() {
+        assert_eq!(batch_for(5.0), 1);
+        assert_eq!(batch_for(1.0), 1);
+        assert_eq!(batch_for(0.3), 4);
+        assert_eq!(batch_for(0.001), 100);
+        assert_eq!(batch_for(0.0), 100);
+    }
 
     fn run(kernel: &str, input: &str, size_name: &str, size: usize, maximal: f64, trie: f64) -> KernelRun {
         let policy = |fusion: &str, ms: f64| PolicyRun {

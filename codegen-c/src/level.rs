@@ -156,6 +156,16 @@ pub fn lane_split(kernel: &LevelKernel) -> LaneSplit {
     }
 }
 
+/// Whether a value computed in `nodes` reads a dense array (a dense
+/// tensor, or a temporary at coordinates) at `var`.
+fn reads_dense_at(nodes: &[Node], var: VarId) -> bool {
+    let at_var = |e: &Expr| match e {
+        Expr::Dense { at, .. } | Expr::Local { at: Place::Coords(at), .. } => at.contains(&var),
+        _ => false,
+    };
+    Node::any(nodes, &|n| n.value().is_some_and(|v| v.any(&at_var)))
+}
+
 /// The output coordinates of the kernel's updates, when they all agree.
 fn updates_at(kernel: &LevelKernel) -> Option<Vec<VarId>> {
     fn walk(nodes: &[Node], out: &mut Vec<Vec<VarId>>) {
@@ -1299,6 +1309,18 @@ impl<'k, D: Dialect> Printer<'k, D> {
         }
         let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
         self.line(depth + 1, &line);
+        if self.split.is_none() && reads_dense_at(body, var) {
+            // Vectorised, this loop's lanes would gather the dense operands
+            // at the entries' scattered coordinates, one vgatherdpd per
+            // value: GCC 12 does it (tuning for Zen 3) where the loops below
+            // unroll, and on this Zen 4 it is slower than scalar loads
+            // (SDDMM on ca-CondMat, NK = 16: 4.4 ms against 2.3). An empty
+            // asm statement keeps a loop scalar and costs nothing.
+            self.line(
+                depth + 1,
+                "__asm__ volatile(\"\"); // scalar: lanes would gather at scattered coordinates",
+            );
+        }
         self.position_loops += 1;
         body.iter().for_each(|b| self.node(b, depth + 1));
         self.position_loops -= 1;

@@ -200,6 +200,21 @@ fn trie_fusion_removes_loop_invariant_redundancy() {
     assert!(source[..region].contains("if (nthreads <= 1)"), "{source}");
 }
 
+/// A loop over stored entries whose lanes would gather a dense operand at
+/// the entries' coordinates (D at j) is kept scalar (GCC vectorises it with
+/// gathers, slower here than scalar loads); one reading only at the
+/// entries' positions (B and T1 at pB1) is left to the compiler.
+#[test]
+fn entry_loops_that_would_gather_stay_scalar() {
+    let p = sddmm(&[]);
+    let source = &run(&p, "none").sources[0];
+    let loops: Vec<&str> = source.split("for (int64_t p_B1 =").skip(1).collect();
+    assert_eq!(loops.len(), 2, "{source}");
+    let scalar = |body: &str| body.lines().nth(2).is_some_and(|l| l.contains("__asm__ volatile(\"\");"));
+    assert!(loops[0].contains("t_D[") && scalar(loops[0]), "{source}");
+    assert!(!loops[1].contains("t_D[") && !scalar(loops[1]), "{source}");
+}
+
 /// Dead-value redundancy: the product C·D is computed only where B has an
 /// entry, even unfused; the temporary holds one value per entry of B.
 #[test]

@@ -281,6 +281,30 @@ impl Node {
     pub fn any(nodes: &[Node], f: &dyn Fn(&Node) -> bool) -> bool {
         nodes.iter().any(|n| f(n) || n.bodies().any(|b| Node::any(b, f)))
     }
+
+    /// The value a leaf computes: an update's, an accumulation's or a
+    /// store's.
+    pub fn value(&self) -> Option<&Expr> {
+        match self {
+            Node::Update { value, .. } | Node::Accumulate { value } | Node::Store { value, .. } => {
+                Some(value)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Expr {
+    /// Whether `f` holds for this expression or one inside it.
+    pub fn any(&self, f: &dyn Fn(&Expr) -> bool) -> bool {
+        f(self)
+            || match self {
+                Expr::Neg(x) => x.any(f),
+                Expr::Binary { lhs, rhs, .. } => lhs.any(f) || rhs.any(f),
+                Expr::Call { args, .. } => args.iter().any(|a| a.any(f)),
+                Expr::Const(_) | Expr::Stored { .. } | Expr::Dense { .. } | Expr::Local { .. } => false,
+            }
+    }
 }
 
 /// An affine coordinate `Σ coeff·var + offset` (coefficients positive):

@@ -344,22 +344,11 @@ fn rows_apart(
 
 /// Whether some access of local `id` in `nodes` is at `var`.
 fn kept_var(nodes: &[Node], id: LocalId, var: VarId) -> bool {
-    fn expr(e: &Expr, id: LocalId, var: VarId) -> bool {
-        match e {
-            Expr::Local { local, at: Place::Coords(at) } => *local == id && at.contains(&var),
-            Expr::Local { .. } | Expr::Const(_) | Expr::Stored { .. } | Expr::Dense { .. } => false,
-            Expr::Neg(x) => expr(x, id, var),
-            Expr::Binary { lhs, rhs, .. } => expr(lhs, id, var) || expr(rhs, id, var),
-            Expr::Call { args, .. } => args.iter().any(|a| expr(a, id, var)),
-        }
-    }
-    Node::any(nodes, &|n| match n {
-        Node::Store { target, at, value } => {
-            (*target == Target::Local(id) && matches!(at, Place::Coords(at) if at.contains(&var)))
-                || expr(value, id, var)
-        }
-        Node::Update { value, .. } | Node::Accumulate { value } => expr(value, id, var),
-        _ => false,
+    let read = |e: &Expr| matches!(e, Expr::Local { local, at: Place::Coords(at) } if *local == id && at.contains(&var));
+    Node::any(nodes, &|n| {
+        let stored = matches!(n, Node::Store { target, at: Place::Coords(at), .. }
+            if *target == Target::Local(id) && at.contains(&var));
+        stored || n.value().is_some_and(|v| v.any(&read))
     })
 }
 
