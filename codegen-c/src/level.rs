@@ -277,9 +277,8 @@ struct Printer<'k, D: Dialect> {
     resolved: Vec<usize>,
     /// The number of the next subsection or resolve loop (its names).
     ss_next: usize,
-    /// The enclosing subsection loops' cursors: (operand, level, where),
-    /// innermost last.
-    cursors: Vec<(usize, usize, subsect::Cursor)>,
+    /// The enclosing subsection loops' cursors, innermost last.
+    cursors: Vec<subsect::Opened>,
     /// Inside a [`Node::Fill`]: the counter its updates increment.
     hits: Option<String>,
     /// Position loops around the node being printed.

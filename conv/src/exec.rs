@@ -9,7 +9,7 @@ use spindle_ir::lang::BinOp;
 use spindle_ir::level::{AffineOperand, Expr, LevelKernel, Node, Position, Reach, VarId, taps_order};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
-use crate::subsect::{LevelView, Subsections, dense_values, lower_bound, ranges};
+use crate::subsect::{LevelView, Subsections, dense_values, lower_bound, ranges, ranges_from};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -116,8 +116,20 @@ fn standard<'a, T>(slice: Option<&'a [T]>, name: &str) -> Result<&'a [T], ExecEr
     slice.ok_or_else(|| ExecError::Missing(format!("{name} (in row-major order)")))
 }
 
-/// Where a subsection loop's ranges stand: a resolve loop of its level
-/// starts there instead of searching.
+/// An enclosing subsection loop of `level` of affine operand `operand`:
+/// where its ranges stand (a resolve loop of its level, or the gathering of
+/// a deeper subsection loop, starts there instead of searching), opened
+/// with `bound` variables bound (its own included) and `resolved` levels of
+/// the operand resolved.
+struct Opened {
+    operand: usize,
+    level: usize,
+    at: Cursor,
+    bound: usize,
+    resolved: usize,
+}
+
+/// Where a subsection loop's ranges stand.
 enum Cursor {
     /// One range (every level above resolved).
     One(i64),
@@ -136,8 +148,8 @@ struct Run<'a> {
     /// position each resolved level is at.
     resolved: Vec<usize>,
     pos: Vec<Vec<i64>>,
-    /// The enclosing subsection loops' cursors: (operand, level, cursor).
-    cursors: Vec<(usize, usize, Cursor)>,
+    /// The enclosing subsection loops, innermost last.
+    cursors: Vec<Opened>,
     /// The updates counted by each enclosing [`Node::Fill`].
     hits: Vec<usize>,
     out: &'a mut [f64],
@@ -168,6 +180,29 @@ impl Run<'_> {
         if level == 0 { 0 } else { self.pos[operand][level - 1] }
     }
 
+    fn bound_count(&self) -> usize {
+        self.bound.iter().filter(|b| **b).count()
+    }
+
+    /// The ranges' starts (cursor, end) at `level` of the enclosing
+    /// subsection loop of that level, where a deeper one can gather from
+    /// them: opened with the same levels resolved and no variable bound
+    /// since, so its ranges are the positions the levels above reach now.
+    fn reusable(&self, operand: usize, level: usize) -> Option<(usize, Vec<(i64, i64)>)> {
+        let o = self.cursors.iter().rev().find(|o| (o.operand, o.level) == (operand, level))?;
+        if o.bound != self.bound_count() || o.resolved != self.resolved[operand] {
+            return None;
+        }
+        let view = &self.views[operand][level];
+        let starts = match &o.at {
+            Cursor::One(cur) => vec![(*cur, view.children(self.parent(operand, level)).1)],
+            Cursor::Ranges(by_parent) => {
+                by_parent.iter().map(|&(p, cur)| (cur, view.children(p).1)).collect()
+            }
+        };
+        Some((level, starts))
+    }
+
     fn node(&mut self, n: &Node) -> Result<(), ExecError> {
         match n {
             Node::Dense { var, body } => {
@@ -192,8 +227,15 @@ impl Run<'_> {
                     }
                     view => {
                         let windows: Vec<(i64, i64)> = (0..=*level).map(|m| self.window(o, m)).collect();
-                        let parent = self.parent(*operand, first);
-                        let found = ranges(&self.views[*operand], first, parent, &windows, *level);
+                        let found = match (first..*level).rev().find_map(|m| self.reusable(*operand, m)) {
+                            Some((m, starts)) => {
+                                ranges_from(&self.views[*operand], m, &starts, &windows, *level)
+                            }
+                            None => {
+                                let parent = self.parent(*operand, first);
+                                ranges(&self.views[*operand], first, parent, &windows, *level)
+                            }
+                        };
                         let parents: Vec<i64> = found.iter().map(|(p, _)| *p).collect();
                         let one = first == *level;
                         let found = found.into_iter().map(|(_, r)| r).collect();
@@ -206,7 +248,14 @@ impl Run<'_> {
                                     parents.iter().enumerate().map(|(r, &p)| (p, ss.cursor(r))).collect(),
                                 ),
                             };
-                            self.cursors.push((*operand, *level, cursor));
+                            let bound = self.bound_count();
+                            self.cursors.push(Opened {
+                                operand: *operand,
+                                level: *level,
+                                at: cursor,
+                                bound,
+                                resolved: first,
+                            });
                             self.nodes(body)?;
                             self.cursors.pop();
                             ss.next();
@@ -236,8 +285,8 @@ impl Run<'_> {
                         // Under a subsection loop of this level, from its
                         // cursor (at most this window's start).
                         let cursor =
-                            self.cursors.iter().rev().find(|(o, l, _)| (*o, *l) == (*operand, *level));
-                        let mut p = match cursor.map(|(.., c)| c) {
+                            self.cursors.iter().rev().find(|o| (o.operand, o.level) == (*operand, *level));
+                        let mut p = match cursor.map(|o| &o.at) {
                             Some(Cursor::One(cur)) => *cur,
                             Some(Cursor::Ranges(by_parent)) => {
                                 match by_parent.binary_search_by_key(&parent, |(p, _)| *p) {

@@ -106,39 +106,66 @@ pub fn ranges(
     windows: &[(i64, i64)],
     level: usize,
 ) -> Vec<(i64, (i64, i64))> {
-    fn walk(
-        levels: &[LevelView],
-        m: usize,
-        parent: i64,
-        windows: &[(i64, i64)],
-        level: usize,
-        out: &mut Vec<(i64, (i64, i64))>,
-    ) {
-        let (lo, hi) = windows[m];
-        match levels[m] {
-            _ if m == level => {
-                let (b, e) = levels[m].children(parent);
-                out.push((parent, (lower_bound(levels[m].crd(), b, e, lo), e)));
+    let mut out = Vec::new();
+    walk_ranges(levels, first, parent, windows, level, &mut out);
+    out
+}
+
+/// [`ranges`] from an enclosing subsection loop of level `m < level`: the
+/// positions of level `m` in its window lie in `starts` (each from a cursor
+/// at most the window's start to its range's end, ascending), so the levels
+/// above `m` are not walked again.
+pub fn ranges_from(
+    levels: &[LevelView],
+    m: usize,
+    starts: &[(i64, i64)],
+    windows: &[(i64, i64)],
+    level: usize,
+) -> Vec<(i64, (i64, i64))> {
+    let (lo, hi) = windows[m];
+    let crd = levels[m].crd();
+    let mut out = Vec::new();
+    for &(from, end) in starts {
+        let mut p = from;
+        while p < end && crd[p as usize] <= hi {
+            if crd[p as usize] >= lo {
+                walk_ranges(levels, m + 1, p, windows, level, &mut out);
             }
-            LevelView::Dense { extent } => {
-                for x in lo.max(0)..=hi.min(extent as i64 - 1) {
-                    walk(levels, m + 1, parent * extent as i64 + x, windows, level, out);
-                }
+            p += 1;
+        }
+    }
+    out
+}
+
+fn walk_ranges(
+    levels: &[LevelView],
+    m: usize,
+    parent: i64,
+    windows: &[(i64, i64)],
+    level: usize,
+    out: &mut Vec<(i64, (i64, i64))>,
+) {
+    let (lo, hi) = windows[m];
+    match levels[m] {
+        _ if m == level => {
+            let (b, e) = levels[m].children(parent);
+            out.push((parent, (lower_bound(levels[m].crd(), b, e, lo), e)));
+        }
+        LevelView::Dense { extent } => {
+            for x in lo.max(0)..=hi.min(extent as i64 - 1) {
+                walk_ranges(levels, m + 1, parent * extent as i64 + x, windows, level, out);
             }
-            view => {
-                let crd = view.crd();
-                let (b, e) = view.children(parent);
-                let mut p = lower_bound(crd, b, e, lo);
-                while p < e && crd[p as usize] <= hi {
-                    walk(levels, m + 1, p, windows, level, out);
-                    p += 1;
-                }
+        }
+        view => {
+            let crd = view.crd();
+            let (b, e) = view.children(parent);
+            let mut p = lower_bound(crd, b, e, lo);
+            while p < e && crd[p as usize] <= hi {
+                walk_ranges(levels, m + 1, p, windows, level, out);
+                p += 1;
             }
         }
     }
-    let mut out = Vec::new();
-    walk(levels, first, parent, windows, level, &mut out);
-    out
 }
 
 /// The non-empty subsections of one level along an index variable `v` in
@@ -328,5 +355,26 @@ mod tests {
         let crd = [0, 1, 2, 0];
         let csr = [LevelView::Dense { extent: 3 }, LevelView::Compressed { pos: Some(&pos), crd: &crd }];
         assert_eq!(ranges(&csr, 0, 0, &[(1, 7), (0, 9)], 1), [(1, (1, 3)), (2, (3, 4))]);
+    }
+
+    #[test]
+    fn ranges_from_an_enclosing_cursor_match_a_fresh_walk() {
+        // CSF: i in {0, 2}; (0, j) in {1, 4}, (2, j) in {2}; k below each.
+        let crd0 = [0, 2];
+        let (pos1, crd1) = ([0, 2, 3], [1, 4, 2]);
+        let (pos2, crd2) = ([0, 2, 3, 5], [0, 3, 1, 2, 6]);
+        let levels = [
+            LevelView::Compressed { pos: None, crd: &crd0 },
+            LevelView::Compressed { pos: Some(&pos1), crd: &crd1 },
+            LevelView::Compressed { pos: Some(&pos2), crd: &crd2 },
+        ];
+        let windows = [(0, 2), (2, 4), (1, 9)];
+        let fresh = ranges(&levels, 0, 0, &windows, 2);
+        assert_eq!(fresh, [(1, (2, 3)), (2, (3, 5))]);
+        // An enclosing loop of level 1 with cursors at or before its window's
+        // start: from (0, j)'s first entry and (2, j)'s.
+        assert_eq!(ranges_from(&levels, 1, &[(0, 2), (2, 3)], &windows, 2), fresh);
+        // Its window moved on (j from 3): (0, 4) alone.
+        assert_eq!(ranges_from(&levels, 1, &[(1, 2), (3, 3)], &[(0, 2), (3, 5), (1, 9)], 2), [(1, (2, 3))]);
     }
 }

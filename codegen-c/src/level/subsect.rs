@@ -6,7 +6,9 @@
 //! A subsection loop over a compressed level gathers the position ranges it
 //! looks in (one when every level above is resolved; otherwise the children
 //! of every position the unresolved levels reach within their windows, into
-//! buffers allocated once per kernel or thread), then steps its variable to
+//! buffers allocated once per kernel or thread; the positions of a level
+//! that an enclosing subsection loop walks are taken from its cursors, not
+//! searched again), then steps its variable to
 //! each value whose window holds a coordinate, moving each range's cursor
 //! forward only. A resolve loop walks the level's entries under its parent
 //! from the window's start (a binary search) and breaks past its end.
@@ -31,13 +33,24 @@ static inline int64_t spindle_floor_div(int64_t a, int64_t b) { return a >= 0 ? 
 /// about its extent over this many.
 const CHUNKS: usize = 256;
 
-/// Where an enclosing subsection loop's cursors are, for a resolve loop of
-/// its level to start from.
+/// An enclosing subsection loop of `level` of affine operand `operand`, its
+/// cursors where a resolve loop of that level, or the gathering of a deeper
+/// subsection loop, starts; opened with `bound` variables bound (its own
+/// included) and `resolved` levels of the operand resolved.
+pub(super) struct Opened {
+    operand: usize,
+    level: usize,
+    at: Cursor,
+    bound: usize,
+    resolved: usize,
+}
+
+/// Where an enclosing subsection loop's cursors are.
 pub(super) enum Cursor {
-    /// One range: the C name of its cursor.
-    One(String),
+    /// One range, of subsection loop `n`: `s{n}_cur` up to `s{n}_end`.
+    One(usize),
     /// Several, in the buffers of subsection loop `n`: `s{n}_par` (each
-    /// range's parent position, ascending) and `s{n}_cur`.
+    /// range's parent position, ascending), `s{n}_cur` and `s{n}_end`.
     Ranges(usize),
 }
 
@@ -203,7 +216,8 @@ impl<D: Dialect> Printer<'_, D> {
         let buffers = buffered(first_unresolved, level);
         if buffers {
             self.line(d, &format!("int64_t s{n}_ranges = 0;"));
-            let opened = self.gather(n, operand, first_unresolved, level, &start, d);
+            let from_level = self.gather_from(operand, first_unresolved, level);
+            let opened = self.gather(n, operand, from_level, level, &start, d);
             for k in (0..opened).rev() {
                 self.line(d + k, "}");
             }
@@ -240,8 +254,9 @@ impl<D: Dialect> Printer<'_, D> {
         self.line(e + 1, "continue;");
         self.line(e, "}");
         self.bind(var);
-        let cursor = if buffers { Cursor::Ranges(n) } else { Cursor::One(format!("s{n}_cur")) };
-        self.cursors.push((operand, level, cursor));
+        let at = if buffers { Cursor::Ranges(n) } else { Cursor::One(n) };
+        let (bound, resolved) = (self.bound.len(), first_unresolved);
+        self.cursors.push(Opened { operand, level, at, bound, resolved });
         body.iter().for_each(|b| self.node(b, e));
         self.cursors.pop();
         self.unbind();
@@ -267,6 +282,28 @@ impl<D: Dialect> Printer<'_, D> {
             _ if m == self.resolved[operand] => self.parent(operand, m),
             _ => format!("g{n}_{}", m - 1),
         };
+        if m < level
+            && let Some(at) = self.reusable(operand, m)
+        {
+            // The enclosing subsection loop of this level has its ranges'
+            // cursors at its window's start: the positions in the window
+            // follow them, no search (the window here starts no earlier).
+            let (lo, span) = self.window(operand, m);
+            let (crd, _) = self.crd_of(operand, m);
+            let g = format!("g{n}_{m}");
+            let (cur, end, opened) = match *at {
+                Cursor::One(k) => (format!("s{k}_cur"), format!("s{k}_end"), 1),
+                Cursor::Ranges(k) => {
+                    let c = format!("c{n}_{m}");
+                    self.line(depth, &format!("for (int64_t {c} = 0; {c} < s{k}_ranges; {c}++) {{"));
+                    (format!("s{k}_cur[{c}]"), format!("s{k}_end[{c}]"), 2)
+                }
+            };
+            let d = depth + opened - 1;
+            self.line(d, &format!("for (int64_t {g} = {cur}, {g}_end = {end}; {g} < {g}_end && {crd}[{g}] <= ({lo}) + {span}; {g}++) {{"));
+            self.line(d + 1, &format!("if ({crd}[{g}] < {lo}) continue;"));
+            return opened + self.gather(n, operand, m + 1, level, start, d + 1);
+        }
         if m == level {
             let (crd, _) = self.crd_of(operand, level);
             let (b, e) = self.children(operand, level, &parent);
@@ -295,6 +332,30 @@ impl<D: Dialect> Printer<'_, D> {
             }
         }
         1 + self.gather(n, operand, m + 1, level, start, depth + 1)
+    }
+
+    /// The enclosing subsection loop of `level` of `operand` whose cursors a
+    /// deeper subsection loop can gather its ranges from: opened with the
+    /// same levels resolved and no variable bound since, so its ranges are
+    /// the positions the levels above reach now.
+    fn reusable(&self, operand: usize, level: usize) -> Option<&Cursor> {
+        let o = self.cursors.iter().rev().find(|o| (o.operand, o.level) == (operand, level))?;
+        (o.bound == self.bound.len() && o.resolved == self.resolved[operand]).then_some(&o.at)
+    }
+
+    /// Where a subsection loop of `level` starts gathering its ranges: at
+    /// the deepest level above it with reusable cursors, else at the first
+    /// unresolved one.
+    fn gather_from(&self, operand: usize, first_unresolved: usize, level: usize) -> usize {
+        (first_unresolved..level)
+            .rev()
+            .find(|&m| self.reusable(operand, m).is_some())
+            .unwrap_or(first_unresolved)
+    }
+
+    /// The cursors of the innermost enclosing subsection loop of `level`.
+    fn cursor(&self, operand: usize, level: usize) -> Option<&Cursor> {
+        self.cursors.iter().rev().find(|o| (o.operand, o.level) == (operand, level)).map(|o| &o.at)
     }
 
     pub(super) fn resolve(&mut self, var: VarId, operand: usize, level: usize, body: &[Node], depth: usize) {
@@ -349,11 +410,10 @@ impl<D: Dialect> Printer<'_, D> {
             // coordinate of its window, at most this window's start).
             let s = &self.operand(operand).subscripts[level];
             let search = format!("SPINDLE_LOWER_BOUND({crd}, {b}, {e}, r{n}_base)");
-            let cursor =
-                self.cursors.iter().rev().find(|(o, l, _)| (*o, *l) == (operand, level)).map(|(.., c)| c);
+            let cursor = self.cursor(operand, level);
             let begin = match (&s.terms[..], s.offset, cursor) {
                 ([_], 0, _) => b.clone(),
-                (.., Some(Cursor::One(cur))) => cur.clone(),
+                (.., Some(Cursor::One(k))) => format!("s{k}_cur"),
                 // The range gathered under this parent, found by its
                 // position among the ranges' (ascending) parents.
                 (.., Some(Cursor::Ranges(m))) => format!(
