@@ -188,8 +188,8 @@ impl Run<'_> {
     /// subsection loop of that level, where a deeper one can gather from
     /// them: opened with the same levels resolved and no variable bound
     /// since, so its ranges are the positions the levels above reach now.
-    fn reusable(&self, operand: usize, level: usize) -> Option<(usize, Vec<(i64, i64)>)> {
-        let o = self.cursors.iter().rev().find(|o| (o.operand, o.level) == (operand, level))?;
+    fn reusable(&self, operand: usize, level: usize) -> Option<Vec<(i64, i64)>> {
+        let o = self.opened(operand, level)?;
         if o.bound != self.bound_count() || o.resolved != self.resolved[operand] {
             return None;
         }
@@ -200,7 +200,12 @@ impl Run<'_> {
                 by_parent.iter().map(|&(p, cur)| (cur, view.children(p).1)).collect()
             }
         };
-        Some((level, starts))
+        Some(starts)
+    }
+
+    /// The innermost enclosing subsection loop of `level` of `operand`.
+    fn opened(&self, operand: usize, level: usize) -> Option<&Opened> {
+        self.cursors.iter().rev().find(|o| (o.operand, o.level) == (operand, level))
     }
 
     fn node(&mut self, n: &Node) -> Result<(), ExecError> {
@@ -227,7 +232,10 @@ impl Run<'_> {
                     }
                     view => {
                         let windows: Vec<(i64, i64)> = (0..=*level).map(|m| self.window(o, m)).collect();
-                        let found = match (first..*level).rev().find_map(|m| self.reusable(*operand, m)) {
+                        let found = match (first..*level)
+                            .rev()
+                            .find_map(|m| self.reusable(*operand, m).map(|starts| (m, starts)))
+                        {
                             Some((m, starts)) => {
                                 ranges_from(&self.views[*operand], m, &starts, &windows, *level)
                             }
@@ -284,9 +292,7 @@ impl Run<'_> {
                         let last = base + coeff * (extent as i64 - 1);
                         // Under a subsection loop of this level, from its
                         // cursor (at most this window's start).
-                        let cursor =
-                            self.cursors.iter().rev().find(|o| (o.operand, o.level) == (*operand, *level));
-                        let mut p = match cursor.map(|o| &o.at) {
+                        let mut p = match self.opened(*operand, *level).map(|o| &o.at) {
                             Some(Cursor::One(cur)) => *cur,
                             Some(Cursor::Ranges(by_parent)) => {
                                 match by_parent.binary_search_by_key(&parent, |(p, _)| *p) {

@@ -339,8 +339,9 @@ impl<D: Dialect> Printer<'_, D> {
     /// same levels resolved and no variable bound since, so its ranges are
     /// the positions the levels above reach now.
     fn reusable(&self, operand: usize, level: usize) -> Option<&Cursor> {
-        let o = self.cursors.iter().rev().find(|o| (o.operand, o.level) == (operand, level))?;
-        (o.bound == self.bound.len() && o.resolved == self.resolved[operand]).then_some(&o.at)
+        self.opened(operand, level)
+            .filter(|o| o.bound == self.bound.len() && o.resolved == self.resolved[operand])
+            .map(|o| &o.at)
     }
 
     /// Where a subsection loop of `level` starts gathering its ranges: at
@@ -353,9 +354,9 @@ impl<D: Dialect> Printer<'_, D> {
             .unwrap_or(first_unresolved)
     }
 
-    /// The cursors of the innermost enclosing subsection loop of `level`.
-    fn cursor(&self, operand: usize, level: usize) -> Option<&Cursor> {
-        self.cursors.iter().rev().find(|o| (o.operand, o.level) == (operand, level)).map(|o| &o.at)
+    /// The innermost enclosing subsection loop of `level` of `operand`.
+    fn opened(&self, operand: usize, level: usize) -> Option<&Opened> {
+        self.cursors.iter().rev().find(|o| (o.operand, o.level) == (operand, level))
     }
 
     pub(super) fn resolve(&mut self, var: VarId, operand: usize, level: usize, body: &[Node], depth: usize) {
@@ -410,7 +411,7 @@ impl<D: Dialect> Printer<'_, D> {
             // coordinate of its window, at most this window's start).
             let s = &self.operand(operand).subscripts[level];
             let search = format!("SPINDLE_LOWER_BOUND({crd}, {b}, {e}, r{n}_base)");
-            let cursor = self.cursor(operand, level);
+            let cursor = self.opened(operand, level).map(|o| &o.at);
             let begin = match (&s.terms[..], s.offset, cursor) {
                 ([_], 0, _) => b.clone(),
                 (.., Some(Cursor::One(k))) => format!("s{k}_cur"),
@@ -685,21 +686,13 @@ fn edge(a: i64, hi: &str, b: i64, lo: &str) -> String {
 
 /// Calls `f` on every load in the values of the updates of `nodes`.
 fn visit_reads(nodes: &[Node], f: &mut dyn FnMut(&Expr)) {
-    fn walk(e: &Expr, f: &mut dyn FnMut(&Expr)) {
-        match e {
-            Expr::Dense { .. } | Expr::Stored { .. } => f(e),
-            Expr::Neg(x) => walk(x, f),
-            Expr::Binary { lhs, rhs, .. } => {
-                walk(lhs, f);
-                walk(rhs, f);
-            }
-            Expr::Call { args, .. } => args.iter().for_each(|a| walk(a, f)),
-            Expr::Const(_) | Expr::Local { .. } => {}
-        }
-    }
     for n in nodes {
         if let Node::Update { value, .. } = n {
-            walk(value, f);
+            value.visit(&mut |e| {
+                if matches!(e, Expr::Dense { .. } | Expr::Stored { .. }) {
+                    f(e);
+                }
+            });
         }
     }
 }

@@ -295,15 +295,26 @@ impl Node {
 }
 
 impl Expr {
+    /// Calls `f` on this expression and on every one inside it, outermost
+    /// first.
+    pub fn visit(&self, f: &mut dyn FnMut(&Expr)) {
+        f(self);
+        match self {
+            Expr::Neg(x) => x.visit(f),
+            Expr::Binary { lhs, rhs, .. } => {
+                lhs.visit(f);
+                rhs.visit(f);
+            }
+            Expr::Call { args, .. } => args.iter().for_each(|a| a.visit(f)),
+            Expr::Const(_) | Expr::Stored { .. } | Expr::Dense { .. } | Expr::Local { .. } => {}
+        }
+    }
+
     /// Whether `f` holds for this expression or one inside it.
     pub fn any(&self, f: &dyn Fn(&Expr) -> bool) -> bool {
-        f(self)
-            || match self {
-                Expr::Neg(x) => x.any(f),
-                Expr::Binary { lhs, rhs, .. } => lhs.any(f) || rhs.any(f),
-                Expr::Call { args, .. } => args.iter().any(|a| a.any(f)),
-                Expr::Const(_) | Expr::Stored { .. } | Expr::Dense { .. } | Expr::Local { .. } => false,
-            }
+        let mut found = false;
+        self.visit(&mut |e| found |= f(e));
+        found
     }
 }
 
