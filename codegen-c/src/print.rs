@@ -205,6 +205,21 @@ struct Owner {
     axis: AxisId,
 }
 
+/// The most copies of a reduction's innermost loop that unrolling the loops
+/// around it may make (see [`Printer::reduce`]).
+const MAX_UNROLLED: usize = 16;
+
+/// The terms of a mask that is a conjunction (`a && b && ...`).
+fn conjuncts(k: &Kernel, m: ValueId, out: &mut Vec<ValueId>) {
+    match k.value(m).op {
+        Op::Binary(BinaryOp::And, a, b) => {
+            conjuncts(k, a, out);
+            conjuncts(k, b, out);
+        }
+        _ => out.push(m),
+    }
+}
+
 /// Looks through eager broadcasts.
 fn strip(k: &Kernel, mut id: ValueId) -> ValueId {
     while let Op::Broadcast { value } = k.value(id).op {
@@ -428,17 +443,112 @@ impl<'k> Printer<'k> {
         full.push(axis);
         full.sort();
         full.dedup();
-        let inner = self.open(depth, &full);
-        let term: Vec<String> = factors.iter().map(|&f| self.elem(f)).collect();
+        // The terms of masks that do not vary along the innermost loop are
+        // tested outside it, as the sink's are: the reduction's own mask's,
+        // and in a sum those of factors that are masked loads printed in
+        // place (where one is off, the term is 0 and skipping it adds
+        // nothing). Inside the test the loads read unmasked, and gcc reads
+        // their rows contiguously instead of gathering them.
+        let order = self.order(&full);
+        let innermost = order.last().copied();
+        let varies = |m: ValueId| innermost.is_some_and(|a| self.k.value(m).shape.contains(&a));
+        let factor_masks = factors.iter().filter_map(|&f| {
+            let load = strip(self.k, f);
+            match self.k.value(load).op {
+                Op::Load { mask, .. } if r == Reduction::Sum && self.inline[load] => mask,
+                _ => None,
+            }
+        });
+        let mut terms = Vec::new();
+        for m in mask.into_iter().chain(factor_masks) {
+            conjuncts(self.k, m, &mut terms);
+        }
+        terms.retain(|&m| !varies(m));
+        terms.sort();
+        terms.dedup();
+        let split = self.mask_split(&order, &terms);
+        let outer = self.open_ordered(depth, &order[..split], split == order.len());
+        let tested = match terms.is_empty() {
+            true => outer,
+            false => {
+                let tests: Vec<String> = terms.iter().map(|&m| self.elem(m)).collect();
+                self.line(outer, &format!("if ({}) {{", tests.join(" && ")));
+                outer + 1
+            }
+        };
+        // The loops around the innermost are unrolled by gcc's late
+        // unroller where they are short: left to its early complete
+        // peeling, gcc 12 loses the contiguity of some copies of the `omp
+        // simd` loop and gathers their rows (GroupCOO's q loop: 3x slower).
+        // Unrolled from the innermost out while the copies stay few, where a
+        // factor reads a tensor in place (tiles already copied are read
+        // contiguously either way, and unrolling them costs a little).
+        let reads_in_place = factors.iter().any(|&f| {
+            let load = strip(self.k, f);
+            self.inline[load] && matches!(self.k.value(load).op, Op::Load { .. })
+        });
+        let mut inner = tested;
+        if let Some((last, around)) = order[split..].split_last() {
+            let mut copies = if reads_in_place { 1 } else { usize::MAX };
+            let unrolled: Vec<bool> = around
+                .iter()
+                .rev()
+                .map(|&a| {
+                    copies = copies.saturating_mul(self.k.axis(a).tile);
+                    copies <= MAX_UNROLLED
+                })
+                .collect();
+            for (&a, unroll) in around.iter().zip(unrolled.into_iter().rev()) {
+                let tile = self.k.axis(a).tile;
+                if unroll && tile > 1 {
+                    self.line(inner, &format!("#pragma GCC unroll {tile}"));
+                }
+                inner = self.open_ordered(inner, &[a], false);
+            }
+            inner = self.open_ordered(inner, &[*last], true);
+        }
+        let hoisted = |m: ValueId| {
+            let mut of_m = Vec::new();
+            conjuncts(self.k, m, &mut of_m);
+            of_m.iter().all(|t| terms.contains(t))
+        };
+        // A factor loaded under a mask tested outside reads without it: the
+        // plainest address is the one gcc sees is contiguous.
+        let term: Vec<String> = factors
+            .iter()
+            .map(|&f| {
+                let load = strip(self.k, f);
+                match &self.k.value(load).op {
+                    Op::Load { tensor, index, mask: Some(m) } if self.inline[load] && hoisted(*m) => {
+                        let array = &self.names.tensors[*tensor];
+                        self.d.load(self.k.tensor(*tensor).dtype, array, &self.address(*tensor, index))
+                    }
+                    _ => self.elem(f),
+                }
+            })
+            .collect();
         let term = term.join(" * ");
         let target = if into_acc { format!("acc{}", self.order_index(&shape)) } else { self.array(id) };
         let update = self.d.fold(r, &target, &term);
-        let text = match mask {
+        let text = match mask.filter(|&m| !hoisted(m)) {
             Some(m) => format!("if ({}) {update}", self.elem(m)),
             None => update,
         };
         self.line(inner, &text);
         self.close(inner, depth);
+    }
+
+    /// How many loops of `order` must be open before `masks` can be tested:
+    /// up to the innermost loop over an axis of theirs.
+    fn mask_split(&self, order: &[AxisId], masks: &[ValueId]) -> usize {
+        masks
+            .iter()
+            .map(|&m| {
+                let shape = &self.k.value(m).shape;
+                order.iter().rposition(|a| shape.contains(a)).map_or(0, |i| i + 1)
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     fn print(mut self, symbol: &str, options: &Options) -> Result<String, PrintError> {
@@ -789,10 +899,7 @@ impl<'k> Printer<'k> {
         // The mask is tested once its axes' loops are open, so that a mask
         // that does not vary along the innermost loop is not inside it: in
         // an `omp simd` loop gcc would turn the masked loads into gathers.
-        let split = s.mask.map_or(0, |m| {
-            let mask = &k.value(m).shape;
-            order.iter().rposition(|a| mask.contains(a)).map_or(0, |i| i + 1)
-        });
+        let split = self.mask_split(&order, s.mask.as_slice());
         let outer = self.open_ordered(depth, &order[..split], simd && split == order.len());
         let masked = match s.mask {
             Some(m) => {
@@ -899,18 +1006,9 @@ impl Printer<'_> {
             return false;
         }
         // The mask's factors: on the row alone, or off it.
-        fn factors(k: &Kernel, m: ValueId, out: &mut Vec<ValueId>) {
-            match k.value(m).op {
-                Op::Binary(BinaryOp::And, a, b) => {
-                    factors(k, a, out);
-                    factors(k, b, out);
-                }
-                _ => out.push(m),
-            }
-        }
         let mut masks = Vec::new();
         if let Some(m) = s.mask {
-            factors(k, m, &mut masks);
+            conjuncts(k, m, &mut masks);
         }
         if masks.iter().any(|&m| varies(m) && !only_g(m)) {
             return false;
@@ -937,22 +1035,30 @@ impl Printer<'_> {
                 .collect();
             if terms.is_empty() { "0".to_string() } else { terms.join(" + ") }
         };
+        // The innermost column loop writes distinct elements where one of
+        // the target's subscripts is its range.
         let distinct =
-            cols.iter().all(|&a| s.index.iter().any(|&ix| k.value(strip(k, ix)).op == Op::Range(a)));
+            cols.last().is_some_and(|&a| s.index.iter().any(|&ix| k.value(strip(k, ix)).op == Op::Range(a)));
         let (real, identity) = (self.real(), self.d.float(s.reduction.identity()));
         let run_dims: String = cols.iter().map(|&a| format!("[{}]", k.axis(a).tile)).collect();
         let run_at: String = cols.iter().map(|&a| format!("[{}]", self.axis_var(a))).collect();
         let test = |p: &Self, ms: &[ValueId]| -> Option<String> {
             (!ms.is_empty()).then(|| ms.iter().map(|&m| p.elem(m)).collect::<Vec<_>>().join(" && "))
         };
-        // Column loops around `body`, the column mask tested inside.
+        // Column loops around `body`, each column mask tested once the
+        // loops over its axes are open (as in the sink without groups).
         let columns = |p: &mut Self, d: usize, body: &str| {
-            let inner = p.open_ordered(d, &cols, distinct);
-            let body = match test(p, &col_masks) {
-                Some(t) => format!("if ({t}) {body}"),
-                None => body.to_string(),
+            let split = p.mask_split(&cols, &col_masks);
+            let outer = p.open_ordered(d, &cols[..split], distinct && split == cols.len());
+            let tested = match test(p, &col_masks) {
+                Some(t) => {
+                    p.line(outer, &format!("if ({t}) {{"));
+                    outer + 1
+                }
+                None => outer,
             };
-            p.line(inner, &body);
+            let inner = p.open_ordered(tested, &cols[split..], distinct);
+            p.line(inner, body);
             p.close(inner, d);
         };
         let target = format!("{}[run_row + {}]", self.out_ptr, part(self, false));
