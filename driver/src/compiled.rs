@@ -198,7 +198,8 @@ impl Prepared {
 
     /// The fastest schedule of the driver's search space
     /// ([`autotune::space`](crate::autotune::space)): tiles, and CPU
-    /// threads on the C backend. The winner is cached per (statement,
+    /// threads on the C backend, where the level path (`path=levels`) also
+    /// competes when the statement lowers to it. The winner is cached per (statement,
     /// shapes, device), so the search runs once per problem and machine.
     pub fn autotune(&self, backend: &dyn Backend, tuner: &mut Tuner) -> Result<Compiled<'_>> {
         if self.tile_refusal.is_some() {
@@ -208,7 +209,19 @@ impl Prepared {
             return self.compile(backend, &Schedule { path: Path::Levels, threads, ..Schedule::default() });
         }
         let default = self.lower(&Schedule::default())?;
-        let mut candidates = space(&default, backend.target(), crate::backend::CBackend::max_threads());
+        let max_threads = crate::backend::CBackend::max_threads();
+        let mut candidates = space(&default, backend.target(), max_threads);
+        // On the CPU, the level path's loops over the stored levels where
+        // they lower: CSR SpMM's row loops beat the tile path's expanded
+        // rows on every shared matrix (`bench rows`, 2026-11-26: 1.43x
+        // geomean on one thread, 1.7x on bcsstk13).
+        let levels = Schedule { path: Path::Levels, ..Schedule::default() };
+        if backend.target() == Target::C && self.stored.is_some() && self.lower_levels(&levels).is_ok() {
+            candidates.push("path=levels threads=1".to_string());
+            if max_threads > 1 {
+                candidates.push(format!("path=levels threads={max_threads}"));
+            }
+        }
         if let Some(threads) = tuner.threads.filter(|_| backend.target() == Target::C) {
             candidates.retain(|c| c.ends_with("threads=1"));
             for c in &mut candidates {
@@ -220,6 +233,7 @@ impl Prepared {
         let kernels: Vec<(Kernel, Schedule)> = candidates
             .iter()
             .filter_map(|c| c.parse::<Schedule>().ok())
+            .filter(|s| s.path == Path::Tiles)
             .filter_map(|s| self.lower(&s).ok().map(|k| (k, s)))
             .collect();
         let searched = tuner.cache.get(&key, &candidates).is_none();
