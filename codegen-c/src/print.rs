@@ -209,17 +209,6 @@ struct Owner {
 /// around it may make (see [`Printer::reduce`]).
 const MAX_UNROLLED: usize = 16;
 
-/// The terms of a mask that is a conjunction (`a && b && ...`).
-fn conjuncts(k: &Kernel, m: ValueId, out: &mut Vec<ValueId>) {
-    match k.value(m).op {
-        Op::Binary(BinaryOp::And, a, b) => {
-            conjuncts(k, a, out);
-            conjuncts(k, b, out);
-        }
-        _ => out.push(m),
-    }
-}
-
 /// Looks through eager broadcasts.
 fn strip(k: &Kernel, mut id: ValueId) -> ValueId {
     while let Op::Broadcast { value } = k.value(id).op {
@@ -461,7 +450,7 @@ impl<'k> Printer<'k> {
         });
         let mut terms = Vec::new();
         for m in mask.into_iter().chain(factor_masks) {
-            conjuncts(self.k, m, &mut terms);
+            self.k.conjuncts(m, &mut terms);
         }
         terms.retain(|&m| !varies(m));
         terms.sort();
@@ -509,7 +498,7 @@ impl<'k> Printer<'k> {
         }
         let hoisted = |m: ValueId| {
             let mut of_m = Vec::new();
-            conjuncts(self.k, m, &mut of_m);
+            self.k.conjuncts(m, &mut of_m);
             of_m.iter().all(|t| terms.contains(t))
         };
         // A factor loaded under a mask tested outside reads without it: the
@@ -1008,7 +997,7 @@ impl Printer<'_> {
         // The mask's factors: on the row alone, or off it.
         let mut masks = Vec::new();
         if let Some(m) = s.mask {
-            conjuncts(k, m, &mut masks);
+            k.conjuncts(m, &mut masks);
         }
         if masks.iter().any(|&m| varies(m) && !only_g(m)) {
             return false;

@@ -478,6 +478,18 @@ impl Kernel {
         &self.values[id]
     }
 
+    /// The leaves of the conjunction tree at `id` (`a && b && ...`; `id`
+    /// itself where it is not an `and`), appended to `out`.
+    pub fn conjuncts(&self, id: ValueId, out: &mut Vec<ValueId>) {
+        match self.value(id).op {
+            Op::Binary(BinaryOp::And, a, b) => {
+                self.conjuncts(a, out);
+                self.conjuncts(b, out);
+            }
+            _ => out.push(id),
+        }
+    }
+
     pub fn axis(&self, id: AxisId) -> &Axis {
         &self.axes[id]
     }

@@ -40,7 +40,7 @@ fn shrink_load_masks(kernel: &mut Kernel) {
             continue;
         }
         let mut leaves = Vec::new();
-        conjuncts(kernel, mask, &mut leaves);
+        kernel.conjuncts(mask, &mut leaves);
         let kept: Vec<ValueId> = leaves.into_iter().filter(|&l| within(kernel, l)).collect();
         let mut new_mask = None;
         let mut anchor = mask;
@@ -65,17 +65,6 @@ fn shrink_load_masks(kernel: &mut Kernel) {
         recompute_shapes(kernel);
     }
     kernel.compact();
-}
-
-/// The leaves of a conjunction tree.
-fn conjuncts(kernel: &Kernel, id: ValueId, out: &mut Vec<ValueId>) {
-    match kernel.value(id).op {
-        Op::Binary(BinaryOp::And, a, b) => {
-            conjuncts(kernel, a, out);
-            conjuncts(kernel, b, out);
-        }
-        _ => out.push(id),
-    }
 }
 
 #[cfg(test)]
