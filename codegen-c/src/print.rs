@@ -478,18 +478,12 @@ impl<'k> Printer<'k> {
         });
         let mut inner = tested;
         if let Some((last, around)) = order[split..].split_last() {
-            let mut copies = if reads_in_place { 1 } else { usize::MAX };
-            let unrolled: Vec<bool> = around
-                .iter()
-                .rev()
-                .map(|&a| {
-                    copies = copies.saturating_mul(self.k.axis(a).tile);
-                    copies <= MAX_UNROLLED
-                })
-                .collect();
-            for (&a, unroll) in around.iter().zip(unrolled.into_iter().rev()) {
+            // Copies of the innermost loop made by unrolling each loop
+            // around it and those inside that one.
+            let copies = |i: usize| around[i..].iter().map(|&a| self.k.axis(a).tile).product::<usize>();
+            for (i, &a) in around.iter().enumerate() {
                 let tile = self.k.axis(a).tile;
-                if unroll && tile > 1 {
+                if reads_in_place && tile > 1 && copies(i) <= MAX_UNROLLED {
                     self.line(inner, &format!("#pragma GCC unroll {tile}"));
                 }
                 inner = self.open_ordered(inner, &[a], false);

@@ -211,12 +211,12 @@ impl Prepared {
         let default = self.lower(&Schedule::default())?;
         let max_threads = crate::backend::CBackend::max_threads();
         let mut candidates = space(&default, backend.target(), max_threads);
-        // On the CPU, the level path's loops over the stored levels where
-        // they lower: CSR SpMM's row loops beat the tile path's expanded
-        // rows on every shared matrix (`bench rows`, 2026-11-26: 1.43x
-        // geomean on one thread, 1.7x on bcsstk13).
-        let levels = Schedule { path: Path::Levels, ..Schedule::default() };
-        if backend.target() == Target::C && self.stored.is_some() && self.lower_levels(&levels).is_ok() {
+        // On the CPU, the level path's loops over the stored levels: CSR
+        // SpMM's row loops beat the tile path's expanded rows on every
+        // shared matrix (`bench rows`, 2026-11-26: 1.43x geomean on one
+        // thread, 1.7x on bcsstk13). Where the statement does not lower to
+        // them, the candidate fails and the search goes on without it.
+        if backend.target() == Target::C && self.stored.is_some() {
             candidates.push("path=levels threads=1".to_string());
             if max_threads > 1 {
                 candidates.push(format!("path=levels threads={max_threads}"));
