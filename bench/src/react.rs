@@ -3,14 +3,14 @@
 //! `maximal` and `trie`, in one process on one thread, f64:
 //!
 //! - **SDDMM** `A[i,j] = B[i,j] * (C[i,k] * D[k,j])`, B a shared matrix in
-//!   CSR, A in B's pattern, NK = 16, 32, 64;
+//!   CSR, A in B's pattern, D column-major, NK = 16, 32, 64;
 //! - **GNN kernel 1** `Z[i,j] = A[i,k] * X[k,h] * W[h,j]`, NH = 128, 256,
 //!   NJ = 16, and NJ = 32, 64 at NH = 128: by its work, maximal's
 //!   `nnz·NH·NJ` against trie's `nnz·NH + NI·NH·NJ`, trie's advantage
 //!   `nnz·NJ / (nnz + NI·NJ)` does not change with NH but grows with NJ (to
 //!   the rows' mean length), so NJ is swept to show it;
 //! - **GNN kernel 2** `Z[i,j] = (A[i,h] * (X[i,k] * Y[k,h])) * V[h,j]`, NK
-//!   (the features X·Y sums over) = 128, 256, NJ = 16 (the issue's second
+//!   (the features X·Y sums over) = 128, 256, NJ = 16, Y column-major (the issue's second
 //!   `Y` is `V` here: one matrix cannot be NK × NI and NI × NJ);
 //! - **MTTKRP** `A[i,r] = X[i,j,k] * C[k,r] * B[j,r]`, X a shared FROSTT
 //!   tensor in CSF, R = 16, 32.
@@ -43,6 +43,19 @@ pub const FUSIONS: [&str; 3] = ["none", "maximal", "trie"];
 
 /// SciPy's intermediates larger than this many values are not made.
 pub const SCIPY_DENSE_LIMIT: usize = 1 << 26;
+
+/// The dense operand a kernel reads down its columns in a dot product
+/// (SDDMM's `D[k,j]` and GNN kernel 2's `Y[k,h]`, summed over `k` for each
+/// stored `(i, j)`), stored column-major (`dd:modes=1-0`) so that the sum
+/// reads it contiguously, as a user would store it; the same for every
+/// policy.
+fn column_major(kernel: &str) -> Option<&'static str> {
+    match kernel {
+        "sddmm" => Some("D"),
+        "gnn2" => Some("Y"),
+        _ => None,
+    }
+}
 
 pub const SDDMM: &str = "A[i,j] = B[i,j] * (C[i,k] * D[k,j])";
 /// GNN kernel 1's NJ where NH is swept, and NH where NJ is.
@@ -197,6 +210,9 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
         "fusion=none and trie are one C kernel each (none: one loop nest per statement); maximal is the \
          statements substituted into one, through the level path"
             .to_string(),
+        "SDDMM's D and GNN kernel 2's Y, read down their columns by the sums over k, are stored \
+         column-major (dd:modes=1-0) for every policy (since 2026-11-28; before, row-major)"
+            .to_string(),
     ];
     let matrices = matrices(&opts.filter, &mut *progress)?;
     for (name, coo) in &matrices {
@@ -231,6 +247,9 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
                 let mut problem = Problem::new(statement).tensor(sparse, coo.clone()).format(sparse, "csr");
                 if kernel == "sddmm" {
                     problem = problem.format("A", "csr");
+                }
+                if let Some(t) = column_major(kernel) {
+                    problem = problem.format(t, "dd:modes=1-0");
                 }
                 for (t, v) in &operands {
                     problem = problem.tensor(*t, Input::from(v.clone()));

@@ -52,6 +52,19 @@ fn sddmm(formats: &[(&str, &str)]) -> Problem {
     )
 }
 
+/// SDDMM with D stored column-major, so the sum over k reads C's row and
+/// D's column contiguously; NK = 11 leaves a ragged end to SIMD lanes.
+fn sddmm_column_major(formats: &[(&str, &str)]) -> Problem {
+    let formats: Vec<(&str, &str)> =
+        [("D", "dd:modes=1-0")].into_iter().chain(formats.iter().copied()).collect();
+    problem(
+        "A[i,j] = B[i,j] * (C[i,k] * D[k,j])",
+        &[("C", &[20, 11]), ("D", &[11, 24])],
+        &[("B", &[20, 24], 0.2, "csr")],
+        &formats,
+    )
+}
+
 fn gnn1() -> Problem {
     problem(
         "Z[i,j] = A[i,k] * X[k,h] * W[h,j]",
@@ -75,6 +88,8 @@ fn every_policy_matches_the_reference() {
     let cases = [
         ("SDDMM, dense output", sddmm(&[])),
         ("SDDMM, output in B's pattern", sddmm(&[("A", "csr")])),
+        ("SDDMM, D column-major", sddmm_column_major(&[])),
+        ("SDDMM, D column-major, output in B's pattern", sddmm_column_major(&[("A", "csr")])),
         ("GNN kernel 1", gnn1()),
         (
             "GNN kernel 2",
@@ -213,6 +228,29 @@ fn entry_loops_that_would_gather_stay_scalar() {
     let scalar = |body: &str| body.lines().nth(2).is_some_and(|l| l.contains("__asm__ volatile(\"\");"));
     assert!(loops[0].contains("t_D[") && scalar(loops[0]), "{source}");
     assert!(!loops[1].contains("t_D[") && !scalar(loops[1]), "{source}");
+}
+
+/// A dense loop that only sums into one element (SDDMM's dot product over
+/// k: into the entry being assembled under maximal fusion, into T1's
+/// register under trie, into T1's element unfused) runs as SIMD lanes with
+/// partial sums where its reads are contiguous (D column-major), and stays
+/// one chain where lanes would gather (D row-major).
+#[test]
+fn dot_products_over_contiguous_reads_sum_in_simd_lanes() {
+    for (fusion, sum) in [("maximal", "acc +="), ("trie", "l_T1 +="), ("none", "dot +=")] {
+        let source = &run(&sddmm_column_major(&[("A", "csr")]), fusion).sources[0];
+        let summing = source.lines().filter(|l| l.trim_start().starts_with(sum)).count();
+        let reductions = source.split("#pragma omp simd reduction(").skip(1);
+        // The sums in the body of a loop marked with a reduction.
+        let in_body = |after: &str| {
+            let body = after.lines().skip(2).take_while(|l| !l.trim_start().starts_with('}'));
+            body.filter(|l| l.trim_start().starts_with(sum)).count()
+        };
+        let simd_sums: usize = reductions.map(in_body).sum();
+        assert!(summing > 0 && simd_sums == summing, "fusion={fusion}: {source}");
+        let row_major = &run(&sddmm(&[("A", "csr")]), fusion).sources[0];
+        assert!(!row_major.contains("reduction(+:"), "fusion={fusion}: {row_major}");
+    }
 }
 
 /// Dead-value redundancy: the product C·D is computed only where B has an
