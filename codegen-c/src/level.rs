@@ -325,6 +325,14 @@ fn walks_stored_windows(k: &LevelKernel) -> bool {
     })
 }
 
+/// The fewest steps for which a dot product that reads with a stride runs
+/// in SIMD lanes (gathering) rather than as one chain of adds. The chain
+/// costs an add's latency a step; the lanes a gather's share a step plus a
+/// fixed sum of the lanes at the end, which the chain's latency outgrows
+/// with length: on Zen 4 (SDDMM over a row-major D, f64) lanes ran 1.2-2.4x
+/// faster at 32 and 64 steps and up to 1.3x slower at 16.
+const STRIDED_DOT_MIN_STEPS: usize = 32;
+
 /// Where a dense loop's dot product sums (see `Printer::dot_product`).
 enum DotSum {
     /// The output entry being assembled (`acc`, with `hit`).
@@ -1256,9 +1264,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
     /// sums. Without them the sum is one chain of dependent adds, a few
     /// cycles each, and no vector unit helps; with them it is reassociated
     /// (partial sums added at the end), which the reference check's
-    /// tolerance allows, as every BLAS does. A strided read would be
-    /// gathered lane by lane, which on short loops over cached data
-    /// (SDDMM's k at NK = 16 over a row-major D) is slower than the chain.
+    /// tolerance allows, as every BLAS does. A strided read is gathered
+    /// lane by lane, so below [`STRIDED_DOT_MIN_STEPS`] steps such a loop
+    /// stays one chain.
     fn dot_product(&self, var: VarId, body: &[Node]) -> Option<DotSum> {
         if self.split.is_some() {
             return None;
@@ -1287,7 +1295,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
             }
             _ => return None,
         };
-        self.unit_stride(value, var, &located).then_some(sum)
+        (self.k.var(var).extent >= STRIDED_DOT_MIN_STEPS || self.unit_stride(value, var, &located))
+            .then_some(sum)
     }
 
     /// Dense loop `var` as a SIMD sum (see [`Self::dot_product`]).

@@ -57,11 +57,15 @@ fn sddmm(formats: &[(&str, &str)]) -> Problem {
 fn sddmm_column_major(formats: &[(&str, &str)]) -> Problem {
     let formats: Vec<(&str, &str)> =
         [("D", "dd:modes=1-0")].into_iter().chain(formats.iter().copied()).collect();
+    sddmm_nk(11, &formats)
+}
+
+fn sddmm_nk(nk: usize, formats: &[(&str, &str)]) -> Problem {
     problem(
         "A[i,j] = B[i,j] * (C[i,k] * D[k,j])",
-        &[("C", &[20, 11]), ("D", &[11, 24])],
+        &[("C", &[20, nk]), ("D", &[nk, 24])],
         &[("B", &[20, 24], 0.2, "csr")],
-        &formats,
+        formats,
     )
 }
 
@@ -90,6 +94,7 @@ fn every_policy_matches_the_reference() {
         ("SDDMM, output in B's pattern", sddmm(&[("A", "csr")])),
         ("SDDMM, D column-major", sddmm_column_major(&[])),
         ("SDDMM, D column-major, output in B's pattern", sddmm_column_major(&[("A", "csr")])),
+        ("SDDMM, NK = 37, output in B's pattern", sddmm_nk(37, &[("A", "csr")])),
         ("GNN kernel 1", gnn1()),
         (
             "GNN kernel 2",
@@ -234,7 +239,7 @@ fn entry_loops_that_would_gather_stay_scalar() {
 /// k: into the entry being assembled under maximal fusion, into T1's
 /// register under trie, into T1's element unfused) runs as SIMD lanes with
 /// partial sums where its reads are contiguous (D column-major), and stays
-/// one chain where lanes would gather (D row-major).
+/// one chain where lanes would gather (D row-major), unless the sum is long.
 #[test]
 fn dot_products_over_contiguous_reads_sum_in_simd_lanes() {
     for (fusion, sum) in [("maximal", "acc +="), ("trie", "l_T1 +="), ("none", "dot +=")] {
@@ -250,6 +255,8 @@ fn dot_products_over_contiguous_reads_sum_in_simd_lanes() {
         assert!(summing > 0 && simd_sums == summing, "fusion={fusion}: {source}");
         let row_major = &run(&sddmm(&[("A", "csr")]), fusion).sources[0];
         assert!(!row_major.contains("reduction(+:"), "fusion={fusion}: {row_major}");
+        let long = &run(&sddmm_nk(37, &[("A", "csr")]), fusion).sources[0];
+        assert!(long.contains("reduction(+:"), "fusion={fusion}: {long}");
     }
 }
 
