@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 
 use spindle_ir::formats::{Assembled, AssembledLevel, DType, Level, LevelCapabilities};
-use spindle_ir::kernel::{BinaryOp, TensorId};
+use spindle_ir::kernel::{BinaryOp, Reduction, TensorId};
 use spindle_ir::lang::{BinOp, ElemType, Func};
 use spindle_ir::level::{
     Assembly, Expr, LevelKernel, LevelRef, Node, Place, Position, Reach, Target, VarId, WorkspaceKind,
@@ -1259,7 +1259,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
     /// Where dense loop `var` sums, when its body only sums into one
     /// element that the loop does not move (a dot product: the entry being
     /// assembled, a temporary reduced to a register, or one element of a
-    /// temporary or of the output) and every read moves by one element per
+    /// temporary or of a dense output) and every read moves by one element per
     /// step. [`Self::dot_loop`] then runs it as SIMD lanes with partial
     /// sums. Without them the sum is one chain of dependent adds, a few
     /// cycles each, and no vector unit helps; with them it is reassociated
@@ -1293,6 +1293,12 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 }
                 (DotSum::Element(self.store_target(*target, at)), value)
             }
+            (Node::Update { at, value }, None)
+                if !at.contains(&var) && self.k.reduction == Reduction::Sum && self.hits.is_none() =>
+            {
+                let out = self.tensor(self.k.output);
+                (DotSum::Element(format!("{out}[{}]", self.dense_address(self.k.output, at))), value)
+            }
             _ => return None,
         };
         (self.k.var(var).extent >= STRIDED_DOT_MIN_STEPS || self.unit_stride(value, var, &located))
@@ -1319,7 +1325,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.bound.push(var);
         for n in body {
             match (n, &sum) {
-                (Node::Store { value, .. }, DotSum::Element(_)) => {
+                (Node::Store { value, .. } | Node::Update { value, .. }, DotSum::Element(_)) => {
                     let line = format!("dot += {};", self.expr(value));
                     self.line(d + 1, &line);
                 }

@@ -78,10 +78,11 @@ fn tile_reductions_read_gathered_rows_contiguously() {
     }
 }
 
-/// SDDMM's dot product over k, D stored column-major, trie-fused (summed
-/// in a register): gcc reassociates the sum into packed adds only under
-/// the loop's `reduction` clause; without it the line is a chain of
-/// scalar adds.
+/// Dot products compile to packed adds on the line that sums: SDDMM's over
+/// k (D stored column-major, trie-fused: summed in a register) and a dense
+/// matrix-vector product over dense levels (y's element summed in a
+/// register first). gcc reassociates a sum into lanes only under the loop's
+/// `reduction` clause; without it the line is a chain of scalar adds.
 #[test]
 fn dot_products_sum_in_packed_lanes() {
     if !cfg!(target_arch = "x86_64") {
@@ -89,24 +90,38 @@ fn dot_products_sum_in_packed_lanes() {
         return;
     }
     let dense = |shape: &[usize]| {
-        Input::from(ArrayD::from_shape_fn(shape.to_vec(), |ix| 0.5 + (ix[0] * 7 + ix[1] * 3) as f64 % 5.0))
+        let values = (0..shape.iter().product()).map(|n: usize| 0.5 + (n * 7 % 5) as f64).collect();
+        Input::from(ArrayD::from_shape_vec(shape.to_vec(), values).unwrap())
     };
-    let problem = Problem::new("A[i,j] = B[i,j] * (C[i,k] * D[k,j])")
+    let sddmm = Problem::new("A[i,j] = B[i,j] * (C[i,k] * D[k,j])")
         .tensor("B", random_sparse(&[30, 40], 0.1, 5))
         .format("B", "csr")
         .format("A", "csr")
         .tensor("C", dense(&[30, 32]))
         .tensor("D", dense(&[32, 40]))
         .format("D", "dd:modes=1-0");
-    let schedule = "fusion=trie threads=1".parse().unwrap();
-    let ran = problem
-        .run_program(&CBackend::new(), &schedule, TimingOptions { warmup: 0, repeats: 1 }, true)
-        .unwrap();
-    assert!(ran.checks.iter().all(|c| c.passed()));
-    let source = &ran.sources[0];
-    let Some(code) = disassembly(source) else { return };
-    let sums = |line: usize| source.lines().nth(line.wrapping_sub(1)).is_some_and(|l| l.contains("l_T1 +="));
-    let adds: Vec<&String> =
-        code.iter().filter(|(line, text)| sums(*line) && text.contains("add")).map(|(_, t)| t).collect();
-    assert!(adds.iter().any(|t| t.contains("addpd")), "{adds:#?}\n{source}");
+    let matvec = Problem::new("y[i] = A[i,j] * x[j]")
+        .tensor("A", dense(&[24, 40]))
+        .format("A", "dd")
+        .tensor("x", dense(&[40]));
+    for (problem, schedule, sum, packed) in [
+        (sddmm, "fusion=trie threads=1", "l_T1 +=", "addpd"),
+        (matvec, "fusion=none threads=1", "dot +=", "addpd"),
+    ] {
+        let ran = problem
+            .run_program(
+                &CBackend::new(),
+                &schedule.parse().unwrap(),
+                TimingOptions { warmup: 0, repeats: 1 },
+                true,
+            )
+            .unwrap();
+        assert!(ran.checks.iter().all(|c| c.passed()));
+        let source = &ran.sources[0];
+        let Some(code) = disassembly(source) else { return };
+        let sums = |line: usize| source.lines().nth(line.wrapping_sub(1)).is_some_and(|l| l.contains(sum));
+        let adds: Vec<&String> =
+            code.iter().filter(|(line, text)| sums(*line) && text.contains("add")).map(|(_, t)| t).collect();
+        assert!(adds.iter().any(|t| t.contains(packed)), "{adds:#?}\n{source}");
+    }
 }
