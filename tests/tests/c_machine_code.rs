@@ -125,3 +125,46 @@ fn dot_products_sum_in_packed_lanes() {
         assert!(adds.iter().any(|t| t.contains(packed)), "{adds:#?}\n{source}");
     }
 }
+
+/// The tile path's sum into one element over contiguous reads (a dot
+/// product) runs as SIMD lanes; one masked lane by lane (a ragged last
+/// tile) or whose reads gather (GroupCOO SpMV, x at the group's columns)
+/// stays one chain.
+#[test]
+fn tile_dot_products_sum_in_packed_lanes() {
+    let values = |shape: &[usize], seed: usize| {
+        let data =
+            (0..shape.iter().product()).map(|n: usize| 0.25 + ((n * 7 + seed) % 11) as f64 / 8.0).collect();
+        Input::from(ArrayD::from_shape_vec(shape.to_vec(), data).unwrap())
+    };
+    let dot = |n: usize| {
+        Problem::new("s[] = x[i] * y[i]").tensor("x", values(&[n], 1)).tensor("y", values(&[n], 2))
+    };
+    let gather = Problem::new("y[i] += A[i,j] * x[j]")
+        .tensor("A", random_sparse(&[90, 120], 0.05, 3))
+        .format("A", "groupcoo:g=4")
+        .tensor("x", values(&[120], 4));
+    let cases = [
+        (dot(1024), "tile.i=16 threads=1", true),
+        (dot(1024), "tile.i=16 reduce=atomic threads=1", true),
+        (dot(1000), "tile.i=16 threads=1", false),
+        (gather, "threads=1", false),
+    ];
+    for (problem, schedule, lanes) in cases {
+        let prepared = problem.prepare().unwrap();
+        let compiled = prepared.compile(&CBackend::new(), &schedule.parse().unwrap()).unwrap();
+        let (_, check) = compiled.check().unwrap();
+        assert!(check.passed(), "{schedule}: {:.2e}", check.max_rel_error);
+        let source = compiled.source();
+        assert_eq!(source.contains("reduction(+:dot)"), lanes, "{source}");
+        if !lanes || !cfg!(target_arch = "x86_64") {
+            continue;
+        }
+        let Some(code) = disassembly(source) else { return };
+        let sums =
+            |line: usize| source.lines().nth(line.wrapping_sub(1)).is_some_and(|l| l.contains("dot +="));
+        let adds: Vec<&String> =
+            code.iter().filter(|(line, text)| sums(*line) && text.contains("add")).map(|(_, t)| t).collect();
+        assert!(adds.iter().any(|t| t.contains("addp")), "{adds:#?}\n{source}");
+    }
+}
