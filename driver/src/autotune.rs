@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use spindle_ir::hash::hash_fields;
 
+use spindle_ir::kernel::schedule::Schedule;
 use spindle_ir::kernel::{AxisRole, Kernel};
 
 use crate::target::Target;
@@ -231,7 +232,18 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
                 sizes
             }
             AxisRole::Reduced if whole <= 256 => vec![whole],
-            AxisRole::Reduced => continue,
+            // A long sum in the default tiles, unless those leave a ragged
+            // last tile on the CPU, whose sum masked lane by lane stays one
+            // chain of adds (gcc 12 does not vectorize it): there 8 or 4
+            // where it divides the extent (`s[] = x[i] * y[i]` over 1000
+            // elements: tile 8).
+            AxisRole::Reduced => {
+                let divides = |t: usize| axis.extent % t == 0;
+                match [8, 4].into_iter().find(|&t| divides(t)) {
+                    Some(t) if target == Target::C && !divides(Schedule::DEFAULT_TILE) => vec![t],
+                    _ => continue,
+                }
+            }
         };
         axes.push((axis.name.clone(), sizes));
     }
@@ -392,6 +404,26 @@ mod tests {
         assert_eq!(c.iter().filter(|s| s.contains("reduce=atomic")).count() * 2, c.len());
         // The GPU keeps its accumulators (and tries the warp walk).
         assert!(!space(&groupcoo, Target::Cuda, 1).iter().any(|s| s.contains("reduce=")));
+    }
+
+    #[test]
+    fn cpu_long_sums_take_tiles_that_divide_them() {
+        use spindle_ir::lang::einsum::declarations;
+        let dot = |n: usize| {
+            let decls = declarations(&[("x", &[n], "f32"), ("y", &[n], "f32"), ("s", &[], "f32")]);
+            let einsum =
+                spindle_ir::lang::check(&spindle_ir::lang::parse("s[] = x[i] * y[i]").unwrap(), &decls);
+            spindle_ir::kernel::lower::lower(&einsum.unwrap(), &"".parse().unwrap(), "k").unwrap()
+        };
+        // 1000 = 8 * 125: tiles of 8, no ragged last tile; 1024 and 999
+        // keep the default (16 divides the first, nothing the second).
+        assert_eq!(
+            space(&dot(1000), Target::C, 1),
+            ["tile.i=8 threads=1", "tile.i=8 reduce=atomic threads=1"]
+        );
+        assert_eq!(space(&dot(1024), Target::C, 1), ["threads=1", "reduce=atomic threads=1"]);
+        assert_eq!(space(&dot(999), Target::C, 1), ["threads=1", "reduce=atomic threads=1"]);
+        assert!(space(&dot(1000), Target::Cuda, 1).iter().all(|s| !s.contains("tile.i")));
     }
 
     #[test]
