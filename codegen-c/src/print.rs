@@ -966,12 +966,12 @@ impl Printer<'_> {
     /// Whether the sink's loop over `a` (its innermost) is a dot product
     /// that can run as SIMD lanes with partial sums: it sums into one
     /// element that `a` does not move, under no mask that changes along
-    /// `a`, and every read moves
-    /// by at most one element per step of `a`. Without the lanes the sum is
-    /// one chain of dependent adds (`s[] = x[i] * y[i]` 3.3 ms for 4M f32,
-    /// the adds' latency); with them it is reassociated, which the
-    /// reference check's tolerance allows, as every BLAS does. A strided
-    /// read would be gathered lane by lane, so those loops stay a chain.
+    /// `a`, and every read moves by at most one element per step of `a`.
+    /// Without the lanes the sum is one chain of dependent adds (`s[] =
+    /// x[i] * y[i]` 3.3 ms for 4M f32, the adds' latency); with them it is
+    /// reassociated, which the reference check's tolerance allows, as every
+    /// BLAS does. A strided read would be gathered lane by lane, so those
+    /// loops stay a chain.
     fn sums_contiguously(&self, a: AxisId) -> bool {
         let (k, s) = (self.k, &self.k.sink);
         s.reduction == Reduction::Sum
