@@ -509,8 +509,7 @@ impl<'k> Printer<'k> {
             if dot {
                 self.line(inner, "{");
                 inner += 1;
-                self.line(inner, &format!("{} dot = 0;", self.real()));
-                self.line(inner, "#pragma omp simd reduction(+:dot)");
+                self.open_dot(inner);
             }
             inner = self.open_ordered(inner, &[*last], !dot);
         }
@@ -927,12 +926,10 @@ impl<'k> Printer<'k> {
             && self.sums_contiguously(a)
         {
             let inner = self.open_ordered(masked, &order[split..order.len() - 1], false);
-            self.line(inner, &format!("{} dot = 0;", self.real()));
-            self.line(inner, "#pragma omp simd reduction(+:dot)");
-            let (i, tile) = (self.axis_var(a), k.axis(a).tile);
-            self.line(inner, &format!("for (int64_t {i} = 0; {i} < {tile}; {i}++) {{"));
+            self.open_dot(inner);
+            let body = self.open_ordered(inner, &[a], false);
             let value = self.elem(s.value);
-            self.line(inner + 1, &format!("dot += {value};"));
+            self.line(body, &format!("dot += {value};"));
             self.line(inner, "}");
             self.line(inner, &format!("{target} += dot;"));
             return self.close(inner, depth);
@@ -978,6 +975,13 @@ impl Printer<'_> {
             && k.axis(a).tile > 1
             && s.index.iter().all(|&ix| !k.value(ix).shape.contains(&a))
             && self.unit_stride(s.value, a)
+    }
+
+    /// Declares a dot product's partial sum and marks the loop that follows
+    /// as SIMD lanes summing into it.
+    fn open_dot(&mut self, depth: usize) {
+        self.line(depth, &format!("{} dot = 0;", self.real()));
+        self.line(depth, "#pragma omp simd reduction(+:dot)");
     }
 
     /// Whether every read of value `id` moves by at most one element per

@@ -38,6 +38,22 @@ fn disassembly(source: &str) -> Option<Vec<(usize, String)>> {
     Some(code)
 }
 
+/// The instructions compiled from the lines of `source` that contain
+/// `needle` (line numbers count from 1).
+fn on_lines<'c>(source: &str, code: &'c [(usize, String)], needle: &str) -> Vec<&'c String> {
+    let lines: Vec<&str> = source.lines().collect();
+    let holds =
+        |line: usize| line.checked_sub(1).and_then(|i| lines.get(i)).is_some_and(|l| l.contains(needle));
+    code.iter().filter(|(line, _)| holds(*line)).map(|(_, text)| text).collect()
+}
+
+/// Seeded values of a dense operand in [0.25, 1.5).
+fn values(shape: &[usize], seed: usize) -> Input {
+    let data =
+        (0..shape.iter().product()).map(|n: usize| 0.25 + ((n * 7 + seed) % 11) as f64 / 8.0).collect();
+    Input::from(ArrayD::from_shape_vec(shape.to_vec(), data).unwrap())
+}
+
 /// GroupCOO SpMM summing a tile in registers (`reduce=accumulate`) reads
 /// each gathered row of B in place. Its mask (the group exists) is tested
 /// outside the loop over B's columns, the row read unmasked inside, and the
@@ -64,15 +80,9 @@ fn tile_reductions_read_gathered_rows_contiguously() {
         let update = reduce.lines().find(|l| l.contains("acc[i_p][i_n] +=")).unwrap();
         assert!(update.contains("a_B[v") && !update.contains("select_"), "{dtype:?}: {update}\n{source}");
         if let Some(code) = disassembly(&source) {
-            // Line numbers count from 1.
-            let reads_b =
-                |line: usize| source.lines().nth(line.wrapping_sub(1)).is_some_and(|l| l.contains("a_B["));
-            let gathers: Vec<&String> = code
-                .iter()
-                .filter(|(line, text)| text.contains("gather") && reads_b(*line))
-                .map(|(_, t)| t)
-                .collect();
-            assert!(code.iter().any(|(line, _)| reads_b(*line)), "no line tables?");
+            let reads_b = on_lines(&source, &code, "a_B[");
+            assert!(!reads_b.is_empty(), "no line tables?");
+            let gathers: Vec<&&String> = reads_b.iter().filter(|t| t.contains("gather")).collect();
             assert!(gathers.is_empty(), "{dtype:?}: {gathers:#?}\n{source}");
         }
     }
@@ -89,21 +99,17 @@ fn dot_products_sum_in_packed_lanes() {
         eprintln!("skipped: the packed-add mnemonics asserted are x86-64's");
         return;
     }
-    let dense = |shape: &[usize]| {
-        let values = (0..shape.iter().product()).map(|n: usize| 0.5 + (n * 7 % 5) as f64).collect();
-        Input::from(ArrayD::from_shape_vec(shape.to_vec(), values).unwrap())
-    };
     let sddmm = Problem::new("A[i,j] = B[i,j] * (C[i,k] * D[k,j])")
         .tensor("B", random_sparse(&[30, 40], 0.1, 5))
         .format("B", "csr")
         .format("A", "csr")
-        .tensor("C", dense(&[30, 32]))
-        .tensor("D", dense(&[32, 40]))
+        .tensor("C", values(&[30, 32], 1))
+        .tensor("D", values(&[32, 40], 2))
         .format("D", "dd:modes=1-0");
     let matvec = Problem::new("y[i] = A[i,j] * x[j]")
-        .tensor("A", dense(&[24, 40]))
+        .tensor("A", values(&[24, 40], 3))
         .format("A", "dd")
-        .tensor("x", dense(&[40]));
+        .tensor("x", values(&[40], 4));
     for (problem, schedule, sum, packed) in [
         (sddmm, "fusion=trie threads=1", "l_T1 +=", "addpd"),
         (matvec, "fusion=none threads=1", "dot +=", "addpd"),
@@ -119,10 +125,8 @@ fn dot_products_sum_in_packed_lanes() {
         assert!(ran.checks.iter().all(|c| c.passed()));
         let source = &ran.sources[0];
         let Some(code) = disassembly(source) else { return };
-        let sums = |line: usize| source.lines().nth(line.wrapping_sub(1)).is_some_and(|l| l.contains(sum));
-        let adds: Vec<&String> =
-            code.iter().filter(|(line, text)| sums(*line) && text.contains("add")).map(|(_, t)| t).collect();
-        assert!(adds.iter().any(|t| t.contains(packed)), "{adds:#?}\n{source}");
+        let sums = on_lines(source, &code, sum);
+        assert!(sums.iter().any(|t| t.contains(packed)), "{sums:#?}\n{source}");
     }
 }
 
@@ -132,11 +136,6 @@ fn dot_products_sum_in_packed_lanes() {
 /// stays one chain.
 #[test]
 fn tile_dot_products_sum_in_packed_lanes() {
-    let values = |shape: &[usize], seed: usize| {
-        let data =
-            (0..shape.iter().product()).map(|n: usize| 0.25 + ((n * 7 + seed) % 11) as f64 / 8.0).collect();
-        Input::from(ArrayD::from_shape_vec(shape.to_vec(), data).unwrap())
-    };
     let dot = |n: usize| {
         Problem::new("s[] = x[i] * y[i]").tensor("x", values(&[n], 1)).tensor("y", values(&[n], 2))
     };
@@ -161,10 +160,7 @@ fn tile_dot_products_sum_in_packed_lanes() {
             continue;
         }
         let Some(code) = disassembly(source) else { return };
-        let sums =
-            |line: usize| source.lines().nth(line.wrapping_sub(1)).is_some_and(|l| l.contains("dot +="));
-        let adds: Vec<&String> =
-            code.iter().filter(|(line, text)| sums(*line) && text.contains("add")).map(|(_, t)| t).collect();
-        assert!(adds.iter().any(|t| t.contains("addp")), "{adds:#?}\n{source}");
+        let sums = on_lines(source, &code, "dot +=");
+        assert!(sums.iter().any(|t| t.contains("addp")), "{sums:#?}\n{source}");
     }
 }
