@@ -273,6 +273,9 @@ struct Printer<'k, D: Dialect> {
     in_split: Option<LaneSplit>,
     /// The variables bound by the loops around the node being printed.
     bound: Vec<VarId>,
+    /// The dense loop whose whole body is the dense loop being printed (a
+    /// strided dot product's alternative lanes: see `Printer::dot_product`).
+    lanes_outside: Option<VarId>,
     /// Per affine operand, how many of its levels are resolved there.
     resolved: Vec<usize>,
     /// The number of the next subsection or resolve loop (its names).
@@ -366,6 +369,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             split: None,
             in_split: None,
             bound: Vec::new(),
+            lanes_outside: None,
             resolved: vec![0; k.affine.len()],
             ss_next: 0,
             cursors: Vec::new(),
@@ -1174,6 +1178,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             Node::Find { operand, level, body } => self.find(*operand, *level, body, depth),
             Node::Dense { var, body } => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
+                let outside = self.lanes_outside.take();
                 if self.split == Some(LaneSplit::Dense(*var)) {
                     self.line(depth, &format!("for (int64_t {v} = lane; {v} < {extent}; {v} += 32) {{"));
                     let was = self.in_split.replace(LaneSplit::Dense(*var));
@@ -1188,13 +1193,17 @@ impl<'k, D: Dialect> Printer<'k, D> {
                         && self.split.is_none()
                     {
                         self.line(depth, "#pragma omp simd");
-                    } else if let Some(sum) = self.dot_product(*var, body) {
+                    } else if let Some(sum) = self.dot_product(*var, body, outside) {
                         self.dot_loop(*var, body, sum, depth);
                         return;
                     }
                     self.line(depth, &format!("for (int64_t {v} = 0; {v} < {extent}; {v}++) {{"));
                     self.bound.push(*var);
+                    if let [Node::Dense { .. }] = &body[..] {
+                        self.lanes_outside = Some(*var);
+                    }
                     body.iter().for_each(|b| self.node(b, depth + 1));
+                    self.lanes_outside = None;
                     self.bound.pop();
                 }
                 self.line(depth, "}");
@@ -1266,8 +1275,15 @@ impl<'k, D: Dialect> Printer<'k, D> {
     /// (partial sums added at the end), which the reference check's
     /// tolerance allows, as every BLAS does. A strided read is gathered
     /// lane by lane, so below [`STRIDED_DOT_MIN_STEPS`] steps such a loop
-    /// stays one chain.
-    fn dot_product(&self, var: VarId, body: &[Node]) -> Option<DotSum> {
+    /// stays one chain; so does one inside a dense loop `outside` (its
+    /// whole body) that reads everything contiguously and moves the element
+    /// summed into by one per step: gcc runs that loop in lanes instead,
+    /// each lane its own chain, with no gathers (GNN kernel 1 fused
+    /// maximally, `for j / for h: Z[i,j] += .. * W[h,j]`: 6x faster than
+    /// gathering `W` down its columns), where that element holds the
+    /// computation's type (gcc 12 keeps an f32 `Z` summed in f64 a chain:
+    /// 3.5x slower than the gathers).
+    fn dot_product(&self, var: VarId, body: &[Node], outside: Option<VarId>) -> Option<DotSum> {
         if self.split.is_some() {
             return None;
         }
@@ -1276,6 +1292,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
             located.iter().any(|n| matches!(n, Node::Locate { level, .. } if level.position() == *p))
         };
         let mut sums = body.iter().filter(|n| !matches!(n, Node::Locate { .. }));
+        // The summed element's last coordinate, where it has coordinates.
+        let mut last = None;
         let (sum, value) = match (sums.next()?, sums.next()) {
             (Node::Accumulate { value }, None) if !self.in_ws => (DotSum::Entry, value),
             (Node::Store { target: Target::Local(l), value, .. }, None)
@@ -1291,18 +1309,25 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 if !fixed {
                     return None;
                 }
+                if let (Place::Coords(vars), true) = (at, self.holds_real(*target)) {
+                    last = vars.last().copied();
+                }
                 (DotSum::Element(self.store_target(*target, at)), value)
             }
             (Node::Update { at, value }, None)
                 if !at.contains(&var) && self.k.reduction == Reduction::Sum && self.hits.is_none() =>
             {
                 let out = self.tensor(self.k.output);
+                last = at.last().copied().filter(|_| self.holds_real(Target::Output));
                 (DotSum::Element(format!("{out}[{}]", self.dense_address(self.k.output, at))), value)
             }
             _ => return None,
         };
-        (self.k.var(var).extent >= STRIDED_DOT_MIN_STEPS || self.unit_stride(value, var, &located))
-            .then_some(sum)
+        if self.unit_stride(value, var, &located) {
+            return Some(sum);
+        }
+        let lanes_outside = outside.is_some_and(|o| last == Some(o) && self.unit_stride(value, o, &located));
+        (self.k.var(var).extent >= STRIDED_DOT_MIN_STEPS && !lanes_outside).then_some(sum)
     }
 
     /// Dense loop `var` as a SIMD sum (see [`Self::dot_product`]).
@@ -1338,6 +1363,20 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(d, &format!("{into} += dot;"));
             self.line(depth, "}");
         }
+    }
+
+    /// Whether `target`'s elements hold the type values are computed in.
+    fn holds_real(&self, target: Target) -> bool {
+        let dtype = match target {
+            Target::Local(_) => return true,
+            Target::Output => self.k.tensor(self.k.output).dtype,
+        };
+        let real = match dtype {
+            ElemType::Value(DType::F64) => "double",
+            ElemType::Value(DType::F32) => "float",
+            _ => return false,
+        };
+        self.d.real() == real
     }
 
     /// The element a [`Node::Store`] adds to.

@@ -260,6 +260,30 @@ fn dot_products_over_contiguous_reads_sum_in_simd_lanes() {
     }
 }
 
+/// GNN kernel 1 fused maximally sums over h inside a loop over j, reading
+/// `W[h,j]` down its columns: gathering them in lanes ran 6x slower than
+/// the chains gcc runs in lanes over j, which it does while Z holds the
+/// computation's type (f64 here). An f32 Z summed in f64 stays scalar
+/// there, so the gathers win and the sum keeps its lanes.
+#[test]
+fn strided_sums_leave_the_lanes_to_the_loop_around_them() {
+    let gnn1 = |a: Input| {
+        Problem::new("Z[i,j] = A[i,k] * X[k,h] * W[h,j]")
+            .tensor("A", a)
+            .format("A", "csr")
+            .tensor("X", dense(&[20, 40], 10))
+            .tensor("W", dense(&[40, 5], 11))
+    };
+    let a = random_sparse(&[20, 20], 0.15, 40);
+    let f64_z = run(&gnn1(Input::from(a.clone())), "maximal");
+    assert!(f64_z.checks[0].passed());
+    assert!(!f64_z.sources[0].contains("reduction(+:dot)"), "{}", f64_z.sources[0]);
+    let f32_z = run(&gnn1(Input::from(a.cast::<f32, i64>().unwrap())), "maximal");
+    assert!(f32_z.checks[0].passed());
+    assert!(f32_z.sources[0].contains("float *restrict t_Z"), "{}", f32_z.sources[0]);
+    assert!(f32_z.sources[0].contains("reduction(+:dot)"), "{}", f32_z.sources[0]);
+}
+
 /// Dead-value redundancy: the product C·D is computed only where B has an
 /// entry, even unfused; the temporary holds one value per entry of B.
 #[test]
