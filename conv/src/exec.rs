@@ -137,6 +137,14 @@ enum Cursor {
     Ranges(Vec<(i64, i64)>),
 }
 
+/// The updates a [`Node::Fill`] counts: one count per element of the
+/// output indices bound inside it (`inner`, row-major), one in all where
+/// none is.
+struct Counted {
+    inner: Vec<VarId>,
+    counts: Vec<usize>,
+}
+
 struct Run<'a> {
     k: &'a LevelKernel,
     values: Vec<Option<&'a [f64]>>,
@@ -151,7 +159,7 @@ struct Run<'a> {
     /// The enclosing subsection loops, innermost last.
     cursors: Vec<Opened>,
     /// The updates counted by each enclosing [`Node::Fill`].
-    hits: Vec<usize>,
+    hits: Vec<Counted>,
     out: &'a mut [f64],
 }
 
@@ -351,8 +359,9 @@ impl Run<'_> {
             Node::Update { at, value } => {
                 let v = self.expr(value);
                 self.fold(at, v);
-                if let Some(hits) = self.hits.last_mut() {
-                    *hits += 1;
+                let element = self.hits.last().map(|c| self.element(&c.inner));
+                if let (Some(e), Some(c)) = (element, self.hits.last_mut()) {
+                    c.counts[e] += 1;
                 }
             }
             Node::Find { operand, level, body } => {
@@ -382,10 +391,21 @@ impl Run<'_> {
                 self.resolved[*operand] = *level;
             }
             Node::Fill { at, points, body } => {
-                self.hits.push(0);
+                let inner: Vec<VarId> =
+                    at.iter().copied().filter(|v| !self.bound[v.as_u32() as usize]).collect();
+                let len = inner.iter().map(|&v| self.k.vars[v].extent).product();
+                self.hits.push(Counted { inner, counts: vec![0; len] });
                 self.nodes(body)?;
-                if self.hits.pop().is_some_and(|hits| hits < *points) {
+                let Some(Counted { inner, counts }) = self.hits.pop() else { unreachable!("pushed above") };
+                for (e, _) in counts.iter().enumerate().filter(|(_, n)| **n < *points) {
+                    let mut rest = e;
+                    for &v in inner.iter().rev() {
+                        let extent = self.k.vars[v].extent;
+                        self.bind(v, (rest % extent) as i64);
+                        rest /= extent;
+                    }
                     self.fold(at, 0.0);
+                    inner.iter().for_each(|&v| self.unbind(v));
                 }
             }
             Node::Merge { .. } => return Err(ExecError::Unsupported("a merge")),
@@ -407,6 +427,11 @@ impl Run<'_> {
             Reduction::Max => slot.max(v),
             Reduction::Min => slot.min(v),
         };
+    }
+
+    /// The row-major number of the element `vars` are at.
+    fn element(&self, vars: &[VarId]) -> usize {
+        vars.iter().fold(0, |a, &v| a * self.k.vars[v].extent + self.at[v.as_u32() as usize] as usize)
     }
 
     fn address(&self, shape: &[usize], at: &[VarId]) -> usize {

@@ -151,9 +151,14 @@ pub fn lower(
     let last_level: BTreeMap<&str, usize> =
         affine.iter().map(|o| (o.tensor.as_str(), o.levels.len() - 1)).collect();
     let pooling = reduction != Reduction::Sum;
-    let order = loop_order(einsum, &vars, &var_of, &affine, &out_at, schedule, pooling)?;
-    if pooling {
-        outputs_first(&order, &out_at, &vars, st)?;
+    let mut order = loop_order(einsum, &vars, &var_of, &affine, &out_at, schedule, pooling)?;
+    // A pooling's windows inside all its output indices count their points
+    // in a register; where storage order forbids that (channels last,
+    // `O[i,c] max= I[2*i+p,c]` in CSR binds `p` before `c`), the default
+    // order counts them per output element of the loops inside the window's.
+    let every: Vec<usize> = (0..affine.len()).collect();
+    if pooling && legal(&order, &every, &affine, &reads, &vars).is_err() {
+        order = loop_order(einsum, &vars, &var_of, &affine, &out_at, schedule, false)?;
     }
     // A sum of products into a dense output: each product walks its own
     // stored operands' entries (one point of the merge lattice each, by
@@ -183,8 +188,10 @@ pub fn lower(
         legal(&order, &walked, &affine, &reads, &vars)?;
         let value = expr(term, &vals, &last_level, &dense, &var_of)?;
         // Pooling visits every output element (its window may be all zeros,
-        // whose maximum is a zero, not nothing): dense loops over them.
-        let dense_out: &[VarId] = if pooling { &out_at } else { &[] };
+        // whose maximum is a zero, not nothing): dense loops over the output
+        // indices outside the window's; the fill goes over those inside.
+        let first_window = order.iter().position(|v| !out_at.contains(v)).unwrap_or(order.len());
+        let dense_out: &[VarId] = if pooling { &order[..first_window] } else { &[] };
         let mut nest = tree(&order, &affine, &walked, &out_at, value, schedule.subsections, dense_out);
         if pooling {
             nest = fill(nest, &order, &out_at, &vars);
@@ -426,36 +433,12 @@ fn legal(
     Ok(())
 }
 
-/// `max=` / `min=` fold each window's skipped zeros in once its points are
-/// visited: every output index must be bound before the window's.
-fn outputs_first(
-    order: &[VarId],
-    out_at: &[VarId],
-    vars: &PrimaryMap<VarId, Var>,
-    st: &spindle_ir::lang::Statement,
-) -> Result<(), Diagnostic> {
-    let first_window = order.iter().position(|v| !out_at.contains(v)).unwrap_or(order.len());
-    if let Some(late) = order[first_window..].iter().find(|v| out_at.contains(v)) {
-        return Err(refuse(
-            format!(
-                "`{}` over a stored operand needs every output index bound before the window's: `{}` comes \
-                 after `{}`",
-                st.op.as_str(),
-                vars[*late].name,
-                vars[order[first_window]].name
-            ),
-            st.op_span,
-            "a pooling",
-        )
-        .with_note("skipped entries are zeros the reduction must see; they are counted per output element"));
-    }
-    Ok(())
-}
-
-/// Wraps the loops inside the last output index's in a [`Node::Fill`].
+/// Wraps the loops from the first window index's (the first not an output
+/// index) in a [`Node::Fill`] of the output element: every window index
+/// is inside, and so are the output indices after it.
 fn fill(body: Vec<Node>, order: &[VarId], out_at: &[VarId], vars: &PrimaryMap<VarId, Var>) -> Vec<Node> {
     let inner = order.iter().position(|v| !out_at.contains(v)).unwrap_or(order.len());
-    let points = order[inner..].iter().map(|&v| vars[v].extent).product();
+    let points = order.iter().filter(|v| !out_at.contains(v)).map(|&v| vars[v].extent).product();
     fn wrap(nodes: Vec<Node>, depth: usize, inner: usize, at: &[VarId], points: usize) -> Vec<Node> {
         if depth == inner {
             return vec![Node::Fill { at: at.to_vec(), points, body: nodes }];

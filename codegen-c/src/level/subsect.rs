@@ -659,19 +659,51 @@ impl<D: Dialect> Printer<'_, D> {
 
     /// Pooling's window: count the stored points its updates visit, and
     /// fold zero in where some point was not stored.
+    /// A [`Node::Fill`]: one count in a register where `at` is bound
+    /// around it, else one per element of the output indices bound inside
+    /// it, checked by loops over them after `body`.
     pub(super) fn fill(&mut self, at: &[VarId], points: usize, body: &[Node], depth: usize) {
         let n = self.ss_next;
         self.ss_next += 1;
-        let hits = format!("f{n}_hits");
+        let inner: Vec<VarId> = at.iter().copied().filter(|v| !self.bound.contains(v)).collect();
+        let names: Vec<String> = inner.iter().map(|&v| self.var(v).to_string()).collect();
+        let element = inner.iter().zip(&names).fold(String::new(), |e, (&v, name)| match e.is_empty() {
+            true => name.clone(),
+            false => format!("({e}) * {} + {name}", self.k.var(v).extent),
+        });
+        let hits = match inner.is_empty() {
+            true => format!("f{n}_hits"),
+            false => format!("f{n}_hits[{element}]"),
+        };
         self.line(depth, "{");
-        self.line(depth + 1, &format!("int64_t {hits} = 0;"));
+        match inner.is_empty() {
+            true => self.line(depth + 1, &format!("int64_t {hits} = 0;")),
+            false => {
+                let len: usize = inner.iter().map(|&v| self.k.var(v).extent).product();
+                self.line(
+                    depth + 1,
+                    &format!("int32_t *restrict f{n}_hits = calloc({len}, sizeof(int32_t));"),
+                );
+            }
+        }
         let was = self.hits.replace(hits.clone());
         body.iter().for_each(|b| self.node(b, depth + 1));
         self.hits = was;
         let out = self.tensor(self.k.output).to_string();
         let address = self.dense_address(self.k.output, at);
         let fold = self.d.fold(self.k.reduction, &format!("{out}[{address}]"), &self.d.float(0.0));
-        self.line(depth + 1, &format!("if ({hits} < {points}) {fold}"));
+        let d = depth + 1 + inner.len();
+        for (k, (&v, name)) in inner.iter().zip(&names).enumerate() {
+            let extent = self.k.var(v).extent;
+            self.line(depth + 1 + k, &format!("for (int64_t {name} = 0; {name} < {extent}; {name}++) {{"));
+        }
+        self.line(d, &format!("if ({hits} < {points}) {fold}"));
+        for k in (0..inner.len()).rev() {
+            self.line(depth + 1 + k, "}");
+        }
+        if !inner.is_empty() {
+            self.line(depth + 1, &format!("free(f{n}_hits);"));
+        }
         self.line(depth, "}");
     }
 }

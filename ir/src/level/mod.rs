@@ -240,7 +240,11 @@ pub enum Node {
     /// A `max=` / `min=` over a stored operand's windows (pooling): the
     /// updates of the output at `at` in `body` visit only stored entries,
     /// so where they were fewer than the window's `points`, a skipped point
-    /// was a zero, and zero is folded into the output too.
+    /// was a zero, and zero is folded into the output too. The variables of
+    /// `at` bound around the fill fix one element, counted in a register;
+    /// those bound inside it (`c` of `O[i,c]` in the order `i, p, c`) range
+    /// over their extents, each element of them counted apart and checked
+    /// after `body`.
     Fill { at: Vec<VarId>, points: usize, body: Vec<Node> },
 }
 
