@@ -612,6 +612,12 @@ pub(crate) fn random_arg(arg: &str) -> Result<(String, Input)> {
     let dtype = ElemType::parse(dtype).ok_or_else(|| anyhow!("--rand {arg}: unknown dtype `{dtype}`"))?;
     let seed: u64 = seed.parse().map_err(|_| anyhow!("--rand {arg}: seed `{seed}` is not an integer"))?;
     let input = match dtype {
+        ElemType::Value(_) if parts.len() == 4 => {
+            return Err(anyhow!(
+                "--rand {arg}: a range (the fourth field) is for index tensors; values are random in \
+                 ±[0.1, 1) (for sparse random data give a file with --tensor)"
+            ));
+        }
         ElemType::Value(d) => Input::random(&shape, d, seed),
         ElemType::Index(i) => {
             let max: i64 = parts

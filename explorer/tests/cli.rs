@@ -286,6 +286,10 @@ fn eval_refuses_bad_arguments_with_messages() {
     let out = spindle(&["eval", "y[i] = A[i,j] * x[j]", "--rand", "A=3x4:f32:1", "--rand", "x=4:q8:1"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("unknown dtype `q8`"), "{}", stderr(&out));
+    // A range on values was ignored once; it is refused with the reason.
+    let out = spindle(&["eval", "y[i] = A[i,j] * x[j]", "--rand", "A=3x4:f32:1:0.1", "--rand", "x=4:f32:2"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("a range (the fourth field) is for index tensors"), "{}", stderr(&out));
     let out = spindle(&[
         "eval",
         "y[S[p]] max= x[p]",
