@@ -439,29 +439,11 @@ pub fn permutations(items: &[String]) -> Vec<Vec<String>> {
 
 /// `nnz = round((1 − sparsity/100)·N)` entries of `shape` at distinct,
 /// uniformly random positions (seeded), values in ±[0.1, 1), in coordinate
-/// order.
+/// order: the `uniform:shape=...` generator a user names.
 pub fn random_input(shape: &[usize], sparsity: f64, seed: u64) -> Result<Coo<f64, i64>> {
-    use rand::{Rng, SeedableRng};
     let n: usize = shape.iter().product();
     let nnz = (((1.0 - sparsity / 100.0) * n as f64).round().max(0.0) as usize).min(n);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut positions = rand::seq::index::sample(&mut rng, n, nnz).into_vec();
-    positions.sort_unstable();
-    let mut crd: Vec<Vec<i64>> = shape.iter().map(|_| Vec::with_capacity(nnz)).collect();
-    for &pos in &positions {
-        let mut rest = pos;
-        for d in (0..shape.len()).rev() {
-            crd[d].push((rest % shape[d]) as i64);
-            rest /= shape[d];
-        }
-    }
-    let val = (0..nnz)
-        .map(|_| {
-            let magnitude: f64 = rng.random_range(0.1..1.0);
-            if rng.random_bool(0.5) { magnitude } else { -magnitude }
-        })
-        .collect();
-    Ok(Coo::new(shape.to_vec(), crd, val)?.canonicalize())
+    Ok(spindle_formats::generate::uniform_tensor(shape, nnz, seed)?)
 }
 
 /// Least squares of `y = a + b·x`, with R².

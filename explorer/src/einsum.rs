@@ -94,7 +94,8 @@ pub struct DataArgs {
     /// Data for a tensor: NAME=file.npy (dense values, or integer
     /// indices), NAME=file.mtx or NAME=file.tns (sparse),
     /// NAME=gen:SPEC, a generated sparse matrix (as `spindle stats gen:...`,
-    /// e.g. gen:uniform:rows=999,cols=999,nnz=9980,seed=1), or
+    /// e.g. gen:uniform:rows=999,cols=999,nnz=9980,seed=1) or tensor of any
+    /// rank (gen:uniform:shape=1x34x34x16,density=0.1,seed=1), or
     /// NAME=kernelmap:FILE.xyz:voxel=V[,kernel=K], a point cloud's
     /// submanifold kernel map Map[x,y,z] (output voxel x, input voxel y at
     /// offset z of K^3, K = 3 unless told), e.g. for
@@ -615,7 +616,7 @@ pub(crate) fn random_arg(arg: &str) -> Result<(String, Input)> {
         ElemType::Value(_) if parts.len() == 4 => {
             return Err(anyhow!(
                 "--rand {arg}: a range (the fourth field) is for index tensors; values are random in \
-                 ±[0.1, 1) (for sparse random data give a file with --tensor)"
+                 ±[0.1, 1) (sparse random data: --tensor {name}=gen:uniform:shape={dims},density=D)"
             ));
         }
         ElemType::Value(d) => Input::random(&shape, d, seed),

@@ -7,7 +7,7 @@ use half::{bf16, f16};
 use proptest::prelude::*;
 use spindle_formats::generate::{
     DEFAULT_ALPHA, DEFAULT_BLOCK, DEFAULT_SEED, GeneratorSpec, banded, block_sparse, power_law, uniform,
-    voxelize,
+    uniform_tensor, voxelize,
 };
 use spindle_formats::{Coo, FormatError, Index, Value};
 
@@ -454,6 +454,33 @@ fn specs_parse_and_generate() {
 }
 
 #[test]
+fn uniform_specs_with_a_shape_make_tensors_of_any_rank() {
+    let spec: GeneratorSpec = "uniform:shape=1x34x34x16,density=0.1,seed=3".parse().unwrap();
+    assert_eq!(spec, GeneratorSpec::UniformTensor { shape: vec![1, 34, 34, 16], nnz: 1850, seed: 3 });
+    assert_eq!(spec.to_string(), "uniform:shape=1x34x34x16,nnz=1850,seed=3");
+    assert_eq!(spec.to_string().parse::<GeneratorSpec>().unwrap(), spec);
+    assert_eq!((spec.kind(), spec.shape(), spec.seed()), ("uniform", vec![1, 34, 34, 16], 3));
+    let t = spec.generate::<f32, i32>().unwrap();
+    assert_eq!(t, uniform_tensor::<f32, i32>(&[1, 34, 34, 16], 1850, 3).unwrap());
+    assert_eq!((t.nnz(), t.shape.len()), (1850, 4));
+    assert!(t.is_canonical() && t.val.iter().all(|v| *v != 0.0));
+    // Two dimensions: the matrix `uniform` makes from the same seed.
+    let spec: GeneratorSpec = "uniform:shape=300x200,nnz=5000,seed=8".parse().unwrap();
+    assert_eq!(spec.generate::<f64, i64>().unwrap(), uniform::<f64, i64>(300, 200, 5000, 8).unwrap());
+    for (bad, why) in [
+        ("uniform:shape=4x4,nnz=3,density=0.5", "give one of nnz and density"),
+        ("uniform:shape=4x4", "give one of nnz and density"),
+        ("uniform:shape=4x4,density=1.5", "expected a fraction in [0, 1]"),
+        ("uniform:shape=4x4,rows=4,nnz=2", "shape replaces rows and cols"),
+        ("uniform:rows=4,cols=4,density=0.5", "density needs a shape"),
+        ("uniform:shape=4xfour,nnz=2", "expected extents written AxBxC"),
+        ("uniform:shape=2x3x4,nnz=25", "nnz 25 exceeds the 24 cells of 2x3x4"),
+    ] {
+        assert!(spec_error(bad).contains(why), "{bad}: {}", spec_error(bad));
+    }
+}
+
+#[test]
 fn specs_have_defaults_and_aliases() {
     let spec: GeneratorSpec = " power-law : rows=100_000, cols=1e5, nnz=1e6 ".parse().unwrap();
     assert_eq!(
@@ -493,11 +520,11 @@ fn spec_error(text: &str) -> String {
 fn bad_specs_name_the_problem() {
     assert_eq!(
         spec_error("uniform:rows=10,cols=10,nzz=5"),
-        "invalid generator spec: unknown key \"nzz\" for uniform; expected keys: rows, cols, nnz, seed"
+        "invalid generator spec: unknown key \"nzz\" for uniform; expected keys: rows, cols, shape, nnz, density, seed"
     );
     assert_eq!(
         spec_error("uniform:rows=10,cols=10"),
-        "invalid generator spec: missing key \"nnz\" for uniform; expected keys: rows, cols, nnz, seed"
+        "invalid generator spec: missing key \"nnz\" for uniform; expected keys: rows, cols, shape, nnz, density, seed"
     );
     assert_eq!(
         spec_error("uniform:rows=10,cols=ten,nnz=5"),
@@ -545,6 +572,21 @@ fn bad_specs_name_the_problem() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn uniform_tensor_invariants(shape in proptest::collection::vec(0usize..9, 1..5), fill in 0.0f64..=1.0, seed in any::<u64>()) {
+        let cells: usize = shape.iter().product();
+        let nnz = (cells as f64 * fill) as usize;
+        let t = uniform_tensor::<f64, i32>(&shape, nnz, seed).unwrap();
+        prop_assert_eq!(t.nnz(), nnz);
+        prop_assert!(t.is_canonical());
+        for (d, &n) in shape.iter().enumerate() {
+            prop_assert!(t.crd[d].iter().all(|&c| (c as usize) < n));
+        }
+        if let [rows, cols] = shape[..] {
+            prop_assert_eq!(t, uniform::<f64, i32>(rows, cols, nnz, seed).unwrap());
+        }
+    }
 
     #[test]
     fn uniform_invariants(rows in 0usize..60, cols in 0usize..60, fill in 0.0f64..=1.0, seed in any::<u64>()) {

@@ -13,6 +13,7 @@
 //! | generator | models |
 //! | --- | --- |
 //! | [`uniform`] | `nnz` positions uniformly at random |
+//! | [`uniform_tensor`] | the same in a tensor of any shape (a sparse image or activation) |
 //! | [`power_law`] | power-law row lengths, like the adjacency of a GNN graph |
 //! | [`block_sparse`] | dense blocks on a block grid (Insum's BlockGroupCOO input) |
 //! | [`banded`] | a band around the diagonal |
@@ -30,7 +31,7 @@ mod voxel;
 
 pub use clebsch_gordan::{cg_tensor, real_clebsch_gordan, tensor_product_paths};
 pub use kernel_map::{kernel_map, kernel_volume};
-pub use random::{DEFAULT_ALPHA, power_law, uniform};
+pub use random::{DEFAULT_ALPHA, power_law, uniform, uniform_tensor};
 pub use spec::{DEFAULT_SEED, GeneratorSpec};
 pub use structured::{DEFAULT_BLOCK, banded, block_sparse};
 pub use voxel::voxelize;

@@ -2,7 +2,7 @@
 
 use rand::Rng;
 
-use super::{Sampler, check_fits, check_shape, matrix, sample_cells, seeded, with_capacity};
+use super::{Sampler, check_fits, check_shape, matrix, random_values, sample_cells, seeded, with_capacity};
 use crate::scalar::{Index, Value};
 use crate::{Coo, FormatError, Result};
 
@@ -50,6 +50,64 @@ pub fn uniform<V: Value, I: Index>(rows: usize, cols: usize, nnz: usize, seed: u
 
 pub(super) fn check_uniform(rows: usize, cols: usize, nnz: usize) -> Result<()> {
     check_fits("uniform generator", rows, cols, nnz)
+}
+
+/// A tensor of any `shape` with exactly `nnz` distinct positions chosen
+/// uniformly at random, as [`uniform`] does for a matrix (and from the same
+/// stream: a two-dimensional `shape` gives [`uniform`]'s matrix). Work is
+/// `O(nnz log nnz)`, whatever the number of cells. Fails when `nnz` exceeds
+/// the cells or an extent does not fit in `I`.
+///
+/// ```
+/// use spindle_formats::generate::{uniform, uniform_tensor};
+///
+/// let t = uniform_tensor::<f32, i32>(&[1, 34, 34, 16], 1850, 3)?; // an NHWC activation, 90% zeros
+/// assert_eq!((t.shape.clone(), t.nnz()), (vec![1, 34, 34, 16], 1850));
+/// assert!(t.is_canonical());
+/// assert_eq!(uniform_tensor::<f64, i64>(&[50, 40], 300, 1)?, uniform(50, 40, 300, 1)?);
+/// # Ok::<(), spindle_formats::FormatError>(())
+/// ```
+pub fn uniform_tensor<V: Value, I: Index>(shape: &[usize], nnz: usize, seed: u64) -> Result<Coo<V, I>> {
+    const WHAT: &str = "uniform generator";
+    let cells = check_tensor_fits(shape, nnz)?;
+    check_shape::<I>(shape)?;
+    let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+    let mut rng = seeded(seed);
+    let mut sampler = Sampler::new();
+    // A cell is its row-major number; its coordinates are drawn one by one.
+    let draw = |rng: &mut rand_chacha::ChaCha8Rng| {
+        dims.iter().fold(0u128, |a, &d| a * d as u128 + rng.random_range(0..d) as u128)
+    };
+    let picked = sampler.sample(&mut rng, nnz, cells, draw, u128::from)?;
+    let mut crd: Vec<Vec<I>> = Vec::with_capacity(shape.len());
+    for _ in shape {
+        crd.push(with_capacity(nnz, WHAT)?);
+    }
+    for &cell in picked {
+        let mut rest = cell;
+        for (d, &n) in dims.iter().enumerate().rev() {
+            crd[d].push(I::from_usize((rest % n as u128) as usize)?);
+            rest /= n as u128;
+        }
+    }
+    let val = random_values(&mut rng, nnz, WHAT)?;
+    let coo = Coo::new(shape.to_vec(), crd, val)?;
+    debug_assert!(coo.is_canonical());
+    Ok(coo)
+}
+
+/// The cells of `shape`, when `nnz` distinct positions fit in them.
+pub(super) fn check_tensor_fits(shape: &[usize], nnz: usize) -> Result<u128> {
+    let cells = shape.iter().try_fold(1u128, |a, &d| a.checked_mul(d as u128));
+    let shown = shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+    match cells {
+        Some(cells) if nnz as u128 <= cells => Ok(cells),
+        Some(cells) => Err(FormatError::invalid(
+            "uniform generator",
+            format!("nnz {nnz} exceeds the {cells} cells of {shown}"),
+        )),
+        None => Err(FormatError::invalid("uniform generator", format!("{shown} has too many cells"))),
+    }
 }
 
 /// A `rows x cols` matrix with exactly `nnz` entries whose row lengths

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::random::{DEFAULT_ALPHA, check_power_law, check_uniform};
+use super::random::{DEFAULT_ALPHA, check_power_law, check_tensor_fits, check_uniform};
 use super::structured::{DEFAULT_BLOCK, check_block_sparse};
 use crate::scalar::{Index, Value};
 use crate::{Coo, FormatError, Result};
@@ -16,6 +16,7 @@ pub const DEFAULT_SEED: u64 = 0;
 /// | spec | keys (defaults) |
 /// | --- | --- |
 /// | `uniform` | `rows`, `cols`, `nnz`, `seed` (0) |
+/// | `uniform` | `shape` (`AxBxC`), `nnz` or `density` (the fraction of cells), `seed` (0) |
 /// | `powerlaw` | `rows`, `cols`, `nnz`, `alpha` ([`DEFAULT_ALPHA`]), `seed` (0) |
 /// | `blocks` | `rows`, `cols`, `bm` (32), `bk` (= `bm`), `density`, `seed` (0) |
 /// | `banded` | `n`, `lower`, `upper`, `seed` (0) |
@@ -41,6 +42,8 @@ pub const DEFAULT_SEED: u64 = 0;
 pub enum GeneratorSpec {
     /// [`uniform`](super::uniform).
     Uniform { rows: usize, cols: usize, nnz: usize, seed: u64 },
+    /// [`uniform_tensor`](super::uniform_tensor): `uniform` given a `shape`.
+    UniformTensor { shape: Vec<usize>, nnz: usize, seed: u64 },
     /// [`power_law`](super::power_law).
     PowerLaw { rows: usize, cols: usize, nnz: usize, alpha: f64, seed: u64 },
     /// [`block_sparse`](super::block_sparse) with `density` the fraction of
@@ -55,6 +58,9 @@ const KINDS: &str = "uniform, powerlaw, blocks, banded";
 impl GeneratorSpec {
     /// Runs the generator.
     pub fn generate<V: Value, I: Index>(&self) -> Result<Coo<V, I>> {
+        if let GeneratorSpec::UniformTensor { shape, nnz, seed } = self {
+            return super::uniform_tensor(shape, *nnz, *seed);
+        }
         match *self {
             GeneratorSpec::Uniform { rows, cols, nnz, seed } => super::uniform(rows, cols, nnz, seed),
             GeneratorSpec::PowerLaw { rows, cols, nnz, alpha, seed } => {
@@ -64,6 +70,7 @@ impl GeneratorSpec {
                 super::block_sparse(rows, cols, bm, bk, density, seed)
             }
             GeneratorSpec::Banded { n, lower, upper, seed } => super::banded(n, lower, upper, seed),
+            GeneratorSpec::UniformTensor { .. } => unreachable!("generated above"),
         }
     }
 
@@ -71,26 +78,31 @@ impl GeneratorSpec {
     /// `banded`.
     pub fn kind(&self) -> &'static str {
         match self {
-            GeneratorSpec::Uniform { .. } => "uniform",
+            GeneratorSpec::Uniform { .. } | GeneratorSpec::UniformTensor { .. } => "uniform",
             GeneratorSpec::PowerLaw { .. } => "powerlaw",
             GeneratorSpec::Blocks { .. } => "blocks",
             GeneratorSpec::Banded { .. } => "banded",
         }
     }
 
-    /// The shape of the matrix it generates.
+    /// The shape of the tensor it generates.
     pub fn shape(&self) -> Vec<usize> {
+        if let GeneratorSpec::UniformTensor { shape, .. } = self {
+            return shape.clone();
+        }
         match *self {
             GeneratorSpec::Uniform { rows, cols, .. }
             | GeneratorSpec::PowerLaw { rows, cols, .. }
             | GeneratorSpec::Blocks { rows, cols, .. } => vec![rows, cols],
             GeneratorSpec::Banded { n, .. } => vec![n, n],
+            GeneratorSpec::UniformTensor { .. } => unreachable!("answered above"),
         }
     }
 
     pub fn seed(&self) -> u64 {
         match *self {
             GeneratorSpec::Uniform { seed, .. }
+            | GeneratorSpec::UniformTensor { seed, .. }
             | GeneratorSpec::PowerLaw { seed, .. }
             | GeneratorSpec::Blocks { seed, .. }
             | GeneratorSpec::Banded { seed, .. } => seed,
@@ -101,6 +113,7 @@ impl GeneratorSpec {
     pub fn with_seed(mut self, new: u64) -> Self {
         match &mut self {
             GeneratorSpec::Uniform { seed, .. }
+            | GeneratorSpec::UniformTensor { seed, .. }
             | GeneratorSpec::PowerLaw { seed, .. }
             | GeneratorSpec::Blocks { seed, .. }
             | GeneratorSpec::Banded { seed, .. } => *seed = new,
@@ -110,17 +123,24 @@ impl GeneratorSpec {
 
     /// The same checks the generators make, done before any work.
     fn validate(&self) -> Result<()> {
+        if let GeneratorSpec::UniformTensor { shape, nnz, .. } = self {
+            return check_tensor_fits(shape, *nnz).map(|_| ());
+        }
         match *self {
             GeneratorSpec::Uniform { rows, cols, nnz, .. } => check_uniform(rows, cols, nnz),
             GeneratorSpec::PowerLaw { rows, cols, nnz, alpha, .. } => check_power_law(rows, cols, nnz, alpha),
             GeneratorSpec::Blocks { bm, bk, density, .. } => check_block_sparse(bm, bk, density),
-            GeneratorSpec::Banded { .. } => Ok(()),
+            GeneratorSpec::Banded { .. } | GeneratorSpec::UniformTensor { .. } => Ok(()),
         }
     }
 }
 
 impl fmt::Display for GeneratorSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let GeneratorSpec::UniformTensor { shape, nnz, seed } = self {
+            let shape: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            return write!(f, "uniform:shape={},nnz={nnz},seed={seed}", shape.join("x"));
+        }
         match *self {
             GeneratorSpec::Uniform { rows, cols, nnz, seed } => {
                 write!(f, "uniform:rows={rows},cols={cols},nnz={nnz},seed={seed}")
@@ -134,6 +154,7 @@ impl fmt::Display for GeneratorSpec {
             GeneratorSpec::Banded { n, lower, upper, seed } => {
                 write!(f, "banded:n={n},lower={lower},upper={upper},seed={seed}")
             }
+            GeneratorSpec::UniformTensor { .. } => unreachable!("written above"),
         }
     }
 }
@@ -146,7 +167,7 @@ impl FromStr for GeneratorSpec {
         let (kind, params) = text.split_once(':').unwrap_or((text, ""));
         let (kind, keys): (&'static str, &'static [&'static str]) =
             match kind.trim().to_ascii_lowercase().as_str() {
-                "uniform" => ("uniform", &["rows", "cols", "nnz", "seed"]),
+                "uniform" => ("uniform", &["rows", "cols", "shape", "nnz", "density", "seed"]),
                 "powerlaw" | "power_law" | "power-law" => {
                     ("powerlaw", &["rows", "cols", "nnz", "alpha", "seed"])
                 }
@@ -164,12 +185,33 @@ impl FromStr for GeneratorSpec {
         let p = Params::parse(kind, keys, params)?;
         let seed = p.int("seed", Some(DEFAULT_SEED))?;
         let spec = match kind {
-            "uniform" => GeneratorSpec::Uniform {
-                rows: p.count("rows", None)?,
-                cols: p.count("cols", None)?,
-                nnz: p.count("nnz", None)?,
-                seed,
-            },
+            "uniform" if p.has("shape") => {
+                let shape = p.shape("shape")?;
+                let cells: f64 = shape.iter().map(|&d| d as f64).product();
+                let nnz = match (p.has("nnz"), p.has("density")) {
+                    (true, false) => p.count("nnz", None)?,
+                    (false, true) => match p.real("density", None)? {
+                        d if (0.0..=1.0).contains(&d) => (d * cells).round() as usize,
+                        d => return Err(p.value_error("density", &d.to_string(), "a fraction in [0, 1]")),
+                    },
+                    _ => return Err(p.key_error("give one of nnz and density".to_string())),
+                };
+                if p.has("rows") || p.has("cols") {
+                    return Err(p.key_error("shape replaces rows and cols".to_string()));
+                }
+                GeneratorSpec::UniformTensor { shape, nnz, seed }
+            }
+            "uniform" => {
+                if p.has("density") {
+                    return Err(p.key_error("density needs a shape".to_string()));
+                }
+                GeneratorSpec::Uniform {
+                    rows: p.count("rows", None)?,
+                    cols: p.count("cols", None)?,
+                    nnz: p.count("nnz", None)?,
+                    seed,
+                }
+            }
             "powerlaw" => GeneratorSpec::PowerLaw {
                 rows: p.count("rows", None)?,
                 cols: p.count("cols", None)?,
@@ -265,6 +307,20 @@ impl<'a> Params<'a> {
     fn count(&self, key: &str, default: Option<usize>) -> Result<usize> {
         let x = self.int(key, default.map(|d| d as u64))?;
         usize::try_from(x).map_err(|_| self.value_error(key, &x.to_string(), "a value that fits in usize"))
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.pairs.iter().any(|&(k, _)| k == key)
+    }
+
+    /// Extents written `AxBxC`.
+    fn shape(&self, key: &str) -> Result<Vec<usize>> {
+        let Some(value) = self.raw::<()>(key, &None)? else { unreachable!("a key without a default") };
+        value
+            .split(['x', 'X'])
+            .map(|d| d.trim().replace('_', "").parse::<usize>())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|_| self.value_error(key, value, "extents written AxBxC"))
     }
 
     /// A finite real number.
