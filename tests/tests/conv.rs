@@ -367,35 +367,33 @@ fn pooling_folds_in_the_zeros_its_windows_skip() {
     for (op, density, seed) in [("max=", 0.3, 41), ("min=", 0.3, 42), ("max=", 1.0, 43), ("max=", 0.02, 44)] {
         let statement = format!("O[i,j] {op} I[2*i+p, 2*j+q] where p < 2, q < 2");
         let c = case(&statement, shapes, density, seed);
-        let spec: FormatSpec = "dcsr".parse().unwrap();
-        let formats = BTreeMap::from([("I".to_string(), spec)]);
-        let sparse = BTreeMap::from([("I".to_string(), c.entries.clone())]);
-        for order in ["", "j+i+p+q"] {
+        // The last: a window index before an output index, where the fill
+        // counts each element of the output indices inside it apart.
+        for order in ["", "j+i+p+q", "i+p+j+q"] {
             let schedule: Schedule = format!("order={order}").parse().unwrap_or_default();
-            let lowered = lower(&c.einsum, &formats, &sparse, &schedule, "pool").unwrap();
-            assert!(
-                lowered.kernel.to_string().contains("zero folded in where fewer than 4"),
-                "{}",
-                lowered.kernel
-            );
-            let mut data = c.data.clone();
-            data.extend(lowered.arrays.clone());
-            let got = execute(&lowered.kernel, &data).unwrap();
-            assert_eq!(got, c.want, "{statement} at {density}, order {order}");
-            agrees_in_c(&lowered.kernel, &data, &got, &statement);
+            let kernel =
+                pooled_everywhere(&c, "dcsr", &schedule, &format!("{statement} at {density}, {order}"));
+            assert!(kernel.contains("zero folded in where fewer than 4"), "{kernel}");
         }
-        // A window index before an output index: the fill counts each
-        // element of the output indices inside it apart.
         let (legal, refused) = every_order_on(&c, "dcsr", None, false);
         assert_eq!((legal, refused), (12, 12), "{statement}");
-        let schedule: Schedule = "order=i+p+j+q".parse().unwrap();
-        let lowered = lower(&c.einsum, &formats, &sparse, &schedule, "pool").unwrap();
-        let mut data = c.data.clone();
-        data.extend(lowered.arrays.clone());
-        let got = execute(&lowered.kernel, &data).unwrap();
-        assert_eq!(got, c.want, "{statement} at {density}, order i+p+j+q");
-        agrees_in_c(&lowered.kernel, &data, &got, &statement);
     }
+}
+
+/// Lowers `c` with `I` in `format` under `schedule`, checks the Rust
+/// executor against the reference and the C against the executor, and
+/// returns the loop tree.
+fn pooled_everywhere(c: &Case, format: &str, schedule: &Schedule, what: &str) -> String {
+    let spec: FormatSpec = format.parse().unwrap();
+    let formats = BTreeMap::from([("I".to_string(), spec)]);
+    let sparse = BTreeMap::from([("I".to_string(), c.entries.clone())]);
+    let lowered = lower(&c.einsum, &formats, &sparse, schedule, "pool").unwrap();
+    let mut data = c.data.clone();
+    data.extend(lowered.arrays.clone());
+    let got = execute(&lowered.kernel, &data).unwrap();
+    assert_eq!(got, c.want, "{what} in {format}");
+    agrees_in_c(&lowered.kernel, &data, &got, what);
+    lowered.kernel.to_string()
 }
 
 /// Channels last (`O[h,w,c] max= I[2*h+r, 2*w+q, c]`, NHWC without N): the
@@ -418,15 +416,7 @@ fn channels_last_pooling_counts_each_channel() {
             let (legal, _) = every_order(&c, format, None);
             assert!(legal >= 6, "{statement} in {format}: {legal} legal orders");
             // The default order, as `spindle run` takes it, in C too.
-            let spec: FormatSpec = format.parse().unwrap();
-            let formats = BTreeMap::from([("I".to_string(), spec)]);
-            let sparse = BTreeMap::from([("I".to_string(), c.entries.clone())]);
-            let lowered = lower(&c.einsum, &formats, &sparse, &Schedule::default(), "pool").unwrap();
-            let mut data = c.data.clone();
-            data.extend(lowered.arrays.clone());
-            let got = execute(&lowered.kernel, &data).unwrap();
-            assert_eq!(got, c.want, "{statement} in {format}");
-            agrees_in_c(&lowered.kernel, &data, &got, &statement);
+            pooled_everywhere(&c, format, &Schedule::default(), &statement);
         }
     }
 }
