@@ -84,12 +84,35 @@ impl fmt::Display for BufferKind {
 
 /// One array a kernel reads or writes, in the element type the C code
 /// uses (see the module docs for f16/bf16).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub enum Buffer {
     F64(Vec<f64>),
     F32(Vec<f32>),
     I32(Vec<i32>),
     I64(Vec<i64>),
+}
+
+impl Clone for Buffer {
+    fn clone(&self) -> Buffer {
+        match self {
+            Buffer::F64(v) => Buffer::F64(v.clone()),
+            Buffer::F32(v) => Buffer::F32(v.clone()),
+            Buffer::I32(v) => Buffer::I32(v.clone()),
+            Buffer::I64(v) => Buffer::I64(v.clone()),
+        }
+    }
+
+    /// In place where the kinds match (a timed launch's reset rewrites its
+    /// buffers, not reallocates them: the same memory every launch).
+    fn clone_from(&mut self, source: &Buffer) {
+        match (self, source) {
+            (Buffer::F64(a), Buffer::F64(b)) => a.clone_from(b),
+            (Buffer::F32(a), Buffer::F32(b)) => a.clone_from(b),
+            (Buffer::I32(a), Buffer::I32(b)) => a.clone_from(b),
+            (Buffer::I64(a), Buffer::I64(b)) => a.clone_from(b),
+            (this, _) => *this = source.clone(),
+        }
+    }
 }
 
 impl Buffer {
@@ -413,6 +436,23 @@ pub fn time_median(repeats: usize, warmup: usize, mut f: impl FnMut()) -> Durati
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reset_rewrites_buffers_in_place() {
+        let fresh = vec![Buffer::F64(vec![0.0; 1000]), Buffer::I32(vec![1, 2, 3])];
+        let mut buffers = fresh.clone();
+        let Buffer::F64(out) = &mut buffers[0] else { unreachable!() };
+        out[7] = 5.0;
+        let before = out.as_ptr();
+        buffers.clone_from_slice(&fresh);
+        assert_eq!(buffers, fresh);
+        let Buffer::F64(out) = &buffers[0] else { unreachable!() };
+        assert_eq!(out.as_ptr(), before, "the same memory, not a new allocation");
+        // Another kind or length is cloned whole.
+        let mut other = Buffer::F32(vec![1.0]);
+        other.clone_from(&fresh[1]);
+        assert_eq!(other, fresh[1]);
+    }
 
     #[test]
     fn median_of_odd_and_even_counts() {
