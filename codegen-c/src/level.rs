@@ -1367,16 +1367,10 @@ impl<'k, D: Dialect> Printer<'k, D> {
 
     /// Whether `target`'s elements hold the type values are computed in.
     fn holds_real(&self, target: Target) -> bool {
-        let dtype = match target {
-            Target::Local(_) => return true,
-            Target::Output => self.k.tensor(self.k.output).dtype,
-        };
-        let real = match dtype {
-            ElemType::Value(DType::F64) => "double",
-            ElemType::Value(DType::F32) => "float",
-            _ => return false,
-        };
-        self.d.real() == real
+        match target {
+            Target::Local(_) => true,
+            Target::Output => crate::print::c_type(self.k.tensor(self.k.output).dtype) == self.d.real(),
+        }
     }
 
     /// The element a [`Node::Store`] adds to.

@@ -2,7 +2,7 @@
 
 use rand::Rng;
 
-use super::{Sampler, check_fits, check_shape, matrix, random_values, sample_cells, seeded, with_capacity};
+use super::{Sampler, check_fits, check_shape, matrix, random_values, seeded, with_capacity};
 use crate::scalar::{Index, Value};
 use crate::{Coo, FormatError, Result};
 
@@ -36,16 +36,8 @@ const MAX_WEIGHT: f64 = 1e150;
 /// # Ok::<(), spindle_formats::FormatError>(())
 /// ```
 pub fn uniform<V: Value, I: Index>(rows: usize, cols: usize, nnz: usize, seed: u64) -> Result<Coo<V, I>> {
-    const WHAT: &str = "uniform generator";
     check_uniform(rows, cols, nnz)?;
-    check_shape::<I>(&[rows, cols])?;
-    let (mut crd0, mut crd1) = (with_capacity(nnz, WHAT)?, with_capacity(nnz, WHAT)?);
-    let mut rng = seeded(seed);
-    for (r, c) in sample_cells(&mut rng, rows, cols, nnz)? {
-        crd0.push(I::from_usize(r as usize)?);
-        crd1.push(I::from_usize(c as usize)?);
-    }
-    matrix(rows, cols, crd0, crd1, &mut rng, WHAT)
+    uniform_tensor(&[rows, cols], nnz, seed)
 }
 
 pub(super) fn check_uniform(rows: usize, cols: usize, nnz: usize) -> Result<()> {
@@ -53,8 +45,7 @@ pub(super) fn check_uniform(rows: usize, cols: usize, nnz: usize) -> Result<()> 
 }
 
 /// A tensor of any `shape` with exactly `nnz` distinct positions chosen
-/// uniformly at random, as [`uniform`] does for a matrix (and from the same
-/// stream: a two-dimensional `shape` gives [`uniform`]'s matrix). Work is
+/// uniformly at random; [`uniform`] is its two-dimensional case. Work is
 /// `O(nnz log nnz)`, whatever the number of cells. Fails when `nnz` exceeds
 /// the cells or an extent does not fit in `I`.
 ///
@@ -71,6 +62,10 @@ pub fn uniform_tensor<V: Value, I: Index>(shape: &[usize], nnz: usize, seed: u64
     const WHAT: &str = "uniform generator";
     let cells = check_tensor_fits(shape, nnz)?;
     check_shape::<I>(shape)?;
+    let mut crd: Vec<Vec<I>> = Vec::with_capacity(shape.len());
+    for _ in shape {
+        crd.push(with_capacity(nnz, WHAT)?);
+    }
     let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
     let mut rng = seeded(seed);
     let mut sampler = Sampler::new();
@@ -79,10 +74,6 @@ pub fn uniform_tensor<V: Value, I: Index>(shape: &[usize], nnz: usize, seed: u64
         dims.iter().fold(0u128, |a, &d| a * d as u128 + rng.random_range(0..d) as u128)
     };
     let picked = sampler.sample(&mut rng, nnz, cells, draw, u128::from)?;
-    let mut crd: Vec<Vec<I>> = Vec::with_capacity(shape.len());
-    for _ in shape {
-        crd.push(with_capacity(nnz, WHAT)?);
-    }
     for &cell in picked {
         let mut rest = cell;
         for (d, &n) in dims.iter().enumerate().rev() {

@@ -58,19 +58,16 @@ const KINDS: &str = "uniform, powerlaw, blocks, banded";
 impl GeneratorSpec {
     /// Runs the generator.
     pub fn generate<V: Value, I: Index>(&self) -> Result<Coo<V, I>> {
-        if let GeneratorSpec::UniformTensor { shape, nnz, seed } = self {
-            return super::uniform_tensor(shape, *nnz, *seed);
-        }
-        match *self {
-            GeneratorSpec::Uniform { rows, cols, nnz, seed } => super::uniform(rows, cols, nnz, seed),
-            GeneratorSpec::PowerLaw { rows, cols, nnz, alpha, seed } => {
+        match self {
+            &GeneratorSpec::Uniform { rows, cols, nnz, seed } => super::uniform(rows, cols, nnz, seed),
+            GeneratorSpec::UniformTensor { shape, nnz, seed } => super::uniform_tensor(shape, *nnz, *seed),
+            &GeneratorSpec::PowerLaw { rows, cols, nnz, alpha, seed } => {
                 super::power_law(rows, cols, nnz, alpha, seed)
             }
-            GeneratorSpec::Blocks { rows, cols, bm, bk, density, seed } => {
+            &GeneratorSpec::Blocks { rows, cols, bm, bk, density, seed } => {
                 super::block_sparse(rows, cols, bm, bk, density, seed)
             }
-            GeneratorSpec::Banded { n, lower, upper, seed } => super::banded(n, lower, upper, seed),
-            GeneratorSpec::UniformTensor { .. } => unreachable!("generated above"),
+            &GeneratorSpec::Banded { n, lower, upper, seed } => super::banded(n, lower, upper, seed),
         }
     }
 
@@ -87,15 +84,12 @@ impl GeneratorSpec {
 
     /// The shape of the tensor it generates.
     pub fn shape(&self) -> Vec<usize> {
-        if let GeneratorSpec::UniformTensor { shape, .. } = self {
-            return shape.clone();
-        }
-        match *self {
-            GeneratorSpec::Uniform { rows, cols, .. }
-            | GeneratorSpec::PowerLaw { rows, cols, .. }
-            | GeneratorSpec::Blocks { rows, cols, .. } => vec![rows, cols],
-            GeneratorSpec::Banded { n, .. } => vec![n, n],
-            GeneratorSpec::UniformTensor { .. } => unreachable!("answered above"),
+        match self {
+            &GeneratorSpec::Uniform { rows, cols, .. }
+            | &GeneratorSpec::PowerLaw { rows, cols, .. }
+            | &GeneratorSpec::Blocks { rows, cols, .. } => vec![rows, cols],
+            &GeneratorSpec::Banded { n, .. } => vec![n, n],
+            GeneratorSpec::UniformTensor { shape, .. } => shape.clone(),
         }
     }
 
@@ -123,24 +117,20 @@ impl GeneratorSpec {
 
     /// The same checks the generators make, done before any work.
     fn validate(&self) -> Result<()> {
-        if let GeneratorSpec::UniformTensor { shape, nnz, .. } = self {
-            return check_tensor_fits(shape, *nnz).map(|_| ());
-        }
-        match *self {
-            GeneratorSpec::Uniform { rows, cols, nnz, .. } => check_uniform(rows, cols, nnz),
-            GeneratorSpec::PowerLaw { rows, cols, nnz, alpha, .. } => check_power_law(rows, cols, nnz, alpha),
-            GeneratorSpec::Blocks { bm, bk, density, .. } => check_block_sparse(bm, bk, density),
-            GeneratorSpec::Banded { .. } | GeneratorSpec::UniformTensor { .. } => Ok(()),
+        match self {
+            &GeneratorSpec::Uniform { rows, cols, nnz, .. } => check_uniform(rows, cols, nnz),
+            GeneratorSpec::UniformTensor { shape, nnz, .. } => check_tensor_fits(shape, *nnz).map(|_| ()),
+            &GeneratorSpec::PowerLaw { rows, cols, nnz, alpha, .. } => {
+                check_power_law(rows, cols, nnz, alpha)
+            }
+            &GeneratorSpec::Blocks { bm, bk, density, .. } => check_block_sparse(bm, bk, density),
+            GeneratorSpec::Banded { .. } => Ok(()),
         }
     }
 }
 
 impl fmt::Display for GeneratorSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let GeneratorSpec::UniformTensor { shape, nnz, seed } = self {
-            let shape: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-            return write!(f, "uniform:shape={},nnz={nnz},seed={seed}", shape.join("x"));
-        }
         match *self {
             GeneratorSpec::Uniform { rows, cols, nnz, seed } => {
                 write!(f, "uniform:rows={rows},cols={cols},nnz={nnz},seed={seed}")
@@ -154,7 +144,10 @@ impl fmt::Display for GeneratorSpec {
             GeneratorSpec::Banded { n, lower, upper, seed } => {
                 write!(f, "banded:n={n},lower={lower},upper={upper},seed={seed}")
             }
-            GeneratorSpec::UniformTensor { .. } => unreachable!("written above"),
+            GeneratorSpec::UniformTensor { ref shape, nnz, seed } => {
+                let shape: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+                write!(f, "uniform:shape={},nnz={nnz},seed={seed}", shape.join("x"))
+            }
         }
     }
 }
