@@ -92,6 +92,7 @@ pub mod backend;
 pub mod check;
 mod compiled;
 pub mod error;
+pub mod hugepages;
 pub mod input;
 mod problem;
 mod program;

@@ -13,6 +13,10 @@ mod tui;
 
 use std::process::ExitCode;
 
+/// Large arrays on transparent huge pages, as NumPy's (the baselines') are.
+#[global_allocator]
+static ALLOC: spindle::hugepages::HugePages = spindle::hugepages::HugePages;
+
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use spindle_formats::{DType, IType};
 
