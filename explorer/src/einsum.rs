@@ -50,7 +50,16 @@ pub fn run_check(statement: &str, shapes: &[String]) -> Result<()> {
         shapes: shapes.to_vec(),
         formats: Vec::new(),
     };
-    let einsum = problem(&args)?.check().map_err(reported)?;
+    let problem = problem(&args)?;
+    if problem.is_program() {
+        // Each statement of its three-address form, as `run` splits it.
+        let program = problem.program().map_err(reported)?;
+        for (n, einsum) in program.statements.iter().enumerate() {
+            print!("{}S{}: {}", if n == 0 { "" } else { "\n" }, n + 1, describe(einsum));
+        }
+        return Ok(());
+    }
+    let einsum = problem.check().map_err(reported)?;
     print!("{}", describe(&einsum));
     Ok(())
 }
@@ -184,6 +193,21 @@ pub fn prepare(args: &DataArgs) -> Result<Prepared> {
 }
 
 pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
+    check_out(out)?;
+    let problem = problem(args)?;
+    if problem.is_program() {
+        let program = problem.program().map_err(reported)?;
+        let start = std::time::Instant::now();
+        let result = problem.program_reference().map_err(reported)?;
+        let last = program.statements.last().ok_or_else(|| anyhow!("the program has no statement"))?;
+        eprintln!(
+            "evaluated {} ({} statements) in {:.1} ms",
+            last.output().name,
+            program.statements.len(),
+            start.elapsed().as_secs_f64() * 1e3
+        );
+        return emit_output(last, &result, out);
+    }
     let prepared = prepare(args)?;
     let start = std::time::Instant::now();
     let result = prepared.reference().map_err(reported)?;
@@ -196,6 +220,25 @@ pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
     emit_output(&prepared.einsum, &result, out)
 }
 
+/// `--out NAME=PATH` before any work: its form, a file type the tool
+/// writes, and a folder that exists (whether the file type suits the
+/// output, dense or sparse, is known once it is made).
+fn check_out(out: Option<&str>) -> Result<()> {
+    let Some(out) = out else { return Ok(()) };
+    let (_, path) = out.split_once('=').ok_or_else(|| anyhow!("--out {out}: expected NAME=PATH.npy"))?;
+    let path = Path::new(path);
+    if !matches!(path.extension().and_then(|e| e.to_str()), Some("npy" | "mtx" | "tns")) {
+        bail!(
+            "--out {out}: the output is written as .npy (dense), .mtx (a sparse matrix) or .tns (a sparse tensor)"
+        );
+    }
+    let folder = path.parent().filter(|f| !f.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !folder.is_dir() {
+        bail!("--out {out}: the folder {} does not exist", folder.display());
+    }
+    Ok(())
+}
+
 /// Writes the output to `NAME=PATH.npy`, or prints a preview.
 pub(crate) fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&str>) -> Result<()> {
     let output = einsum.output();
@@ -205,6 +248,12 @@ pub(crate) fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&st
                 out.split_once('=').ok_or_else(|| anyhow!("--out {out}: expected NAME=PATH.npy"))?;
             if name != output.name {
                 bail!("--out {out}: the statement's output is `{}`", output.name);
+            }
+            if Path::new(path).extension().and_then(|e| e.to_str()) != Some("npy") {
+                bail!(
+                    "--out {out}: `{name}` is dense, written as .npy (.mtx and .tns are for an output given a \
+                     sparse format, --format {name}=csr)"
+                );
             }
             spindle::input::write_npy(Path::new(path), result, output.dtype).map_err(reported)?;
             println!("wrote {path} ({} {})", shape_text(result.shape()), output.dtype.name());
@@ -396,6 +445,7 @@ pub struct RunArgs<'a> {
 }
 
 pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
+    check_out(run.out)?;
     if run.threads != 0 && run.target != Target::C {
         bail!("--threads applies to --target c; a CUDA kernel's threads come from its schedule");
     }

@@ -39,6 +39,17 @@ struct Cli {
     command: Option<Command>,
 }
 
+/// The most timed runs `--repeats` takes (as a notebook's `repeats N`).
+pub const MAX_REPEATS: usize = 4096;
+
+/// `--repeats N`: from 1 to [`MAX_REPEATS`].
+pub fn repeats(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=MAX_REPEATS).contains(&n) => Ok(n),
+        _ => Err(format!("the number of timed runs is an integer from 1 to {MAX_REPEATS}")),
+    }
+}
+
 /// Element types of the stored arrays.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Types {
@@ -199,7 +210,7 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         threads: usize,
         /// Timed runs; the median is printed.
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 10, value_parser = crate::repeats)]
         repeats: usize,
         /// Write the output: NAME=out.npy, or for a sparse output (one given
         /// `--format NAME=...` and no data) NAME=out.mtx (a matrix) or

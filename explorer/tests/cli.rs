@@ -635,3 +635,63 @@ fn compile_emits_the_fused_forest_of_a_program() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("local T1 (a scalar)"), "{}", stdout(&out));
 }
+
+/// Inputs that crashed, hung or wrote the wrong thing (found by probing
+/// the command line) are refused before any work, with the reason.
+#[test]
+fn out_of_range_requests_are_refused_before_any_work() {
+    let dir = scratch("refused");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mtx = dir.join("c.mtx");
+    let refused = |args: &[&str], reason: &str| {
+        let out = spindle(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr(&out).contains(reason), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{args:?}: {}", stderr(&out));
+    };
+    let spmv = ["run", "y[i] = A[i,j] * x[j]", "--rand", "A=8x8:f32:1", "--rand", "x=8:f32:2"];
+    // A vector of 10^11 timings was allocated (an abort).
+    for repeats in ["99999999999", "0"] {
+        refused(&[&spmv[..], &["--repeats", repeats]].concat(), "an integer from 1 to 4096");
+    }
+    // A first hash workspace of 2^31 entries segfaulted in the kernel.
+    refused(&[&spmv[..], &["--schedule", "ws.cap=2147483648"]].concat(), "ws.cap is an integer from 1 to");
+    // A dense output named .mtx got NPY bytes.
+    let to = format!("C={}", mtx.display());
+    refused(
+        &["eval", "C[i,j] = A[i,j] * A[i,j]", "--rand", "A=3x3:f32:1", "--out", &to],
+        "is dense, written as .npy",
+    );
+    assert!(!mtx.exists());
+    refused(&[&spmv[..], &["--out", "y=/no/such/folder/y.npy"]].concat(), "does not exist");
+    refused(&[&spmv[..], &["--out", "y=y.txt"]].concat(), "written as .npy (dense), .mtx");
+    // 2^62 * m wrapped to row 0 in the kernel, out of range for the
+    // reference evaluator.
+    refused(
+        &["run", "C[m,n] = A[4611686018427387904*m, n]", "--rand", "A=8x2:f32:1", "--shape", "C=8x2"],
+        "beyond 64-bit integers",
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `eval` and `check` take the programs `run` takes: the same three-address
+/// split, and `eval` gives what `run` computes.
+#[test]
+fn eval_and_check_take_programs() {
+    let program = "T[m,n] = A[m,n] * A[m,n]; C[m,n] = T[m,n] + B[m,n]";
+    let data = ["--rand", "A=4x3:f64:1", "--rand", "B=4x3:f64:2"];
+    let eval = spindle(&[&["eval", program][..], &data].concat());
+    assert!(eval.status.success(), "{}", stderr(&eval));
+    let run = spindle(&[&["run", program][..], &data, &["--check", "--repeats", "1"]].concat());
+    assert!(run.status.success(), "{}", stderr(&run));
+    let preview = |o: &Output| stdout(o).lines().find(|l| l.starts_with("4x3 = ")).map(str::to_string);
+    assert!(preview(&eval).is_some(), "{}", stdout(&eval));
+    assert_eq!(preview(&eval), preview(&run));
+    let check = spindle(&["check", program, "--shape", "A=4x3", "--shape", "B=4x3"]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let text = stdout(&check);
+    assert!(
+        text.contains("S1: T[m,n] = A[m,n] * A[m,n]") && text.contains("S2: C[m,n] = T[m,n] + B[m,n]"),
+        "{text}"
+    );
+}

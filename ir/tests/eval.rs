@@ -292,10 +292,13 @@ fn index_spaces_too_large_to_walk_are_refused() {
         ),
     ]
     .into();
-    let einsum = check(&parse("y[i] = A[i+p] where p < 18446744073709551615").unwrap(), &decls).unwrap();
+    let einsum = check(&parse("y[i] = A[i+p] where p < 4611686018427387904").unwrap(), &decls).unwrap();
     let d = evaluate(&einsum, &Default::default()).unwrap_err();
     assert_eq!(
         d.message,
-        "the index space has 55340232221128654845 points (i 3 x p 18446744073709551615), more than the reference evaluator walks"
+        "the index space has 13835058055282163712 points (i 3 x p 4611686018427387904), more than the reference evaluator walks"
     );
+    // Larger, its subscript `i+p` leaves 64-bit integers: refused by the check.
+    let d = check(&parse("y[i] = A[i+p] where p < 18446744073709551615").unwrap(), &decls).unwrap_err();
+    assert!(d.message.contains("beyond 64-bit integers"), "{}", d.message);
 }

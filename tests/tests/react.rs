@@ -114,6 +114,26 @@ fn every_policy_matches_the_reference() {
                 &[],
             ),
         ),
+        // The first sum leaves T1[i,k] in T's pattern summed over j, which
+        // CSF reaches only through j: its loop runs densely over T1.
+        (
+            "MTTKRP, the j sum first",
+            problem(
+                "A[i,r] = X[i,j,k] * B[j,r] * C[k,r]",
+                &[("C", &[10, 4]), ("B", &[9, 4])],
+                &[("X", &[8, 9, 10], 0.1, "csf")],
+                &[],
+            ),
+        ),
+        (
+            "tensor times two vectors",
+            problem(
+                "y[i] = X[i,j,k] * u[j] * v[k]",
+                &[("u", &[9]), ("v", &[10])],
+                &[("X", &[8, 9, 10], 0.1, "csf")],
+                &[],
+            ),
+        ),
         (
             "two statements",
             problem(

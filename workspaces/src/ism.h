@@ -13,6 +13,7 @@
    accumulation array. */
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -21,6 +22,20 @@
 #if ISM_PIPELINE
 #include <pthread.h>
 #endif
+
+/* The runtime's allocations: a kernel has no error path to return through,
+   so running out of memory stops the process with the reason rather than
+   writing through a null pointer. */
+static inline void *ism_checked(void *p, size_t bytes) {
+    if (!p && bytes) {
+        fprintf(stderr, "spindle: a sparse workspace could not allocate %zu bytes (out of memory)\n", bytes);
+        abort();
+    }
+    return p;
+}
+#define ism_malloc(bytes) ism_checked(malloc(bytes), (bytes))
+#define ism_calloc(n, size) ism_checked(calloc((n), (size)), (size_t)(n) * (size))
+#define ism_realloc(p, bytes) ism_checked(realloc((p), (bytes)), (bytes))
 
 typedef struct {
     int64_t key;
@@ -90,7 +105,7 @@ static inline void ism_reserve(void **p, int64_t *cap, int64_t need, size_t size
     if (need <= *cap) return;
     int64_t c = *cap ? *cap : 64;
     while (c < need) c *= 2;
-    *p = realloc(*p, (size_t)c * size);
+    *p = ism_realloc(*p, (size_t)c * size);
     *cap = c;
 }
 
@@ -146,23 +161,23 @@ static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int6
     a->slots = 2;
     while (a->slots < 2 * cap) a->slots *= 2;
     a->cap = a->slots / 2;
-    a->keys = malloc(a->slots * sizeof(int64_t));
-    a->vals = malloc(a->slots * sizeof(REAL));
-    a->used = malloc(a->cap * sizeof(int32_t));
+    a->keys = ism_malloc(a->slots * sizeof(int64_t));
+    a->vals = ism_malloc(a->slots * sizeof(REAL));
+    a->used = ism_malloc(a->cap * sizeof(int32_t));
     for (int64_t s = 0; s < a->slots; s++) a->keys[s] = -1;
 #endif
 #if ISM_BUCKET
     a->buckets = leading;
     a->div = leading > 0 ? range / leading : 1;
-    a->head = malloc(leading * sizeof(int64_t));
-    a->flagged = malloc(leading * sizeof(int64_t));
+    a->head = ism_malloc(leading * sizeof(int64_t));
+    a->flagged = ism_malloc(leading * sizeof(int64_t));
     for (int64_t b = 0; b < leading; b++) a->head[b] = -1;
 #endif
 #if ISM_DENSE
     a->range = range;
-    a->dv = calloc(range, sizeof(REAL));
-    a->flag = calloc(range, 1);
-    a->list = malloc(range * sizeof(int64_t));
+    a->dv = ism_calloc(range, sizeof(REAL));
+    a->flag = ism_calloc(range, 1);
+    a->list = ism_malloc(range * sizeof(int64_t));
 #endif
     (void)range;
     (void)leading;
@@ -541,9 +556,9 @@ static inline void ism_acc_set_capacity(ism_acc *a, int64_t cap) {
         free(a->vals);
         free(a->used);
         a->slots = slots;
-        a->keys = malloc(slots * sizeof(int64_t));
-        a->vals = malloc(slots * sizeof(REAL));
-        a->used = malloc(slots / 2 * sizeof(int32_t));
+        a->keys = ism_malloc(slots * sizeof(int64_t));
+        a->vals = ism_malloc(slots * sizeof(REAL));
+        a->used = ism_malloc(slots / 2 * sizeof(int32_t));
         for (int64_t s = 0; s < slots; s++) a->keys[s] = -1;
     }
     a->cap = a->slots / 2;
@@ -837,7 +852,7 @@ static ism_chunk *ism_chunk_get(int64_t cap) {
         }
     }
     if (!c) {
-        c = malloc(sizeof(ism_chunk) + (size_t)cap * sizeof(ism_c));
+        c = ism_malloc(sizeof(ism_chunk) + (size_t)cap * sizeof(ism_c));
         c->cap = cap;
     }
     c->n = 0;
@@ -883,11 +898,11 @@ static inline int spindle_thread(void) {
 }
 
 static inline spindle_keep *spindle_keep_new(int64_t rows, int64_t threads) {
-    spindle_keep *k = calloc(1, sizeof *k);
+    spindle_keep *k = ism_calloc(1, sizeof *k);
     k->threads = threads > 0 ? (int)threads : 1;
-    k->thread_of = calloc(rows > 0 ? rows : 1, sizeof(int32_t));
-    k->first = calloc(rows > 0 ? rows : 1, sizeof(int64_t));
-    k->kept = calloc(k->threads, sizeof(ism_kept));
+    k->thread_of = ism_calloc(rows > 0 ? rows : 1, sizeof(int32_t));
+    k->first = ism_calloc(rows > 0 ? rows : 1, sizeof(int64_t));
+    k->kept = ism_calloc(k->threads, sizeof(ism_kept));
     return k;
 }
 
@@ -914,8 +929,8 @@ static inline void spindle_keep_close(spindle_keep *k, int t, const ism_c *at, i
     p->chunk->n += n;
     if (p->gathered == p->cap) {
         p->cap = p->cap ? 2 * p->cap : 1024;
-        p->at = realloc(p->at, (size_t)p->cap * sizeof *p->at);
-        p->len = realloc(p->len, (size_t)p->cap * sizeof *p->len);
+        p->at = ism_realloc(p->at, (size_t)p->cap * sizeof *p->at);
+        p->len = ism_realloc(p->len, (size_t)p->cap * sizeof *p->len);
     }
     p->at[p->gathered] = at;
     p->len[p->gathered++] = n;

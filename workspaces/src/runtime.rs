@@ -94,6 +94,12 @@ pub struct IsmOptions {
     pub pipeline_min: usize,
 }
 
+/// The largest `ws.cap` and `ws.pipeline_min`: 2^26 components, a first
+/// accumulation array of about 2 GiB under the hash policy (twice as many
+/// slots as components). Larger starts only risk the memory; the array
+/// grows by itself (`ws.realloc`).
+pub const MAX_COUNT: usize = 1 << 26;
+
 impl Default for IsmOptions {
     fn default() -> Self {
         IsmOptions {
@@ -123,7 +129,11 @@ impl IsmOptions {
     /// schedule text.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
         let count = |what: &str| {
-            value.parse().ok().filter(|&c| c > 0).ok_or(format!("ws.{what} is a positive integer"))
+            value
+                .parse()
+                .ok()
+                .filter(|c| (1..=MAX_COUNT).contains(c))
+                .ok_or(format!("ws.{what} is an integer from 1 to {MAX_COUNT} (2^26), not `{value}`"))
         };
         match name {
             "cap" => return count(name).map(|c| self.capacity = c),

@@ -14,7 +14,7 @@ type Metric<'a> = &'a dyn Fn(&ConvCase) -> f64;
 pub struct ConvArgs {
     /// Timed repetitions per measurement, after one warm-up (the median is
     /// reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = crate::repeats)]
     pub repeats: usize,
     /// Threads of the all-thread runs (default: every CPU thread).
     #[arg(long)]

@@ -32,7 +32,7 @@ pub struct BsrArgs {
     #[arg(long, value_enum, default_value_t = BsrTarget::Cuda)]
     pub target: BsrTarget,
     /// Timed repetitions per measurement (the median is reported).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = crate::repeats)]
     pub repeats: usize,
     /// Print the results as JSON.
     #[arg(long)]

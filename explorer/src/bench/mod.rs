@@ -23,7 +23,7 @@ pub enum Suite {
     /// power-law matrix.
     Formats {
         /// Timed repetitions per measurement (the median is reported).
-        #[arg(long, default_value_t = 11)]
+        #[arg(long, default_value_t = 11, value_parser = crate::repeats)]
         repeats: usize,
         /// Print the results as JSON.
         #[arg(long)]

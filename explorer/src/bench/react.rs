@@ -10,7 +10,7 @@ use spindle_bench::react::{FUSIONS, ReactOptions, ReactReport};
 pub struct ReactArgs {
     /// Timed repetitions per measurement, after one warm-up (the median is
     /// reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = crate::repeats)]
     pub repeats: usize,
     /// Only these inputs (file stems such as `cora` or `med`).
     #[arg(long = "input", value_name = "NAME")]

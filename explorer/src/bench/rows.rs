@@ -9,7 +9,7 @@ use spindle_bench::rows::{GOAL, RowsOptions, RowsReport};
 #[derive(Debug, clap::Args)]
 pub struct RowsArgs {
     /// Timed repetitions per measurement, after one warm-up.
-    #[arg(long, default_value_t = 11)]
+    #[arg(long, default_value_t = 11, value_parser = crate::repeats)]
     pub repeats: usize,
     /// Threads for the all-thread measurements (default: every CPU thread).
     #[arg(long)]

@@ -10,7 +10,7 @@ use spindle_bench::spgemm::{GOAL, SpgemmOptions, SpgemmReport};
 pub struct SpgemmArgs {
     /// Timed repetitions per measurement, after one warm-up (the median is
     /// reported).
-    #[arg(long, default_value_t = 7)]
+    #[arg(long, default_value_t = 7, value_parser = crate::repeats)]
     pub repeats: usize,
     /// Threads for the all-thread measurements (default: every CPU thread).
     #[arg(long)]

@@ -43,7 +43,7 @@ pub struct SpmmArgs {
     pub target: Target,
     /// Timed repetitions per measurement, after one warm-up (the median is
     /// reported, with min and max in the JSON).
-    #[arg(long, default_value_t = 11)]
+    #[arg(long, default_value_t = 11, value_parser = crate::repeats)]
     pub repeats: usize,
     /// Threads for the all-core measurements (default: every CPU thread).
     #[arg(long)]

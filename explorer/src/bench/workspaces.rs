@@ -11,7 +11,7 @@ use spindle_bench::workspaces::{SweepPoint, WorkspacesOptions, WorkspacesReport}
 pub struct WorkspacesArgs {
     /// Timed repetitions per measurement, after one warm-up (the median is
     /// reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = crate::repeats)]
     pub repeats: usize,
     /// Threads of the parallel ISM's all-thread run (default: every CPU
     /// thread).

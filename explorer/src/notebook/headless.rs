@@ -39,7 +39,7 @@ pub enum NotebookCommand {
         #[arg(long, value_name = "DIR")]
         export: Option<PathBuf>,
         /// Timed runs per sweep point (a cell's `repeats N` wins).
-        #[arg(long)]
+        #[arg(long, value_parser = crate::repeats)]
         repeats: Option<usize>,
         /// Threads for the C kernels (a cell's `threads N` wins; default
         /// all cores).
@@ -54,6 +54,13 @@ pub enum NotebookCommand {
 pub fn run(command: NotebookCommand) -> Result<()> {
     let NotebookCommand::Run { file, export, repeats, threads, no_nvrtc } = command;
     let notebook = load(&file)?;
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    if let Some(line) = Notebook::unclosed_fence(&text) {
+        bail!(
+            "{}:{line}: this ```spindle fence is never closed, so its cell would not run: end the cell with a line ```",
+            file.display()
+        );
+    }
     let options =
         RunOptions { base_dir: file.parent().map(Path::to_path_buf), threads, repeats, skip_nvrtc: no_nvrtc };
     let report = run_notebook(&file, &notebook, &options, export.as_deref())?;

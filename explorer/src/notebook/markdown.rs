@@ -105,6 +105,25 @@ impl Notebook {
         Notebook { cells }
     }
 
+    /// The line (from 1) of the first ```` ```spindle ```` fence that no
+    /// ```` ``` ```` line closes: [`Notebook::parse`] keeps it as Markdown
+    /// text, so its cell never runs.
+    pub fn unclosed_fence(text: &str) -> Option<usize> {
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let mut i = 0;
+        while i < lines.len() {
+            if bare(lines[i]) == OPEN {
+                match lines[i + 1..].iter().position(|l| bare(l) == CLOSE) {
+                    Some(len) => i += len + 2,
+                    None => return Some(i + 1),
+                }
+                continue;
+            }
+            i += 1;
+        }
+        None
+    }
+
     /// The Markdown text of the cells.
     pub fn to_markdown(&self) -> String {
         let mut out = String::new();
@@ -220,6 +239,9 @@ mod tests {
         }
         assert_eq!(Notebook::parse("```spindle\nA\n```\n").len(), 1);
         assert_eq!(Notebook::parse("a\n```spindle\nunclosed\n").len(), 1);
+        assert_eq!(Notebook::unclosed_fence("a\n```spindle\nunclosed\n"), Some(2));
+        assert_eq!(Notebook::unclosed_fence("```spindle\nA\n```\n```spindle\nB\n"), Some(4));
+        assert_eq!(Notebook::unclosed_fence("```spindle\nA\n```\n"), None);
     }
 
     #[test]

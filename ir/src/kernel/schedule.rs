@@ -440,5 +440,10 @@ mod tests {
         assert!(err("block=2048").contains("multiple of 32 up to 1024"));
         assert_eq!(err("path=both"), "invalid schedule item `path=both`: path is tiles or levels");
         assert_eq!(err("tf32=yes"), "invalid schedule item `tf32=yes`: tf32 is on or off");
+        // A first workspace of 2^31 entries was asked of malloc and crashed
+        // the kernel; the bound is refused here.
+        assert!(err("ws.cap=2147483648").contains("ws.cap is an integer from 1 to 67108864"));
+        assert!(err("ws.pipeline_min=0").contains("ws.pipeline_min is an integer from 1"));
+        assert!("ws.cap=67108864".parse::<Schedule>().is_ok());
     }
 }

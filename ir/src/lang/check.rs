@@ -216,6 +216,34 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
         });
     }
 
+    // The kernels compute subscripts in 64-bit integers: one that can
+    // leave their range would wrap in a kernel (to an address in range)
+    // while the reference evaluator sees it out of range.
+    let extent_of = |name: &str| indices.iter().find(|i| i.name == name).map_or(0, |i| i.extent);
+    for &(access, _) in &accesses {
+        for subscript in &access.subscripts {
+            let reach =
+                subscript.terms.iter().fold(i128::from(subscript.offset).abs(), |sum, t| match &t.atom {
+                    Atom::Index(ident) => {
+                        sum + i128::from(t.coeff).abs() * (extent_of(&ident.name).saturating_sub(1) as i128)
+                    }
+                    // An index tensor's values are bounded by the data, checked when it is read.
+                    Atom::Indirect(_) => sum,
+                });
+            if reach > i128::from(i64::MAX) {
+                return Err(Diagnostic::new(
+                    format!(
+                        "the subscript `{subscript}` of `{}` can reach {reach} in magnitude, beyond 64-bit integers",
+                        access.tensor.name
+                    ),
+                    subscript.span,
+                )
+                .with_label("kernels compute subscripts in 64-bit integers")
+                .with_note("use smaller coefficients or offsets"));
+            }
+        }
+    }
+
     // A left-hand index only inside a pure affine term (no indirect part)
     // would scatter one contribution to several places: refuse it.
     for u in &lhs_uses {
@@ -355,6 +383,13 @@ mod tests {
         let e = err("C[m,n] += A[m,k] * Q[k,n]", &d);
         assert_eq!(e.message, "unknown tensor `Q`");
         assert_eq!(e.notes, vec!["declared tensors: A, AK, AM, AV, B, C, F"]);
+        // 2^62 * m wraps to 0 at m = 4 in a kernel's 64-bit arithmetic.
+        let e = err("C[m,n] = B[4611686018427387904*m, n]", &d);
+        assert_eq!(
+            e.message,
+            "the subscript `4611686018427387904*m` of `B` can reach 32281802128991715328 in magnitude, beyond 64-bit integers"
+        );
+        assert!(check(&parse("C[m,n] += B[1152921504606846975*m, n]").unwrap(), &d).is_ok());
         assert_eq!(
             err("C[m,n] += A[m,k,j] * B[k,n]", &d).message,
             "rank mismatch: `A` has rank 2 (shape 8x4) but is indexed with 3 subscripts"
