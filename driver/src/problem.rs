@@ -263,8 +263,13 @@ impl Prepared {
                 if spindle_conv::reads_affine(original, formats) {
                     spindle_conv::lower(original, formats, sparse, &levels, "spindle")
                         .map_err(|d| Error::statement(d, text))?;
-                } else if spindle_ir::level::lower(original, formats, sparse, &levels, "spindle").is_err() {
-                    return Err(Error::statement(refusal, text));
+                } else if let Err(level) =
+                    spindle_ir::level::lower(original, formats, sparse, &levels, "spindle")
+                {
+                    // Neither path takes it: the level path's reason (it
+                    // takes more), and the rewrite's beside it.
+                    let why = format!("the tile path's rewrite cannot either: {}", refusal.message);
+                    return Err(Error::statement(level.with_note(why), text));
                 }
                 return Ok(Prepared {
                     einsum: original.clone(),

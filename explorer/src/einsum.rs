@@ -140,20 +140,45 @@ pub fn target_arg() -> impl clap::builder::TypedValueParser<Value = Target> {
 /// The problem the options describe, for the driver.
 pub fn problem(args: &DataArgs) -> Result<Problem> {
     let mut problem = Problem::new(args.statement.as_str());
+    // Each tensor's data, shape and format come from one flag each: a
+    // second would silently replace the first.
+    let mut given: Vec<(String, String)> = Vec::new();
+    let mut once = |flag: &str, arg: &str, name: &str| -> Result<()> {
+        if name.is_empty() {
+            bail!("{flag} {arg}: the tensor's name is missing before `=`");
+        }
+        let kind = if flag == "--format" { "format" } else { "data" };
+        let key = format!("{kind} {name}");
+        if let Some((_, first)) = given.iter().find(|(k, _)| *k == key) {
+            bail!("{flag} {arg}: `{name}` already has its {kind} from `{first}`");
+        }
+        given.push((key, format!("{flag} {arg}")));
+        Ok(())
+    };
     let mut with_data = Vec::new();
     for arg in &args.tensors {
         let (name, path) =
             arg.split_once('=').ok_or_else(|| anyhow!("--tensor {arg}: expected NAME=PATH"))?;
+        once("--tensor", arg, name)?;
         problem = problem.file(name, path);
         with_data.push(name.to_string());
     }
     for arg in &args.rand {
         let (name, input) = random_arg(arg)?;
+        once("--rand", arg, &name)?;
         problem = problem.tensor(name.as_str(), input);
         with_data.push(name);
     }
+    let mut shaped = Vec::new();
     for arg in &args.shapes {
         let (name, shape, dtype) = parse_shape(arg)?;
+        if name.is_empty() {
+            bail!("--shape {arg}: the tensor's name is missing before `=`");
+        }
+        if shaped.contains(&name) {
+            bail!("--shape {arg}: `{name}` has a --shape already");
+        }
+        shaped.push(name.clone());
         problem = if with_data.contains(&name) {
             problem.dtype(name.as_str(), dtype)
         } else {
@@ -163,6 +188,7 @@ pub fn problem(args: &DataArgs) -> Result<Problem> {
     for arg in &args.formats {
         let (name, spec) =
             arg.split_once('=').ok_or_else(|| anyhow!("--format {arg}: expected NAME=FORMAT"))?;
+        once("--format", arg, name)?;
         problem = problem.format(name, spec);
     }
     Ok(problem)
@@ -433,6 +459,19 @@ fn emit_fusion(args: &DataArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--threads N` (0: not given) into the schedule, unless it says
+/// otherwise.
+fn with_threads(schedule: &mut Schedule, threads: usize) -> Result<()> {
+    match schedule.threads {
+        _ if threads == 0 => {}
+        Some(t) if t != threads => {
+            bail!("--threads {threads} and the schedule's threads={t} disagree: give one")
+        }
+        _ => schedule.threads = Some(threads),
+    }
+    Ok(())
+}
+
 /// Options of `spindle run`.
 #[derive(Debug)]
 pub struct RunArgs<'a> {
@@ -465,9 +504,7 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         prepared.autotune(backend.as_ref(), &mut tuner)
     } else {
         let mut schedule = schedule(run.schedule)?;
-        if run.threads != 0 {
-            schedule.threads = Some(run.threads);
-        }
+        with_threads(&mut schedule, run.threads)?;
         prepared.compile(backend.as_ref(), &schedule)
     }
     .map_err(reported)?;
@@ -555,9 +592,7 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
 /// with the reference evaluator's run of the program.
 fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<'_>) -> Result<()> {
     let mut schedule = schedule(run.schedule)?;
-    if run.threads != 0 {
-        schedule.threads = Some(run.threads);
-    }
+    with_threads(&mut schedule, run.threads)?;
     let opts = TimingOptions { warmup: 2, repeats: run.repeats.max(1) };
     let ran = problem.run_program(backend, &schedule, opts, run.check).map_err(reported)?;
     for (n, statement) in ran.statements.iter().enumerate() {

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use spindle_formats::generate::GeneratorSpec;
 use spindle_formats::{Coo, Index, Value};
 
@@ -30,7 +30,8 @@ pub fn load<V: Value, I: Index>(input: &str) -> Result<Loaded<V, I>> {
         }
         (None, None) => {
             let path = std::path::Path::new(input);
-            let coo = spindle_formats::io::read_tensor(path).with_context(|| format!("reading {input}"))?;
+            // Its errors name the file (and the line).
+            let coo = spindle_formats::io::read_tensor(path)?;
             let name = path.file_name().map_or(input.to_string(), |n| n.to_string_lossy().into_owned());
             (coo, name)
         }

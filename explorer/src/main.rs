@@ -135,6 +135,8 @@ enum Command {
     },
     /// Check an Einsum statement and print its tensors, index extents and
     /// which indices are reduced; a diagnostic with a caret when it is wrong.
+    /// A program (statements separated by `;`) prints each statement of its
+    /// three-address form.
     ///
     /// Example: spindle check "C[m,n] += A[m,k] * B[k,n]" --shape A=64x32 --shape B=32x16
     Check {
@@ -146,7 +148,8 @@ enum Command {
         #[arg(long = "shape", value_name = "NAME=DIMS[:DTYPE]")]
         shapes: Vec<String>,
     },
-    /// Evaluate an Einsum statement with the reference evaluator.
+    /// Evaluate an Einsum statement (or a program, as `run` takes it) with
+    /// the reference evaluator.
     ///
     /// Example: spindle eval "y[i] = A[i,j] * x[j]" --tensor A=../shared/data/matrices/cora.mtx
     /// --rand x=2708:f32:1 --format A=groupcoo:dim=0,g=auto --out y=y.npy
@@ -209,7 +212,7 @@ enum Command {
         /// explicit --schedule).
         #[arg(long, default_value_t = 0)]
         threads: usize,
-        /// Timed runs; the median is printed.
+        /// Timed runs (1 to 4096); the median is printed.
         #[arg(long, default_value_t = 10, value_parser = crate::repeats)]
         repeats: usize,
         /// Write the output: NAME=out.npy, or for a sparse output (one given

@@ -665,6 +665,12 @@ fn out_of_range_requests_are_refused_before_any_work() {
     assert!(!mtx.exists());
     refused(&[&spmv[..], &["--out", "y=/no/such/folder/y.npy"]].concat(), "does not exist");
     refused(&[&spmv[..], &["--out", "y=y.txt"]].concat(), "written as .npy (dense), .mtx");
+    // A second flag for a tensor silently replaced the first.
+    refused(
+        &[&spmv[..], &["--rand", "A=4x4:f32:1"]].concat(),
+        "`A` already has its data from `--rand A=8x8:f32:1`",
+    );
+    refused(&[&spmv[..], &["--schedule", "threads=1", "--threads", "2"]].concat(), "disagree");
     // 2^62 * m wrapped to row 0 in the kernel, out of range for the
     // reference evaluator.
     refused(

@@ -22,12 +22,10 @@ pub enum FormatError {
     #[error("{path}:{line}: {message}")]
     Parse { path: PathBuf, line: usize, message: String },
 
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The reason is in the message, not a source: an error chain
+    /// printed with its causes would say it twice.
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
 }
 
 impl FormatError {

@@ -299,7 +299,7 @@ fn missing_file() {
     let t = Temp::new("missing.npy");
     let e = read_npy_dense::<f64>(&t.0).unwrap_err();
     assert!(
-        matches!(&e, FormatError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        matches!(&e, FormatError::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound),
         "{e:?}"
     );
 }

@@ -336,5 +336,5 @@ pub fn write_mtx_to<V: Value, I: Index, W: Write>(
         let (i, j) = (i.to_usize() + 1, j.to_usize() + 1);
         write_fmt_to(out, dest_name, format_args!("{i} {j} {:?}\n", v.to_f64()))?;
     }
-    out.flush().map_err(|e| FormatError::Io { path: dest_name.to_path_buf(), source: e })
+    out.flush().map_err(|e| FormatError::Io { path: dest_name.to_path_buf(), error: e })
 }

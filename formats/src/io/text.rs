@@ -27,7 +27,7 @@ impl<R: BufRead> Lines<R> {
         let n = self
             .reader
             .read_until(b'\n', &mut self.buf)
-            .map_err(|source| FormatError::Io { path: self.path.clone(), source })?;
+            .map_err(|error| FormatError::Io { path: self.path.clone(), error })?;
         if n == 0 {
             return Ok(None);
         }
@@ -57,8 +57,8 @@ pub(crate) fn parse_error(path: &Path, line: usize, message: impl Into<String>) 
 }
 
 /// A [`FormatError::Io`] for `path`.
-pub(crate) fn io_error(path: &Path, source: std::io::Error) -> FormatError {
-    FormatError::Io { path: path.to_path_buf(), source }
+pub(crate) fn io_error(path: &Path, error: std::io::Error) -> FormatError {
+    FormatError::Io { path: path.to_path_buf(), error }
 }
 
 /// Opens `path` for buffered reading.

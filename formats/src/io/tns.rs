@@ -204,7 +204,7 @@ pub fn write_tns_to<V: Value, I: Index, W: Write>(
         }
         write_fmt_to(out, dest_name, format_args!("{line}{:?}\n", v.to_f64()))?;
     }
-    out.flush().map_err(|e| FormatError::Io { path: dest_name.to_path_buf(), source: e })
+    out.flush().map_err(|e| FormatError::Io { path: dest_name.to_path_buf(), error: e })
 }
 
 fn check_writable<V, I>(coo: &Coo<V, I>) -> Result<()> {
