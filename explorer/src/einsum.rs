@@ -696,7 +696,8 @@ pub(crate) fn random_arg(arg: &str) -> Result<(String, Input)> {
     };
     let shape = parse_dims(dims).with_context(|| format!("--rand {arg}"))?;
     let dtype = ElemType::parse(dtype).ok_or_else(|| anyhow!("--rand {arg}: unknown dtype `{dtype}`"))?;
-    let seed: u64 = seed.parse().map_err(|_| anyhow!("--rand {arg}: seed `{seed}` is not an integer"))?;
+    let seed: u64 =
+        seed.parse().map_err(|_| anyhow!("--rand {arg}: seed `{seed}` is not a non-negative integer"))?;
     let input = match dtype {
         ElemType::Value(_) if parts.len() == 4 => {
             return Err(anyhow!(
@@ -715,6 +716,14 @@ pub(crate) fn random_arg(arg: &str) -> Result<(String, Input)> {
                 .ok()
                 .filter(|&m: &i64| m > 0)
                 .ok_or_else(|| anyhow!("--rand {arg}: the range must be a positive integer"))?;
+            // Values run to max - 1, which the index type must hold.
+            if i == spindle::formats::IType::I32 && max - 1 > i64::from(i32::MAX) {
+                bail!(
+                    "--rand {arg}: i32 indices run to {}, so the range is at most {}",
+                    i32::MAX,
+                    1i64 << 31
+                );
+            }
             Input::random_indices(&shape, i, seed, max)
         }
     };

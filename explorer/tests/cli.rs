@@ -665,6 +665,11 @@ fn out_of_range_requests_are_refused_before_any_work() {
     assert!(!mtx.exists());
     refused(&[&spmv[..], &["--out", "y=/no/such/folder/y.npy"]].concat(), "does not exist");
     refused(&[&spmv[..], &["--out", "y=y.txt"]].concat(), "written as .npy (dense), .mtx");
+    // i32 indices drawn up to 10^11 wrapped.
+    refused(
+        &["eval", "y[i] = x[D[i]]", "--rand", "D=10:i32:2:99999999999", "--rand", "x=8:f32:1"],
+        "the range is at most 2147483648",
+    );
     // A second flag for a tensor silently replaced the first.
     refused(
         &[&spmv[..], &["--rand", "A=4x4:f32:1"]].concat(),
