@@ -147,7 +147,11 @@ pub fn problem(args: &DataArgs) -> Result<Problem> {
         if name.is_empty() {
             bail!("{flag} {arg}: the tensor's name is missing before `=`");
         }
-        let kind = if flag == "--format" { "format" } else { "data" };
+        let kind = match flag {
+            "--format" => "format",
+            "--shape" => "shape",
+            _ => "data",
+        };
         let key = format!("{kind} {name}");
         if let Some((_, first)) = given.iter().find(|(k, _)| *k == key) {
             bail!("{flag} {arg}: `{name}` already has its {kind} from `{first}`");
@@ -169,16 +173,9 @@ pub fn problem(args: &DataArgs) -> Result<Problem> {
         problem = problem.tensor(name.as_str(), input);
         with_data.push(name);
     }
-    let mut shaped = Vec::new();
     for arg in &args.shapes {
         let (name, shape, dtype) = parse_shape(arg)?;
-        if name.is_empty() {
-            bail!("--shape {arg}: the tensor's name is missing before `=`");
-        }
-        if shaped.contains(&name) {
-            bail!("--shape {arg}: `{name}` has a --shape already");
-        }
-        shaped.push(name.clone());
+        once("--shape", arg, &name)?;
         problem = if with_data.contains(&name) {
             problem.dtype(name.as_str(), dtype)
         } else {

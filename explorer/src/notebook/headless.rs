@@ -21,7 +21,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 use super::engine::{RunOptions, run_cell};
-use super::markdown::{CellKind, Notebook, load};
+use super::markdown::{CellKind, Notebook};
 use super::output::CellOutput;
 use super::plot;
 
@@ -53,8 +53,8 @@ pub enum NotebookCommand {
 
 pub fn run(command: NotebookCommand) -> Result<()> {
     let NotebookCommand::Run { file, export, repeats, threads, no_nvrtc } = command;
-    let notebook = load(&file)?;
-    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let notebook = Notebook::parse(&text);
     if let Some(line) = Notebook::unclosed_fence(&text) {
         bail!(
             "{}:{line}: this ```spindle fence is never closed, so its cell would not run: end the cell with a line ```",

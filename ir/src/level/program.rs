@@ -560,28 +560,30 @@ impl ProgramLowerer<'_> {
             }
         }
         if let Space::Sparse(t) = space {
-            // A space propagated from `t` through a temporary (T1[i,k] from
-            // T[i,j,k] summed over j) that `t`'s storage cannot reach here:
-            // the loop runs densely over the temporary, whose other entries
-            // are zero, where nothing below reads `t` itself.
-            let reads_t = under.iter().any(|&s| {
-                self.program.statements[s].statement.rhs.accesses().iter().any(|a| a.tensor.name == *t)
-            });
-            let inherited = !reads_t && self.pattern != Some(t.as_str());
-            let Some(walked) = walk.clone() else {
-                if inherited {
-                    body.extend(self.clears(node));
-                    body.extend(self.nodes(children, &reached)?);
-                    return Ok(Node::Dense { var, body });
-                }
-                return Err(refuse(
-                    format!("the loop over `{index}` walks `{t}`, but the loops above do not reach its level holding `{index}`"),
-                    span,
-                    "discordant",
-                )
-                .with_note(format!("store `{t}` with its levels in the order of the loops")));
+            let reads_t = || {
+                under.iter().any(|&s| {
+                    self.program.statements[s].statement.rhs.accesses().iter().any(|a| a.tensor.name == *t)
+                })
             };
-            reached.insert(walked);
+            match walk.clone() {
+                Some(walked) => {
+                    reached.insert(walked);
+                }
+                // A space propagated from `t` through a temporary (T1[i,k]
+                // from T[i,j,k] summed over j) that `t`'s storage cannot
+                // reach here: the loop runs densely over the temporary,
+                // whose other entries are zero, where nothing below reads
+                // `t` itself.
+                None if self.pattern != Some(t.as_str()) && !reads_t() => {}
+                None => {
+                    return Err(refuse(
+                        format!("the loop over `{index}` walks `{t}`, but the loops above do not reach its level holding `{index}`"),
+                        span,
+                        "discordant",
+                    )
+                    .with_note(format!("store `{t}` with its levels in the order of the loops")));
+                }
+            }
         }
         body.extend(self.clears(node));
         body.extend(self.nodes(children, &reached)?);
