@@ -200,8 +200,16 @@ impl Prepared {
     /// ([`autotune::space`](crate::autotune::space)): tiles, and CPU
     /// threads on the C backend, where the level path (`path=levels`) also
     /// competes when the statement lowers to it. The winner is cached per (statement,
-    /// shapes, device), so the search runs once per problem and machine.
+    /// shapes, device), so the search runs once per problem and machine. On
+    /// the emulated GPU nothing is searched: the default schedule.
     pub fn autotune(&self, backend: &dyn Backend, tuner: &mut Tuner) -> Result<Compiled<'_>> {
+        if backend.target() == Target::Emulate {
+            // The emulated GPU runs under a sanitizer, and its times say
+            // nothing of a GPU's: a search would take minutes and choose
+            // by noise. The default schedule, on the path that takes it.
+            let path = if self.tile_refusal.is_some() { Path::Levels } else { Path::Tiles };
+            return self.compile(backend, &Schedule { path, ..Schedule::default() });
+        }
         if self.tile_refusal.is_some() {
             // Only the level path applies; its loop order is chosen from
             // the levels, so there are no tiles to search.

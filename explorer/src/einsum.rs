@@ -505,7 +505,7 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         prepared.compile(backend.as_ref(), &schedule)
     }
     .map_err(reported)?;
-    let opts = TimingOptions { warmup: 2, repeats: run.repeats.max(1) };
+    let opts = timing(run);
     let (result, timing) = match compiled.assembles() {
         true => compiled.assemble_and_time(opts).map(|(a, t)| (Produced::Sparse(a), t)),
         false => compiled.run_and_time(opts).map(|(r, t)| (Produced::Dense(r), t)),
@@ -552,6 +552,9 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
             }
             _ => "the level path: the tile path cannot take these formats".to_string(),
         },
+        None if run.target == Target::Emulate && run.schedule.trim().is_empty() => {
+            "the default: emulated times say nothing of a GPU's, so nothing is tuned".to_string()
+        }
         None => "as given".to_string(),
     };
     eprintln!("schedule: {} ({how})", compiled.schedule);
@@ -583,6 +586,14 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
     }
 }
 
+/// The launches `run` times: two warm-ups, then `--repeats`; on the
+/// emulated GPU no warm-up (a launch takes seconds under its sanitizer and
+/// warms nothing a GPU would).
+fn timing(run: &RunArgs<'_>) -> TimingOptions {
+    let warmup = if run.target == Target::Emulate { 0 } else { 2 };
+    TimingOptions { warmup, repeats: run.repeats.max(1) }
+}
+
 /// A program (several statements, or one compound statement over sparse
 /// operands): split into three-address form and run as the schedule's
 /// `fusion=` says (trie unless told), timed and, with `--check`, compared
@@ -590,8 +601,7 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
 fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<'_>) -> Result<()> {
     let mut schedule = schedule(run.schedule)?;
     with_threads(&mut schedule, run.threads)?;
-    let opts = TimingOptions { warmup: 2, repeats: run.repeats.max(1) };
-    let ran = problem.run_program(backend, &schedule, opts, run.check).map_err(reported)?;
+    let ran = problem.run_program(backend, &schedule, timing(run), run.check).map_err(reported)?;
     for (n, statement) in ran.statements.iter().enumerate() {
         eprintln!("S{}: {statement}", n + 1);
     }

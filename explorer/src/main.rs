@@ -212,9 +212,10 @@ enum Command {
         /// explicit --schedule).
         #[arg(long, default_value_t = 0)]
         threads: usize,
-        /// Timed runs (1 to 4096); the median is printed.
-        #[arg(long, default_value_t = 10, value_parser = crate::repeats)]
-        repeats: usize,
+        /// Timed runs (1 to 4096); the median is printed. 10 unless told, 1
+        /// on `--target emulate` (whose times say nothing of a GPU's).
+        #[arg(long, value_parser = crate::repeats)]
+        repeats: Option<usize>,
         /// Write the output: NAME=out.npy, or for a sparse output (one given
         /// `--format NAME=...` and no data) NAME=out.mtx (a matrix) or
         /// NAME=out.tns.
@@ -255,6 +256,7 @@ fn main() -> ExitCode {
             &einsum::CompileArgs { schedule: &schedule, target, emit, arch, resources },
         ),
         Some(Command::Run { data, schedule, target, check, threads, repeats, out }) => {
+            let repeats = repeats.unwrap_or(if target == spindle::Target::Emulate { 1 } else { 10 });
             let run =
                 einsum::RunArgs { schedule: &schedule, target, check, threads, repeats, out: out.as_deref() };
             einsum::run_kernel(&data, &run)

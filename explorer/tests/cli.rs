@@ -429,6 +429,35 @@ fn run_checks_against_the_reference() {
     assert!(stderr(&out).contains("ran C on C"), "{}", stderr(&out));
 }
 
+/// `--target emulate` without a schedule runs the default once, rather
+/// than autotuning under the sanitizer (minutes, chosen by noise).
+#[test]
+fn the_emulated_gpu_runs_the_default_schedule_once() {
+    let out = spindle(&[
+        "run",
+        "C[m,n] += A[m,k] * B[k,n]",
+        "--rand",
+        "A=30x20:f32:1",
+        "--rand",
+        "B=20x8:f32:2",
+        "--format",
+        "A=groupcoo:g=2",
+        "--target",
+        "emulate",
+        "--check",
+    ]);
+    let err = stderr(&out);
+    if err.contains("is not usable to emulate CUDA kernels") {
+        eprintln!("SKIPPED: no C++ compiler for the emulation: {err}");
+        return;
+    }
+    assert!(out.status.success(), "{err}");
+    assert!(stdout(&out).contains("check: max relative error"), "{}", stdout(&out));
+    assert!(err.contains("over 1 runs"), "{err}");
+    assert!(err.contains("nothing is tuned"), "{err}");
+    assert!(!err.contains("autotuning"), "{err}");
+}
+
 #[test]
 fn the_level_path_runs_co_iteration_and_csc_from_the_command_line() {
     // Two stored operands: the tile rewrite cannot co-iterate them, so the
