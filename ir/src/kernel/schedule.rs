@@ -221,11 +221,19 @@ impl FromStr for Schedule {
 
     fn from_str(text: &str) -> Result<Self, ScheduleError> {
         let mut s = Schedule::default();
+        // Each key once: a second `threads=` silently won before.
+        let mut given: Vec<&str> = Vec::new();
         for item in text.split([' ', ',', ';']).map(str::trim).filter(|i| !i.is_empty()) {
             let bad = |reason: &str| ScheduleError { item: item.to_string(), reason: reason.to_string() };
             let Some((key, value)) = item.split_once('=') else {
                 return Err(bad(&format!("expected key=value ({SCHEDULE_SYNTAX})")));
             };
+            if let Some(first) = given.iter().find(|g| g.split_once('=').is_some_and(|(k, _)| k == key)) {
+                return Err(bad(&format!(
+                    "`{key}` is given twice (first as `{first}`); a schedule names each item once"
+                )));
+            }
+            given.push(item);
             match (key, value) {
                 (k, v) if k.starts_with("tile.") => {
                     let index = &k["tile.".len()..];
@@ -445,5 +453,13 @@ mod tests {
         assert!(err("ws.cap=2147483648").contains("ws.cap is an integer from 1 to 67108864"));
         assert!(err("ws.pipeline_min=0").contains("ws.pipeline_min is an integer from 1"));
         assert!("ws.cap=67108864".parse::<Schedule>().is_ok());
+        // A second item of a key silently replaced the first.
+        assert_eq!(
+            err("threads=1 tile.n=64 threads=2"),
+            "invalid schedule item `threads=2`: `threads` is given twice (first as `threads=1`); a schedule names each item once"
+        );
+        assert!(err("tile.n=64 tile.n=32").contains("`tile.n` is given twice"));
+        assert!(err("ws.cap=8,ws.cap=16").contains("`ws.cap` is given twice"));
+        assert!("tile.n=64 tile.p=32 ws.cap=8 ws.pipeline_min=2".parse::<Schedule>().is_ok());
     }
 }
