@@ -143,7 +143,11 @@ impl Schedules {
                 Some((k, v)) if ["coo", "csr", "groupcoo"].contains(&k) => (Some(k), v),
                 _ => (None, o.as_str()),
             };
-            text.parse::<Schedule>().with_context(|| format!("--schedule {o}"))?;
+            let parsed = text.parse::<Schedule>().with_context(|| format!("--schedule {o}"))?;
+            if parsed.threads.is_some() {
+                // Every variant runs on one thread and on `--threads`.
+                bail!("--schedule {o}: the suite sets threads= itself (one thread, then --threads)");
+            }
             for (name, slot) in [("coo", &mut s.coo), ("csr", &mut s.csr), ("groupcoo", &mut s.groupcoo)] {
                 if which.is_none_or(|w| w == name) {
                     *slot = text.to_string();
@@ -1406,6 +1410,9 @@ mod tests {
         assert_eq!(groupcoo_schedule(&s.groupcoo, 2048), "tile.p=2 tile.n=32 tile.q=256");
         let err = Schedules::with_overrides(&["tile.p=3".into()]).unwrap_err();
         assert!(format!("{err:#}").contains("--schedule tile.p=3"), "{err:#}");
+        // The suite appends threads= per measurement: refused before any run.
+        let err = Schedules::with_overrides(&["csr=tile.n=64 threads=2".into()]).unwrap_err();
+        assert!(format!("{err:#}").contains("sets threads= itself"), "{err:#}");
     }
 
     #[test]

@@ -58,7 +58,8 @@ pub struct SpmmArgs {
     pub record: Option<PathBuf>,
     /// Override a variant's schedule: `coo=SCHEDULE`, `csr=SCHEDULE`,
     /// `groupcoo=SCHEDULE`, or a bare SCHEDULE for all of them (e.g.
-    /// "tile.p=8 tile.n=64"). GroupCOO's tile.q defaults to g.
+    /// "tile.p=8 tile.n=64"). GroupCOO's tile.q defaults to g; threads come
+    /// from the suite (one, then --threads), not the schedule.
     #[arg(long = "schedule", value_name = "[VARIANT=]SCHEDULE")]
     pub schedules: Vec<String>,
     /// Only these matrices (file stems such as `ca-CondMat`, or
