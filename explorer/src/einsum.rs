@@ -505,7 +505,7 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         prepared.compile(backend.as_ref(), &schedule)
     }
     .map_err(reported)?;
-    let opts = timing(run);
+    let opts = timing_options(run);
     let (result, timing) = match compiled.assembles() {
         true => compiled.assemble_and_time(opts).map(|(a, t)| (Produced::Sparse(a), t)),
         false => compiled.run_and_time(opts).map(|(r, t)| (Produced::Dense(r), t)),
@@ -589,7 +589,7 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
 /// The launches `run` times: two warm-ups, then `--repeats`; on the
 /// emulated GPU no warm-up (a launch takes seconds under its sanitizer and
 /// warms nothing a GPU would).
-fn timing(run: &RunArgs<'_>) -> TimingOptions {
+fn timing_options(run: &RunArgs<'_>) -> TimingOptions {
     let warmup = if run.target == Target::Emulate { 0 } else { 2 };
     TimingOptions { warmup, repeats: run.repeats.max(1) }
 }
@@ -601,7 +601,7 @@ fn timing(run: &RunArgs<'_>) -> TimingOptions {
 fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<'_>) -> Result<()> {
     let mut schedule = schedule(run.schedule)?;
     with_threads(&mut schedule, run.threads)?;
-    let ran = problem.run_program(backend, &schedule, timing(run), run.check).map_err(reported)?;
+    let ran = problem.run_program(backend, &schedule, timing_options(run), run.check).map_err(reported)?;
     for (n, statement) in ran.statements.iter().enumerate() {
         eprintln!("S{}: {statement}", n + 1);
     }

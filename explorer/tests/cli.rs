@@ -407,9 +407,10 @@ fn compile_prints_ir_c_and_cuda() {
     }
 }
 
-#[test]
-fn run_checks_against_the_reference() {
-    let out = spindle(&[
+/// `spindle run` of a small GroupCOO SpMM on `target`, checked, with
+/// `extra` arguments.
+fn run_spmm_checked(target: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
         "run",
         "C[m,n] += A[m,k] * B[k,n]",
         "--rand",
@@ -419,11 +420,16 @@ fn run_checks_against_the_reference() {
         "--format",
         "A=groupcoo:g=2",
         "--target",
-        "c",
+        target,
         "--check",
-        "--repeats",
-        "2",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    spindle(&args)
+}
+
+#[test]
+fn run_checks_against_the_reference() {
+    let out = run_spmm_checked("c", &["--repeats", "2"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("check: max relative error"), "{}", stdout(&out));
     assert!(stderr(&out).contains("ran C on C"), "{}", stderr(&out));
@@ -433,19 +439,7 @@ fn run_checks_against_the_reference() {
 /// than autotuning under the sanitizer (minutes, chosen by noise).
 #[test]
 fn the_emulated_gpu_runs_the_default_schedule_once() {
-    let out = spindle(&[
-        "run",
-        "C[m,n] += A[m,k] * B[k,n]",
-        "--rand",
-        "A=30x20:f32:1",
-        "--rand",
-        "B=20x8:f32:2",
-        "--format",
-        "A=groupcoo:g=2",
-        "--target",
-        "emulate",
-        "--check",
-    ]);
+    let out = run_spmm_checked("emulate", &[]);
     let err = stderr(&out);
     if err.contains("is not usable to emulate CUDA kernels") {
         eprintln!("SKIPPED: no C++ compiler for the emulation: {err}");
