@@ -290,6 +290,9 @@ struct Printer<'k, D: Dialect> {
     /// tap's dense reads before the walk, the entry's value per entry),
     /// printed as the C expression beside them.
     hoisted: Vec<(Expr, String)>,
+    /// Inside a [`Node::Rows`] over a whole strip: its block of
+    /// accumulators.
+    in_block: bool,
 }
 
 /// Whether a workspace over `extent` coordinates always drains through its
@@ -336,6 +339,11 @@ fn walks_stored_windows(k: &LevelKernel) -> bool {
 /// faster at 32 and 64 steps and up to 1.3x slower at 16.
 const STRIDED_DOT_MIN_STEPS: usize = 32;
 
+/// A program kernel's temporaries up to this size are arrays on the stack
+/// (each OpenMP thread's stack holds its own): 16 KiB, far below any
+/// thread's stack.
+const STACK_LOCAL_BYTES: usize = 16 * 1024;
+
 /// Where a dense loop's dot product sums (see `Printer::dot_product`).
 enum DotSum {
     /// The output entry being assembled (`acc`, with `hit`).
@@ -376,6 +384,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             hits: None,
             position_loops: 0,
             hoisted: Vec::new(),
+            in_block: false,
         }
     }
 
@@ -560,28 +569,37 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(0, "}");
     }
 
-    /// A program kernel's temporaries: a scalar in a register, or zeroed
-    /// memory allocated on every launch (its cost is the kernel's).
+    /// A program kernel's temporaries: a scalar in a register; a zeroed
+    /// array on the stack up to [`STACK_LOCAL_BYTES`], which gcc knows
+    /// nothing else points into, so it keeps a loop's elements of it in
+    /// registers (a strip's block of accumulators: with `calloc` it stored
+    /// them on every step, 2x slower on cora); or zeroed memory allocated
+    /// on every launch (its cost is the kernel's).
     fn declare_locals(&mut self, depth: usize, which: impl Fn(&spindle_ir::level::Local) -> bool) {
         let real = self.d.real();
         for (id, local) in self.k.locals.iter().filter(|(_, l)| which(l)) {
-            let name = self.local(id).to_string();
+            let (name, len) = (self.local(id).to_string(), local.len());
             match local.shape.is_empty() {
                 true => self.line(depth, &format!("{real} {name} = 0;")),
-                false => self.line(
-                    depth,
-                    &format!("{real} *restrict {name} = calloc({}, sizeof({real}));", local.len()),
-                ),
+                false if self.on_stack(local) => self.line(depth, &format!("{real} {name}[{len}] = {{0}};")),
+                false => {
+                    self.line(depth, &format!("{real} *restrict {name} = calloc({len}, sizeof({real}));"))
+                }
             }
         }
     }
 
     fn free_locals(&mut self, depth: usize, which: impl Fn(&spindle_ir::level::Local) -> bool) {
         for (id, local) in self.k.locals.iter().filter(|(_, l)| which(l)) {
-            if !local.shape.is_empty() {
+            if !local.shape.is_empty() && !self.on_stack(local) {
                 self.line(depth, &format!("free({});", self.local(id)));
             }
         }
+    }
+
+    fn on_stack(&self, local: &spindle_ir::level::Local) -> bool {
+        let bytes = if self.d.real() == "double" { 8 } else { 4 };
+        local.len() * bytes <= STACK_LOCAL_BYTES
     }
 
     fn local(&self, l: spindle_ir::level::LocalId) -> &str {
@@ -1176,6 +1194,37 @@ impl<'k, D: Dialect> Printer<'k, D> {
             }
             Node::Fill { at, points, body } => self.fill(at, *points, body, depth),
             Node::Find { operand, level, body } => self.find(*operand, *level, body, depth),
+            Node::Strip { start, row, body } => {
+                let (s, extent, size) =
+                    (self.var(*start), self.k.var(*start).extent, self.k.var(*row).extent);
+                self.line(depth, &format!("for (int64_t {s} = 0; {s} < {extent}; {s} += {size}) {{"));
+                self.bound.push(*start);
+                body.iter().for_each(|b| self.node(b, depth + 1));
+                self.bound.pop();
+                self.line(depth, "}");
+            }
+            Node::Rows { start, row, var, body } => {
+                let (s, r, size) = (self.var(*start), self.var(*row), self.k.var(*row).extent);
+                match var {
+                    Some(v) => {
+                        let extent = self.k.var(*v).extent;
+                        let head =
+                            format!("for (int64_t {r} = 0; {r} < {size} && {s} + {r} < {extent}; {r}++) {{");
+                        let bind = format!("const int64_t {} = {s} + {r};", self.var(*v));
+                        self.line(depth, &head);
+                        self.line(depth + 1, &bind);
+                    }
+                    // A constant trip count: the strip's accumulators stay
+                    // in registers.
+                    None => self.line(depth, &format!("for (int64_t {r} = 0; {r} < {size}; {r}++) {{")),
+                }
+                self.bound.push(*row);
+                let was = std::mem::replace(&mut self.in_block, var.is_none());
+                body.iter().for_each(|b| self.node(b, depth + 1));
+                self.in_block = was;
+                self.bound.pop();
+                self.line(depth, "}");
+            }
             Node::Dense { var, body } => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 let outside = self.lanes_outside.take();
@@ -1185,13 +1234,21 @@ impl<'k, D: Dialect> Printer<'k, D> {
                     body.iter().for_each(|b| self.node(b, depth + 1));
                     self.in_split = was;
                 } else {
-                    // Each iteration updates its own output element: no
-                    // dependence, which OpenMP's outlined bodies (where the
-                    // pointers lose `restrict`) cannot see by themselves.
-                    if let [Node::Update { at, .. }] = &body[..]
-                        && at.contains(var)
-                        && self.split.is_none()
-                    {
+                    // Each iteration updates its own output element (or
+                    // accumulator of a strip's block): no dependence, which
+                    // OpenMP's outlined bodies (where the pointers lose
+                    // `restrict`) cannot see by themselves. Without it gcc
+                    // 12 vectorized 3 of a strip's 4 rows of accumulators;
+                    // on a producer's temporary it keeps the row in memory
+                    // instead of registers across the row's entries.
+                    let own_element = match &body[..] {
+                        [Node::Update { at, .. }] => at.contains(var),
+                        [Node::Store { target: Target::Local(_), at: Place::Coords(at), .. }] => {
+                            self.in_block && at.contains(var)
+                        }
+                        _ => false,
+                    };
+                    if own_element && self.split.is_none() {
                         self.line(depth, "#pragma omp simd");
                     } else if let Some(sum) = self.dot_product(*var, body, outside) {
                         self.dot_loop(*var, body, sum, depth);

@@ -413,7 +413,9 @@ impl Run<'_> {
             Node::Entry { .. } | Node::Workspace { .. } | Node::Accumulate { .. } => {
                 return Err(ExecError::Unsupported("a sparse output"));
             }
-            Node::Store { .. } | Node::Clear { .. } => return Err(ExecError::Unsupported("temporaries")),
+            Node::Store { .. } | Node::Clear { .. } | Node::Strip { .. } | Node::Rows { .. } => {
+                return Err(ExecError::Unsupported("temporaries"));
+            }
         }
         Ok(())
     }

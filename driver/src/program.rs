@@ -42,6 +42,7 @@ use ndarray::ArrayD;
 use spindle_formats::{Assembled, Coo, FormatSpec, SparseTensor};
 use spindle_ir::kernel::schedule::{Fusion, Path, Schedule};
 use spindle_ir::lang::{Declaration, Declarations, Einsum, Expr, Statement};
+use spindle_ir::level::strip_rows;
 use spindle_ir::level::{Lowered, lower_program};
 use spindle_ir::program::{Program, evaluate_program, inline, parse_program, split_program};
 use spindle_ir::react::{forest_text, fused_forest};
@@ -213,7 +214,7 @@ impl Problem {
             }
             fusion => {
                 let forest = fused_forest(&program, &formats, fusion, &schedule.order);
-                let lowered = self.lower_forest(&program, &forest, &formats, &data)?;
+                let (lowered, notes) = self.lower_forest(&program, &forest, &formats, &data, schedule)?;
                 let executable = backend.compile_levels(&lowered, schedule)?;
                 let mut uploaded = executable.upload(&data.dense)?;
                 uploaded.launch()?;
@@ -235,7 +236,7 @@ impl Problem {
                     forest: forest_text(&forest),
                     kernels: vec![lowered.kernel.to_string()],
                     sources: vec![executable.source().to_string()],
-                    notes: Vec::new(),
+                    notes,
                     timings: vec![timing],
                     checks: Vec::new(),
                     output: last.output().name.clone(),
@@ -278,18 +279,23 @@ impl Problem {
             return Ok((prepared.lower_levels(&levels)?, once.into_iter().collect()));
         }
         let forest = fused_forest(&program, &formats, schedule.fusion, &schedule.order);
-        Ok((self.lower_forest(&program, &forest, &formats, &data)?, Vec::new()))
+        self.lower_forest(&program, &forest, &formats, &data, schedule)
     }
 
+    /// The forest's kernel, its rows in strips as `schedule`'s `strip=`
+    /// says, with what that decided.
     fn lower_forest(
         &self,
         program: &Program,
         forest: &[spindle_ir::react::Node],
         formats: &BTreeMap<String, FormatSpec>,
         data: &ProgramData,
-    ) -> Result<Lowered> {
-        lower_program(program, forest, formats, &data.sparse, "spindle")
-            .map_err(|d| Error::statement(d, self.statement()))
+        schedule: &Schedule,
+    ) -> Result<(Lowered, Vec<String>)> {
+        let mut lowered = lower_program(program, forest, formats, &data.sparse, "spindle")
+            .map_err(|d| Error::statement(d, self.statement()))?;
+        let notes = strip_rows(&mut lowered.kernel, schedule.strip).into_iter().collect();
+        Ok((lowered, notes))
     }
 
     /// `fusion=maximal`: the statements substituted into one, run as a

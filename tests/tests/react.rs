@@ -235,9 +235,60 @@ fn trie_fusion_removes_loop_invariant_redundancy() {
     let source = &run(&p, "trie threads=2").sources[0];
     let region = source.find("#pragma omp parallel").expect("a parallel region");
     let threaded = &source[region..];
-    let local = threaded.find("l_T1 = calloc").expect("T1 allocated in the region");
+    let local = threaded.find("l_T1[8] = {0};").expect("T1 on the thread's stack in the region");
     assert!(threaded[local..].contains("#pragma omp for"), "{source}");
     assert!(source[..region].contains("if (nthreads <= 1)"), "{source}");
+}
+
+/// GNN kernel 1 whose consumer reads a W about an L1's size: each fused
+/// row's gathers of X evict part of W before the next row reads it all
+/// again. In strips, the producer fills a strip's rows, and the consumer
+/// reads W once for all of them into a block of the output's rows.
+#[test]
+fn strips_read_the_consumers_operands_once_per_strip() {
+    // 23 rows: a ragged last strip for every size tried.
+    let gnn1 = |nh: usize, nj: usize| {
+        problem(
+            "Z[i,j] = A[i,k] * X[k,h] * W[h,j]",
+            &[("X", &[23, nh]), ("W", &[nh, nj])],
+            &[("A", &[23, 23], 0.15, "csr")],
+            &[],
+        )
+    };
+    let p = gnn1(8, 5);
+    for strip in [2, 3, 4, 64] {
+        for threads in [1, 2] {
+            let ran = run(&p, &format!("trie strip={strip} threads={threads}"));
+            let kernel = &ran.kernels[0];
+            assert!(ran.checks[0].passed(), "strip={strip}: {:.2e}\n{kernel}", ran.checks[0].max_rel_error);
+            assert!(kernel.contains(&format!("for i_strip in 0..23 by strips of {strip}")), "{kernel}");
+            let around_w = enclosing(kernel, "W[h,j]");
+            assert_eq!(around_w[1], format!("for i_row in 0..{strip} (the whole strip)"), "{kernel}");
+            assert!(around_w[2].starts_with("for h ") && !under(kernel, "W[h,j]", "k"), "{kernel}");
+            assert!(
+                ran.notes.iter().any(|n| n.contains(&format!("in strips of {strip}"))),
+                "{:?}",
+                ran.notes
+            );
+        }
+    }
+    let alone = run(&p, "trie strip=1");
+    assert!(!alone.kernels[0].contains("strips") && alone.notes.is_empty(), "{}", alone.kernels[0]);
+    // strip=auto: a W of 320 bytes stays cached between rows; one of 32 KB
+    // (64 x 64, f64) goes in strips of 2, a block of 2 x 64 accumulators.
+    let small = run(&p, "trie");
+    assert!(!small.kernels[0].contains("strips"), "{}", small.kernels[0]);
+    let big = run(&gnn1(64, 64), "trie");
+    assert!(big.checks[0].passed() && big.kernels[0].contains("by strips of 2"), "{}", big.kernels[0]);
+    assert!(big.notes.iter().any(|n| n.contains("its 32 KB of loop-invariant operands")), "{:?}", big.notes);
+    // A kernel without such a consumer says so and runs its rows alone.
+    let sddmm = run(&sddmm(&[]), "trie strip=4");
+    assert!(!sddmm.kernels[0].contains("strips") && sddmm.checks[0].passed(), "{}", sddmm.kernels[0]);
+    assert!(
+        sddmm.notes.iter().any(|n| n.contains("no row loop ends in a dense consumer")),
+        "{:?}",
+        sddmm.notes
+    );
 }
 
 /// A loop over stored entries whose lanes would gather a dense operand at

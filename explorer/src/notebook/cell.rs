@@ -155,6 +155,9 @@ pub enum SweepParam {
     /// `fusion`: how the cell's statements share loops (ReACT); the cell
     /// then runs as one program.
     Fusion,
+    /// `strip`: a fused program kernel's rows in strips (`auto` or a row
+    /// count), as the schedule item; the cell then runs as one program.
+    Strip,
     /// `order`: the loop order (`i+p+q+j`), as the schedule item.
     Order,
     /// `subsect`: subsection loops (on) or TACO-UCF's dense outer loops
@@ -175,6 +178,7 @@ impl SweepParam {
             SweepParam::Format(t) => format!("format.{t}"),
             SweepParam::Workspace(key) => key.clone(),
             SweepParam::Fusion => "fusion".into(),
+            SweepParam::Strip => "strip".into(),
             SweepParam::Order => "order".into(),
             SweepParam::Subsect => "subsect".into(),
         }
@@ -426,14 +430,15 @@ fn sweep_line(src: &str, words: &[Word<'_>], span: Span) -> Result<SweepDecl, Di
         t if t.starts_with("format.") && is_ident(&t[7..]) => SweepParam::Format(t[7..].to_string()),
         t if t == "workspace" || t.starts_with("ws.") => SweepParam::Workspace(t.to_string()),
         "fusion" => SweepParam::Fusion,
+        "strip" => SweepParam::Strip,
         "order" => SweepParam::Order,
         "subsect" => SweepParam::Subsect,
         _ => {
             return Err(Diagnostic::new(format!("cannot sweep `{}`", param.text), param.span)
                 .with_label("unknown sweep parameter")
                 .with_note(
-                    "sweep g, reduce, broadcast, matmul, path, workspace, ws.ITEM, fusion, order, subsect, tile.INDEX or \
-                     format.TENSOR",
+                    "sweep g, reduce, broadcast, matmul, path, workspace, ws.ITEM, fusion, strip, order, subsect, \
+                     tile.INDEX or format.TENSOR",
                 ));
         }
     };
@@ -531,6 +536,9 @@ fn check_sweep_value(param: &SweepParam, v: &Spanned<String>) -> Result<(), Diag
         SweepParam::Fusion => Err(bad(format!("fusion is none, maximal or trie, not `{s}`"))),
         SweepParam::Subsect if ["on", "off"].contains(&s) => Ok(()),
         SweepParam::Subsect => Err(bad(format!("subsect is on or off, not `{s}`"))),
+        SweepParam::Strip => {
+            format!("strip={s}").parse::<Schedule>().map(drop).map_err(|e| bad(e.to_string()))
+        }
         SweepParam::Order => {
             format!("order={s}").parse::<Schedule>().map(drop).map_err(|e| bad(e.to_string()))
         }

@@ -72,6 +72,25 @@ impl Fusion {
     }
 }
 
+/// How a fused program kernel's row loop runs (`strip=auto|N`, see
+/// [`crate::level::strip_rows`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum StripRows {
+    /// In strips where a fused consumer's loop-invariant reads would not
+    /// stay in an L1 cache between rows, each row alone elsewhere.
+    #[default]
+    Auto,
+    /// In strips of this many rows where the kernel has such a consumer
+    /// (1: each row alone).
+    Rows(usize),
+}
+
+impl StripRows {
+    /// The most rows a strip may take: a strip's accumulators are a block
+    /// of the consumer's output rows.
+    pub const MAX: usize = 64;
+}
+
 impl fmt::Display for Fusion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -131,6 +150,8 @@ pub struct Schedule {
     pub ws: IsmOptions,
     /// `fusion=none|maximal|trie`: how a program's statements share loops.
     pub fusion: Fusion,
+    /// `strip=auto|N`: a fused program kernel's rows in strips of N.
+    pub strip: StripRows,
     /// `subsect=on|off`: a loop that reduces an affine subscript of a stored
     /// operand visits only its non-empty subsections (on), or every value,
     /// the inner loop searching its window (off: TACO-UCF's dense outer
@@ -172,6 +193,7 @@ impl Default for Schedule {
             workspace: WorkspacePolicy::Auto,
             ws: IsmOptions::default(),
             fusion: Fusion::Trie,
+            strip: StripRows::Auto,
             subsections: true,
             tiles: BTreeMap::new(),
             strategy: Strategy::AccumulateThenAtomic,
@@ -212,7 +234,7 @@ pub struct ScheduleError {
 }
 
 pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
-ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate|segment(R)|parallel(R), broadcast=lazy|eager, \
+ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, strip=auto|N, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate|segment(R)|parallel(R), broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
 block=N, map=tiles|walk|rows (CUDA)";
 
@@ -259,6 +281,16 @@ impl FromStr for Schedule {
                         .find(|f| f.name() == v)
                         .ok_or_else(|| bad("fusion is none, maximal or trie"))?
                 }
+                ("strip", "auto") => s.strip = StripRows::Auto,
+                ("strip", v) => match v.parse::<usize>() {
+                    Ok(n) if (1..=StripRows::MAX).contains(&n) => s.strip = StripRows::Rows(n),
+                    _ => {
+                        return Err(bad(&format!(
+                            "strip is auto or a number of rows from 1 (each row alone) to {}",
+                            StripRows::MAX
+                        )));
+                    }
+                },
                 ("subsect", "on") => s.subsections = true,
                 ("subsect", "off") => s.subsections = false,
                 ("subsect", _) => return Err(bad("subsect is on or off")),
@@ -338,6 +370,9 @@ impl fmt::Display for Schedule {
         }
         if self.fusion != Fusion::Trie {
             write!(f, " fusion={}", self.fusion)?;
+        }
+        if let StripRows::Rows(n) = self.strip {
+            write!(f, " strip={n}")?;
         }
         if !self.subsections {
             write!(f, " subsect=off")?;
@@ -453,6 +488,14 @@ mod tests {
         assert!(err("ws.cap=2147483648").contains("ws.cap is an integer from 1 to 67108864"));
         assert!(err("ws.pipeline_min=0").contains("ws.pipeline_min is an integer from 1"));
         assert!("ws.cap=67108864".parse::<Schedule>().is_ok());
+        assert_eq!(
+            err("strip=0"),
+            "invalid schedule item `strip=0`: strip is auto or a number of rows from 1 (each row alone) to 64"
+        );
+        assert!(err("strip=65").contains("from 1 (each row alone) to 64"));
+        let strip: Schedule = "strip=4".parse().unwrap();
+        assert_eq!(strip.strip, StripRows::Rows(4));
+        assert_eq!(strip.to_string().parse::<Schedule>().unwrap(), strip, "strip= prints back");
         // A second item of a key silently replaced the first.
         assert_eq!(
             err("threads=1 tile.n=64 threads=2"),

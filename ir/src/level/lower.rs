@@ -552,7 +552,9 @@ fn walks_each_entry_once(body: &[Node], levels: &[OutLevel], order: &[VarId], ou
             | Node::Resolve { .. }
             | Node::Taps { .. }
             | Node::Find { .. }
-            | Node::Fill { .. } => false,
+            | Node::Fill { .. }
+            | Node::Strip { .. }
+            | Node::Rows { .. } => false,
             Node::Locate { .. }
             | Node::Update { .. }
             | Node::Accumulate { .. }

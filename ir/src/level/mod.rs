@@ -38,11 +38,13 @@
 mod lower;
 mod print;
 mod program;
+mod strip;
 
 pub use lower::{
     Lowered, OperandLevel, dense_params, lower, named_order, plain_indices, refuse, store_levels,
 };
 pub use program::lower_program;
+pub use strip::{STRIP_MIN_BYTES, StripRows, strip_rows};
 
 use cranelift_entity::PrimaryMap;
 
@@ -246,6 +248,18 @@ pub enum Node {
     /// over their extents, each element of them counted apart and checked
     /// after `body`.
     Fill { at: Vec<VarId>, points: usize, body: Vec<Node> },
+    /// The strips of a row loop: `start` steps through its extent by
+    /// `row`'s extent, and each strip's rows are walked by the
+    /// [`Node::Rows`] in `body` ([`strip_rows`]: a fused consumer then reads
+    /// its loop-invariant operands once per strip, not once per row).
+    Strip { start: VarId, row: VarId, body: Vec<Node> },
+    /// The rows of the enclosing strip of `start`: `row` in `0..` its
+    /// extent. With `var`, only the rows below `var`'s extent, binding
+    /// `var = start + row`; without, every row of the strip, past the
+    /// extent too, with no row variable bound (the body reads only
+    /// temporaries indexed by `row`, zero past the extent): a constant trip
+    /// count, so the C compiler keeps a strip's accumulators in registers.
+    Rows { start: VarId, row: VarId, var: Option<VarId>, body: Vec<Node> },
 }
 
 /// The variables of a [`Node::Taps`] in the order an entry binds them: the
@@ -270,7 +284,9 @@ impl Node {
             | Node::Resolve { body, .. }
             | Node::Taps { body, .. }
             | Node::Find { body, .. }
-            | Node::Fill { body, .. } => (Some(body), &[]),
+            | Node::Fill { body, .. }
+            | Node::Strip { body, .. }
+            | Node::Rows { body, .. } => (Some(body), &[]),
             Node::Merge { points, .. } => (None, points),
             Node::Locate { .. }
             | Node::Update { .. }
@@ -310,6 +326,24 @@ impl Expr {
                 rhs.visit(f);
             }
             Expr::Call { args, .. } => args.iter().for_each(|a| a.visit(f)),
+            Expr::Const(_) | Expr::Stored { .. } | Expr::Dense { .. } | Expr::Local { .. } => {}
+        }
+    }
+
+    /// Replaces every expression for which `f` gives a replacement,
+    /// outermost first (a replacement is not searched further).
+    pub fn rewrite(&mut self, f: &mut dyn FnMut(&Expr) -> Option<Expr>) {
+        if let Some(new) = f(self) {
+            *self = new;
+            return;
+        }
+        match self {
+            Expr::Neg(x) => x.rewrite(f),
+            Expr::Binary { lhs, rhs, .. } => {
+                lhs.rewrite(f);
+                rhs.rewrite(f);
+            }
+            Expr::Call { args, .. } => args.iter_mut().for_each(|a| a.rewrite(f)),
             Expr::Const(_) | Expr::Stored { .. } | Expr::Dense { .. } | Expr::Local { .. } => {}
         }
     }

@@ -167,6 +167,26 @@ impl LevelKernel {
                 );
                 body.iter().for_each(|b| self.node_text(b, depth + 1, out));
             }
+            Node::Strip { start, row, body } => {
+                let (s, r) = (self.var(*start), self.var(*row));
+                let _ = writeln!(out, "{pad}for {} in 0..{} by strips of {}", s.name, s.extent, r.extent);
+                body.iter().for_each(|b| self.node_text(b, depth + 1, out));
+            }
+            Node::Rows { start, row, var, body } => {
+                let (s, r) = (&self.var(*start).name, self.var(*row));
+                let _ = match var {
+                    Some(v) => {
+                        let v = self.var(*v);
+                        writeln!(
+                            out,
+                            "{pad}for {} in 0..{}: {} = {s} + {} below {}",
+                            r.name, r.extent, v.name, r.name, v.extent
+                        )
+                    }
+                    None => writeln!(out, "{pad}for {} in 0..{} (the whole strip)", r.name, r.extent),
+                };
+                body.iter().for_each(|b| self.node_text(b, depth + 1, out));
+            }
             Node::Dense { var, body } => {
                 let v = self.var(*var);
                 let _ = writeln!(out, "{pad}for {} in 0..{}", v.name, v.extent);

@@ -209,7 +209,8 @@ impl Run<'_> {
         let statements = program.statements.len();
         let nvrtc = self.nvrtc_plan(&program, points.len());
         let gpu_steps = if gpu_available() { statements * points.len() } else { 0 };
-        let as_program = program.sweeps.iter().any(|s| s.param.value == SweepParam::Fusion);
+        let as_program =
+            program.sweeps.iter().any(|s| matches!(s.param.value, SweepParam::Fusion | SweepParam::Strip));
         self.total = match as_program {
             // Data, the reference, then each point.
             true => 2 + points.len(),
@@ -590,6 +591,38 @@ sweep fusion in [most]
 ");
         assert!(
             bad.error.as_deref().is_some_and(|e| e.contains("fusion is none, maximal or trie")),
+            "{bad:?}"
+        );
+    }
+
+    #[test]
+    fn a_strip_sweep_runs_the_fused_rows_in_strips() {
+        let out = run("\
+A = gen:powerlaw:rows=41,cols=40,nnz=160,seed=1
+X = rand 40x8 f64 seed=2
+W = rand 8x4 f64 seed=3
+format A = csr
+Z[i,j] = A[i,k] * X[k,h] * W[h,j]
+sweep strip in [1, 3, auto]
+");
+        assert_eq!(out.error, None, "{out:#?}");
+        assert_eq!(out.sweep.parameters, ["strip"]);
+        assert_eq!(out.sweep.points.len(), 3);
+        for p in &out.sweep.points {
+            assert!(p.max_rel_error.is_some_and(|e| e < 1e-5) && p.median_ms.is_some(), "{p:?}");
+        }
+        // 41 rows in strips of 3: the last strip has 2.
+        assert!(out.ir[1].contains("for i_strip in 0..41 by strips of 3"), "{}", out.ir[1]);
+        // W (256 bytes) stays cached between rows: auto keeps them apart.
+        assert!(!out.ir[0].contains("strips") && !out.ir[2].contains("strips"), "{:?}", out.ir);
+        let bad = run("\
+A = rand 4x4 seed=1
+x = rand 4 seed=2
+y[i] = A[i,j] * x[j]
+sweep strip in [0]
+");
+        assert!(
+            bad.error.as_deref().is_some_and(|e| e.contains("strip is auto or a number of rows")),
             "{bad:?}"
         );
     }

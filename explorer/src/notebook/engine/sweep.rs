@@ -134,6 +134,11 @@ impl Run<'_> {
                     schedule.fusion =
                         format!("fusion={value}").parse::<Schedule>().map(|s| s.fusion).unwrap_or_default()
                 }
+                SweepParam::Strip => {
+                    // Checked when the cell was parsed.
+                    schedule.strip =
+                        format!("strip={value}").parse::<Schedule>().map(|s| s.strip).unwrap_or_default()
+                }
                 SweepParam::Order => {
                     // Checked when the cell was parsed.
                     schedule.order =
