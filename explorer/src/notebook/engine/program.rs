@@ -36,7 +36,7 @@ impl Run<'_> {
             problem = problem.format(f.tensor.value.as_str(), f.spec.value.to_string());
         }
         self.out.notes.push(
-            "the statements run as one program (fusion swept): the time is the program's, its output checked \
+            "the statements run as one program (fusion or strip swept): the time is the program's, its output checked \
              against the reference evaluator's run of the program"
                 .to_string(),
         );
