@@ -291,6 +291,31 @@ fn strips_read_the_consumers_operands_once_per_strip() {
     );
 }
 
+/// The program's reference walks the statements one by one where that
+/// visits fewer points than the substituted statement (GNN kernel 1:
+/// `nnz · NH + NI · NH · NJ` against `nnz · NH · NJ`), and gives the
+/// substituted statement's values: with `=`, and with `+=` into an output
+/// given data, which both start from.
+#[test]
+fn the_program_reference_takes_the_shorter_walk_to_the_same_values() {
+    let shapes: [(&str, &[usize]); 2] = [("X", &[23, 16]), ("W", &[16, 12])];
+    let sparse: [(&str, &[usize], f64, &str); 1] = [("A", &[23, 23], 0.2, "csr")];
+    for statement in ["Z[i,j] = A[i,k] * X[k,h] * W[h,j]", "Z[i,j] += A[i,k] * X[k,h] * W[h,j]"] {
+        let mut p = problem(statement, &shapes, &sparse, &[]);
+        if statement.contains("+=") {
+            p = p.tensor("Z", dense(&[23, 12], 7));
+        }
+        let one_by_one = p.program_reference().unwrap();
+        let substituted = p.prepare().unwrap().reference().unwrap();
+        let scale = substituted.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let error =
+            one_by_one.iter().zip(&substituted).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / scale;
+        assert_eq!(one_by_one.shape(), substituted.shape());
+        assert!(error < 1e-12, "{statement}: {error:.2e}");
+        assert!(substituted.iter().all(|v| v.is_finite()) && substituted.iter().any(|&v| v != 0.0));
+    }
+}
+
 /// A loop over stored entries whose lanes would gather a dense operand at
 /// the entries' coordinates (D at j) is kept scalar (GCC vectorises it with
 /// gathers, slower here than scalar loads); one reading only at the
