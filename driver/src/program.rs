@@ -411,25 +411,37 @@ impl Problem {
     /// name; outputs stay dense (an output given data starts from it, as
     /// in the substituted statement).
     fn statements_prepared(&self, program: &Program) -> Result<Vec<(Prepared, String)>> {
-        let mut steps = Vec::new();
-        for einsum in &program.statements {
-            let out = einsum.output().name.clone();
-            let mut problem = Problem::new(einsum.statement.to_string().as_str());
-            for name in einsum.tensors.keys() {
-                match self.inputs.iter().find(|(n, _)| n == name) {
-                    Some((_, input)) => problem = problem.tensor(name.as_str(), input.clone()),
-                    None => {
-                        let d = &einsum.tensors[name];
-                        problem = problem.tensor(name.as_str(), Input::shape(&d.shape, d.dtype));
-                    }
-                }
-                if let Some((_, spec)) = self.formats.iter().find(|(n, _)| n == name && **n != out) {
-                    problem = problem.format(name.as_str(), spec.as_str());
-                }
+        let none = BTreeMap::new();
+        let prepare =
+            |e: &Einsum| Ok((self.statement_problem(e, &none, false).prepare()?, e.output().name.clone()));
+        program.statements.iter().map(prepare).collect()
+    }
+
+    /// One statement of a program as a problem of its own: each tensor's
+    /// values from `written` (earlier statements' outputs), else the
+    /// program's inputs, else its shape; the formats given, the output's
+    /// only with `output_format`.
+    fn statement_problem(
+        &self,
+        einsum: &Einsum,
+        written: &BTreeMap<String, ArrayD<f64>>,
+        output_format: bool,
+    ) -> Problem {
+        let out = &einsum.output().name;
+        let mut problem = Problem::new(einsum.statement.to_string().as_str());
+        for (name, info) in &einsum.tensors {
+            problem = match (written.get(name), self.inputs.iter().find(|(n, _)| n == name)) {
+                (Some(values), _) => problem.tensor(name.as_str(), values.clone()),
+                (None, Some((_, input))) => problem.tensor(name.as_str(), input.clone()),
+                (None, None) => problem.tensor(name.as_str(), Input::shape(&info.shape, info.dtype)),
+            };
+            if let Some((_, spec)) = self.formats.iter().find(|(n, _)| n == name)
+                && (output_format || name != out)
+            {
+                problem = problem.format(name.as_str(), spec.as_str());
             }
-            steps.push((problem.prepare()?, out));
         }
-        Ok(steps)
+        problem
     }
 
     /// The reference of each prepared statement in turn, each output the
@@ -479,21 +491,7 @@ impl Problem {
         for einsum in &program.statements {
             let text = einsum.statement.to_string();
             let out = einsum.output().name.clone();
-            let mut problem = Problem::new(text.as_str());
-            for name in einsum.tensors.keys() {
-                if let Some(values) = written.get(name) {
-                    problem = problem.tensor(name.as_str(), values.clone());
-                } else if let Some((_, input)) = self.inputs.iter().find(|(n, _)| n == name) {
-                    problem = problem.tensor(name.as_str(), input.clone());
-                } else if name == &out {
-                    let d = &program.temporaries[name];
-                    problem = problem.tensor(name.as_str(), Input::shape(&d.shape, d.dtype));
-                }
-                if let Some((_, spec)) = self.formats.iter().find(|(n, _)| n == name) {
-                    problem = problem.format(name.as_str(), spec.as_str());
-                }
-            }
-            let prepared = problem.prepare()?;
+            let prepared = self.statement_problem(einsum, &written, true).prepare()?;
             let compiled = prepared.compile(backend, schedule)?;
             let (result, timing) = compiled.run_and_time(opts)?;
             if check {
