@@ -130,6 +130,46 @@ fn dot_products_sum_in_packed_lanes() {
     }
 }
 
+/// A long contiguous dot product (GNN kernel 2's over k = 256, f64, trie-
+/// and un-fused) sums its chunks' steps into several vector registers, so
+/// that the adds form independent chains rather than one.
+#[test]
+fn long_dot_products_add_into_several_registers() {
+    if !cfg!(target_arch = "x86_64") {
+        eprintln!("skipped: the packed-add mnemonics asserted are x86-64's");
+        return;
+    }
+    let gnn2 = Problem::new("Z[i,j] = (A[i,h] * (X[i,k] * Y[k,h])) * V[h,j]")
+        .tensor("A", random_sparse(&[20, 20], 0.2, 6))
+        .format("A", "csr")
+        .tensor("X", values(&[20, 256], 1))
+        .tensor("Y", values(&[256, 20], 2))
+        .format("Y", "dd:modes=1-0")
+        .tensor("V", values(&[20, 8], 3));
+    for schedule in ["fusion=trie threads=1", "fusion=none threads=1"] {
+        let ran = gnn2
+            .run_program(
+                &CBackend::new(),
+                &schedule.parse().unwrap(),
+                TimingOptions { warmup: 0, repeats: 1 },
+                true,
+            )
+            .unwrap();
+        assert!(ran.checks.iter().all(|c| c.passed()), "{schedule}");
+        let source = &ran.sources[0];
+        let Some(code) = disassembly(source) else { return };
+        // AT&T syntax: the destination is the last operand.
+        let mut targets: Vec<&str> = on_lines(source, &code, "part[ku] +=")
+            .into_iter()
+            .filter(|t| t.contains("addpd"))
+            .filter_map(|t| t.rsplit(',').next().map(str::trim))
+            .collect();
+        targets.sort_unstable();
+        targets.dedup();
+        assert!(targets.len() >= 2, "{schedule}: {targets:?}\n{source}");
+    }
+}
+
 /// The tile path's sum into one element over contiguous reads (a dot
 /// product) runs as SIMD lanes; one masked lane by lane (a ragged last
 /// tile) or whose reads gather (GroupCOO SpMV, x at the group's columns)

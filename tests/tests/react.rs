@@ -356,6 +356,32 @@ fn dot_products_over_contiguous_reads_sum_in_simd_lanes() {
     }
 }
 
+/// A contiguous dot product of 32 f64 steps or more sums in chunks of 32,
+/// step `ku` of every chunk into its own partial sum `part[ku]`, then the
+/// partial sums into where it summed before (the assembled entry's `acc`
+/// under maximal, the register under trie, `dot` unfused); a ragged end
+/// runs after the chunks as before, and a shorter sum as one SIMD sum. Every
+/// policy at every length agrees with the reference evaluator.
+#[test]
+fn long_dot_products_sum_in_chunks_of_partial_sums() {
+    for nk in [31, 64, 75] {
+        for (fusion, sum) in [("maximal", "acc"), ("trie", "l_T1"), ("none", "dot")] {
+            let ran = run(&sddmm_nk(nk, &[("D", "dd:modes=1-0"), ("A", "csr")]), fusion);
+            assert!(ran.checks.iter().all(|c| c.passed()), "NK {nk}, fusion={fusion}");
+            let source = &ran.sources[0];
+            let chunked = source.contains("part[ku] += ");
+            assert_eq!(chunked, nk >= 32, "NK {nk}, fusion={fusion}: {source}");
+            assert_eq!(source.contains(&format!("{sum} += part[ku];")), chunked, "{source}");
+            let main = nk - nk % 32;
+            assert_eq!(source.contains(&format!("kc < {main}; kc += 32")), chunked, "{source}");
+            if chunked {
+                let ragged_end = format!("i_k = {main}; i_k < {nk};");
+                assert_eq!(source.contains(&ragged_end), main < nk, "{source}");
+            }
+        }
+    }
+}
+
 /// GNN kernel 1 fused maximally sums over h inside a loop over j, reading
 /// `W[h,j]` down its columns: gathering them in lanes ran 6x slower than
 /// the chains gcc runs in lanes over j, which it does while Z holds the
