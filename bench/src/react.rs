@@ -318,8 +318,9 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
         warmup: opts.timing.warmup,
         repeats: opts.timing.repeats,
         timing_protocol:
-            "medians of --repeats rounds in which the three policies take turns, each a warm-up launch and a \
-             timed one (a kernel under 1 ms: the median of a batch of launches filling about 1 ms, at most \
+            "medians of --repeats rounds in which the three policies take turns (each round starting with the next \
+             policy), each a warm-up launch and a \
+             timed one (a kernel under 10 ms: the median of a batch of launches filling about 10 ms, at most \
              100, counted from the first round); outputs zeroed outside the clock"
                 .to_string(),
         goals: GOALS.iter().map(|g| g.to_string()).collect(),
@@ -358,16 +359,18 @@ fn measure(
     let mut policies = Vec::new();
     let mut outputs = Vec::new();
     for round in 0..timing.repeats.max(1) {
-        for (((fusion, schedule), times), batch) in
-            FUSIONS.iter().zip(&schedules).zip(&mut times).zip(&mut batches)
-        {
-            let launches = TimingOptions { warmup: timing.warmup, repeats: *batch };
+        // Each round starts with the next policy, so that every policy
+        // follows each other one alike (a policy run after maximal's large
+        // buffers were unmapped met the memory as maximal left it).
+        for p in turns(round) {
+            let (fusion, batch) = (FUSIONS[p], batches[p]);
+            let launches = TimingOptions { warmup: timing.warmup, repeats: batch };
             let ran = problem
-                .run_program(&CBackend::new(), schedule, launches, false)
+                .run_program(&CBackend::new(), &schedules[p], launches, false)
                 .with_context(|| format!("{kernel} on {input}, fusion={fusion}"))?;
-            times.push(ran.timings[0].median_ms);
+            times[p].push(ran.timings[0].median_ms);
             if round == 0 {
-                *batch = batch_for(ran.timings[0].median_ms);
+                batches[p] = batch_for(ran.timings[0].median_ms);
                 outputs.push(values(&ran)?);
                 policies.push(PolicyRun {
                     fusion: fusion.to_string(),
@@ -404,6 +407,12 @@ fn measure(
     })
 }
 
+/// The order in which the policies ([`FUSIONS`] indices) take their turns
+/// in round `round`: each round starts one later.
+fn turns(round: usize) -> impl Iterator<Item = usize> {
+    (0..FUSIONS.len()).map(move |p| (p + round) % FUSIONS.len())
+}
+
 /// Launches a round times of a kernel taking `ms`: enough for about
 /// [`BATCH_MS`], at most 100.
 fn batch_for(ms: f64) -> usize {
@@ -414,7 +423,9 @@ fn batch_for(ms: f64) -> usize {
 }
 
 /// The least time a round spends on one policy's launches.
-const BATCH_MS: f64 = 1.0;
+/// 10 ms: with 1 ms, a kernel of 0.5 ms had 2 launches a round, 10 in all,
+/// and trie / none on one case swung 0.83-1.30x from process to process.
+const BATCH_MS: f64 = 10.0;
 
 fn ms(run: &KernelRun, fusion: &str) -> f64 {
     run.policies.iter().find(|p| p.fusion == fusion).map_or(f64::NAN, |p| p.timing.median_ms)
@@ -490,10 +501,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_policy_takes_every_turn_once_in_three_rounds() {
+        assert_eq!(turns(0).collect::<Vec<_>>(), [0, 1, 2]);
+        let firsts: Vec<usize> = (0..3).map(|r| turns(r).next().unwrap()).collect();
+        assert_eq!(firsts, [0, 1, 2]);
+        let lasts: Vec<usize> = (0..3).map(|r| turns(r).last().unwrap()).collect();
+        assert_eq!(lasts, [2, 0, 1]);
+    }
+
+    #[test]
     fn short_kernels_are_timed_in_batches() {
-        assert_eq!(batch_for(5.0), 1);
-        assert_eq!(batch_for(1.0), 1);
-        assert_eq!(batch_for(0.3), 4);
+        assert_eq!(batch_for(50.0), 1);
+        assert_eq!(batch_for(10.0), 1);
+        assert_eq!(batch_for(5.0), 2);
+        assert_eq!(batch_for(0.3), 34);
         assert_eq!(batch_for(0.001), 100);
         assert_eq!(batch_for(0.0), 100);
     }
