@@ -6,7 +6,7 @@ use std::process::Command;
 
 use ndarray::ArrayD;
 use spindle::ir::formats::DType;
-use spindle::{CBackend, ElemType, Input, Problem, TimingOptions};
+use spindle::{CBackend, ElemType, Input, Problem, ProgramRun, TimingOptions};
 use spindle_c::Compiler;
 use spindle_tests::random_sparse;
 
@@ -45,6 +45,21 @@ fn on_lines<'c>(source: &str, code: &'c [(usize, String)], needle: &str) -> Vec<
     let holds =
         |line: usize| line.checked_sub(1).and_then(|i| lines.get(i)).is_some_and(|l| l.contains(needle));
     code.iter().filter(|(line, _)| holds(*line)).map(|(_, text)| text).collect()
+}
+
+/// A program run once under `schedule`, every statement checked against
+/// the reference evaluator.
+fn run_checked(problem: &Problem, schedule: &str) -> ProgramRun {
+    let ran = problem
+        .run_program(
+            &CBackend::new(),
+            &schedule.parse().unwrap(),
+            TimingOptions { warmup: 0, repeats: 1 },
+            true,
+        )
+        .unwrap();
+    assert!(ran.checks.iter().all(|c| c.passed()), "{schedule}");
+    ran
 }
 
 /// Seeded values of a dense operand in [0.25, 1.5).
@@ -114,15 +129,7 @@ fn dot_products_sum_in_packed_lanes() {
         (sddmm, "fusion=trie threads=1", "l_T1 +=", "addpd"),
         (matvec, "fusion=none threads=1", "dot +=", "addpd"),
     ] {
-        let ran = problem
-            .run_program(
-                &CBackend::new(),
-                &schedule.parse().unwrap(),
-                TimingOptions { warmup: 0, repeats: 1 },
-                true,
-            )
-            .unwrap();
-        assert!(ran.checks.iter().all(|c| c.passed()));
+        let ran = run_checked(&problem, schedule);
         let source = &ran.sources[0];
         let Some(code) = disassembly(source) else { return };
         let sums = on_lines(source, &code, sum);
@@ -147,15 +154,7 @@ fn long_dot_products_add_into_several_registers() {
         .format("Y", "dd:modes=1-0")
         .tensor("V", values(&[20, 8], 3));
     for schedule in ["fusion=trie threads=1", "fusion=none threads=1"] {
-        let ran = gnn2
-            .run_program(
-                &CBackend::new(),
-                &schedule.parse().unwrap(),
-                TimingOptions { warmup: 0, repeats: 1 },
-                true,
-            )
-            .unwrap();
-        assert!(ran.checks.iter().all(|c| c.passed()), "{schedule}");
+        let ran = run_checked(&gnn2, schedule);
         let source = &ran.sources[0];
         let Some(code) = disassembly(source) else { return };
         // AT&T syntax: the destination is the last operand.
