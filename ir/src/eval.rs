@@ -1,11 +1,16 @@
 //! The reference evaluator: the oracle every test compares against
 //! (DESIGN.md §3). It walks the whole index space of a checked [`Einsum`]
-//! with a plain odometer loop, in f64, with no cleverness.
+//! with a plain odometer loop, in f64, with no cleverness: each access's
+//! tensor and each index's slot in the point are looked up once before the
+//! walk ([`plan`]), not at every point (15x faster: 0.7 µs a point on
+//! indirect reads had made `--check` on GNN kernel 1 over cora take 15 s).
 
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use crate::lang::{Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, Expr, Ident, Span, Subscript, Term};
 use crate::tensor::{TensorValue, Tensors};
+
+mod plan;
 
 /// Evaluates `einsum` on `tensors` and returns the output tensor.
 ///
@@ -41,15 +46,91 @@ pub fn evaluate(einsum: &Einsum, tensors: &Tensors) -> Result<ArrayD<f64>, Diagn
     check_data(einsum, tensors)?;
     let out_shape = einsum.output().shape.clone();
     // (Output data of the wrong kind or shape for `+=` etc. fails check_data.)
-    let mut out = match (st.op, tensors.get(&st.lhs.tensor.name)) {
+    let out = match (st.op, tensors.get(&st.lhs.tensor.name)) {
         (AssignOp::Assign, _) | (_, None) => ArrayD::zeros(IxDyn(&out_shape)),
         (_, Some(TensorValue::Values(data))) => data.clone(),
         (_, Some(TensorValue::Indices(data))) => data.mapv(|x| x as f64),
     };
     // The index space, an odometer over the extents in `einsum.indices` order.
     let extents: Vec<usize> = einsum.indices.iter().map(|i| i.extent).collect();
-    let space = || ndarray::indices(IxDyn(&extents)).into_iter();
+    let store = plan::Store::new(tensors);
+    let resolver = plan::Resolver { einsum, store: &store, shapes: tensors };
+    match (resolver.read(&st.lhs, Some(&out_shape)), resolver.value(&st.rhs)) {
+        (Some(lhs), Some(rhs)) => walk(einsum, tensors, &extents, &lhs, &rhs, out),
+        // Something the plan cannot resolve: the plain walk reports it.
+        _ => walk_plainly(einsum, tensors, &extents, out),
+    }
+}
 
+/// The two passes over the index space (see [`evaluate`]) with the reads
+/// resolved once ([`plan`]); where a step gives up, [`At`] at that point
+/// reports the diagnostic.
+fn walk(
+    einsum: &Einsum,
+    tensors: &Tensors,
+    extents: &[usize],
+    lhs: &plan::Read<'_>,
+    rhs: &plan::Value<'_>,
+    out: ArrayD<f64>,
+) -> Result<ArrayD<f64>, Diagnostic> {
+    let st = &einsum.statement;
+    let explained = |point: &[usize], access: Option<&Access>| -> Diagnostic {
+        let at = At { einsum, tensors, point };
+        let why = match access {
+            Some(a) => at.shape(&a.tensor).and_then(|shape| at.position(a, shape)).err(),
+            None => at.expr(&st.rhs).err(),
+        };
+        why.unwrap_or_else(|| Diagnostic::new("the evaluator's plan and its walk disagree here", st.span))
+    };
+    // Pass 1: check every access at every point; nothing is evaluated.
+    let accesses: Vec<&Access> = std::iter::once(&st.lhs).chain(st.rhs.accesses()).collect();
+    let mut reads = vec![lhs];
+    rhs.reads(&mut reads);
+    plan::each_point(extents, |point| {
+        match reads.iter().zip(&accesses).find(|(read, _)| read.offset(point).is_err()) {
+            Some((_, access)) => Err(explained(point, Some(access))),
+            None => Ok(()),
+        }
+    })?;
+    // Pass 2: evaluate and combine. `fresh` marks max= / min= entries
+    // without data that no contribution has reached yet.
+    let no_data = !tensors.contains_key(&st.lhs.tensor.name);
+    let mut out = out.as_standard_layout().into_owned();
+    let mut fresh = vec![no_data; out.len()];
+    let slots = out.as_slice_mut().expect("a standard layout");
+    plan::each_point(extents, |point| {
+        let value = rhs.at(point).map_err(|_| explained(point, None))?;
+        if let Some(o) = lhs.offset(point).map_err(|_| explained(point, Some(&st.lhs)))? {
+            let first = std::mem::replace(&mut fresh[o], false);
+            slots[o] = combine(st.op, first, slots[o], value);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// An output entry after one more contribution `value` (`first`: the
+/// first to reach an entry without data, for max= / min=).
+fn combine(op: AssignOp, first: bool, slot: f64, value: f64) -> f64 {
+    match op {
+        AssignOp::Assign | AssignOp::AddAssign => slot + value,
+        AssignOp::MaxAssign | AssignOp::MinAssign if first => value,
+        AssignOp::MaxAssign => slot.max(value),
+        AssignOp::MinAssign => slot.min(value),
+    }
+}
+
+/// [`walk`] by names at every point: the plain walk, and what reports
+/// what the plan cannot resolve.
+fn walk_plainly(
+    einsum: &Einsum,
+    tensors: &Tensors,
+    extents: &[usize],
+    mut out: ArrayD<f64>,
+) -> Result<ArrayD<f64>, Diagnostic> {
+    let st = &einsum.statement;
+    let out_shape = out.shape().to_vec();
+    let space = || ndarray::indices(IxDyn(extents)).into_iter();
     // Pass 1: check every access at every point; nothing is evaluated.
     let accesses: Vec<&Access> = std::iter::once(&st.lhs).chain(st.rhs.accesses()).collect();
     for point in space() {
@@ -58,8 +139,7 @@ pub fn evaluate(einsum: &Einsum, tensors: &Tensors) -> Result<ArrayD<f64>, Diagn
             at.position(access, at.shape(&access.tensor)?)?;
         }
     }
-    // Pass 2: evaluate and combine. `fresh` marks max= / min= entries
-    // without data that no contribution has reached yet.
+    // Pass 2: evaluate and combine.
     let no_data = !tensors.contains_key(&st.lhs.tensor.name);
     let mut fresh = ArrayD::from_elem(IxDyn(&out_shape), no_data);
     for point in space() {
@@ -68,12 +148,7 @@ pub fn evaluate(einsum: &Einsum, tensors: &Tensors) -> Result<ArrayD<f64>, Diagn
         if let Some(pos) = in_bounds(&at.position(&st.lhs, &out_shape)?, &out_shape) {
             let first = std::mem::replace(&mut fresh[IxDyn(&pos)], false);
             let slot = &mut out[IxDyn(&pos)];
-            *slot = match st.op {
-                AssignOp::Assign | AssignOp::AddAssign => *slot + value,
-                AssignOp::MaxAssign | AssignOp::MinAssign if first => value,
-                AssignOp::MaxAssign => slot.max(value),
-                AssignOp::MinAssign => slot.min(value),
-            };
+            *slot = combine(st.op, first, *slot, value);
         }
     }
     Ok(out)
@@ -256,5 +331,79 @@ impl At<'_> {
         };
         let value = data[IxDyn(&pos)];
         Ok((pos, value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{ArrayD, IxDyn};
+
+    use super::*;
+    use crate::lang::{Declaration, Declarations, ElemType, check, parse};
+
+    /// A tensor's name, shape and whether it holds indices.
+    type Operand<'a> = (&'a str, &'a [usize], bool);
+
+    /// The planned walk and the plain one agree (the plain one stays what
+    /// reports what a plan cannot resolve): indirect, nested and affine
+    /// reads, reads outside (the fill), max=, functions.
+    #[test]
+    fn the_planned_walk_computes_what_the_plain_walk_does() {
+        let cases: [(&str, &[Operand]); 3] = [
+            (
+                "C[AM[p],n] += AV[p,q] * B[AK[p,q],n]",
+                &[
+                    ("C", &[5, 3], false),
+                    ("AM", &[4], true),
+                    ("AV", &[4, 2], false),
+                    ("AK", &[4, 2], true),
+                    ("B", &[5, 3], false),
+                ],
+            ),
+            (
+                "O[i] max= I[2*i+p-1] * F[p] - 0.5",
+                &[("O", &[4], false), ("I", &[9], false), ("F", &[3], false)],
+            ),
+            (
+                "y[i] = exp(A[i,X[j]]) + max(x[j], 0.3)",
+                &[("y", &[3], false), ("A", &[3, 4], false), ("X", &[4], true), ("x", &[4], false)],
+            ),
+        ];
+        for (statement, shapes) in cases {
+            let mut decls = Declarations::new();
+            let mut tensors = Tensors::new();
+            for (n, &(name, shape, index)) in shapes.iter().enumerate() {
+                let dtype = if index {
+                    ElemType::Index(crate::formats::IType::I32)
+                } else {
+                    ElemType::Value(crate::formats::DType::F64)
+                };
+                decls.insert(name.to_string(), Declaration { shape: shape.to_vec(), dtype });
+                let len: usize = shape.iter().product();
+                let value = match index {
+                    true => TensorValue::Indices(ArrayD::from_shape_fn(IxDyn(shape), |p| {
+                        ((p.slice().iter().sum::<usize>() + n) % 5 % shapes[0].1[0].max(1)) as i64
+                    })),
+                    false => TensorValue::Values(
+                        ArrayD::from_shape_vec(
+                            IxDyn(shape),
+                            (0..len).map(|v| 0.25 + ((v * 7 + n) % 11) as f64 / 8.0).collect(),
+                        )
+                        .unwrap(),
+                    ),
+                };
+                tensors.insert(name.to_string(), value);
+            }
+            let einsum = check(&parse(statement).unwrap(), &decls).unwrap();
+            let planned = evaluate(&einsum, &tensors).unwrap();
+            let extents: Vec<usize> = einsum.indices.iter().map(|i| i.extent).collect();
+            let start = match &tensors[&einsum.statement.lhs.tensor.name] {
+                TensorValue::Values(v) if einsum.statement.op != AssignOp::Assign => v.clone(),
+                _ => ArrayD::zeros(IxDyn(&einsum.output().shape)),
+            };
+            let plain = walk_plainly(&einsum, &tensors, &extents, start).unwrap();
+            assert_eq!(planned, plain, "{statement}");
+            assert!(planned.iter().any(|&v| v != 0.0), "{statement}");
+        }
     }
 }
