@@ -243,7 +243,8 @@ fn trie_fusion_removes_loop_invariant_redundancy() {
 /// GNN kernel 1 whose consumer reads a W about an L1's size: each fused
 /// row's gathers of X evict part of W before the next row reads it all
 /// again. In strips, the producer fills a strip's rows, and the consumer
-/// reads W once for all of them into a block of the output's rows.
+/// reads W once for all of them into a block of the output's rows; unfused,
+/// the product by W runs in strips of T1's rows alike.
 #[test]
 fn strips_read_the_consumers_operands_once_per_strip() {
     // 23 rows: a ragged last strip for every size tried.
@@ -256,9 +257,9 @@ fn strips_read_the_consumers_operands_once_per_strip() {
         )
     };
     let p = gnn1(8, 5);
-    for strip in [2, 3, 4, 64] {
+    for (fusion, strip) in ["trie", "none"].into_iter().flat_map(|f| [2, 3, 4, 64].map(|s| (f, s))) {
         for threads in [1, 2] {
-            let ran = run(&p, &format!("trie strip={strip} threads={threads}"));
+            let ran = run(&p, &format!("{fusion} strip={strip} threads={threads}"));
             let kernel = &ran.kernels[0];
             assert!(ran.checks[0].passed(), "strip={strip}: {:.2e}\n{kernel}", ran.checks[0].max_rel_error);
             assert!(kernel.contains(&format!("for i_strip in 0..23 by strips of {strip}")), "{kernel}");
@@ -278,9 +279,12 @@ fn strips_read_the_consumers_operands_once_per_strip() {
     // (64 x 64, f64) goes in strips of 2, a block of 2 x 64 accumulators.
     let small = run(&p, "trie");
     assert!(!small.kernels[0].contains("strips"), "{}", small.kernels[0]);
-    let big = run(&gnn1(64, 64), "trie");
-    assert!(big.checks[0].passed() && big.kernels[0].contains("by strips of 2"), "{}", big.kernels[0]);
-    assert!(big.notes.iter().any(|n| n.contains("its 32 KB of loop-invariant operands")), "{:?}", big.notes);
+    for fusion in ["trie", "none"] {
+        let big = run(&gnn1(64, 64), fusion);
+        assert!(big.checks[0].passed() && big.kernels[0].contains("by strips of 2"), "{}", big.kernels[0]);
+        let note = "its 32 KB of loop-invariant operands";
+        assert!(big.notes.iter().any(|n| n.contains(note)), "{fusion}: {:?}", big.notes);
+    }
     // A kernel without such a consumer says so and runs its rows alone.
     let sddmm = run(&sddmm(&[]), "trie strip=4");
     assert!(!sddmm.kernels[0].contains("strips") && sddmm.checks[0].passed(), "{}", sddmm.kernels[0]);

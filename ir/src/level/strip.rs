@@ -15,6 +15,9 @@
 //! the C compiler keeps it in registers. The producer still sums into its
 //! own row, copied into the strip when done: indexed by the strip's row, gcc
 //! kept the row in memory instead of registers across the row's entries.
+//! Unfused (`fusion=none`), the product `Z[i,j] += T1[i,h]·W[h,j]` is the
+//! kernel's last loop nest, with no producer in its row: it runs in strips
+//! alike, each strip's rows of `T1` copied into `T1_strip` first.
 //!
 //! ```text
 //! for i_strip in 0..34 by strips of 4
@@ -56,10 +59,11 @@ const BLOCK_BYTES: usize = 1024;
 const AUTO_MAX_ROWS: usize = 4;
 
 /// Runs the kernel's rows in strips where `rows` asks for it and the
-/// kernel has the shape above: one outermost dense loop whose body ends
-/// in a dense loop nest that only sums into the output row, reading the
-/// row's temporaries (cleared at the start of each row) and dense operands
-/// that do not depend on the row. Returns what was decided, for the run's
+/// kernel has the shape above: its last loop nest a dense row loop whose
+/// body ends in a dense loop nest that only sums into the output row,
+/// reading the row's temporaries (cleared at the start of each row) or
+/// temporaries the nests before filled (read at the row), and dense
+/// operands that do not depend on the row. Returns what was decided, for the run's
 /// notes, where there was something to decide.
 pub fn strip_rows(k: &mut LevelKernel, rows: StripRows) -> Option<String> {
     if rows == StripRows::Rows(1) {
@@ -101,9 +105,11 @@ struct ConsumerShape {
     row: VarId,
     /// The output's column variable, the consumer's innermost loop.
     column: VarId,
-    /// The temporaries the consumer reads, each a slice of the row, with
-    /// the variables it reads them at (one per dimension, each over the
-    /// dimension's extent).
+    /// The temporaries the consumer reads, with the variables it reads
+    /// them at (one per dimension, each over the dimension's extent): a
+    /// slice of the row (cleared in the row), or a whole temporary an
+    /// earlier loop nest filled, read at the row first (`T1[i,h]`, GNN
+    /// kernel 1 unfused).
     temporaries: BTreeMap<LocalId, Vec<VarId>>,
     /// Bytes of the dense operands the consumer reads, none indexed by the
     /// row.
@@ -111,7 +117,7 @@ struct ConsumerShape {
 }
 
 fn consumer_shape(k: &LevelKernel) -> Option<ConsumerShape> {
-    let [Node::Dense { var: row, body }] = &k.body[..] else { return None };
+    let (Node::Dense { var: row, body }, before) = k.body.split_last()? else { return None };
     let (Node::Dense { var: outer, body: inner }, producer) = body.split_last()? else { return None };
     let [Node::Dense { var: column, body: leaf }] = &inner[..] else { return None };
     let [Node::Update { at, value }] = &leaf[..] else { return None };
@@ -126,25 +132,30 @@ fn consumer_shape(k: &LevelKernel) -> Option<ConsumerShape> {
             Node::Update { .. } | Node::Accumulate { .. } | Node::Store { target: Target::Output, .. }
         )
     };
-    if Node::any(producer, &writes_output) {
+    if Node::any(producer, &writes_output) || Node::any(before, &writes_output) {
         return None;
     }
     let cleared: BTreeSet<LocalId> = producer
         .iter()
         .filter_map(|n| if let Node::Clear { local } = n { Some(*local) } else { None })
         .collect();
+    let written_in_row = |l: LocalId| {
+        Node::any(producer, &|n| matches!(n, Node::Store { target: Target::Local(t), .. } if *t == l))
+    };
     let mut temporaries: BTreeMap<LocalId, Vec<VarId>> = BTreeMap::new();
     let mut dense = BTreeSet::new();
     let mut fits = true;
     value.visit(&mut |e| match e {
         Expr::Const(_) | Expr::Neg(_) | Expr::Binary { .. } | Expr::Call { .. } => {}
-        Expr::Local { local, at: Place::Coords(vars) } if cleared.contains(local) && !vars.is_empty() => {
+        Expr::Local { local, at: Place::Coords(vars) } if !vars.is_empty() => {
             let shape = &k.local(*local).shape;
             let distinct = vars.iter().collect::<BTreeSet<_>>().len() == vars.len();
             let whole =
                 vars.len() == shape.len() && vars.iter().zip(shape).all(|(v, &n)| k.vars[*v].extent == n);
             let same = temporaries.get(local).is_none_or(|seen| seen == vars);
-            fits &= !vars.contains(row) && distinct && whole && same;
+            let row_slice = cleared.contains(local) && !vars.contains(row);
+            let filled_before = vars.len() > 1 && vars[0] == *row && !written_in_row(*local);
+            fits &= (row_slice || filled_before) && distinct && whole && same;
             temporaries.insert(*local, vars.clone());
         }
         Expr::Dense { tensor, at } if !at.contains(row) => {
@@ -172,11 +183,14 @@ fn rewrite(k: &mut LevelKernel, shape: &ConsumerShape, start: VarId, row: VarId)
     // it at the end of each row: the producer keeps summing into its own
     // row, which gcc keeps in registers (indexed by the strip's row, it
     // kept it in memory).
+    // A temporary read at the row keeps the rest of its coordinates.
+    let in_strip =
+        |vars: &[VarId]| -> Vec<VarId> { vars.iter().copied().filter(|&v| v != shape.row).collect() };
     let mut strips = BTreeMap::new();
-    for &t in shape.temporaries.keys() {
+    for (&t, vars) in &shape.temporaries {
         let local = k.local(t);
         let mut dims = vec![size];
-        dims.extend(&local.shape);
+        dims.extend(in_strip(vars).iter().map(|&v| k.vars[v].extent));
         let strip = Local { name: format!("{}_strip", local.name), shape: dims, private: true };
         strips.insert(t, k.locals.push(strip));
     }
@@ -195,16 +209,17 @@ fn rewrite(k: &mut LevelKernel, shape: &ConsumerShape, start: VarId, row: VarId)
     for (t, vars) in &shape.temporaries {
         let copy = Node::Store {
             target: Target::Local(strips[t]),
-            at: at_row(vars),
+            at: at_row(&in_strip(vars)),
             value: Expr::Local { local: *t, at: Place::Coords(vars.clone()) },
         };
-        let copy = vars.iter().rev().fold(copy, |body, &v| Node::Dense { var: v, body: vec![body] });
+        let copy =
+            in_strip(vars).iter().rev().fold(copy, |body, &v| Node::Dense { var: v, body: vec![body] });
         producer.push(copy);
     }
     let mut value = value.clone();
     value.rewrite(&mut |e| match e {
         Expr::Local { local, at: Place::Coords(vars) } if strips.contains_key(local) => {
-            Some(Expr::Local { local: strips[local], at: at_row(vars) })
+            Some(Expr::Local { local: strips[local], at: at_row(&in_strip(vars)) })
         }
         _ => None,
     });
@@ -221,5 +236,5 @@ fn rewrite(k: &mut LevelKernel, shape: &ConsumerShape, start: VarId, row: VarId)
         value: Expr::Local { local: block, at: at_row(&[shape.column]) },
     };
     strip.push(rows(Some(shape.row), vec![column(write)]));
-    k.body = vec![Node::Strip { start, row, body: strip }];
+    k.body.push(Node::Strip { start, row, body: strip });
 }
