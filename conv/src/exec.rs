@@ -5,7 +5,6 @@
 
 use ndarray::ArrayD;
 use spindle_ir::kernel::{OutputInit, Reduction};
-use spindle_ir::lang::BinOp;
 use spindle_ir::level::{AffineOperand, Expr, LevelKernel, Node, Position, Reach, VarId, taps_order};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
@@ -460,15 +459,7 @@ impl Run<'_> {
             }
             Expr::Local { .. } => unreachable!("the executor refuses temporaries"),
             Expr::Neg(x) => -self.expr(x),
-            Expr::Binary { op, lhs, rhs } => {
-                let (a, b) = (self.expr(lhs), self.expr(rhs));
-                match op {
-                    BinOp::Add => a + b,
-                    BinOp::Sub => a - b,
-                    BinOp::Mul => a * b,
-                    BinOp::Div => a / b,
-                }
-            }
+            Expr::Binary { op, lhs, rhs } => op.apply(self.expr(lhs), self.expr(rhs)),
             Expr::Call { func, args } => {
                 let args: Vec<f64> = args.iter().map(|a| self.expr(a)).collect();
                 func.apply(&args)

@@ -7,7 +7,7 @@
 
 use ndarray::{ArrayD, Dimension, IxDyn};
 
-use crate::lang::{Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, Expr, Ident, Span, Subscript, Term};
+use crate::lang::{Access, AssignOp, Atom, Diagnostic, Einsum, Expr, Ident, Span, Subscript, Term};
 use crate::tensor::{TensorValue, Tensors};
 
 mod plan;
@@ -255,15 +255,7 @@ impl At<'_> {
                 }
             }
             Expr::Neg { expr, .. } => -self.expr(expr)?,
-            Expr::Binary { op, lhs, rhs, .. } => {
-                let (a, b) = (self.expr(lhs)?, self.expr(rhs)?);
-                match op {
-                    BinOp::Add => a + b,
-                    BinOp::Sub => a - b,
-                    BinOp::Mul => a * b,
-                    BinOp::Div => a / b,
-                }
-            }
+            Expr::Binary { op, lhs, rhs, .. } => op.apply(self.expr(lhs)?, self.expr(rhs)?),
             Expr::Call { func, args, span } => {
                 let args = args.iter().map(|a| self.expr(a)).collect::<Result<Vec<f64>, _>>()?;
                 if args.len() != func.arity() {

@@ -203,15 +203,7 @@ impl Value<'_> {
             Value::Literal(v) => *v,
             Value::Read(r) => r.load(point)?,
             Value::Neg(e) => -e.at(point)?,
-            Value::Binary(op, lhs, rhs) => {
-                let (a, b) = (lhs.at(point)?, rhs.at(point)?);
-                match op {
-                    BinOp::Add => a + b,
-                    BinOp::Sub => a - b,
-                    BinOp::Mul => a * b,
-                    BinOp::Div => a / b,
-                }
-            }
+            Value::Binary(op, lhs, rhs) => op.apply(lhs.at(point)?, rhs.at(point)?),
             Value::Call(func, args) => match &args[..] {
                 [x] => func.apply(&[x.at(point)?]),
                 [x, y] => func.apply(&[x.at(point)?, y.at(point)?]),

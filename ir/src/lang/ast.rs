@@ -164,6 +164,16 @@ pub enum BinOp {
 }
 
 impl BinOp {
+    /// `a op b` in f64 (division by zero as IEEE says).
+    pub fn apply(self, a: f64, b: f64) -> f64 {
+        match self {
+            BinOp::Add => a + b,
+            BinOp::Sub => a - b,
+            BinOp::Mul => a * b,
+            BinOp::Div => a / b,
+        }
+    }
+
     pub fn symbol(self) -> char {
         match self {
             BinOp::Add => '+',
