@@ -318,10 +318,10 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
         warmup: opts.timing.warmup,
         repeats: opts.timing.repeats,
         timing_protocol:
-            "medians of --repeats rounds in which the three policies take turns (each round starting with the next \
-             policy), each a warm-up launch and a \
-             timed one (a kernel under 10 ms: the median of a batch of launches filling about 10 ms, at most \
-             100, counted from the first round); outputs zeroed outside the clock"
+            "medians of --repeats rounds in which the three policies take turns (each round starting with the \
+             next policy), each a warm-up launch and a timed one (a kernel under 10 ms: the median of a batch \
+             of launches filling about 10 ms, at most 100, counted from the first round); outputs zeroed \
+             outside the clock"
                 .to_string(),
         goals: GOALS.iter().map(|g| g.to_string()).collect(),
         notes,

@@ -1411,28 +1411,24 @@ impl<'k, D: Dialect> Printer<'k, D> {
             }
         };
         let chunk = DOT_CHUNK_BYTES / if self.d.real() == "double" { 8 } else { 4 };
-        let mut from = "0".to_string();
+        let mut from = 0;
         if let Some(scalar) = into.as_deref().filter(|_| contiguous && extent >= chunk) {
-            let main = extent - extent % chunk;
-            self.dot_chunks(var, body, &sum, scalar, chunk, main, d);
-            if main == extent {
-                if let DotSum::Element(element) = &sum {
-                    self.line(d, &format!("{element} += dot;"));
-                    self.line(depth, "}");
-                }
-                return;
+            from = extent - extent % chunk;
+            let hit = if matches!(sum, DotSum::Entry) { " reduction(|:hit)" } else { "" };
+            self.dot_chunks(var, body, scalar, hit, chunk, from, d);
+        }
+        // The steps past the chunks (all of them where there are none).
+        if from < extent {
+            self.line(d, &format!("#pragma omp simd {clauses}"));
+            self.line(d, &format!("for (int64_t {v} = {from}; {v} < {extent}; {v}++) {{"));
+            self.bound.push(var);
+            let redirect = matches!(sum, DotSum::Element(_)).then_some("dot");
+            for n in body {
+                self.dot_step(n, redirect, d + 1);
             }
-            from = main.to_string();
+            self.bound.pop();
+            self.line(d, "}");
         }
-        self.line(d, &format!("#pragma omp simd {clauses}"));
-        self.line(d, &format!("for (int64_t {v} = {from}; {v} < {extent}; {v}++) {{"));
-        self.bound.push(var);
-        let redirect = matches!(sum, DotSum::Element(_)).then_some("dot");
-        for n in body {
-            self.dot_step(n, redirect, d + 1);
-        }
-        self.bound.pop();
-        self.line(d, "}");
         if let DotSum::Element(element) = &sum {
             self.line(d, &format!("{element} += dot;"));
             self.line(depth, "}");
@@ -1441,7 +1437,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
 
     /// The first `main` steps of dot loop `var` in chunks of `chunk`
     /// steps, step `u` of every chunk summing into `part[u]`, then the
-    /// partial sums added into `scalar`. One SIMD sum is one chain of
+    /// partial sums added into `scalar` (`hit`: the entry's reduction
+    /// clause for `hit`, or nothing). One SIMD sum is one chain of
     /// dependent vector adds, an add's latency (3-4 cycles) a vector of
     /// steps; the chunks' partial sums are several independent chains,
     /// which run at the loads' rate. GNN kernel 2 (a 256-step dot per
@@ -1451,14 +1448,13 @@ impl<'k, D: Dialect> Printer<'k, D> {
         &mut self,
         var: VarId,
         body: &[Node],
-        sum: &DotSum,
         scalar: &str,
+        hit: &str,
         chunk: usize,
         main: usize,
         depth: usize,
     ) {
         let (v, real) = (self.var(var).to_string(), self.d.real());
-        let hit = if matches!(sum, DotSum::Entry) { " reduction(|:hit)" } else { "" };
         self.line(depth, "{");
         self.line(depth + 1, &format!("{real} part[{chunk}] = {{0}};"));
         self.line(depth + 1, &format!("for (int64_t kc = 0; kc < {main}; kc += {chunk}) {{"));
