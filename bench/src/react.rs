@@ -101,6 +101,11 @@ pub struct KernelRun {
     pub nnz: usize,
     /// In [`FUSIONS`] order.
     pub policies: Vec<PolicyRun>,
+    /// Per policy (in [`FUSIONS`] order), its time in each round (ms): the
+    /// median of that round's batch. Ratios between policies are taken
+    /// round by round ([`KernelRun::ratio`]).
+    #[serde(default)]
+    pub round_ms: Vec<Vec<f64>>,
     /// GNN kernel 1: maximal's work over trie's, `nnz·NJ / (nnz + NI·NJ)`
     /// (multiply-adds), what maximal / trie would be if time followed work.
     #[serde(default)]
@@ -111,6 +116,26 @@ pub struct KernelRun {
     pub max_rel_error_between_policies: f64,
     /// |sum(trie) − sum(SciPy)| / sqrt(sum of squares(SciPy)).
     pub scipy_sum_rel_diff: Option<f64>,
+}
+
+impl KernelRun {
+    /// `a`'s time over `b`'s: the median over the rounds of the ratio
+    /// within each round, where the two ran within milliseconds of each
+    /// other. This shared machine has slow spells of a few hundred
+    /// milliseconds that slow every policy alike (SDDMM on sparse-dnn,
+    /// NK 64: all three policies 1.3x slower for three rounds in a row);
+    /// one that begins between two policies' rounds moves the ratio of
+    /// their medians but only one round's ratio. Records without round
+    /// times: the ratio of the medians.
+    pub fn ratio(&self, a: &str, b: &str) -> f64 {
+        let at = |f: &str| FUSIONS.iter().position(|x| *x == f);
+        match (at(a).and_then(|i| self.round_ms.get(i)), at(b).and_then(|i| self.round_ms.get(i))) {
+            (Some(ta), Some(tb)) if !ta.is_empty() && ta.len() == tb.len() => {
+                Timing::of(ta.iter().zip(tb).map(|(x, y)| x / y).collect(), 1).median_ms
+            }
+            _ => ms(self, a) / ms(self, b),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -321,7 +346,8 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
             "medians of --repeats rounds in which the three policies take turns (each round starting with the \
              next policy), each a warm-up launch and a timed one (a kernel under 10 ms: the median of a batch \
              of launches filling about 10 ms, at most 100, counted from the first round); outputs zeroed \
-             outside the clock"
+             outside the clock; a ratio between two policies is the median over the rounds of the ratio within \
+             each round"
                 .to_string(),
         goals: GOALS.iter().map(|g| g.to_string()).collect(),
         notes,
@@ -381,8 +407,8 @@ fn measure(
             }
         }
     }
-    for (policy, times) in policies.iter_mut().zip(times) {
-        policy.timing = Timing::of(times, 1);
+    for (policy, times) in policies.iter_mut().zip(&times) {
+        policy.timing = Timing::of(times.clone(), 1);
     }
     let trie = outputs.pop().expect("three policies");
     let max_rel_error_between_policies = outputs
@@ -397,6 +423,7 @@ fn measure(
             size,
             nnz,
             policies,
+            round_ms: times,
             work_maximal_over_trie: None,
             scipy_ms: None,
             scipy_error: None,
@@ -435,7 +462,7 @@ fn summarize(runs: &[KernelRun]) -> ReactSummary {
     fn of<'a>(runs: &'a [KernelRun], kernel: &'a str) -> impl Iterator<Item = &'a KernelRun> {
         runs.iter().filter(move |r| r.kernel == kernel)
     }
-    let sddmm_trie_over_maximal = geomean(of(runs, "sddmm").map(|r| ms(r, "maximal") / ms(r, "trie")));
+    let sddmm_trie_over_maximal = geomean(of(runs, "sddmm").map(|r| r.ratio("maximal", "trie")));
     // GNN kernel 1 by (NH, NJ).
     let gnn1 = |nh: usize, nj: usize| {
         of(runs, "gnn1").filter(move |r| match r.size_name.as_str() {
@@ -452,23 +479,19 @@ fn summarize(runs: &[KernelRun]) -> ReactSummary {
     };
     let gnn1_trie_over_maximal_by_nh = sizes("NH")
         .into_iter()
-        .filter_map(|nh| {
-            geomean(gnn1(nh, GNN1_NJ).map(|r| ms(r, "maximal") / ms(r, "trie"))).map(|g| (nh, g))
-        })
+        .filter_map(|nh| geomean(gnn1(nh, GNN1_NJ).map(|r| r.ratio("maximal", "trie"))).map(|g| (nh, g)))
         .collect();
     let gnn1_trie_over_maximal_by_nj = std::iter::once(GNN1_NJ)
         .chain(sizes("NJ"))
         .filter_map(|nj| {
-            let measured = geomean(gnn1(GNN1_NH, nj).map(|r| ms(r, "maximal") / ms(r, "trie")))?;
+            let measured = geomean(gnn1(GNN1_NH, nj).map(|r| r.ratio("maximal", "trie")))?;
             let work = geomean(gnn1(GNN1_NH, nj).filter_map(|r| r.work_maximal_over_trie))?;
             Some((nj, measured, work))
         })
         .collect();
     let worst_trie_over_none = runs
         .iter()
-        .map(|r| {
-            (format!("{} {} {}={}", r.kernel, r.input, r.size_name, r.size), ms(r, "trie") / ms(r, "none"))
-        })
+        .map(|r| (format!("{} {} {}={}", r.kernel, r.input, r.size_name, r.size), r.ratio("trie", "none")))
         .max_by(|a, b| a.1.total_cmp(&b.1));
     let scipy_over_trie = ["sddmm", "gnn1", "gnn2"]
         .iter()
@@ -510,6 +533,24 @@ mod tests {
     }
 
     #[test]
+    fn ratios_are_taken_round_by_round() {
+        let mut r = run("sddmm", "a", "NK", 64, 3.0, 1.0);
+        // A slow spell (x1.3) over rounds 2-4 begins between none's and
+        // trie's turns in round 2: the medians say trie is 1.3x none, the
+        // rounds' ratios (1, 1, 1.3, 1, 1) say they are even.
+        r.round_ms =
+            vec![vec![1.0, 1.0, 1.0, 1.3, 1.3], vec![3.0, 3.0, 3.9, 3.9, 3.9], vec![1.0, 1.0, 1.3, 1.3, 1.3]];
+        r.policies[0].timing = Timing::of(r.round_ms[0].clone(), 1);
+        r.policies[2].timing = Timing::of(r.round_ms[2].clone(), 1);
+        assert!((ms(&r, "trie") / ms(&r, "none") - 1.3).abs() < 1e-12);
+        assert_eq!(r.ratio("trie", "none"), 1.0);
+        assert_eq!(r.ratio("maximal", "trie"), 3.0);
+        // Without round times (records before 2026-11-29): the medians.
+        r.round_ms.clear();
+        assert!((r.ratio("trie", "none") - 1.3).abs() < 1e-12);
+    }
+
+    #[test]
     fn short_kernels_are_timed_in_batches() {
         assert_eq!(batch_for(50.0), 1);
         assert_eq!(batch_for(10.0), 1);
@@ -533,6 +574,7 @@ mod tests {
             size,
             nnz: 10,
             policies: vec![policy("none", trie), policy("maximal", maximal), policy("trie", trie)],
+            round_ms: Vec::new(),
             work_maximal_over_trie: Some(maximal / trie / 2.0),
             scipy_ms: None,
             scipy_error: None,
