@@ -110,10 +110,10 @@ fn tile_reductions_read_gathered_rows_contiguously() {
     }
 }
 
-/// Dot products compile to packed adds (or fused multiply-adds) on the line that sums: SDDMM's over
-/// k (D stored column-major, trie-fused: summed in a register) and a dense
-/// matrix-vector product over dense levels (y's element summed in a
-/// register first). gcc reassociates a sum into lanes only under the loop's
+/// Dot products compile to packed adds (or fused multiply-adds) on the
+/// line that sums: SDDMM's over k (D stored column-major, trie-fused:
+/// summed in a register) and a dense matrix-vector product over dense
+/// levels (y's element summed in a register first). gcc reassociates a sum into lanes only under the loop's
 /// `reduction` clause; without it the line is a chain of scalar adds.
 #[test]
 fn dot_products_sum_in_packed_lanes() {
