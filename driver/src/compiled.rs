@@ -341,3 +341,40 @@ impl Tuner {
         let _ = self.cache.save();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CBackend, Input, Problem, TimingOptions};
+
+    /// A timed launch starts from the output as it was first made (here
+    /// `+=` onto given values, so a launch that found the last launch's
+    /// output would add twice): the reset, which rewrites only what the
+    /// kernel writes, still rewrites the output. Tile and level path.
+    #[test]
+    fn timed_launches_start_from_the_first_output() {
+        let ramp = |shape: &[usize], k: f64| {
+            let n: usize = shape.iter().product();
+            Input::from(
+                ArrayD::from_shape_vec(shape.to_vec(), (0..n).map(|i| 0.5 + (i as f64 * k) % 1.0).collect())
+                    .unwrap(),
+            )
+        };
+        let problem = Problem::new("C[m,n] += A[m,k] * B[k,n]")
+            .tensor("A", ramp(&[6, 5], 0.37))
+            .format("A", "csr")
+            .tensor("B", ramp(&[5, 4], 0.53))
+            .tensor("C", ramp(&[6, 4], 0.71));
+        let prepared = problem.prepare().unwrap();
+        for schedule in ["path=tiles threads=1", "path=levels threads=1"] {
+            let compiled = prepared.compile(&CBackend::new(), &schedule.parse().unwrap()).unwrap();
+            let mut uploaded = compiled.executable.upload(&prepared.data).unwrap();
+            uploaded.launch().unwrap();
+            let once = uploaded.output().unwrap();
+            uploaded.time(TimingOptions { warmup: 1, repeats: 3 }).unwrap();
+            assert_eq!(uploaded.output().unwrap(), once, "{schedule}");
+            let (_, check) = compiled.check().unwrap();
+            assert!(check.passed(), "{schedule}");
+        }
+    }
+}
