@@ -21,6 +21,7 @@
 pub use spindle_ir as ir;
 
 pub mod baseline;
+pub mod cubin_cache;
 pub mod emulate;
 pub mod nvrtc;
 pub mod print;

@@ -19,7 +19,6 @@
 //!   a real pipeline.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
@@ -28,13 +27,13 @@ use cudarc::driver::{
 };
 use half::{bf16, f16};
 use ndarray::ArrayD;
-use spindle_ir::hash::hash_fields;
 use spindle_ir::kernel::{Kernel, OutputInit, TensorParam};
 use spindle_ir::lang::ElemType;
 use spindle_ir::level::LevelKernel;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
-use crate::nvrtc::{self, Arch, CompileError, CompileOptions, Resources};
+use crate::cubin_cache::{self, CacheEntry};
+use crate::nvrtc::{self, Arch, CompileError, Resources};
 use crate::print::{
     CudaKernel, LaunchGeometry, PrintError, ROUND_BLOCK, RoundKernel, device_kernel, widened_output,
 };
@@ -77,19 +76,7 @@ pub struct DeviceInfo {
     pub driver_version: i32,
 }
 
-/// The environment variable naming the CUBIN cache folder.
-pub const CACHE_DIR_ENV: &str = "SPINDLE_CUDA_CACHE_DIR";
-
-/// Bumped whenever the layout of the cache or the key changes.
-const CACHE_VERSION: &str = "spindle-cuda cache v1";
-
-/// `$SPINDLE_CUDA_CACHE_DIR`, else `<workspace>/target/spindle-cache/cuda`.
-pub fn cache_dir() -> PathBuf {
-    match std::env::var_os(CACHE_DIR_ENV).filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/spindle-cache/cuda"),
-    }
-}
+pub use crate::cubin_cache::{CACHE_DIR_ENV, cache_dir};
 
 /// Whether a CUDA driver can be loaded and sees at least one device. Never
 /// panics.
@@ -291,7 +278,7 @@ impl Gpu {
 
     /// The loaded module of a source [`Gpu::load_source`] loaded.
     fn module_of(&self, source: &str, symbol: &str) -> Result<Arc<CudaModule>> {
-        let key = self.module_key(source, symbol);
+        let key = CacheEntry::of(self.arch, symbol, source).key;
         self.modules
             .lock()
             .map_err(|_| RuntimeError::Data("module cache poisoned".into()))?
@@ -300,52 +287,31 @@ impl Gpu {
             .ok_or_else(|| RuntimeError::Data(format!("the module of `{symbol}` is not loaded")))
     }
 
-    /// The cache key of a source: arch, symbol and text.
-    fn module_key(&self, source: &str, symbol: &str) -> String {
-        hash_fields([
-            CACHE_VERSION.as_bytes(),
-            self.arch.as_str().as_bytes(),
-            symbol.as_bytes(),
-            source.as_bytes(),
-        ])
+    /// Compiles the printed kernels not yet in the CUBIN cache for this
+    /// device's arch, all at once ([`cubin_cache::precompile`]), so that
+    /// loading each afterwards finds it; returns how many it compiled.
+    pub fn precompile(&self, printed: &[CudaKernel]) -> usize {
+        let kernels: Vec<(&str, &str)> =
+            printed.iter().map(|k| (k.symbol.as_str(), k.source.as_str())).collect();
+        cubin_cache::precompile(self.arch, &kernels)
     }
 
     /// Compiles (or finds in the cache) and loads CUDA source holding the
     /// `extern "C"` kernel `symbol`.
     pub fn load_source(&self, source: &str, symbol: &str, launch: LaunchGeometry) -> Result<LoadedKernel> {
-        let key = self.module_key(source, symbol);
-        let dir = cache_dir();
-        let cubin_path = dir.join(format!("{key}.cubin"));
-        let log_path = dir.join(format!("{key}.log"));
-        let source_path = dir.join(format!("{key}.cu"));
+        let entry = CacheEntry::of(self.arch, symbol, source);
         let mut cache_hit = true;
         let cached = self
             .modules
             .lock()
             .map_err(|_| RuntimeError::Data("module cache poisoned".into()))?
-            .get(&key)
+            .get(&entry.key)
             .cloned();
         let (module, log) = match cached {
-            Some(module) => (module, std::fs::read_to_string(&log_path).unwrap_or_default()),
+            Some(module) => (module, entry.log().unwrap_or_default()),
             None => {
-                // A hit on disk also compares the stored source.
-                let on_disk =
-                    std::fs::read_to_string(&source_path).ok().filter(|s| s == source).and_then(|_| {
-                        Some((std::fs::read(&cubin_path).ok()?, std::fs::read_to_string(&log_path).ok()?))
-                    });
-                let compile = || -> Result<(Vec<u8>, String)> {
-                    let compiled = nvrtc::compile(source, symbol, self.arch, &CompileOptions::default())?;
-                    // The cache is an optimisation: a read-only folder only
-                    // costs recompiles. The source goes last, so a write cut
-                    // short never leaves a key that looks complete.
-                    if std::fs::create_dir_all(&dir).is_ok() {
-                        let _ = write_atomically(&cubin_path, &compiled.cubin);
-                        let _ = write_atomically(&log_path, compiled.log.as_bytes());
-                        let _ = write_atomically(&source_path, source.as_bytes());
-                    }
-                    Ok((compiled.cubin, compiled.log))
-                };
-                let (cubin, log) = match on_disk {
+                let compile = || entry.compile(self.arch, symbol, source).map_err(RuntimeError::from);
+                let (cubin, log) = match entry.read(source) {
                     Some(found) => found,
                     None => {
                         cache_hit = false;
@@ -365,7 +331,7 @@ impl Gpu {
                 self.modules
                     .lock()
                     .map_err(|_| RuntimeError::Data("module cache poisoned".into()))?
-                    .insert(key, module.clone());
+                    .insert(entry.key.clone(), module.clone());
                 (module, log)
             }
         };
@@ -774,13 +740,6 @@ impl Gpu {
         )?;
         Ok(2.0 * (n * 4) as f64 / (t.median_ms * 1e-3) / 1e9)
     }
-}
-
-/// Writes through a temporary file and a rename, so readers never see half a file.
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
 }
 
 /// The driver's CUDA version (e.g. 13000), 0 when it cannot say.

@@ -413,6 +413,16 @@ impl Backend for CudaBackend {
         self.load(printed, Box::new(mapped(kernel, &opts).into_owned()), Tensors::new())
     }
 
+    /// NVRTC on every core into the CUBIN cache
+    /// ([`spindle_cuda::cubin_cache`]).
+    fn precompile(&self, kernels: &[(Kernel, Schedule)]) {
+        let printed: Vec<CudaKernel> = kernels
+            .iter()
+            .filter_map(|(kernel, schedule)| print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule)).ok())
+            .collect();
+        self.gpu.precompile(&printed);
+    }
+
     /// A warp per row ([`spindle_cuda::print::levels`]).
     fn compile_levels(&self, lowered: &Lowered, _schedule: &Schedule) -> Result<Box<dyn Executable>> {
         let printed = print_level(&lowered.kernel, SYMBOL)?;

@@ -196,6 +196,27 @@ impl Prepared {
         Ok(Compiled { prepared: self, schedule: schedule.clone(), kernel, tuned: None, executable })
     }
 
+    /// Compiles the tile-path kernels of `schedules` at once, in parallel
+    /// where the backend can ([`Backend::precompile`]), so that
+    /// [`Prepared::compile`] then finds each in the backend's cache. A
+    /// schedule that does not lower, or a kernel that does not compile, is
+    /// left for `compile` to report.
+    pub fn precompile(&self, backend: &dyn Backend, schedules: &[Schedule]) {
+        let jobs: Vec<(&Prepared, &Schedule)> = schedules.iter().map(|s| (self, s)).collect();
+        Prepared::precompile_all(backend, &jobs);
+    }
+
+    /// [`Prepared::precompile`] over several problems (a sweep over formats)
+    /// at once.
+    pub fn precompile_all(backend: &dyn Backend, jobs: &[(&Prepared, &Schedule)]) {
+        let kernels: Vec<(Kernel, Schedule)> = jobs
+            .iter()
+            .filter(|(prepared, s)| s.path == Path::Tiles && prepared.tile_refusal.is_none())
+            .filter_map(|(prepared, s)| prepared.lower(s).ok().map(|k| (k, (*s).clone())))
+            .collect();
+        backend.precompile(&kernels);
+    }
+
     /// The fastest schedule of the driver's search space
     /// ([`autotune::space`](crate::autotune::space)): tiles, and CPU
     /// threads on the C backend, where the level path (`path=levels`) also
@@ -238,16 +259,11 @@ impl Prepared {
         }
         let key = TuneKey { kernel: self.text.clone(), shapes: self.shapes(), device: backend.device() };
         // Compile every candidate at once.
-        let kernels: Vec<(Kernel, Schedule)> = candidates
-            .iter()
-            .filter_map(|c| c.parse::<Schedule>().ok())
-            .filter(|s| s.path == Path::Tiles)
-            .filter_map(|s| self.lower(&s).ok().map(|k| (k, s)))
-            .collect();
+        let schedules: Vec<Schedule> = candidates.iter().filter_map(|c| c.parse().ok()).collect();
         let searched = tuner.cache.get(&key, &candidates).is_none();
-        if searched && kernels.len() > 1 {
-            tuner.say(&format!("autotuning: compiling {} candidates", kernels.len()));
-            backend.precompile(&kernels);
+        if searched && schedules.len() > 1 {
+            tuner.say(&format!("autotuning: compiling {} candidates", schedules.len()));
+            self.precompile(backend, &schedules);
         }
         let count = candidates.len();
         let mut done = 0;
