@@ -419,6 +419,31 @@ pub fn print(prepared: &Prepared, schedule: &str) -> Result<spindle_cuda::CudaKe
     Ok(spindle_cuda::print::print_kernel(&kernel, spindle::backend::SYMBOL, &(&parsed).into())?)
 }
 
+/// The schedule items every candidate of the SpMM suite at group size `g`
+/// starts with: a group is summed in registers before its scatter.
+fn spmm_base(g: usize) -> String {
+    format!("tile.q={}", g.min(MAX_Q_TILE))
+}
+
+/// The SpMM suite's tuning space at group size `g`: tiles, the warp walk
+/// (`map=walk`) with runs of 8 to 128 groups, the row walk (`map=rows`)
+/// with runs of 2 to 32.
+pub fn spmm_space(g: usize) -> Vec<String> {
+    let base = spmm_base(g);
+    let mut space = tile_space(&base, &[("p", &[1, 4, 16]), ("n", &[32, 128])]);
+    space.extend([8, 32, 128].map(|r| format!("{base} map=walk tile.p={r}")));
+    space.extend([2, 8, 32].map(|r| format!("{base} map=rows tile.p={r}")));
+    space
+}
+
+/// The BSR suite's tuning space: Tensor Core tiles and block rows.
+pub fn bsr_space() -> Vec<String> {
+    let base = format!("tile.bi={BSR_BLOCK} tile.bj={BSR_BLOCK} tile.q=1");
+    let mut space = tile_space(&base, &[("p", &[1, 2]), ("n", &[32, 64, 128])]);
+    space.extend(spindle::autotune::block_row_candidates("n"));
+    space
+}
+
 /// The schedules of `candidates` that parse (one that does not fails again,
 /// with its message, when timed).
 fn schedules(candidates: &[String]) -> Vec<Schedule> {
@@ -600,14 +625,9 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
             let analysis = GroupAnalysis::new(&coo.occupancy(0));
             let g_auto = spindle_formats::stats::auto_group_size(m, &coo.occupancy(0));
             // Tune at g = auto, then reuse its tiles for every g.
-            let base = |g: usize| format!("tile.q={}", g.min(MAX_Q_TILE));
             let tuned_tiles = if opts.autotune {
                 let format = format!("groupcoo:dim=0,g={g_auto}");
-                let mut space = tile_space(&base(g_auto), &[("p", &[1, 4, 16]), ("n", &[32, 128])]);
-                // The warp walk (map=walk) with runs of 8 to 128 groups, the
-                // row walk (map=rows) with runs of 2 to 32.
-                space.extend([8, 32, 128].map(|r| format!("{} map=walk tile.p={r}", base(g_auto))));
-                space.extend([2, 8, 32].map(|r| format!("{} map=rows tile.p={r}", base(g_auto))));
+                let space = spmm_space(g_auto);
                 let key = TuneKey {
                     kernel: format!("{STATEMENT} A={format}"),
                     shapes: format!("{name} {m}x{k} nnz={nnz} n={SPMM_N} {pname}"),
@@ -634,7 +654,7 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
                             tuned.median_ms,
                             if hit { ", cached" } else { "" }
                         ));
-                        tuned.schedule.replace(&base(g_auto), "").trim().to_string()
+                        tuned.schedule.replace(&spmm_base(g_auto), "").trim().to_string()
                     }
                     Err(e) => {
                         progress(&format!("  autotuning failed: {e}"));
@@ -663,7 +683,7 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
                     });
                     continue;
                 }
-                let schedule = format!("{} {tuned_tiles}", base(g)).trim().to_string();
+                let schedule = format!("{} {tuned_tiles}", spmm_base(g)).trim().to_string();
                 let format = format!("groupcoo:dim=0,g={g}");
                 runs.push((g, format.clone(), schedule, prepare(&a, &b, SPMM_N, precision, &format)));
             }
@@ -881,13 +901,11 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
             }
         };
         let format = format!("blockgroupcoo:bm={BSR_BLOCK},bk={BSR_BLOCK},dim=0,g=auto");
-        let base = format!("tile.bi={BSR_BLOCK} tile.bj={BSR_BLOCK} tile.q=1");
         // Block rows: a block per (block row, 128 columns), no atomics.
         let default_schedule = "map=rows tile.n=128".to_string();
         let prepared = prepare(&coo, &b, BSR_N, precision, &format);
         let schedule = if opts.autotune {
-            let mut space = tile_space(&base, &[("p", &[1, 2]), ("n", &[32, 64, 128])]);
-            space.extend(spindle::autotune::block_row_candidates("n"));
+            let space = bsr_space();
             let key = TuneKey {
                 kernel: format!("{STATEMENT} A={format}"),
                 shapes: format!("{BSR_SIZE}x{BSR_SIZE} sparsity={sparsity} n={BSR_N} f16"),
@@ -1046,6 +1064,97 @@ mod tests {
             let walk = print(&prepared, &format!("tile.q={g} map=walk tile.p=32")).unwrap();
             assert!(walk.source.contains("warp-walk mapping") && walk.sorted.is_some(), "g={g}");
         }
+    }
+
+    /// Every kernel the GPU suites and the driver's GPU autotuner may time
+    /// (each suite's tuning space over every g, f32 and f16, N = 128 and 64;
+    /// the driver's space on CSR and BlockGroupCOO), compiled by NVRTC for
+    /// sm_80 and sm_90: none spills or keeps a stack frame. (The H100 run of
+    /// 2026-11-26 found the warp walk at `tile.p=8`, f32, N = 64 spilling 8
+    /// bytes, a configuration no test compiled.)
+    #[test]
+    fn every_tuning_candidate_compiles_without_spills() {
+        use spindle_cuda::cubin_cache::{self, CacheEntry};
+        use spindle_cuda::nvrtc::{self, Arch, CompileOptions};
+        if !nvrtc::toolchain_or_skip("every_tuning_candidate_compiles_without_spills") {
+            return;
+        }
+        let mut kernels: Vec<(String, spindle_cuda::CudaKernel)> = Vec::new();
+        let mut add = |what: String, prepared: &Prepared, space: Vec<String>| {
+            // A candidate that does not lower (a tile over the limit) is
+            // refused by the search before anything compiles.
+            for schedule in space {
+                if let Ok(printed) = print(prepared, &schedule) {
+                    kernels.push((format!("{what} [{schedule}]"), printed));
+                }
+            }
+        };
+        let default_space = |prepared: &Prepared| {
+            let kernel = prepared.lower(&Schedule::default()).unwrap();
+            spindle::autotune::space(&kernel, Target::Cuda, 1)
+        };
+        let spec: GeneratorSpec = "powerlaw:rows=3000,cols=2000,nnz=20000,seed=3".parse().unwrap();
+        let coo: Coo<f64, i64> = spec.generate().unwrap().canonicalize();
+        for precision in [Precision::F32, Precision::F16] {
+            for n in [SPMM_N, 64] {
+                let b = dense(2000, n, 7, precision);
+                let what = |format: &str| format!("{format} {} n={n}", dtype_of(precision).name());
+                for &g in GROUP_SIZES {
+                    let format = format!("groupcoo:dim=0,g={g}");
+                    let prepared = prepare(&coo, &b, n, precision, &format).unwrap();
+                    add(what(&format), &prepared, spmm_space(g));
+                }
+                let prepared = prepare(&coo, &b, n, precision, "csr").unwrap();
+                add(what("csr"), &prepared, default_space(&prepared));
+            }
+        }
+        let spec: GeneratorSpec =
+            "blocks:rows=4096,cols=4096,bm=32,bk=32,density=0.1,seed=5".parse().unwrap();
+        let blocks: Coo<f64, i64> = spec.generate().unwrap().canonicalize();
+        let b = dense(BSR_SIZE, BSR_N, 7, Precision::F16);
+        let format = format!("blockgroupcoo:bm={BSR_BLOCK},bk={BSR_BLOCK},dim=0,g=auto");
+        let prepared = prepare(&blocks, &b, BSR_N, Precision::F16, &format).unwrap();
+        add(format.clone(), &prepared, bsr_space());
+        add(format!("{format} (driver)"), &prepared, default_space(&prepared));
+        assert!(kernels.len() > 300, "{} kernels", kernels.len());
+
+        let sources: Vec<(&str, &str)> =
+            kernels.iter().map(|(_, k)| (k.symbol.as_str(), k.source.as_str())).collect();
+        let (mut spilled, mut bounded) = (Vec::new(), Vec::new());
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            cubin_cache::precompile(arch, &sources);
+            for (what, printed) in &kernels {
+                let entry = CacheEntry::of(arch, &printed.symbol, &printed.source);
+                let Some((_, log)) = entry.read(&printed.source) else {
+                    // Compiled ahead unless it does not compile: say why.
+                    let e = nvrtc::compile(&printed.source, "k", arch, &CompileOptions::default()).err();
+                    panic!("{what} for {arch}: {e:?}");
+                };
+                let r = nvrtc::parse_ptxas_log(&log)
+                    .get(&printed.symbol)
+                    .copied()
+                    .unwrap_or_else(|| panic!("{what} for {arch}: no resources in {log}"));
+                if r.spills() || r.stack_bytes > 0 {
+                    spilled.push(format!("{what} for {arch}: {} registers, {r:?}", r.registers));
+                }
+                if let Some(line) = log.lines().find(|l| l.starts_with("spindle:")) {
+                    bounded.push(format!("{what} for {arch}: {line}"));
+                }
+            }
+        }
+        eprintln!(
+            "{} of {} compiled under a second launch bound:\n{}",
+            bounded.len(),
+            2 * kernels.len(),
+            bounded.join("\n")
+        );
+        assert!(
+            spilled.is_empty(),
+            "{} of {} spill:\n{}",
+            spilled.len(),
+            2 * kernels.len(),
+            spilled.join("\n")
+        );
     }
 
     #[test]

@@ -18,8 +18,9 @@ use crate::nvrtc::{self, Arch, CompileError, CompileOptions};
 /// The environment variable naming the CUBIN cache folder.
 pub const CACHE_DIR_ENV: &str = "SPINDLE_CUDA_CACHE_DIR";
 
-/// Bumped whenever the layout of the cache or the key changes.
-const CACHE_VERSION: &str = "spindle-cuda cache v1";
+/// Bumped whenever the layout of the cache, the key or the way a source
+/// compiles changes (v2: [`nvrtc::compile_spill_free`]).
+const CACHE_VERSION: &str = "spindle-cuda cache v2";
 
 /// `$SPINDLE_CUDA_CACHE_DIR`, else `<workspace>/target/spindle-cache/cuda`.
 pub fn cache_dir() -> PathBuf {
@@ -84,7 +85,7 @@ impl CacheEntry {
     /// goes last, so a write cut short never leaves an entry that reads as
     /// complete.
     pub fn compile(&self, arch: Arch, symbol: &str, source: &str) -> Result<Cubin, CompileError> {
-        let compiled = nvrtc::compile(source, symbol, arch, &CompileOptions::default())?;
+        let compiled = nvrtc::compile_spill_free(source, symbol, arch, &CompileOptions::default())?;
         if self.source.parent().is_none_or(|dir| std::fs::create_dir_all(dir).is_ok()) {
             let _ = write_atomically(&self.cubin, &compiled.cubin);
             let _ = write_atomically(&self.log, compiled.log.as_bytes());

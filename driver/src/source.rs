@@ -87,7 +87,8 @@ pub struct CudaReport {
 /// test` installs).
 pub fn cuda_report(kernel: &Kernel, schedule: &Schedule, arch: Arch) -> Result<CudaReport> {
     let printed = print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?;
-    let compiled = spindle_cuda::nvrtc::compile(&printed.source, "spindle", arch, &Default::default())?;
+    let compiled =
+        spindle_cuda::nvrtc::compile_spill_free(&printed.source, SYMBOL, arch, &Default::default())?;
     Ok(CudaReport {
         arch,
         launch: printed.launch,
@@ -101,7 +102,8 @@ pub fn cuda_report(kernel: &Kernel, schedule: &Schedule, arch: Arch) -> Result<C
 /// `cuobjdump` (no GPU needed).
 pub fn cuda_sass(kernel: &Kernel, schedule: &Schedule, arch: Arch) -> Result<String> {
     let printed = print_kernel(kernel, SYMBOL, &PrintOptions::from(schedule))?;
-    let compiled = spindle_cuda::nvrtc::compile(&printed.source, "spindle", arch, &Default::default())?;
+    let compiled =
+        spindle_cuda::nvrtc::compile_spill_free(&printed.source, SYMBOL, arch, &Default::default())?;
     let toolchain = spindle_cuda::nvrtc::load()?;
     let sass = spindle_cuda::sass::disassemble(toolchain, &compiled.cubin, SYMBOL)?;
     let mut out = format!("// {SYMBOL} for {arch}: {} instructions\n", sass.instructions.len());

@@ -347,7 +347,8 @@ fn the_row_walk_computes_spmm_on_the_emulated_gpu() {
     }
 }
 
-/// The warp walk in machine code, for sm_80 and sm_90: no spills, B read in
+/// The warp walk in machine code as the runtime compiles it
+/// ([`nvrtc::compile_spill_free`]), for sm_80 and sm_90: no spills, B read in
 /// 16-byte loads (`LDG.E.128`), interior rows written with 16-byte stores,
 /// f16 rows of 128 walked by two sub-warps (their sums added by `SHFL.BFLY`),
 /// and no atomic (`RED`/`ATOM`) inside any loop: the run's rows are summed
@@ -368,8 +369,9 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
         let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
         for arch in [Arch::Sm80, Arch::Sm90] {
             let what = format!("map={map} {format} {} for {arch}", dtype.name());
-            let compiled = nvrtc::compile(&printed.source, "walk", arch, &CompileOptions::default())
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let compiled =
+                nvrtc::compile_spill_free(&printed.source, SYMBOL, arch, &CompileOptions::default())
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
             let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
             assert!(!r.spills() && r.stack_bytes == 0, "{what}: {r:?}");
             let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL)
@@ -781,8 +783,9 @@ fn block_rows_run_hmma_from_a_cp_async_ring_without_atomics() {
         assert_eq!(printed.source.contains("sharing B"), shared, "{items}");
         for arch in [Arch::Sm80, Arch::Sm90] {
             let what = format!("{items} for {arch}");
-            let compiled = nvrtc::compile(&printed.source, "rows", arch, &CompileOptions::default())
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let compiled =
+                nvrtc::compile_spill_free(&printed.source, SYMBOL, arch, &CompileOptions::default())
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
             let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
             assert!(!r.spills() && r.stack_bytes == 0, "{what}: {r:?}");
             let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL)

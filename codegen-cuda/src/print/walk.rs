@@ -391,11 +391,15 @@ pub(super) fn print(
             |row: &str, from_acc: bool| owned_store(&d, dtype(w.out), &out, n, row, vec, keep, from_acc);
         let (write, zero_row) = (combine.clone() + &store("row", true), store("z", false));
         // Under `+=` into given data the empty rows keep theirs.
+        // Rare (empty rows): not unrolled, so it takes no registers from the
+        // walk, and counted in 32 bits where the output's offsets fit (a
+        // 64-bit count made ptxas spill a register across this loop on
+        // sm_90 in the row walk's f32 and f16 shapes).
+        let zix = if fits { "int" } else { "long long" };
         let zeros = |from: &str, to: &str| match keep {
             true => String::new(),
-            // Rare (empty rows): not unrolled, so it takes no registers from the walk.
             false => format!(
-                "#pragma unroll 1\nfor ({ix} z = {from}; z < {to}; z++) {{\n{}}}",
+                "#pragma unroll 1\nfor ({zix} z = ({zix})({from}); z < ({zix})({to}); z++) {{\n{}}}",
                 pattern::indent(&zero_row)
             ),
         };
