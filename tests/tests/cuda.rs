@@ -408,6 +408,63 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
     }
 }
 
+/// Sgap's segment reduction (`reduce=segment(R)`) in machine code, for
+/// sm_80 and sm_90, GroupCOO and COO SpMM in f32 and f16 (summed in the f32
+/// copy) with groups of 2 to 32 lanes: the segmented scan's shuffles run
+/// before any write, and the atomics (`RED`/`ATOM`), one per run head, sit
+/// outside every loop; nothing spills.
+#[test]
+fn segment_reductions_keep_atomics_out_of_their_loops() {
+    let test = "segment_reductions_keep_atomics_out_of_their_loops";
+    if !toolchain_available(test) {
+        return;
+    }
+    let toolchain = nvrtc::Toolchain::locate().unwrap();
+    let cases = [
+        ("groupcoo:dim=0,g=4", DType::F32, 128, "reduce=segment(4) tile.p=16 tile.n=8"),
+        ("groupcoo:dim=0,g=4", DType::F16, 128, "reduce=segment(8) tile.p=32"),
+        ("groupcoo:dim=0,g=2", DType::F32, 64, "reduce=segment(2) tile.p=4 tile.n=32"),
+        ("coo", DType::F32, 24, "reduce=segment(32) tile.p=32 tile.n=8"),
+        ("coo", DType::F16, 64, "reduce=segment(16) tile.p=16 tile.n=16"),
+    ];
+    for (format, dtype, n, items) in cases {
+        let prepared = walk_problem(format, dtype, n);
+        let schedule: Schedule = items.parse().unwrap();
+        let kernel = prepared.lower(&schedule).unwrap();
+        let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
+        assert!(printed.source.contains("__ballot_sync"), "{items}: no run heads");
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let what = format!("{format} {} n={n} [{items}] for {arch}", dtype.name());
+            let compiled =
+                nvrtc::compile_spill_free(&printed.source, SYMBOL, arch, &CompileOptions::default())
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
+            assert!(!r.spills() && r.stack_bytes == 0, "{what}: {r:?}");
+            let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let listing = || {
+                sass.instructions
+                    .iter()
+                    .map(|i| format!("{:04x} {}", i.offset, i.text))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
+            assert!(!atomics.is_empty(), "{what}: run heads write atomically\n{}", listing());
+            assert!(sass.with_opcode("SHFL").count() > 0, "{what}: no segmented scan\n{}", listing());
+            for a in atomics {
+                assert!(
+                    !sass.in_loop(a),
+                    "{what}: {} at {:#x} is inside a loop\n{}",
+                    a.text,
+                    a.offset,
+                    listing()
+                );
+            }
+        }
+    }
+}
+
 /// BlockGroupCOO SpMM (32x32 blocks, f16) in machine code for sm_80 and
 /// sm_90: the block products are `HMMA.16816` (inside the loop over
 /// groups, or in its copies where ptxas unrolls a short constant loop),
