@@ -427,12 +427,13 @@ fn spmm_base(g: usize) -> String {
 
 /// The SpMM suite's tuning space at group size `g`: tiles, the warp walk
 /// (`map=walk`) with runs of 8 to 128 groups, the row walk (`map=rows`)
-/// with runs of 2 to 32.
+/// with runs of 2 to 32, each walk with and without L2 policies.
 pub fn spmm_space(g: usize) -> Vec<String> {
     let base = spmm_base(g);
     let mut space = tile_space(&base, &[("p", &[1, 4, 16]), ("n", &[32, 128])]);
-    space.extend([8, 32, 128].map(|r| format!("{base} map=walk tile.p={r}")));
-    space.extend([2, 8, 32].map(|r| format!("{base} map=rows tile.p={r}")));
+    let walks = [8, 32, 128].map(|r| format!("{base} map=walk tile.p={r}"));
+    let rows = [2, 8, 32].map(|r| format!("{base} map=rows tile.p={r}"));
+    space.extend(walks.into_iter().chain(rows).flat_map(|c| [c.clone(), format!("{c} l2hints=on")]));
     space
 }
 

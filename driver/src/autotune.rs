@@ -203,7 +203,7 @@ pub fn tune(
 ///   groups per warp beside the tiles, and the row walk (`map=rows`, whole
 ///   rows per warp: no atomics, no zeroing) over the same runs (a candidate
 ///   whose data has rows out of order fails, and the search goes on
-///   without it);
+///   without it), each also with L2 policies (`l2hints=on`);
 /// - on a GPU, where block rows print the kernel (BlockGroupCOO SpMM over
 ///   rows, 16-bit operands), `map=rows` with blocks of 64, 128 and 256
 ///   columns.
@@ -277,8 +277,11 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
                 tiles.iter().filter(|t| threads(t) >= MIN_BLOCK_ELEMENTS).cloned().collect();
             let mut all = if full.is_empty() { tiles } else { full };
             if let Ok(walked) = spindle_cuda::print::walkable(kernel) {
-                all.extend(WALK_RUNS.iter().map(|r| format!("map=walk tile.{walked}={r}")));
-                all.extend(ROW_WALK_RUNS.iter().map(|r| format!("map=rows tile.{walked}={r}")));
+                // Each with and without L2 policies (B kept, C streamed):
+                // whether they pay depends on how B and C meet in L2.
+                let walks = WALK_RUNS.iter().map(|r| format!("map=walk tile.{walked}={r}"));
+                let rows = ROW_WALK_RUNS.iter().map(|r| format!("map=rows tile.{walked}={r}"));
+                all.extend(walks.chain(rows).flat_map(|c| [c.clone(), format!("{c} l2hints=on")]));
             }
             if let Ok(columns) = spindle_cuda::print::rows_printable(kernel, false) {
                 all.extend(block_row_candidates(&columns));
@@ -357,11 +360,17 @@ mod tests {
                 "tile.p=16 tile.n=32",
                 "tile.p=16 tile.n=128",
                 "map=walk tile.p=8",
+                "map=walk tile.p=8 l2hints=on",
                 "map=walk tile.p=32",
+                "map=walk tile.p=32 l2hints=on",
                 "map=walk tile.p=128",
+                "map=walk tile.p=128 l2hints=on",
                 "map=rows tile.p=2",
+                "map=rows tile.p=2 l2hints=on",
                 "map=rows tile.p=8",
-                "map=rows tile.p=32"
+                "map=rows tile.p=8 l2hints=on",
+                "map=rows tile.p=32",
+                "map=rows tile.p=32 l2hints=on"
             ]
         );
         assert_eq!(
@@ -376,11 +385,17 @@ mod tests {
             [
                 "tile.p=4 tile.n=16",
                 "map=walk tile.p=8",
+                "map=walk tile.p=8 l2hints=on",
                 "map=walk tile.p=32",
+                "map=walk tile.p=32 l2hints=on",
                 "map=walk tile.p=128",
+                "map=walk tile.p=128 l2hints=on",
                 "map=rows tile.p=2",
+                "map=rows tile.p=2 l2hints=on",
                 "map=rows tile.p=8",
-                "map=rows tile.p=32"
+                "map=rows tile.p=8 l2hints=on",
+                "map=rows tile.p=32",
+                "map=rows tile.p=32 l2hints=on"
             ]
         );
     }
@@ -458,7 +473,8 @@ mod tests {
         assert!(!space(&blocks("f32"), Target::Cuda, 1).iter().any(|s| s.contains("map=rows")));
         // Unstructured SpMM takes the row walk, over the walk's runs.
         let walk = space(&spmm(64), Target::Cuda, 1);
-        let rows: Vec<&String> = walk.iter().filter(|s| s.starts_with("map=rows")).collect();
+        let rows: Vec<&String> =
+            walk.iter().filter(|s| s.starts_with("map=rows") && !s.contains("l2hints")).collect();
         assert_eq!(rows, ["map=rows tile.p=2", "map=rows tile.p=8", "map=rows tile.p=32"], "{walk:?}");
     }
 

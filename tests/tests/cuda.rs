@@ -347,6 +347,53 @@ fn the_row_walk_computes_spmm_on_the_emulated_gpu() {
     }
 }
 
+/// The walks under L2 policies (`l2hints=on`: B's rows read with
+/// `evict_last`, C's rows stored with `evict_first`) on the emulated GPU
+/// against the reference evaluator, in f32, f16 and bf16; where B's rows
+/// are not read in 16-byte vectors (13 columns) the kernel is the plain
+/// one. In machine code the hinted kernel still reads B in 16-byte loads.
+#[test]
+fn l2_hints_keep_the_walks_results() {
+    if !emulate::compiler_or_skip("l2_hints_keep_the_walks_results") {
+        return;
+    }
+    let backend = spindle::EmulateBackend::from_env();
+    let cases = [
+        ("groupcoo:dim=0,g=4", DType::F32, 64, "map=walk tile.p=4"),
+        ("groupcoo:dim=0,g=8", DType::F16, 128, "map=walk tile.p=16"),
+        ("coo", DType::Bf16, 64, "map=rows tile.p=8"),
+        ("groupcoo:dim=0,g=4", DType::F32, 128, "map=rows tile.p=2"),
+        ("groupcoo:dim=0,g=1", DType::F32, 13, "map=walk tile.p=4"),
+    ];
+    for (format, dtype, n, items) in cases {
+        let what = format!("{format} {} n={n} [{items} l2hints=on]", dtype.name());
+        let prepared = walk_problem(format, dtype, n);
+        let schedule: Schedule = format!("{items} l2hints=on").parse().unwrap();
+        let plain = print_kernel(
+            &prepared.lower(&schedule).unwrap(),
+            SYMBOL,
+            &PrintOptions::from(&items.parse::<Schedule>().unwrap()),
+        )
+        .unwrap();
+        let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let hinted = compiled.source().contains("spindle_ld16_hint(&");
+        assert_eq!(hinted, n % (16 / dtype.size_bytes()) == 0, "{what}: hints where B is read in 16 bytes");
+        assert_eq!(compiled.source() == plain.source, !hinted, "{what}");
+        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
+        if hinted && toolchain_available("l2_hints_keep_the_walks_results (machine code)") {
+            let toolchain = nvrtc::Toolchain::locate().unwrap();
+            for arch in [Arch::Sm80, Arch::Sm90] {
+                let compiled =
+                    nvrtc::compile_spill_free(compiled.source(), SYMBOL, arch, &CompileOptions::default())
+                        .unwrap_or_else(|e| panic!("{what} for {arch}: {e}"));
+                let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL).unwrap();
+                assert!(sass.with_opcode("LDG.E.128").count() >= 1, "{what} for {arch}: no 16-byte loads");
+            }
+        }
+    }
+}
+
 /// The warp walk in machine code as the runtime compiles it
 /// ([`nvrtc::compile_spill_free`]), for sm_80 and sm_90: no spills, B read in
 /// 16-byte loads (`LDG.E.128`), interior rows written with 16-byte stores,

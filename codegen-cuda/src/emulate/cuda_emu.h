@@ -137,6 +137,22 @@ inline thread_local std::vector<Copy16> open_group;
 inline thread_local std::deque<std::vector<Copy16>> copy_groups;
 }  // namespace emu
 inline unsigned long long spindle_evict_last() { return 0; }
+inline unsigned long long spindle_evict_first() { return 0; }
+// 16-byte loads and stores under an L2 policy: plain ones, checked aligned.
+inline void spindle_check16(const void *p) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+    std::fprintf(stderr, "misaligned 16-byte access\n");
+    std::abort();
+  }
+}
+inline uint4 spindle_ld16_hint(const void *p, unsigned long long) {
+  spindle_check16(p);
+  return *reinterpret_cast<const uint4 *>(p);
+}
+inline void spindle_st16_hint(void *p, uint4 v, unsigned long long) {
+  spindle_check16(p);
+  *reinterpret_cast<uint4 *>(p) = v;
+}
 inline void spindle_cp_async16(void *smem, const void *gmem) {
   if (reinterpret_cast<uintptr_t>(smem) % 16 != 0 || reinterpret_cast<uintptr_t>(gmem) % 16 != 0) {
     std::fprintf(stderr, "misaligned 16-byte cp.async\n");

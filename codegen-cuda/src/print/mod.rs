@@ -109,18 +109,27 @@ pub struct PrintOptions {
     /// How programs map onto threads: tiles (a block per program), the
     /// warp walk (`walk.rs`) or block rows (`rows.rs`).
     pub map: Mapping,
+    /// L2 policies on the walks' B loads and C stores (`l2hints=on`).
+    pub l2_hints: bool,
 }
 
 impl Default for PrintOptions {
     fn default() -> Self {
-        PrintOptions { tensor_cores: true, tf32: false, threads: None, map: Mapping::Tiles }
+        PrintOptions { tensor_cores: true, tf32: false, threads: None, map: Mapping::Tiles, l2_hints: false }
     }
 }
 
 impl From<&Schedule> for PrintOptions {
-    /// The schedule's CUDA items (`tensorcores=`, `tf32=`, `block=`, `map=`).
+    /// The schedule's CUDA items (`tensorcores=`, `tf32=`, `block=`, `map=`,
+    /// `l2hints=`).
     fn from(s: &Schedule) -> PrintOptions {
-        PrintOptions { tensor_cores: s.tensor_cores, tf32: s.tf32, threads: s.block, map: s.map }
+        PrintOptions {
+            tensor_cores: s.tensor_cores,
+            tf32: s.tf32,
+            threads: s.block,
+            map: s.map,
+            l2_hints: s.l2_hints,
+        }
     }
 }
 

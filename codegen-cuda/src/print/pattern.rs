@@ -122,3 +122,38 @@ __device__ __forceinline__ long long spindle_lower_bound(const I *__restrict__ r
   return lo;
 }
 "#;
+
+/// L2 eviction policies for cache-hinted memory operations: `evict_last`
+/// for data read again (the rows of B a walk gathers, the rows of B block
+/// rows stream), `evict_first` for data streamed once (the output). The
+/// emulation defines its own (`SPINDLE_EMULATED`).
+pub(super) const L2_POLICIES: &str = r#"#ifndef SPINDLE_EMULATED
+__device__ __forceinline__ unsigned long long spindle_evict_last() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ unsigned long long spindle_evict_first() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+#endif
+"#;
+
+/// 16-byte global loads (read-only path) and stores under an L2 policy.
+pub(super) const L2_HINTED_ACCESS: &str = r#"#ifndef SPINDLE_EMULATED
+__device__ __forceinline__ uint4 spindle_ld16_hint(const void *p, unsigned long long policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+}
+__device__ __forceinline__ void spindle_st16_hint(void *p, uint4 v, unsigned long long policy) {
+  asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w), "l"(policy)
+               : "memory");
+}
+#endif
+"#;

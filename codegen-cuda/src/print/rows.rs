@@ -165,11 +165,6 @@ pub(super) fn recognise(k: &Kernel) -> Result<Rows, String> {
 /// `SPINDLE_EMULATED`).
 const HELPERS: &str = r#"#ifndef SPINDLE_EMULATED
 // 16 bytes from global to shared memory, asynchronously, with an L2 policy.
-__device__ __forceinline__ unsigned long long spindle_evict_last() {
-  unsigned long long policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
 __device__ __forceinline__ void spindle_cp_async16(void *smem, const void *gmem) {
   const unsigned to = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(gmem));
@@ -721,6 +716,7 @@ fn headers(dynamic: bool) -> String {
         "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\nnamespace wmma = nvcuda::wmma;\n"
             .to_string();
     text += pattern::LOWER_BOUND;
+    text += pattern::L2_POLICIES;
     text += HELPERS;
     if dynamic {
         text += "#ifndef SPINDLE_DYNAMIC_SHARED\n\

@@ -189,6 +189,8 @@ pub(super) fn print(
     // Columns per lane: one 16-byte load of B, where the rows allow it.
     let vec = [16 / elem(w.dense), 1].into_iter().find(|v| w.columns.is_multiple_of(*v)).unwrap_or(1);
     let chunks = w.columns.div_ceil(32 * vec).max(1);
+    // L2 policies where B is read in 16-byte vectors (`l2hints=on`).
+    let hints = opts.l2_hints && vec * elem(w.dense) == 16;
     let (lanes, split) = sub_warps(w.columns, vec, w.group);
     let runs = w.groups.div_ceil(w.run.max(1));
     let block = opts.threads.unwrap_or(BLOCK);
@@ -253,9 +255,17 @@ pub(super) fn print(
         line(0, pattern::LOWER_BOUND);
         line(0, ROW_STARTS);
     }
+    if hints {
+        line(0, pattern::L2_POLICIES);
+        line(0, pattern::L2_HINTED_ACCESS);
+    }
     line(0, "");
     line(0, &pattern::signature(k, &names, symbol, block));
     line(1, "const int lane = threadIdx.x & 31;");
+    if hints {
+        line(1, "// B's rows are gathered again and again; C is written once.");
+        line(1, "const unsigned long long keep = spindle_evict_last(), stream = spindle_evict_first();");
+    }
     line(1, &format!("const {ix} warp = ({ix})blockIdx.x * {warps_per_block} + (threadIdx.x >> 5);"));
     line(1, &format!("if (warp >= {warps}) return;"));
     if split > 1 {
@@ -322,7 +332,8 @@ pub(super) fn print(
         ),
     };
     let atomic = format!("{combine}{atomic}");
-    let plain = combine.clone() + &owned_store(&d, dtype(w.out), &out, n, "row", vec, true, true);
+    let rows_out = RowStore { d: &d, dtype: dtype(w.out), out: &out, n, vec, hint: hints };
+    let plain = combine.clone() + &rows_out.row("row", true, true);
     let zero = format!("#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] = 0;");
     // One group's products: the next group's entries loaded first, then up
     // to CHUNK rows of B, then their FMAs.
@@ -357,7 +368,11 @@ pub(super) fn print(
         gl(
             2,
             &format!(
-                "if ({inside}{reads}) *reinterpret_cast<uint4 *>(b[t]) = *reinterpret_cast<const uint4 *>(&{dense}[k * {n} + col]);"
+                "if ({inside}{reads}) *reinterpret_cast<uint4 *>(b[t]) = {};",
+                match hints {
+                    true => format!("spindle_ld16_hint(&{dense}[k * {n} + col], keep)"),
+                    false => format!("*reinterpret_cast<const uint4 *>(&{dense}[k * {n} + col])"),
+                }
             ),
         );
     } else {
@@ -387,8 +402,7 @@ pub(super) fn print(
 
     if owned {
         let keep = k.init == OutputInit::Keep;
-        let store =
-            |row: &str, from_acc: bool| owned_store(&d, dtype(w.out), &out, n, row, vec, keep, from_acc);
+        let store = |row: &str, from_acc: bool| rows_out.row(row, keep, from_acc);
         let (write, zero_row) = (combine.clone() + &store("row", true), store("z", false));
         // Under `+=` into given data the empty rows keep theirs.
         // Rare (empty rows): not unrolled, so it takes no registers from the
@@ -482,48 +496,55 @@ fn sub_warps(columns: usize, vec: usize, group: usize) -> (usize, usize) {
     (32 / split, split)
 }
 
-/// The statement that writes a lane's `vec` columns of row `row` of `out`
-/// (`n` columns) where its warp alone writes that row (the walk's rows
-/// inside a run, every row of the row walk): its sums `acc` (`from_acc`)
-/// or zeros, converted to the output's type, in 16-byte stores where the
-/// columns allow; with `keep` (`+=` into given data, or the walk's output
-/// that other warps' atomics add to) added to what is there.
-#[allow(clippy::too_many_arguments)]
-fn owned_store(
-    d: &Cuda,
+/// How a lane writes its `vec` columns of a row of `out` (`n` columns)
+/// where its warp alone writes that row (the walk's rows inside a run,
+/// every row of the row walk): converted to the output's type, in 16-byte
+/// stores where the columns allow, those with an L2 `evict_first` policy
+/// (`stream`) under `hint`.
+struct RowStore<'a> {
+    d: &'a Cuda,
     dtype: ElemType,
-    out: &str,
+    out: &'a str,
     n: usize,
-    row: &str,
     vec: usize,
-    keep: bool,
-    from_acc: bool,
-) -> String {
-    let per16 = 16
-        / match dtype {
-            ElemType::Value(v) => v.size_bytes(),
-            ElemType::Index(_) => 8,
+    hint: bool,
+}
+
+impl RowStore<'_> {
+    /// The statement that writes row `row`: the sums `acc` (`from_acc`)
+    /// or zeros; with `keep` (`+=` into given data, or the walk's output
+    /// that other warps' atomics add to) added to what is there.
+    fn row(&self, row: &str, keep: bool, from_acc: bool) -> String {
+        let RowStore { d, dtype, out, n, vec, hint } = *self;
+        let per16 = 16
+            / match dtype {
+                ElemType::Value(v) => v.size_bytes(),
+                ElemType::Index(_) => 8,
+            };
+        let value = |j: &str, old: String| {
+            let sum = if from_acc { format!("acc[{j}]") } else { "0".into() };
+            let sum = if keep { format!("{old} + {sum}") } else { sum };
+            d.store_as(dtype, &sum)
         };
-    let value = |j: &str, old: String| {
-        let sum = if from_acc { format!("acc[{j}]") } else { "0".into() };
-        let sum = if keep { format!("{old} + {sum}") } else { sum };
-        d.store_as(dtype, &sum)
-    };
-    if vec.is_multiple_of(per16) {
-        let ty = cuda_type(dtype);
-        let read = if keep { "*reinterpret_cast<uint4 *>(o) = *to;\n    " } else { "" };
-        format!(
-            "if (live) {{\n  #pragma unroll\n  for (int c = 0; c < {chunks}; c++) {{\n    __align__(16) {ty} o[{per16}];\n    \
-             uint4 *to = reinterpret_cast<uint4 *>(&{out}[{row} * {n} + col + c * {per16}]);\n    {read}\
-             #pragma unroll\n    for (int j = 0; j < {per16}; j++) o[j] = {};\n    \
-             *to = *reinterpret_cast<const uint4 *>(o);\n  }}\n}}\n",
-            value(&format!("c * {per16} + j"), d.load(dtype, "o", "j")),
-            chunks = vec / per16
-        )
-    } else {
-        format!(
-            "if (live) {{\n  #pragma unroll\n  for (int j = 0; j < {vec}; j++) {out}[{row} * {n} + col + j] = {};\n}}\n",
-            value("j", d.load(dtype, out, &format!("{row} * {n} + col + j")))
-        )
+        let store = match hint {
+            true => "spindle_st16_hint(to, *reinterpret_cast<const uint4 *>(o), stream);",
+            false => "*to = *reinterpret_cast<const uint4 *>(o);",
+        };
+        if vec.is_multiple_of(per16) {
+            let ty = cuda_type(dtype);
+            let read = if keep { "*reinterpret_cast<uint4 *>(o) = *to;\n    " } else { "" };
+            format!(
+                "if (live) {{\n  #pragma unroll\n  for (int c = 0; c < {chunks}; c++) {{\n    __align__(16) {ty} o[{per16}];\n    \
+                 uint4 *to = reinterpret_cast<uint4 *>(&{out}[{row} * {n} + col + c * {per16}]);\n    {read}\
+                 #pragma unroll\n    for (int j = 0; j < {per16}; j++) o[j] = {};\n    {store}\n  }}\n}}\n",
+                value(&format!("c * {per16} + j"), d.load(dtype, "o", "j")),
+                chunks = vec / per16
+            )
+        } else {
+            format!(
+                "if (live) {{\n  #pragma unroll\n  for (int j = 0; j < {vec}; j++) {out}[{row} * {n} + col + j] = {};\n}}\n",
+                value("j", d.load(dtype, out, &format!("{row} * {n} + col + j")))
+            )
+        }
     }
 }

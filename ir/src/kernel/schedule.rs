@@ -184,6 +184,10 @@ pub struct Schedule {
     pub block: Option<u32>,
     /// CUDA: `map=tiles|walk|rows`.
     pub map: Mapping,
+    /// CUDA, the warp and row walks (`l2hints=on|off`): B's rows are read
+    /// with an L2 `evict_last` policy and C's 16-byte stores with
+    /// `evict_first`, so the gathered rows outlast the streamed output.
+    pub l2_hints: bool,
 }
 
 impl Default for Schedule {
@@ -206,6 +210,7 @@ impl Default for Schedule {
             tf32: false,
             block: None,
             map: Mapping::Tiles,
+            l2_hints: false,
         }
     }
 }
@@ -236,7 +241,7 @@ pub struct ScheduleError {
 pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
 ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, strip=auto|N, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate|segment(R)|parallel(R), broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
-block=N, map=tiles|walk|rows (CUDA)";
+block=N, map=tiles|walk|rows, l2hints=on|off (CUDA)";
 
 impl FromStr for Schedule {
     type Err = ScheduleError;
@@ -314,6 +319,7 @@ impl FromStr for Schedule {
                     s.tensor_cores = on_off(v).ok_or_else(|| bad("tensorcores is on or off"))?
                 }
                 ("tf32", v) => s.tf32 = on_off(v).ok_or_else(|| bad("tf32 is on or off"))?,
+                ("l2hints", v) => s.l2_hints = on_off(v).ok_or_else(|| bad("l2hints is on or off"))?,
                 ("block", v) => match v.parse::<u32>() {
                     Ok(n) if n > 0 && n <= 1024 && n % 32 == 0 => s.block = Some(n),
                     _ => return Err(bad("block is a multiple of 32 up to 1024 (threads per CUDA block)")),
@@ -361,6 +367,9 @@ impl fmt::Display for Schedule {
         }
         if self.map != Mapping::Tiles {
             write!(f, " map={}", self.map.name())?;
+        }
+        if self.l2_hints {
+            write!(f, " l2hints=on")?;
         }
         if self.path == Path::Levels {
             write!(f, " path=levels")?;
@@ -450,6 +459,10 @@ mod tests {
             "reduce=accumulate broadcast=lazy matmul=on tensorcores=off tf32=on block=128"
         );
         assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
+        let s: Schedule = "map=walk l2hints=on".parse().unwrap();
+        assert!(s.l2_hints);
+        assert_eq!(s.to_string(), "reduce=accumulate broadcast=lazy matmul=on map=walk l2hints=on");
+        assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
         let s: Schedule = "path=levels order=k+m".parse().unwrap();
         assert_eq!(s.path, Path::Levels);
         assert_eq!(s.to_string(), "reduce=accumulate broadcast=lazy matmul=on order=k+m path=levels");
@@ -483,6 +496,7 @@ mod tests {
         assert!(err("block=2048").contains("multiple of 32 up to 1024"));
         assert_eq!(err("path=both"), "invalid schedule item `path=both`: path is tiles or levels");
         assert_eq!(err("tf32=yes"), "invalid schedule item `tf32=yes`: tf32 is on or off");
+        assert_eq!(err("l2hints=1"), "invalid schedule item `l2hints=1`: l2hints is on or off");
         // A first workspace of 2^31 entries was asked of malloc and crashed
         // the kernel; the bound is refused here.
         assert!(err("ws.cap=2147483648").contains("ws.cap is an integer from 1 to 67108864"));
