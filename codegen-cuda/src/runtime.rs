@@ -630,7 +630,7 @@ impl Gpu {
         self.launch(loaded, &mut first)?;
         self.stream.synchronize()?;
         let output = self.download(kernel, &first, tensors.contains_key(&output_name(kernel)))?;
-        let timing = self.time_uploaded(kernel, loaded, tensors, first, opts)?;
+        let timing = self.time_uploaded(kernel, loaded, tensors, &mut first, opts)?;
         Ok((output, timing))
     }
 
@@ -651,38 +651,45 @@ impl Gpu {
         tensors: &Tensors,
         opts: TimingOptions,
     ) -> Result<Timing> {
-        let first = self.upload(kernel, tensors)?;
-        self.time_uploaded(kernel, loaded, tensors, first, opts)
+        let mut first = self.upload(kernel, tensors)?;
+        self.time_uploaded(kernel, loaded, tensors, &mut first, opts)
     }
 
-    /// [`Gpu::time`] with the first input set already on the device.
-    fn time_uploaded<K: DeviceArgs + ?Sized>(
+    /// [`Gpu::time`] with the first input set already on the device, in
+    /// `first` (uploaded from `tensors`; its output is reset before each
+    /// launch, so it may hold an earlier launch's): the other sets, where
+    /// the inputs fit in L2, are uploaded here.
+    pub fn time_uploaded<K: DeviceArgs + ?Sized>(
         &self,
         kernel: &K,
         loaded: &LoadedKernel,
         tensors: &Tensors,
-        first: DeviceBuffers,
+        first: &mut DeviceBuffers,
         opts: TimingOptions,
     ) -> Result<Timing> {
         let sets = input_sets(buffers_bytes(kernel), self.info.l2_bytes);
-        let mut all = vec![first];
+        let mut others = Vec::with_capacity(sets - 1);
         for _ in 1..sets {
-            all.push(self.upload(kernel, tensors)?);
+            others.push(self.upload(kernel, tensors)?);
         }
         // Both closures need the buffers; they never run at the same time.
-        let all = std::cell::RefCell::new(all);
+        let all = std::cell::RefCell::new((first, others));
         let mut flusher = self.l2_flusher()?;
         self.time_with_events(
             opts,
             |i, gpu| {
-                let buffers = &mut all.borrow_mut()[i % sets];
+                let mut all = all.borrow_mut();
+                let (first, others) = &mut *all;
+                let buffers = input_set(first, others, i % sets);
                 if !buffers.zero_start {
                     gpu.reset_output(buffers)?;
                 }
                 flusher.flush(gpu)
             },
             |i, gpu| {
-                let buffers = &mut all.borrow_mut()[i % sets];
+                let mut all = all.borrow_mut();
+                let (first, others) = &mut *all;
+                let buffers = input_set(first, others, i % sets);
                 if buffers.zero_start && !loaded.writes_output {
                     gpu.zero_output(buffers)?;
                 }
@@ -748,6 +755,18 @@ fn driver_version() -> i32 {
     // SAFETY: writes one int; only called after the driver library loaded.
     let status = unsafe { sys::cuDriverGetVersion(&mut version) };
     if status == sys::CUresult::CUDA_SUCCESS { version } else { 0 }
+}
+
+/// Input set `k` of a timing: `first`, then `others`.
+fn input_set<'a>(
+    first: &'a mut DeviceBuffers,
+    others: &'a mut [DeviceBuffers],
+    k: usize,
+) -> &'a mut DeviceBuffers {
+    match k {
+        0 => first,
+        k => &mut others[k - 1],
+    }
 }
 
 /// See [`Gpu::l2_flusher`].
