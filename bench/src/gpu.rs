@@ -425,15 +425,13 @@ fn spmm_base(g: usize) -> String {
     format!("tile.q={}", g.min(MAX_Q_TILE))
 }
 
-/// The SpMM suite's tuning space at group size `g`: tiles, the warp walk
-/// (`map=walk`) with runs of 8 to 128 groups, the row walk (`map=rows`)
-/// with runs of 2 to 32, each walk with and without L2 policies.
+/// The SpMM suite's tuning space at group size `g`: tiles and the driver's
+/// walk candidates ([`spindle::autotune::walk_candidates`]).
 pub fn spmm_space(g: usize) -> Vec<String> {
     let base = spmm_base(g);
     let mut space = tile_space(&base, &[("p", &[1, 4, 16]), ("n", &[32, 128])]);
-    let walks = [8, 32, 128].map(|r| format!("{base} map=walk tile.p={r}"));
-    let rows = [2, 8, 32].map(|r| format!("{base} map=rows tile.p={r}"));
-    space.extend(walks.into_iter().chain(rows).flat_map(|c| [c.clone(), format!("{c} l2hints=on")]));
+    // N = 128: B's rows are read in 16-byte vectors in f32 and f16 alike.
+    space.extend(spindle::autotune::walk_candidates("p", true).iter().map(|c| format!("{base} {c}")));
     space
 }
 
@@ -445,10 +443,23 @@ pub fn bsr_space() -> Vec<String> {
     space
 }
 
-/// The schedules of `candidates` that parse (one that does not fails again,
-/// with its message, when timed).
-fn schedules(candidates: &[String]) -> Vec<Schedule> {
-    candidates.iter().filter_map(|c| c.parse().ok()).collect()
+/// Compiles every candidate of a search at once, unless the search's
+/// winner is cached (then only it is compiled, when timed). A candidate
+/// that does not parse or compile fails again, with its message, when
+/// timed.
+fn precompile_unless_tuned(
+    backend: &CudaBackend,
+    prepared: &Result<Prepared>,
+    cache: &TuneCache,
+    key: &TuneKey,
+    candidates: &[String],
+) {
+    if let Ok(prepared) = prepared
+        && cache.get(key, candidates).is_none()
+    {
+        let schedules: Vec<Schedule> = candidates.iter().filter_map(|c| c.parse().ok()).collect();
+        prepared.precompile(backend, &schedules);
+    }
 }
 
 /// The BSR suite's roofline with this many stored blocks (f16).
@@ -649,11 +660,7 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
                     device: info.name.clone(),
                 };
                 let prepared = prepare(&a, &b, SPMM_N, precision, &format);
-                if let Ok(prepared) = &prepared
-                    && cache.get(&key, &space).is_none()
-                {
-                    prepared.precompile(&backend, &schedules(&space));
-                }
+                precompile_unless_tuned(&backend, &prepared, &cache, &key, &space);
                 let result = tune(&mut cache, &key, &space, |schedule| {
                     let prepared = prepared.as_ref().map_err(|e| format!("{e:#}"))?;
                     time_only(&backend, prepared, schedule, timing).map_err(|e| format!("{e:#}"))
@@ -924,11 +931,7 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
                 shapes: format!("{BSR_SIZE}x{BSR_SIZE} sparsity={sparsity} n={BSR_N} f16"),
                 device: info.name.clone(),
             };
-            if let Ok(prepared) = &prepared
-                && cache.get(&key, &space).is_none()
-            {
-                prepared.precompile(&backend, &schedules(&space));
-            }
+            precompile_unless_tuned(&backend, &prepared, &cache, &key, &space);
             let tuned = tune(&mut cache, &key, &space, |s| {
                 let prepared = prepared.as_ref().map_err(|e| format!("{e:#}"))?;
                 time_only(&backend, prepared, s, timing).map_err(|e| format!("{e:#}"))
@@ -1094,11 +1097,14 @@ mod tests {
         }
         let mut kernels: Vec<(String, spindle_cuda::CudaKernel)> = Vec::new();
         let mut add = |what: String, prepared: &Prepared, space: Vec<String>| {
-            // A candidate that does not lower (a tile over the limit) is
-            // refused by the search before anything compiles.
+            // A candidate may only fail to print for a tile over the limit
+            // (the search then goes on without it).
             for schedule in space {
-                if let Ok(printed) = print(prepared, &schedule) {
-                    kernels.push((format!("{what} [{schedule}]"), printed));
+                match print(prepared, &schedule) {
+                    Ok(printed) => kernels.push((format!("{what} [{schedule}]"), printed)),
+                    Err(e) => {
+                        assert!(format!("{e:#}").contains("is larger than"), "{what} [{schedule}]: {e:#}")
+                    }
                 }
             }
         };
@@ -1130,18 +1136,26 @@ mod tests {
         add(format.clone(), &prepared, bsr_space());
         add(format!("{format} (driver)"), &prepared, default_space(&prepared));
         assert!(kernels.len() > 300, "{} kernels", kernels.len());
+        assert!(kernels.iter().any(|(what, _)| what.contains("l2hints=on")));
 
         let sources: Vec<(&str, &str)> =
             kernels.iter().map(|(_, k)| (k.symbol.as_str(), k.source.as_str())).collect();
+        // A cache of the test's own, so nothing compiled before counts.
+        let dir = std::env::temp_dir().join(format!("spindle-spill-test-{}", std::process::id()));
         let (mut spilled, mut bounded) = (Vec::new(), Vec::new());
         for arch in [Arch::Sm80, Arch::Sm90] {
-            cubin_cache::precompile(arch, &sources);
+            cubin_cache::precompile_in(&dir, arch, &sources);
             for (what, printed) in &kernels {
-                let entry = CacheEntry::of(arch, &printed.symbol, &printed.source);
+                let entry = CacheEntry::in_dir(&dir, arch, &printed.symbol, &printed.source);
                 let Some((_, log)) = entry.read(&printed.source) else {
                     // Compiled ahead unless it does not compile: say why.
-                    let e = nvrtc::compile(&printed.source, "k", arch, &CompileOptions::default()).err();
-                    panic!("{what} for {arch}: {e:?}");
+                    let compiled = nvrtc::compile_spill_free(
+                        &printed.source,
+                        &printed.symbol,
+                        arch,
+                        &CompileOptions::default(),
+                    );
+                    panic!("{what} for {arch}: not in the cache: {:?}", compiled.err());
                 };
                 let r = nvrtc::parse_ptxas_log(&log)
                     .get(&printed.symbol)
@@ -1161,6 +1175,7 @@ mod tests {
             2 * kernels.len(),
             bounded.join("\n")
         );
+        let _ = std::fs::remove_dir_all(&dir);
         assert!(
             spilled.is_empty(),
             "{} of {} spill:\n{}",

@@ -106,6 +106,7 @@ pub fn run(opts: &RowsOptions, progress: &mut dyn FnMut(&str)) -> Result<RowsRep
             let (out, t_levels) = compiled.run_and_time(opts.timing)?;
             let mut tuner = Tuner::in_memory();
             tuner.threads = Some(threads);
+            tuner.tile_path_only = true;
             tuner.timing = opts.timing;
             let tiles = prepared.autotune(&backend, &mut tuner)?;
             let (tiled, t_tiles) = tiles.run_and_time(opts.timing)?;

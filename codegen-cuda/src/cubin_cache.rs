@@ -50,9 +50,11 @@ impl CacheEntry {
         CacheEntry::in_dir(&cache_dir(), arch, symbol, source)
     }
 
-    fn in_dir(dir: &Path, arch: Arch, symbol: &str, source: &str) -> CacheEntry {
+    /// The entry in the cache folder `dir`.
+    pub fn in_dir(dir: &Path, arch: Arch, symbol: &str, source: &str) -> CacheEntry {
         let key = hash_fields([
             CACHE_VERSION.as_bytes(),
+            compiler().as_bytes(),
             arch.as_str().as_bytes(),
             symbol.as_bytes(),
             source.as_bytes(),
@@ -95,6 +97,17 @@ impl CacheEntry {
     }
 }
 
+/// What else decides a CUBIN: the NVRTC release and the register budgets
+/// [`nvrtc::compile_spill_free`] tries.
+fn compiler() -> &'static str {
+    static COMPILER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    COMPILER.get_or_init(|| {
+        let version =
+            nvrtc::version().map_or("unknown".to_string(), |(major, minor)| format!("{major}.{minor}"));
+        format!("nvrtc {version}, register budgets {:?}", nvrtc::REGISTER_BUDGETS)
+    })
+}
+
 /// Compiles every `(symbol, source)` not yet in the cache for `arch`, on as
 /// many threads as the machine has cores, and returns how many it
 /// compiled. Failures are not reported here: loading the kernel compiles
@@ -103,7 +116,8 @@ pub fn precompile(arch: Arch, kernels: &[(&str, &str)]) -> usize {
     precompile_in(&cache_dir(), arch, kernels)
 }
 
-fn precompile_in(dir: &Path, arch: Arch, kernels: &[(&str, &str)]) -> usize {
+/// [`precompile`] into the cache folder `dir`.
+pub fn precompile_in(dir: &Path, arch: Arch, kernels: &[(&str, &str)]) -> usize {
     let mut todo: Vec<(CacheEntry, &str, &str)> = Vec::new();
     for &(symbol, source) in kernels {
         let entry = CacheEntry::in_dir(dir, arch, symbol, source);
@@ -127,14 +141,18 @@ fn precompile_in(dir: &Path, arch: Arch, kernels: &[(&str, &str)]) -> usize {
     todo.len()
 }
 
-/// Writes through a file of this process and thread, then renames it into
-/// place, so a reader never sees half a file.
+/// Writes through a file of its own (process, and a count within it), then
+/// renames it into place, so a reader never sees half a file; a failed
+/// write leaves no temporary behind.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let thread = format!("{:?}", std::thread::current().id());
-    let thread: String = thread.chars().filter(char::is_ascii_digit).collect();
-    let tmp = path.with_extension(format!("tmp-{}-{thread}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
+    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[cfg(test)]

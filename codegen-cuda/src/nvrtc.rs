@@ -404,7 +404,7 @@ const SM_REGISTERS: u32 = 65536;
 
 /// Register budgets tried, in order, for a kernel that spills under its
 /// plain launch bound.
-const REGISTER_BUDGETS: [u32; 8] = [40, 48, 56, 64, 80, 96, 128, 255];
+pub const REGISTER_BUDGETS: [u32; 8] = [40, 48, 56, 64, 80, 96, 128, 255];
 
 /// Compiles as [`compile`], then, where the kernel `symbol` spills or keeps
 /// a stack frame, again under `__launch_bounds__(B, M)` for the largest `M`
@@ -428,7 +428,11 @@ pub fn compile_spill_free(
     if clean(&plain) {
         return Ok(plain);
     }
-    let Some((block, bound)) = launch_bound(source, symbol) else { return Ok(plain) };
+    let Some((block, bound)) = launch_bound(source, symbol) else {
+        let mut plain = plain;
+        plain.log.push_str(&format!("spindle: `{symbol}` has no `__launch_bounds__(B)` to raise\n"));
+        return Ok(plain);
+    };
     let used = plain.resources_of(symbol).map_or(0, |r| r.registers);
     let mut tried = Vec::new();
     for budget in REGISTER_BUDGETS.into_iter().filter(|&b| b > used) {
@@ -438,6 +442,8 @@ pub fn compile_spill_free(
         }
         tried.push(blocks);
         let bounded = source.replacen(&bound, &format!("__launch_bounds__({block}, {blocks}) {symbol}("), 1);
+        // A stack frame that no budget removes (a local array) costs up to
+        // seven compiles, once: the result is cached.
         let Ok(mut compiled) = compile(&bounded, symbol, arch, options) else { continue };
         if clean(&compiled) {
             let r = compiled.resources_of(symbol).copied().unwrap_or_default();

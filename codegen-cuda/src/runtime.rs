@@ -774,8 +774,17 @@ fn input_set<'a>(
 pub struct L2Flusher(CudaSlice<u8>);
 
 impl L2Flusher {
-    /// Overwrites the scratch buffer (asynchronously, on the stream).
+    /// Overwrites the scratch buffer (asynchronously, on the stream), after
+    /// returning persisting lines to normal: lines a kernel read with an
+    /// L2 `evict_last` policy (block rows' and `l2hints=on` walks' rows of
+    /// B) would otherwise outlast a flush of normal priority, and the next
+    /// launch would find its inputs warm where a baseline's are cold.
     pub fn flush(&mut self, gpu: &Gpu) -> Result<()> {
+        gpu.stream.synchronize()?;
+        // Best effort: a GPU without the feature (a MIG slice) refuses the
+        // call, and has no persisting lines to reset either.
+        // SAFETY: a driver call on the current context, with no arguments.
+        let _ = unsafe { sys::cuCtxResetPersistingL2Cache() };
         gpu.stream.memset_zeros(&mut self.0)?;
         Ok(())
     }

@@ -277,11 +277,7 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
                 tiles.iter().filter(|t| threads(t) >= MIN_BLOCK_ELEMENTS).cloned().collect();
             let mut all = if full.is_empty() { tiles } else { full };
             if let Ok(walked) = spindle_cuda::print::walkable(kernel) {
-                // Each with and without L2 policies (B kept, C streamed):
-                // whether they pay depends on how B and C meet in L2.
-                let walks = WALK_RUNS.iter().map(|r| format!("map=walk tile.{walked}={r}"));
-                let rows = ROW_WALK_RUNS.iter().map(|r| format!("map=rows tile.{walked}={r}"));
-                all.extend(walks.chain(rows).flat_map(|c| [c.clone(), format!("{c} l2hints=on")]));
+                all.extend(walk_candidates(&walked, spindle_cuda::print::l2_hints_apply(kernel)));
             }
             if let Ok(columns) = spindle_cuda::print::rows_printable(kernel, false) {
                 all.extend(block_row_candidates(&columns));
@@ -289,6 +285,23 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
             all
         }
     }
+}
+
+/// The walks' candidates over the walked index `walked`: the warp walk
+/// (`map=walk`) over [`WALK_RUNS`], the row walk (`map=rows`) over
+/// [`ROW_WALK_RUNS`], each also with L2 policies (`l2hints=on`: B kept, C
+/// streamed; whether they pay depends on how B and C meet in L2) where
+/// `hints` says they change the kernel.
+pub fn walk_candidates(walked: &str, hints: bool) -> Vec<String> {
+    let walks = WALK_RUNS.iter().map(|r| format!("map=walk tile.{walked}={r}"));
+    let rows = ROW_WALK_RUNS.iter().map(|r| format!("map=rows tile.{walked}={r}"));
+    walks
+        .chain(rows)
+        .flat_map(|c| {
+            let hinted = hints.then(|| format!("{c} l2hints=on"));
+            std::iter::once(c).chain(hinted)
+        })
+        .collect()
 }
 
 /// The fewest output elements a GPU tile candidate has (the printer gives a

@@ -112,7 +112,9 @@ pub trait Uploaded {
         None
     }
     /// Warm-up launches, then timed ones, each from the initial output
-    /// (reset outside the timed region).
+    /// (reset outside the timed region, or zeroed inside it where the
+    /// kernel sums into zeros), on these buffers: afterwards they hold the
+    /// last timed launch's output.
     fn time(&mut self, opts: TimingOptions) -> Result<Timing>;
 }
 

@@ -245,7 +245,7 @@ impl Prepared {
         // shared matrix (`bench rows`, 2026-11-26: 1.43x geomean on one
         // thread, 1.7x on bcsstk13). Where the statement does not lower to
         // them, the candidate fails and the search goes on without it.
-        if backend.target() == Target::C && self.stored.is_some() {
+        if backend.target() == Target::C && self.stored.is_some() && !tuner.tile_path_only {
             candidates.push("path=levels threads=1".to_string());
             if max_threads > 1 {
                 candidates.push(format!("path=levels threads={max_threads}"));
@@ -261,8 +261,9 @@ impl Prepared {
         // Compile every candidate at once.
         let schedules: Vec<Schedule> = candidates.iter().filter_map(|c| c.parse().ok()).collect();
         let searched = tuner.cache.get(&key, &candidates).is_none();
-        if searched && schedules.len() > 1 {
-            tuner.say(&format!("autotuning: compiling {} candidates", schedules.len()));
+        let tiled = schedules.iter().filter(|s| s.path == Path::Tiles).count();
+        if searched && tiled > 1 {
+            tuner.say(&format!("autotuning: compiling {tiled} candidates"));
             self.precompile(backend, &schedules);
         }
         let count = candidates.len();
@@ -312,8 +313,12 @@ pub struct Tuner {
     cache: TuneCache,
     /// How each candidate is timed.
     pub timing: TimingOptions,
-    /// CPU threads fixed by the user: the search is over tiles only.
+    /// CPU threads fixed by the user: the search is over the other items
+    /// only.
     pub threads: Option<usize>,
+    /// Search the tile path alone, leaving out the CPU's level-path
+    /// candidates (`bench rows` compares the two paths).
+    pub tile_path_only: bool,
     progress: Option<Progress>,
 }
 
@@ -338,7 +343,13 @@ impl Tuner {
     }
 
     pub fn with_cache(cache: TuneCache) -> Tuner {
-        Tuner { cache, timing: TimingOptions { warmup: 1, repeats: 5 }, threads: None, progress: None }
+        Tuner {
+            cache,
+            timing: TimingOptions { warmup: 1, repeats: 5 },
+            threads: None,
+            tile_path_only: false,
+            progress: None,
+        }
     }
 
     /// Calls `f` with a line per step of a search (for a progress display).

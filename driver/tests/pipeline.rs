@@ -126,12 +126,18 @@ fn autotuning_searches_once_per_problem_and_device() {
     assert_eq!(second.schedule, first.schedule);
     assert!(lines.borrow().is_empty(), "{:?}", lines.borrow());
 
-    // Threads fixed by the user: the search is over tiles only.
+    // Threads fixed by the user: the search is over the other items.
     let mut fixed = Tuner::in_memory();
     fixed.threads = Some(1);
     let one = prepared.autotune(&backend, &mut fixed).unwrap();
     assert_eq!(one.schedule.threads, Some(1));
     assert!(one.tuned.unwrap().tried.iter().all(|t| t.schedule.ends_with("threads=1")));
+    // On the tile path alone (what `bench rows` compares the level path with).
+    let mut tiles_only = Tuner::in_memory();
+    tiles_only.tile_path_only = true;
+    let tiled = prepared.autotune(&backend, &mut tiles_only).unwrap();
+    let tried = tiled.tuned.unwrap().tried;
+    assert!(tried.len() >= 3 && tried.iter().all(|t| !t.schedule.contains("path=levels")), "{tried:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -383,12 +383,21 @@ fn l2_hints_keep_the_walks_results() {
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
         if hinted && toolchain_available("l2_hints_keep_the_walks_results (machine code)") {
             let toolchain = nvrtc::Toolchain::locate().unwrap();
+            let machine_code = |source: &str, arch: Arch| {
+                let compiled = nvrtc::compile_spill_free(source, SYMBOL, arch, &CompileOptions::default())
+                    .unwrap_or_else(|e| panic!("{what} for {arch}: {e}"));
+                spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL).unwrap()
+            };
             for arch in [Arch::Sm80, Arch::Sm90] {
-                let compiled =
-                    nvrtc::compile_spill_free(compiled.source(), SYMBOL, arch, &CompileOptions::default())
-                        .unwrap_or_else(|e| panic!("{what} for {arch}: {e}"));
-                let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL).unwrap();
+                let sass = machine_code(compiled.source(), arch);
                 assert!(sass.with_opcode("LDG.E.128").count() >= 1, "{what} for {arch}: no 16-byte loads");
+                // The policies reach the machine code (the memory
+                // descriptors of the loads and stores), which then differs
+                // from the plain kernel's.
+                let texts = |s: &spindle_cuda::sass::Sass| {
+                    s.instructions.iter().map(|i| i.text.clone()).collect::<Vec<_>>()
+                };
+                assert_ne!(texts(&sass), texts(&machine_code(&plain.source, arch)), "{what} for {arch}");
             }
         }
     }

@@ -336,6 +336,14 @@ pub fn walkable(kernel: &Kernel) -> Result<String, String> {
     walk::recognise(&device).map(|w| device.axis(w.p).name.clone())
 }
 
+/// Whether `l2hints=on` changes the walks' kernel of `kernel`: where B's
+/// rows are read in 16-byte vectors (else the hinted kernel is the plain
+/// one, and a search need not time it twice).
+pub fn l2_hints_apply(kernel: &Kernel) -> bool {
+    let device = device_kernel(kernel);
+    walk::recognise(&device).is_ok_and(|w| walk::sixteen_byte_rows(&device, &w))
+}
+
 /// The printer's plan for `kernel` under `opts`, as text (see
 /// `Plan::describe`): what it decided before writing a line. The plan
 /// needs no symbol and nothing here compiles.

@@ -165,6 +165,24 @@ pub(super) fn recognise(k: &Kernel) -> Result<Walk, String> {
     })
 }
 
+/// Bytes of an element of tensor `t`.
+fn elem_bytes(k: &Kernel, t: TensorId) -> usize {
+    match k.tensor(t).dtype {
+        ElemType::Value(v) => v.size_bytes(),
+        ElemType::Index(_) => 8,
+    }
+}
+
+/// Columns per lane: one 16-byte load of B, where the rows allow it.
+fn lane_columns(k: &Kernel, w: &Walk) -> usize {
+    [16 / elem_bytes(k, w.dense), 1].into_iter().find(|v| w.columns.is_multiple_of(*v)).unwrap_or(1)
+}
+
+/// Whether a lane reads its columns of a row of B in one 16-byte load.
+pub(super) fn sixteen_byte_rows(k: &Kernel, w: &Walk) -> bool {
+    lane_columns(k, w) * elem_bytes(k, w.dense) == 16
+}
+
 /// Prints `k` under the warp-walk mapping: with `owned` (`map=rows`) a
 /// warp writes whole rows, else (`map=walk`; a 16-bit output already
 /// summed in f32) it shares its first and last rows by atomics.
@@ -182,15 +200,11 @@ pub(super) fn print(
     let d = Cuda { real: spindle_c::dialect::real_of(k), wide: true };
     let real = d.real;
     let dtype = |t: TensorId| k.tensor(t).dtype;
-    let elem = |t: TensorId| match dtype(t) {
-        ElemType::Value(v) => v.size_bytes(),
-        ElemType::Index(_) => 8,
-    };
-    // Columns per lane: one 16-byte load of B, where the rows allow it.
-    let vec = [16 / elem(w.dense), 1].into_iter().find(|v| w.columns.is_multiple_of(*v)).unwrap_or(1);
+    let elem = |t: TensorId| elem_bytes(k, t);
+    let vec = lane_columns(k, &w);
     let chunks = w.columns.div_ceil(32 * vec).max(1);
     // L2 policies where B is read in 16-byte vectors (`l2hints=on`).
-    let hints = opts.l2_hints && vec * elem(w.dense) == 16;
+    let hints = opts.l2_hints && sixteen_byte_rows(k, &w);
     let (lanes, split) = sub_warps(w.columns, vec, w.group);
     let runs = w.groups.div_ceil(w.run.max(1));
     let block = opts.threads.unwrap_or(BLOCK);
@@ -202,12 +216,11 @@ pub(super) fn print(
     }
     let launch = LaunchGeometry { grid: grid as u32, block, shared_bytes: 0, dynamic: false };
     // Positions, rows and warps of a split warp as 32-bit integers where
-    // every offset the kernel forms from them fits. ptxas aims at full
-    // occupancy (32 registers at 128 threads) and spills a few bytes
-    // outside the inner loop to get there in some shapes: over 448 shapes
-    // (dtypes, N, g, map, runs) on sm_90, 43 spill now and 44 did before
-    // the split; with 64-bit indices the split made it 70, and all 32-bit
-    // spilled in shapes the machine-code test compiles.
+    // every offset the kernel forms from them fits. Under a plain
+    // `__launch_bounds__` ptxas aims at full occupancy (32 registers at 128
+    // threads) and spilled a few bytes outside the inner loop in some
+    // shapes (all-32-bit indices made it worse); such a kernel is compiled
+    // again with a register budget (`nvrtc::compile_spill_free`).
     let fits = [
         w.groups * w.group,
         k.tensor(w.out).shape[0] * w.columns,
