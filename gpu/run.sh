@@ -122,13 +122,15 @@ run_stage() {
   fi
 }
 
-# compute-sanitizer on eight kernels: memcheck on GroupCOO SpMM (f32, scatter
+# compute-sanitizer on nine kernels: memcheck on GroupCOO SpMM (f32, scatter
 # by atomics), BlockGroupCOO SpMM (f16 on Tensor Cores), the
 # gather-dot-scatter Einsum of Insum §5.2, the warp walk (map=walk; f32 at
 # N = 64, two sub-warps), the row walk (map=rows on GroupCOO, f16 at N = 64,
 # four sub-warps), block rows (map=rows, a cp.async ring), block rows
-# sharing B (4 rows a block, block=512) and Sgap's RB+PR (the level path,
-# lanes over a CSR row's positions), and racecheck
+# sharing B (4 rows a block, block=512), Sgap's RB+PR (the level path,
+# lanes over a CSR row's positions) and the warp walk under L2 policies
+# (l2hints=on: B read and C stored by cache-hinted 16-byte PTX, f16 at
+# N = 128, two sub-warps), and racecheck
 # (shared-memory hazards between threads of a block) on the four that stage
 # tiles in shared memory.
 # Writes sanitizer.json, one entry per (tool, kernel).
@@ -141,8 +143,8 @@ sanitizer() {
     return 1
   fi
   "$spindle" convert gen:blocks:rows=256,cols=256,bm=32,bk=32,density=0.3,seed=5 --to coo --out "$work/blocks.mtx" >/dev/null || return 1
-  local names=(groupcoo-spmm blockgroupcoo-spmm gather-dot-scatter warp-walk row-walk block-rows shared-block-rows rb-pr blockgroupcoo-spmm gather-dot-scatter block-rows shared-block-rows)
-  local tools=(memcheck memcheck memcheck memcheck memcheck memcheck memcheck memcheck racecheck racecheck racecheck racecheck)
+  local names=(groupcoo-spmm blockgroupcoo-spmm gather-dot-scatter warp-walk row-walk block-rows shared-block-rows rb-pr walk-l2hints blockgroupcoo-spmm gather-dot-scatter block-rows shared-block-rows)
+  local tools=(memcheck memcheck memcheck memcheck memcheck memcheck memcheck memcheck memcheck racecheck racecheck racecheck racecheck)
   local groupcoo="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f32:1 --format A=groupcoo:dim=0,g=auto --target cuda --check --repeats 1"
   local blocks="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$work/blocks.mtx --shape A=256x256:f16 --rand B=256x64:f16:1 --shape C=256x64:f16 --format A=blockgroupcoo:bm=32,bk=32,dim=0,g=auto --schedule \"tile.p=1 tile.q=1 tile.bi=32 tile.bj=32 tile.n=64\" --target cuda --check --repeats 1"
   local gds="run \"C[D[y],x] += A[y,E[r]] * B[r,x]\" --rand A=64x512:f16:1 --rand B=256x64:f16:2 --rand D=64:i32:3:128 --rand E=256:i32:4:512 --shape C=128x64:f16 --target cuda --check --repeats 1"
@@ -151,7 +153,8 @@ sanitizer() {
   local shared_rows="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$work/blocks.mtx --shape A=256x256:f16 --rand B=256x160:f16:1 --shape C=256x160:f16 --format A=blockgroupcoo:bm=32,bk=32,dim=0,g=auto --schedule \"map=rows tile.n=128 block=512\" --target cuda --check --repeats 1"
   local row_walk="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f16:1 --shape C=2708x64:f16 --format A=groupcoo:dim=0,g=4 --schedule \"map=rows tile.p=8\" --target cuda --check --repeats 1"
   local rb_pr="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f32:1 --format A=csr --schedule \"path=levels order=m+n+k reduce=parallel\" --target cuda --check --repeats 1"
-  local cmds=("$groupcoo" "$blocks" "$gds" "$walk" "$row_walk" "$rows" "$shared_rows" "$rb_pr" "$blocks" "$gds" "$rows" "$shared_rows")
+  local walk_hints="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x128:f16:1 --shape C=2708x128:f16 --format A=groupcoo:dim=0,g=8 --schedule \"map=walk tile.p=16 l2hints=on\" --target cuda --check --repeats 1"
+  local cmds=("$groupcoo" "$blocks" "$gds" "$walk" "$row_walk" "$rows" "$shared_rows" "$rb_pr" "$walk_hints" "$blocks" "$gds" "$rows" "$shared_rows")
   local ok_all=0 i json="["
   for i in "${!names[@]}"; do
     local label="${tools[$i]} ${names[$i]}"
