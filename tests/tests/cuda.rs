@@ -347,6 +347,29 @@ fn the_row_walk_computes_spmm_on_the_emulated_gpu() {
     }
 }
 
+/// The machine code of `source` for `arch` as the runtime compiles it
+/// ([`nvrtc::compile_spill_free`]), after asserting that nothing spills and
+/// there is no stack frame.
+fn spill_free_sass(
+    toolchain: &nvrtc::Toolchain,
+    source: &str,
+    arch: Arch,
+    what: &str,
+) -> spindle_cuda::sass::Sass {
+    let compiled = nvrtc::compile_spill_free(source, SYMBOL, arch, &CompileOptions::default())
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
+    assert!(!r.spills() && r.stack_bytes == 0, "{what}: {r:?}");
+    spindle_cuda::sass::disassemble(toolchain, &compiled.cubin, SYMBOL)
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// The machine code as text, an instruction a line with its offset, for
+/// failure messages.
+fn listing(sass: &spindle_cuda::sass::Sass) -> String {
+    sass.instructions.iter().map(|i| format!("{:04x} {}", i.offset, i.text)).collect::<Vec<_>>().join("\n")
+}
+
 /// The walks under L2 policies (`l2hints=on`: B's rows read with
 /// `evict_last`, C's rows stored with `evict_first`) on the emulated GPU
 /// against the reference evaluator, in f32, f16 and bf16; where B's rows
@@ -383,11 +406,7 @@ fn l2_hints_keep_the_walks_results() {
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
         if hinted && toolchain_available("l2_hints_keep_the_walks_results (machine code)") {
             let toolchain = nvrtc::Toolchain::locate().unwrap();
-            let machine_code = |source: &str, arch: Arch| {
-                let compiled = nvrtc::compile_spill_free(source, SYMBOL, arch, &CompileOptions::default())
-                    .unwrap_or_else(|e| panic!("{what} for {arch}: {e}"));
-                spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL).unwrap()
-            };
+            let machine_code = |source: &str, arch: Arch| spill_free_sass(&toolchain, source, arch, &what);
             for arch in [Arch::Sm80, Arch::Sm90] {
                 let sass = machine_code(compiled.source(), arch);
                 assert!(sass.with_opcode("LDG.E.128").count() >= 1, "{what} for {arch}: no 16-byte loads");
@@ -425,39 +444,39 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
         let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
         for arch in [Arch::Sm80, Arch::Sm90] {
             let what = format!("map={map} {format} {} for {arch}", dtype.name());
-            let compiled =
-                nvrtc::compile_spill_free(&printed.source, SYMBOL, arch, &CompileOptions::default())
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
-            assert!(!r.spills() && r.stack_bytes == 0, "{what}: {r:?}");
-            let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL)
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let listing = || {
-                sass.instructions
-                    .iter()
-                    .map(|i| format!("{:04x} {}", i.offset, i.text))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            };
-            assert!(sass.with_opcode("LDG.E.128").count() >= 1, "{what}: no 16-byte loads\n{}", listing());
-            assert!(sass.with_opcode("STG.E.128").count() >= 1, "{what}: no 16-byte stores\n{}", listing());
+            let sass = spill_free_sass(&toolchain, &printed.source, arch, &what);
+            assert!(
+                sass.with_opcode("LDG.E.128").count() >= 1,
+                "{what}: no 16-byte loads\n{}",
+                listing(&sass)
+            );
+            assert!(
+                sass.with_opcode("STG.E.128").count() >= 1,
+                "{what}: no 16-byte stores\n{}",
+                listing(&sass)
+            );
             // f16 rows of 128 take 16 lanes: two sub-warps, whose sums meet by butterfly shuffles.
             let split = dtype == DType::F16;
-            assert_eq!(sass.with_opcode("SHFL.BFLY").count() > 0, split, "{what}: sub-warps\n{}", listing());
+            assert_eq!(
+                sass.with_opcode("SHFL.BFLY").count() > 0,
+                split,
+                "{what}: sub-warps\n{}",
+                listing(&sass)
+            );
             let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
             if map == "rows" {
-                assert!(atomics.is_empty(), "{what}: an atomic\n{}", listing());
+                assert!(atomics.is_empty(), "{what}: an atomic\n{}", listing(&sass));
                 continue;
             }
-            assert!(!atomics.is_empty(), "{what}: the run's boundary rows need atomics\n{}", listing());
-            assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing());
+            assert!(!atomics.is_empty(), "{what}: the run's boundary rows need atomics\n{}", listing(&sass));
+            assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing(&sass));
             for a in atomics {
                 assert!(
                     !sass.in_loop(a),
                     "{what}: {} at {:#x} is inside a loop\n{}",
                     a.text,
                     a.offset,
-                    listing()
+                    listing(&sass)
                 );
             }
         }
@@ -491,30 +510,17 @@ fn segment_reductions_keep_atomics_out_of_their_loops() {
         assert!(printed.source.contains("__ballot_sync"), "{items}: no run heads");
         for arch in [Arch::Sm80, Arch::Sm90] {
             let what = format!("{format} {} n={n} [{items}] for {arch}", dtype.name());
-            let compiled =
-                nvrtc::compile_spill_free(&printed.source, SYMBOL, arch, &CompileOptions::default())
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
-            assert!(!r.spills() && r.stack_bytes == 0, "{what}: {r:?}");
-            let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL)
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let listing = || {
-                sass.instructions
-                    .iter()
-                    .map(|i| format!("{:04x} {}", i.offset, i.text))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            };
+            let sass = spill_free_sass(&toolchain, &printed.source, arch, &what);
             let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
-            assert!(!atomics.is_empty(), "{what}: run heads write atomically\n{}", listing());
-            assert!(sass.with_opcode("SHFL").count() > 0, "{what}: no segmented scan\n{}", listing());
+            assert!(!atomics.is_empty(), "{what}: run heads write atomically\n{}", listing(&sass));
+            assert!(sass.with_opcode("SHFL").count() > 0, "{what}: no segmented scan\n{}", listing(&sass));
             for a in atomics {
                 assert!(
                     !sass.in_loop(a),
                     "{what}: {} at {:#x} is inside a loop\n{}",
                     a.text,
                     a.offset,
-                    listing()
+                    listing(&sass)
                 );
             }
         }
@@ -896,13 +902,7 @@ fn block_rows_run_hmma_from_a_cp_async_ring_without_atomics() {
         assert_eq!(printed.source.contains("sharing B"), shared, "{items}");
         for arch in [Arch::Sm80, Arch::Sm90] {
             let what = format!("{items} for {arch}");
-            let compiled =
-                nvrtc::compile_spill_free(&printed.source, SYMBOL, arch, &CompileOptions::default())
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{what}: no resources"));
-            assert!(!r.spills() && r.stack_bytes == 0, "{what}: {r:?}");
-            let sass = spindle_cuda::sass::disassemble(&toolchain, &compiled.cubin, SYMBOL)
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let sass = spill_free_sass(&toolchain, &printed.source, arch, &what);
             let count = |op: &str| sass.with_opcode(op).count();
             let hmma: Vec<_> = sass.with_opcode("HMMA.16816").collect();
             assert!(hmma.len() >= 8 && hmma.iter().all(|i| sass.in_loop(i)), "{what}: HMMA outside the loop");
