@@ -370,6 +370,22 @@ fn listing(sass: &spindle_cuda::sass::Sass) -> String {
     sass.instructions.iter().map(|i| format!("{:04x} {}", i.offset, i.text)).collect::<Vec<_>>().join("\n")
 }
 
+/// Asserts that `what` writes by atomics (`RED`/`ATOM`), none of them on
+/// a control-flow cycle.
+fn atomics_outside_loops(sass: &spindle_cuda::sass::Sass, what: &str) {
+    let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
+    assert!(!atomics.is_empty(), "{what}: no atomics\n{}", listing(sass));
+    for a in atomics {
+        assert!(
+            !sass.in_loop(a),
+            "{what}: {} at {:#x} is inside a loop\n{}",
+            a.text,
+            a.offset,
+            listing(sass)
+        );
+    }
+}
+
 /// The walks under L2 policies (`l2hints=on`: B's rows read with
 /// `evict_last`, C's rows stored with `evict_first`) on the emulated GPU
 /// against the reference evaluator, in f32, f16 and bf16; where B's rows
@@ -468,17 +484,8 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
                 assert!(atomics.is_empty(), "{what}: an atomic\n{}", listing(&sass));
                 continue;
             }
-            assert!(!atomics.is_empty(), "{what}: the run's boundary rows need atomics\n{}", listing(&sass));
             assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing(&sass));
-            for a in atomics {
-                assert!(
-                    !sass.in_loop(a),
-                    "{what}: {} at {:#x} is inside a loop\n{}",
-                    a.text,
-                    a.offset,
-                    listing(&sass)
-                );
-            }
+            atomics_outside_loops(&sass, &format!("{what}: the run's boundary rows"));
         }
     }
 }
@@ -511,18 +518,8 @@ fn segment_reductions_keep_atomics_out_of_their_loops() {
         for arch in [Arch::Sm80, Arch::Sm90] {
             let what = format!("{format} {} n={n} [{items}] for {arch}", dtype.name());
             let sass = spill_free_sass(&toolchain, &printed.source, arch, &what);
-            let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
-            assert!(!atomics.is_empty(), "{what}: run heads write atomically\n{}", listing(&sass));
             assert!(sass.with_opcode("SHFL").count() > 0, "{what}: no segmented scan\n{}", listing(&sass));
-            for a in atomics {
-                assert!(
-                    !sass.in_loop(a),
-                    "{what}: {} at {:#x} is inside a loop\n{}",
-                    a.text,
-                    a.offset,
-                    listing(&sass)
-                );
-            }
+            atomics_outside_loops(&sass, &format!("{what}: run heads"));
         }
     }
 }
