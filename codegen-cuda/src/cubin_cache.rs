@@ -2,12 +2,13 @@
 //! under a stable hash of both ([`cache_dir`]), and filled ahead of time by
 //! many compiles at once ([`precompile`]).
 //!
-//! NVRTC takes 0.3–1.5 s a kernel (measured on this project's 2-core build
-//! machine) and a search compiles dozens: the GPU SpMM suite about 30 a
-//! matrix and precision, one after another until now, while the machines
-//! that lend a GPU have 16 cores and 10-minute commands. NVRTC needs no
-//! GPU, so a search compiles every candidate in parallel first and then
-//! finds each in the cache.
+//! NVRTC takes about 60 ms for a walk or tile kernel and about a second
+//! for block rows (this project's 2-core build machine), and a search
+//! compiles dozens: the GPU SpMM suite 20–30 a matrix and precision, one
+//! after another until 2026-11-29, while the machines that lend a GPU have
+//! 16 cores and 10-minute commands. NVRTC needs no GPU, so a search
+//! compiles every candidate in parallel first and then finds each in the
+//! cache.
 
 use std::path::{Path, PathBuf};
 
