@@ -416,6 +416,11 @@ fn l2_hints_keep_the_walks_results() {
         .unwrap();
         let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
         let hinted = compiled.source().contains("spindle_ld16_hint(&");
+        // `--emit plan` describes the walk that prints, not a tile plan.
+        let plan = plan_text(&prepared.lower(&schedule).unwrap(), &PrintOptions::from(&schedule));
+        let mapping = if items.starts_with("map=walk") { "warp-walk mapping" } else { "row-walk mapping" };
+        assert!(plan.starts_with(mapping) && plan.contains("launch: grid"), "{what}: {plan}");
+        assert_eq!(plan.contains("L2 policies"), hinted, "{what}: {plan}");
         assert_eq!(hinted, n % (16 / dtype.size_bytes()) == 0, "{what}: hints where B is read in 16 bytes");
         assert_eq!(compiled.source() == plain.source, !hinted, "{what}");
         let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -191,6 +191,10 @@ pub struct CudaKernel {
     /// (the block-row mapping of an output that starts at zero): nothing
     /// needs zeroing before a launch.
     pub writes_output: bool,
+    /// What a mapping other than tiles decided (the walks, block rows): the
+    /// mapping, then its launch and what it needs, a line each; empty for
+    /// the tile mapping, whose plan is [`plan_text`]'s.
+    pub plan: Vec<String>,
 }
 
 impl CudaKernel {
@@ -204,6 +208,7 @@ impl CudaKernel {
             round: None,
             sorted: None,
             writes_output: false,
+            plan: Vec::new(),
         }
     }
 }
@@ -349,8 +354,19 @@ pub fn l2_hints_apply(kernel: &Kernel) -> bool {
 /// needs no symbol and nothing here compiles.
 pub fn plan_text(kernel: &Kernel, opts: &PrintOptions) -> String {
     let device = device_kernel(kernel);
-    let mut text = Plan::new(&device, opts).describe(&device);
-    if let Some(dtype) = widened_output(kernel) {
+    let (mut text, rounded) = match opts.map {
+        Mapping::Tiles => (Plan::new(&device, opts).describe(&device), widened_output(kernel)),
+        // The walks and block rows lay out the kernel as they print it
+        // (the row walk and block rows write a 16-bit output directly).
+        Mapping::Walk | Mapping::Rows => match print_kernel(kernel, "plan", opts) {
+            Ok(printed) => (
+                printed.plan.iter().map(|l| format!("{l}\n")).collect(),
+                printed.round.as_ref().and(widened_output(kernel)),
+            ),
+            Err(e) => (format!("not printed: {e}\n"), None),
+        },
+    };
+    if let Some(dtype) = rounded {
         let _ = writeln!(
             text,
             "output: summed in f32 by atomics, then rounded to {} by a second kernel",

@@ -157,3 +157,9 @@ __device__ __forceinline__ void spindle_st16_hint(void *p, uint4 v, unsigned lon
 }
 #endif
 "#;
+
+/// A non-tile mapping's plan ([`CudaKernel::plan`]): the mapping, then its
+/// banner's notes.
+pub(super) fn plan(mapping: &str, notes: &[String]) -> Vec<String> {
+    std::iter::once(mapping.to_string()).chain(notes.iter().cloned()).collect()
+}

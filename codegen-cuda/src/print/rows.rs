@@ -254,7 +254,9 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
         ),
         format!("needs {} nondecreasing: a block row's groups are one run", k.tensor(w.rows).name),
     ];
-    line(0, &pattern::banner(k, "block-row mapping (map=rows)", &notes));
+    let mapping = "block-row mapping (map=rows)";
+    line(0, &pattern::banner(k, mapping, &notes));
+    let plan = pattern::plan(mapping, &notes);
     line(0, &headers(dynamic));
     line(0, &pattern::signature(k, &names, symbol, block));
     let a_dims = format!("[{STAGES}][{bm}][{a_pitch}]");
@@ -307,6 +309,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     Ok(CudaKernel {
         sorted: Some(k.tensor(w.rows).name.clone()),
         writes_output: k.init == OutputInit::Zero,
+        plan,
         ..CudaKernel::plain(symbol, src, launch)
     })
 }
@@ -516,7 +519,9 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
         ),
         format!("needs {} nondecreasing: a block row's groups are one run", k.tensor(w.rows).name),
     ];
-    line(0, &pattern::banner(k, &format!("block-row mapping (map=rows), {share} rows sharing B"), &notes));
+    let mapping = format!("block-row mapping (map=rows), {share} rows sharing B");
+    line(0, &pattern::banner(k, &mapping, &notes));
+    let plan = pattern::plan(&mapping, &notes);
     line(0, &headers(dynamic));
     line(0, &pattern::signature(k, &names, symbol, threads as u32));
     if dynamic {
@@ -704,6 +709,7 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
     Ok(CudaKernel {
         sorted: Some(k.tensor(w.rows).name.clone()),
         writes_output: k.init == OutputInit::Zero,
+        plan,
         ..CudaKernel::plain(symbol, src, launch)
     })
 }

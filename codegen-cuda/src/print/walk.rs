@@ -240,8 +240,8 @@ pub(super) fn print(
     let mut src = String::new();
     let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
     let r = w.run;
-    let notes = if owned {
-        [
+    let mut notes = if owned {
+        vec![
             format!(
                 "launch: grid {grid}, block {block}; warp w writes the rows whose first group lies in \
                  [{r}*(w/{chunks}), +{r}) of p (and the empty rows after them), whole, its lanes {vec} columns \
@@ -250,7 +250,7 @@ pub(super) fn print(
             format!("needs {} nondecreasing: a row's groups are one run", k.tensor(w.rows).name),
         ]
     } else {
-        [
+        vec![
             format!(
                 "launch: grid {grid}, block {block}; warp w walks groups [{r}*(w/{chunks}), +{r}) of p, its \
                  lanes {vec} columns each of chunk w%{chunks} of n"
@@ -258,8 +258,18 @@ pub(super) fn print(
             format!("needs {} nondecreasing: a run's interior rows are its own", k.tensor(w.rows).name),
         ]
     };
+    if split > 1 {
+        notes.push(format!("{split} sub-warps of {lanes} lanes take alternate entries of each group"));
+    }
+    if hints {
+        notes.push(
+            "L2 policies (l2hints=on): B's rows read with evict_last, C's rows stored with evict_first"
+                .into(),
+        );
+    }
     let mapping = if owned { "row-walk mapping (map=rows)" } else { "warp-walk mapping (map=walk)" };
     line(0, &pattern::banner(k, mapping, &notes));
+    let plan = pattern::plan(mapping, &notes);
     let halves = k.tensors.values().any(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)));
     if halves {
         line(0, "#include <cuda_fp16.h>\n#include <cuda_bf16.h>");
@@ -459,6 +469,7 @@ pub(super) fn print(
         line(0, "}");
         return Ok(CudaKernel {
             sorted: Some(k.tensor(w.rows).name.clone()),
+            plan,
             writes_output: k.init == OutputInit::Zero,
             ..CudaKernel::plain(symbol, src, launch)
         });
@@ -492,7 +503,11 @@ pub(super) fn print(
     line(2, &atomic);
     line(1, "}");
     line(0, "}");
-    Ok(CudaKernel { sorted: Some(k.tensor(w.rows).name.clone()), ..CudaKernel::plain(symbol, src, launch) })
+    Ok(CudaKernel {
+        sorted: Some(k.tensor(w.rows).name.clone()),
+        plan,
+        ..CudaKernel::plain(symbol, src, launch)
+    })
 }
 
 /// How a warp's lanes split over a group: `(lanes, split)`, `split`
