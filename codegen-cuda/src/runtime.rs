@@ -35,7 +35,7 @@ use spindle_ir::tensor::{TensorValue, Tensors};
 use crate::cubin_cache::{self, CacheEntry};
 use crate::nvrtc::{self, Arch, CompileError, Resources};
 use crate::print::{
-    CudaKernel, LaunchGeometry, PrintError, ROUND_BLOCK, RoundKernel, device_kernel, widened_output,
+    CudaKernel, LaunchGeometry, PrintError, ROUND_BLOCK, RoundKernel, RowSplit, device_kernel, widened_output,
 };
 
 /// Why a kernel could not run on the GPU.
@@ -112,6 +112,9 @@ pub struct LoadedKernel {
     /// The kernel writes every output element without reading it
     /// ([`CudaKernel::writes_output`]): timing zeroes nothing first.
     pub writes_output: bool,
+    /// The block-row mapping's work list ([`CudaKernel::split`]), built
+    /// at upload from the data.
+    pub split: Option<RowSplit>,
 }
 
 /// One tensor on the device, in its dtype.
@@ -269,6 +272,7 @@ impl Gpu {
     pub fn load(&self, printed: &CudaKernel) -> Result<LoadedKernel> {
         let mut loaded = self.load_source(&printed.source, &printed.symbol, printed.launch)?;
         loaded.writes_output = printed.writes_output;
+        loaded.split = printed.split.clone();
         if let Some(round) = &printed.round {
             let module = self.module_of(&printed.source, &printed.symbol)?;
             loaded.round = Some((module.load_function(&round.symbol)?, round.clone()));
@@ -354,6 +358,7 @@ impl Gpu {
             cache_hit,
             round: None,
             writes_output: false,
+            split: None,
         })
     }
 
@@ -361,7 +366,14 @@ impl Gpu {
     /// tensor's dtype; the output starts as the kernel's [`OutputInit`]
     /// says. A 16-bit output summed by atomics gets an f32 buffer to sum in
     /// and one of its own type for the rounding kernel ([`device_kernel`]).
-    pub fn upload<K: DeviceArgs + ?Sized>(&self, kernel: &K, tensors: &Tensors) -> Result<DeviceBuffers> {
+    /// A block-row kernel's work list is built from the data and follows
+    /// the tensors, with its scratch buffers ([`RowSplit`]).
+    pub fn upload<K: DeviceArgs + ?Sized>(
+        &self,
+        kernel: &K,
+        loaded: &LoadedKernel,
+        tensors: &Tensors,
+    ) -> Result<DeviceBuffers> {
         kernel.check_data(tensors).map_err(RuntimeError::Data)?;
         let rounded = match kernel.rounded_output() {
             Some((dtype, len)) => Some(self.put(dtype, &HostData::Values(vec![0.0; len]))?),
@@ -407,6 +419,13 @@ impl Gpu {
         }
         let output = output.ok_or_else(|| RuntimeError::Data("the kernel has no output".into()))?;
         let initial_output = initial_output.expect("set with the output");
+        if let Some(split) = &loaded.split {
+            let work = split.work_for(tensors).map_err(RuntimeError::Data)?;
+            let s = &self.stream;
+            out.push(DeviceTensor::I64(s.clone_htod(&work.list)?));
+            out.push(DeviceTensor::F32(s.alloc_zeros(split.partials_len(work.slots))?));
+            out.push(DeviceTensor::I32(s.alloc_zeros(split.counters_len(work.slots))?));
+        }
         Ok(DeviceBuffers { tensors: out, output, initial_output, zero_start, out_shape, rounded })
     }
 
@@ -608,7 +627,7 @@ impl Gpu {
         tensors: &Tensors,
     ) -> Result<ArrayD<f64>> {
         let loaded = self.load(printed)?;
-        let mut buffers = self.upload(kernel, tensors)?;
+        let mut buffers = self.upload(kernel, &loaded, tensors)?;
         self.poison_output(&mut buffers, loaded.writes_output)?;
         self.launch(&loaded, &mut buffers)?;
         self.stream.synchronize()?;
@@ -625,7 +644,7 @@ impl Gpu {
         tensors: &Tensors,
         opts: TimingOptions,
     ) -> Result<(ArrayD<f64>, Timing)> {
-        let mut first = self.upload(kernel, tensors)?;
+        let mut first = self.upload(kernel, loaded, tensors)?;
         self.poison_output(&mut first, loaded.writes_output)?;
         self.launch(loaded, &mut first)?;
         self.stream.synchronize()?;
@@ -651,7 +670,7 @@ impl Gpu {
         tensors: &Tensors,
         opts: TimingOptions,
     ) -> Result<Timing> {
-        let mut first = self.upload(kernel, tensors)?;
+        let mut first = self.upload(kernel, loaded, tensors)?;
         self.time_uploaded(kernel, loaded, tensors, &mut first, opts)
     }
 
@@ -670,7 +689,7 @@ impl Gpu {
         let sets = input_sets(buffers_bytes(kernel), self.info.l2_bytes);
         let mut others = Vec::with_capacity(sets - 1);
         for _ in 1..sets {
-            others.push(self.upload(kernel, tensors)?);
+            others.push(self.upload(kernel, loaded, tensors)?);
         }
         // Both closures need the buffers; they never run at the same time.
         let all = std::cell::RefCell::new((first, others));

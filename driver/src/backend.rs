@@ -510,7 +510,7 @@ impl Executable for CudaExecutable {
     fn upload<'a>(&'a self, data: &'a Tensors) -> Result<Box<dyn Uploaded + 'a>> {
         check_sorted(&self.printed, data)?;
         let data = with_arrays(data, &self.arrays);
-        let buffers = self.gpu.upload(self.kernel.as_ref(), &data)?;
+        let buffers = self.gpu.upload(self.kernel.as_ref(), &self.loaded, &data)?;
         Ok(Box::new(CudaUploaded { exe: self, data, buffers }))
     }
 }

@@ -255,6 +255,8 @@ inline unsigned long long atomicCAS(unsigned long long *p, unsigned long long c,
   return emu_cas(p, c, v);
 }
 inline unsigned short atomicCAS(unsigned short *p, unsigned short c, unsigned short v) { return emu_cas(p, c, v); }
+// Blocks run one after another here, so a fence orders only this block's threads.
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 template <class T> inline T __ldcg(const T *p) { return std::atomic_ref<T>(*const_cast<T *>(p)).load(std::memory_order_relaxed); }
 
 // WMMA.
@@ -311,10 +313,16 @@ template <class F, class T> inline void load_matrix_sync(F &f, const T *p, unsig
   load_matrix_sync(f, p, ldm);
 }
 // Lane 0 stores the tile, converting as the fragment's element type does.
+// The store is the warp's, as on a GPU: every lane has finished what it
+// read before (a tile it loads and stores back) and reads after it what
+// lane 0 wrote.
 template <class F, class T> inline void store_matrix_sync(T *p, const F &f, unsigned ldm, layout_t) {
-  if (threadIdx.x % 32 != 0) return;
-  for (int r = 0; r < F::rows; r++)
-    for (int c = 0; c < F::cols; c++) p[r * ldm + c] = (T)f.x[r * F::cols + c];
+  std::barrier<> &warp = *emu::warp_barriers[threadIdx.x / 32];
+  warp.arrive_and_wait();
+  if (threadIdx.x % 32 == 0)
+    for (int r = 0; r < F::rows; r++)
+      for (int c = 0; c < F::cols; c++) p[r * ldm + c] = (T)f.x[r * F::cols + c];
+  warp.arrive_and_wait();
 }
 inline float __float_to_tf32(float x) {
   unsigned u = emu::bits<unsigned>(x);

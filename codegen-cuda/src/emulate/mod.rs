@@ -27,7 +27,7 @@ use spindle_ir::lang::ElemType;
 use spindle_ir::level::LevelKernel;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
-use crate::print::{CudaKernel, PrintError, ROUND_BLOCK, cuda_type, device_kernel};
+use crate::print::{CudaKernel, PrintError, ROUND_BLOCK, SplitWork, cuda_type, device_kernel};
 
 /// The emulation of the CUDA built-ins the printer uses.
 pub const EMULATION_HEADER: &str = include_str!("cuda_emu.h");
@@ -121,16 +121,17 @@ pub fn compiler() -> Result<String, EmulateError> {
 }
 
 /// The C++ program: the emulation, the kernel, and a `main` that reads the
-/// tensors from `<dir>/<i>.bin` (f64 values, i64 indices), launches (then
-/// the rounding kernel of a widened output, as the runtime does), and
-/// writes the output to `<dir>/out.bin` (f64).
-pub fn program(kernel: &Kernel, printed: &CudaKernel) -> String {
+/// tensors from `<dir>/<i>.bin` (f64 values, i64 indices) and a block-row
+/// kernel's work list from `<dir>/work.bin` (`work`, built from the data),
+/// launches (then the rounding kernel of a widened output, as the runtime
+/// does), and writes the output to `<dir>/out.bin` (f64).
+pub fn program(kernel: &Kernel, printed: &CudaKernel, work: Option<&SplitWork>) -> String {
     let kernel = device_kernel(kernel);
-    program_for(&kernel.tensors.values().cloned().collect::<Vec<_>>(), printed)
+    program_for(&kernel.tensors.values().cloned().collect::<Vec<_>>(), printed, work)
 }
 
 /// [`program`] for a kernel with these parameters, in order.
-fn program_for(params: &[TensorParam], printed: &CudaKernel) -> String {
+fn program_for(params: &[TensorParam], printed: &CudaKernel, work: Option<&SplitWork>) -> String {
     let mut src = String::new();
     src.push_str(EMULATION_HEADER);
     src.push_str("#include <string>\n");
@@ -157,6 +158,17 @@ fn program_for(params: &[TensorParam], printed: &CudaKernel) -> String {
         if t.output {
             output = Some((i, n));
         }
+    }
+    // The work list and its scratch buffers, zeroed as the runtime's are.
+    if let (Some(split), Some(work)) = (&printed.split, work) {
+        let _ = writeln!(
+            src,
+            "  auto *work = emu::read<long long, long long>((dir + \"/work.bin\").c_str(), {});",
+            work.list.len()
+        );
+        let _ = writeln!(src, "  auto *partials = new float[{}]();", split.partials_len(work.slots));
+        let _ = writeln!(src, "  auto *counters = new int[{}]();", split.counters_len(work.slots));
+        args.extend(["work", "partials", "counters"].map(String::from));
     }
     let _ = writeln!(
         src,
@@ -225,7 +237,13 @@ pub fn run(
     // A kernel that writes every element without reading it starts from
     // NaN, as on the GPU: an element it fails to write shows.
     let start = if printed.writes_output { Start::Poisoned } else { Start::As(kernel.init) };
-    run_with(&params, start, program(kernel, printed), tensors, opts)
+    let work = work_list(printed, tensors)?;
+    run_with(&params, start, program(kernel, printed, work.as_ref()), work.as_ref(), tensors, opts)
+}
+
+/// The work list of a block-row kernel, from the data.
+fn work_list(printed: &CudaKernel, tensors: &Tensors) -> Result<Option<SplitWork>, EmulateError> {
+    printed.split.as_ref().map(|s| s.work_for(tensors)).transpose().map_err(EmulateError::Data)
 }
 
 /// What the output holds before a run.
@@ -247,20 +265,26 @@ pub fn run_level(
 ) -> Result<ArrayD<f64>, EmulateError> {
     let params: Vec<TensorParam> = kernel.tensors.values().cloned().collect();
     let start = if printed.writes_output { Start::Poisoned } else { Start::As(kernel.init) };
-    run_with(&params, start, program_for(&params, printed), tensors, opts)
+    let work = work_list(printed, tensors)?;
+    run_with(&params, start, program_for(&params, printed, work.as_ref()), work.as_ref(), tensors, opts)
 }
 
-/// Compiles `source` (a [`program`]) and runs it on `tensors`, the output
-/// (the parameter marked `output`) starting as `start` says.
+/// Compiles `source` (a [`program`]) and runs it on `tensors` (and the
+/// `work` list it reads), the output (the parameter marked `output`)
+/// starting as `start` says.
 fn run_with(
     params: &[TensorParam],
     start: Start,
     program: String,
+    work: Option<&SplitWork>,
     tensors: &Tensors,
     opts: &EmulateOptions,
 ) -> Result<ArrayD<f64>, EmulateError> {
     let cxx = compiler()?;
     let dir = scratch()?;
+    if let Some(work) = work {
+        write_i64(&dir.0.join("work.bin"), &work.list)?;
+    }
     let mut out_shape = Vec::new();
     for (i, t) in params.iter().enumerate() {
         let len: usize = t.shape.iter().product();

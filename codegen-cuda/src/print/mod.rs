@@ -68,9 +68,11 @@ mod plan;
 mod program;
 mod rows;
 mod sink;
+mod split;
 mod walk;
 mod wide;
 pub use rows::STAGES;
+pub use split::{RowSplit, SplitWork};
 pub use wide::{ROUND_BLOCK, RoundKernel, device_kernel, widened_output};
 
 use std::borrow::Cow;
@@ -195,6 +197,10 @@ pub struct CudaKernel {
     /// mapping, then its launch and what it needs, a line each; empty for
     /// the tile mapping, whose plan is [`plan_text`]'s.
     pub plan: Vec<String>,
+    /// The block-row mapping's work list, built from the data at upload:
+    /// the list, the partial sums and the counters are the parameters
+    /// after the tensors ([`RowSplit`]).
+    pub split: Option<RowSplit>,
 }
 
 impl CudaKernel {
@@ -209,6 +215,7 @@ impl CudaKernel {
             sorted: None,
             writes_output: false,
             plan: Vec::new(),
+            split: None,
         }
     }
 }

@@ -2,10 +2,11 @@
 //! `C[bm*R[p]+bi,n] += V[p,q,bi,bj] * B[bk*K[p,q]+bj,n]` (BlockGroupCOO
 //! grouped over rows):
 //!
-//! - a block owns block row `r` of C and a slab of `tile.n` columns; its
-//!   groups are the run of `p` with `R[p] == r` (R sorted), found by a
-//!   32-way search per warp (a ballot a step, about four steps for 10^5
-//!   groups);
+//! - a block owns an entry of a work list built on the host from `R`
+//!   (sorted) and a slab of `tile.n` columns: a block row `r` of C and its
+//!   groups, the run of `p` with `R[p] == r`, or, for a row far above the
+//!   average, a part of that run, whose f32 sums the last part to finish
+//!   adds up and writes ([`RowSplit`]); the longest entries go first;
 //! - each warp owns a `bm x 32` warp tile of the slab: `bm/16 x 2` WMMA
 //!   fragments (HMMA.16816 on sm_80 and sm_90, f32 accumulators) that stay
 //!   in registers across every block of the row, each operand fragment
@@ -17,8 +18,14 @@
 //!   bytes so the fragment loads (LDSM) are free of bank conflicts; B's
 //!   copies ask L2 to keep it (`evict_last`: every block row reads it);
 //! - the result is written once per element, from the fragments (f16 or
-//!   f32): no atomics, and nothing to zero first when the output starts at
-//!   zero (`init zero`); with `+=` over given data it is read and added.
+//!   f32): no atomics but a split row's counter, and nothing to zero first
+//!   when the output starts at zero (`init zero`); with `+=` over given data
+//!   it is read and added.
+//!
+//! With `block=` a multiple of the slab's threads, a block owns several
+//! consecutive block rows that share B's rows ([`print_shared`]); it finds
+//! their runs by a 32-way search per warp (a ballot a step) and splits
+//! nothing.
 //!
 //! Every other kernel is refused with the reason.
 
@@ -28,6 +35,7 @@ use spindle_ir::lang::ElemType;
 
 use super::namer::Names;
 use super::pattern::{self, load_at, range, scaled_plus_range};
+use super::split::RowSplit;
 use super::*;
 
 /// Buffers of the copy ring: copies run up to `STAGES - 1` blocks ahead.
@@ -210,8 +218,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     }
     let names = Names::new(k, "g_");
     let name = |t: TensorId| names.tensors[t].clone();
-    let (rows, crd, values, dense, out) =
-        (name(w.rows), name(w.crd), name(w.values), name(w.dense), name(w.out));
+    let (crd, values, dense, out) = (name(w.crd), name(w.values), name(w.dense), name(w.out));
     let (bm, bk, g, n, slab) = (w.bm, w.bk, w.group, w.n, w.slab);
     let (ty, elem) = match w.operand {
         DType::F16 => ("__half", 2),
@@ -235,7 +242,9 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     let dynamic = bytes > MAX_STATIC_SHARED_BYTES;
     let block_rows = w.m / bm;
     let slabs = n.div_ceil(slab);
-    let grid = block_rows * slabs;
+    let split = RowSplit::new(k.tensor(w.rows).name.clone(), block_rows, w.groups, g, slabs, bm * slab);
+    let entries = split.entries;
+    let grid = entries * slabs;
     if grid > i32::MAX as usize {
         return Err(PrintError::Grid { kernel: k.name.clone(), programs: grid as u64 });
     }
@@ -246,11 +255,17 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
 
     let mut src = String::new();
     let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
+    let cap = split.cap;
     let notes = [
         format!(
-            "launch: grid {grid}, block {block}; block b owns block row b / {slabs} of {out} and its columns \
-             [(b % {slabs}) * {slab}, +{slab}); warp w the {bm}x32 tile at column 32*w; a {STAGES}-buffer \
-             cp.async ring of {bm}x{bk} blocks and {bk}x{slab} rows of {dense} ({bytes} bytes of shared memory)"
+            "launch: grid {grid}, block {block}; block b owns entry b / {slabs} of the work list (a block row \
+             of {out}, or a part of one) and its columns [(b % {slabs}) * {slab}, +{slab}); warp w the {bm}x32 \
+             tile at column 32*w; a {STAGES}-buffer cp.async ring of {bm}x{bk} blocks and {bk}x{slab} rows of \
+             {dense} ({bytes} bytes of shared memory)"
+        ),
+        format!(
+            "work list built from the data: a block row of more than {cap} groups is cut into parts of at most \
+             {cap}, whose f32 sums the last part to finish adds in order and writes; the longest entries first"
         ),
         format!("needs {} nondecreasing: a block row's groups are one run", k.tensor(w.rows).name),
     ];
@@ -258,7 +273,7 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     line(0, &pattern::banner(k, mapping, &notes));
     let plan = pattern::plan(mapping, &notes);
     line(0, &headers(dynamic));
-    line(0, &pattern::signature(k, &names, symbol, block));
+    line(0, &with_work_list(&pattern::signature(k, &names, symbol, block)));
     let a_dims = format!("[{STAGES}][{bm}][{a_pitch}]");
     let b_dims = format!("[{STAGES}][{bk}][{b_pitch}]");
     if dynamic {
@@ -276,11 +291,14 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
         line(1, &format!("__shared__ __align__(128) {ty} b_s{b_dims};"));
     }
     line(1, "const int warp = threadIdx.x >> 5;");
-    line(1, &format!("const long long row = blockIdx.x / {slabs};"));
+    line(
+        1,
+        "// This block's entry: groups [lo, hi) of block row `row`, a part with a slot or the whole row.",
+    );
+    line(1, &format!("const long long *entry = &{WORK}[(blockIdx.x / {slabs}) * 4];"));
+    line(1, "const long long row = entry[0], lo = entry[1], hi = entry[2], slot = entry[3];");
+    line(1, "if (row < 0) return;");
     line(1, &format!("const long long n0 = (long long)(blockIdx.x % {slabs}) * {slab};"));
-    line(1, "// The row's groups: the run of p with R[p] == row.");
-    line(1, &format!("const long long lo = spindle_lower_bound({rows}, {}LL, row);", w.groups));
-    line(1, &format!("const long long hi = spindle_lower_bound({rows}, {}LL, row + 1);", w.groups));
     line(1, &format!("const long long first = lo * {g}, blocks = (hi - lo) * {g};"));
     line(1, "const unsigned long long keep = spindle_evict_last();");
     line(1, "// Block `s` of the row into buffer `buf`: its values and the rows of B it multiplies.");
@@ -304,14 +322,97 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     line(1, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++)"));
     line(2, &format!("#pragma unroll\nfor (int j = 0; j < {ni}; j++) wmma::fill_fragment(acc[i][j], 0.0f);"));
     line(1, &ring("blocks", "long long", &products(&w, "a_s[buf]", "warp", a_pitch, b_pitch)));
-    line(1, &store(k, &w, &out, "row", "warp"));
+    line(1, "if (slot < 0) {");
+    line(2, &store(k, &w, &out, "row", "warp"));
+    line(2, "return;");
+    line(1, "}");
+    line(1, &fix_up(k, &w, &out, entries, slabs, threads));
     line(0, "}");
     Ok(CudaKernel {
         sorted: Some(k.tensor(w.rows).name.clone()),
         writes_output: k.init == OutputInit::Zero,
         plan,
+        split: Some(split),
         ..CudaKernel::plain(symbol, src, launch)
     })
+}
+
+/// The work list and its scratch buffers ([`RowSplit`]): the parameters
+/// after the tensors.
+const WORK: &str = "spindle_work";
+const PARTIALS: &str = "spindle_partials";
+const COUNTERS: &str = "spindle_counters";
+
+/// `signature` with the work list's parameters appended.
+fn with_work_list(signature: &str) -> String {
+    let open = signature.strip_suffix(") {").expect("a signature ends with `) {`");
+    format!(
+        "{open},\n    const long long *__restrict__ {WORK},\n    float *__restrict__ {PARTIALS},\n    int *__restrict__ \
+         {COUNTERS}) {{"
+    )
+}
+
+/// A part of a split row: its f32 sums into its slot, then the part that
+/// finishes last (the row's counter at this slab) adds the row's slots in
+/// order of the parts and writes the row; it leaves the counter at zero
+/// for the next launch. The slots are read past L1 (`__ldcg`): other
+/// blocks wrote them.
+fn fix_up(k: &Kernel, w: &Rows, out: &str, entries: usize, slabs: usize, threads: usize) -> String {
+    let (bm, n, slab, mi, ni) = (w.bm, w.n, w.slab, w.bm / 16, WARP_COLUMNS / 16);
+    let tile = bm * slab;
+    let out_half = k.tensor(w.out).dtype == ElemType::Value(DType::F16);
+    let mut src = String::new();
+    let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
+    line(0, "// A part of a split row: its sums into its slot; the last part to finish writes the row.");
+    line(0, &format!("const long long at = slot * {slabs} + blockIdx.x % {slabs};"));
+    line(0, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++)"));
+    line(1, &format!("#pragma unroll\nfor (int j = 0; j < {ni}; j++)"));
+    line(
+        2,
+        &format!(
+            "wmma::store_matrix_sync(&{PARTIALS}[at * {tile} + (i * 16) * {slab} + warp * {WARP_COLUMNS} + j * 16], \
+             acc[i][j], {slab}, wmma::mem_row_major);"
+        ),
+    );
+    line(0, "__threadfence();");
+    line(0, "__syncthreads();");
+    line(0, "__shared__ int last_s;");
+    line(
+        0,
+        &format!(
+            "const long long row_first = {WORK}[{} + 2 * slot], parts = {WORK}[{} + 2 * slot + 1];",
+            4 * entries,
+            4 * entries
+        ),
+    );
+    line(0, &format!("const long long counter = row_first * {slabs} + blockIdx.x % {slabs};"));
+    line(0, &format!("if (threadIdx.x == 0) last_s = atomicAdd(&{COUNTERS}[counter], 1) == (int)parts - 1;"));
+    line(0, "__syncthreads();");
+    line(0, "if (!last_s) return;");
+    line(0, "__threadfence();");
+    line(0, &format!("for (int e = threadIdx.x; e < {tile}; e += {threads}) {{"));
+    line(1, &format!("const int r = e / {slab};"));
+    line(1, &format!("const long long col = n0 + e % {slab};"));
+    line(1, &format!("if (col >= {n}) continue;"));
+    line(1, "float sum = 0.0f;");
+    line(
+        1,
+        &format!(
+            "for (long long p = 0; p < parts; p++) sum += __ldcg(&{PARTIALS}[((row_first + p) * {slabs} + blockIdx.x % {slabs}) * {tile} + e]);"
+        ),
+    );
+    line(1, &format!("{} *to = &{out}[(row * {bm} + r) * {n} + col];", cuda_type(k.tensor(w.out).dtype)));
+    let keep = k.init == OutputInit::Keep;
+    let text = match (out_half, keep) {
+        (true, true) => "*to = __float2half(sum + __half2float(*to));",
+        (true, false) => "*to = __float2half(sum);",
+        (false, true) => "*to += sum;",
+        (false, false) => "*to = sum;",
+    };
+    line(1, text);
+    line(0, "}");
+    line(0, &format!("if (threadIdx.x == 0) {COUNTERS}[counter] = 0;"));
+    src
 }
 
 /// The fragments' element type and k extent for `operand`.
