@@ -398,6 +398,16 @@ def render(merged: dict) -> str:
             f"{checks(r)}"
         )
     out.append("(a torch.compile time ending in 'e' is eager: compilation failed)")
+    skewed = dig(bsr_report, "skewed")
+    if isinstance(skewed, dict):
+        split, whole = num(skewed.get("split_ms")), num(skewed.get("whole_ms"))
+        cusparse = num(dig(skewed, "cusparse_bsr", "median_ms"))
+        gain = times(whole / split) if split and whole else NA
+        out.append(
+            f"skewed ({skewed.get('description', NA)}): split {ms(split)} ms, whole rows {ms(whole)} ms "
+            f"(split {gain} faster), cuSPARSE BSR {ms(cusparse)} ms"
+            + (f"; error: {skewed['error']}" if skewed.get("error") else "")
+        )
 
     out.append("")
     out.append("Geometric-mean speedup of Spindle (baseline / ours):")

@@ -77,6 +77,8 @@ BSR_CUDA = {
          "speedup_vs_cusparse_bsr": None, "speedup_vs_cublas": 3.0},
         {"sparsity": 0.99, "error": "autotuning failed"},
     ],
+    "skewed": {"description": "4 dense block rows", "blocks": 2099, "schedule": "map=rows tile.n=128",
+               "split_ms": 0.05, "whole_ms": 0.1, "cusparse_bsr": {"median_ms": 0.2}},
     "failures": ["sparsity 0.99: autotuning failed"],
 }
 
@@ -173,7 +175,8 @@ class SummaryTest(unittest.TestCase):
         out = done.stdout
         for text in ("2.00x", "4.00x", "3.00x", "5.00x", "corpus: 3 runs, 2 passed, 1 failed",
                      "sanitizer: 1 of 2 kernels clean", "FAILED bsr_dot: ERROR SUMMARY: 3 errors",
-                     "FAILED spmm f16", "FAIL cuSPARSE; ERROR ours g=4", "ERROR ours\n", "2.0000e", "4096x4096", "50%", "3000 GB/s"):
+                     "FAILED spmm f16", "FAIL cuSPARSE; ERROR ours g=4", "ERROR ours\n", "2.0000e", "4096x4096", "50%", "3000 GB/s",
+                     "skewed (4 dense block rows): split 0.0500 ms, whole rows 0.1000 ms (split 2.00x faster)"):
             self.assertIn(text, out)
 
     def test_missing_files_print_na(self):

@@ -84,6 +84,8 @@ pub const BSR_N: usize = 1024;
 const BSR_SPARSITIES: &[f64] = &[0.5, 0.7, 0.9, 0.95, 0.99];
 /// Rows of the BSR product checked against the CPU.
 const BSR_CHECK_ROWS: usize = 96;
+/// The block rows the skewed case makes dense ([`BsrSkewed`]).
+const SKEWED_ROWS: &[usize] = &[0, 37, 64, 101];
 
 pub fn dtype_of(p: Precision) -> DType {
     match p {
@@ -289,8 +291,29 @@ pub struct BsrReport {
     pub copy_gbs: f64,
     pub repeats: usize,
     pub results: Vec<BsrRow>,
+    /// Block rows far above the average, with the split and without.
+    #[serde(default)]
+    pub skewed: Option<BsrSkewed>,
     pub failures: Vec<String>,
     pub check: String,
+}
+
+/// The 90% matrix with [`SKEWED_ROWS`] block rows made dense: their work is
+/// about eight times the average row's, so without the split
+/// (`split=off`) those rows' blocks hold the launch up alone.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BsrSkewed {
+    pub description: String,
+    pub blocks: usize,
+    pub schedule: String,
+    /// Ours with the split (the default) and with `split=off`, and the
+    /// f16 relative errors of both on the sampled rows.
+    pub split_ms: Option<f64>,
+    pub whole_ms: Option<f64>,
+    pub split_error: Option<f64>,
+    pub whole_error: Option<f64>,
+    pub cusparse_bsr: Option<GpuBaseline>,
+    pub error: Option<String>,
 }
 
 /// One sparsity.
@@ -1015,6 +1038,10 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
         };
         results.push(row);
     }
+    let skewed = skewed_bsr(&backend, &b, precision, timing, cuda_timing, progress);
+    if let Some(e) = &skewed.error {
+        failures.push(format!("skewed: {e}"));
+    }
     Ok(BsrReport {
         suite: "bsr".into(),
         target: "cuda".into(),
@@ -1029,9 +1056,121 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
         copy_gbs,
         repeats: timing.repeats,
         results,
+        skewed: Some(skewed),
         failures,
         check: format!("{BSR_CHECK_ROWS} sampled rows against an f64 CPU product"),
     })
+}
+
+/// The 90% matrix with [`SKEWED_ROWS`] made dense: a 32x32 block at every
+/// column block of those rows.
+fn skewed_matrix(precision: Precision) -> Result<Coo<f64, i64>> {
+    let spec: GeneratorSpec =
+        format!("blocks:rows={BSR_SIZE},cols={BSR_SIZE},bm={BSR_BLOCK},bk={BSR_BLOCK},density=0.1,seed=5")
+            .parse()?;
+    let base = spec.generate::<f64, i64>()?;
+    let heavy = |r: i64| SKEWED_ROWS.contains(&(r as usize / BSR_BLOCK));
+    let mut crd = [Vec::new(), Vec::new()];
+    let mut val = Vec::new();
+    for e in (0..base.nnz()).filter(|&e| !heavy(base.crd[0][e])) {
+        crd[0].push(base.crd[0][e]);
+        crd[1].push(base.crd[1][e]);
+        val.push(base.val[e]);
+    }
+    for &br in SKEWED_ROWS {
+        for r in br * BSR_BLOCK..(br + 1) * BSR_BLOCK {
+            for c in 0..BSR_SIZE {
+                crd[0].push(r as i64);
+                crd[1].push(c as i64);
+                val.push(((r * 7 + c * 13) % 17) as f64 / 17.0 - 0.45);
+            }
+        }
+    }
+    let coo = Coo::new(vec![BSR_SIZE, BSR_SIZE], crd.into(), val)?.canonicalize();
+    Ok(rounded(&coo, precision))
+}
+
+/// Block rows on [`skewed_matrix`] at the untuned schedule, with the
+/// split and without, beside cuSPARSE BSR; checked on sampled rows, the
+/// dense rows among them.
+fn skewed_bsr(
+    backend: &CudaBackend,
+    b: &[f64],
+    precision: Precision,
+    timing: TimingOptions,
+    cuda_timing: spindle_cuda::runtime::TimingOptions,
+    progress: &mut dyn FnMut(&str),
+) -> BsrSkewed {
+    let schedule = "map=rows tile.n=128".to_string();
+    let description = format!(
+        "the 90% matrix with block rows {SKEWED_ROWS:?} dense ({} column blocks each)",
+        BSR_SIZE / BSR_BLOCK
+    );
+    progress(&format!("skewed: {description}"));
+    let mut report = BsrSkewed { description, schedule: schedule.clone(), ..Default::default() };
+    let result = (|| -> Result<()> {
+        let coo = skewed_matrix(precision)?;
+        let bcsr = Bcsr::from_coo(&coo, BSR_BLOCK, BSR_BLOCK)?;
+        report.blocks = bcsr.crd.len();
+        let csr = csr_host(&coo, precision)?;
+        let sample: Vec<usize> = (0..BSR_CHECK_ROWS)
+            .map(|i| i * BSR_SIZE / BSR_CHECK_ROWS + i % 7)
+            .chain(SKEWED_ROWS.iter().map(|&r| r * BSR_BLOCK + 5))
+            .collect();
+        let want = csr_reference(&csr, b, BSR_N, sample.iter().copied());
+        let sampled = |out: &[f64]| -> Vec<f64> {
+            sample
+                .iter()
+                .flat_map(|&r| out.get(r * BSR_N..(r + 1) * BSR_N).unwrap_or(&[]).iter().copied())
+                .collect()
+        };
+        let bsr_host = BsrHost {
+            block_rows: BSR_SIZE / BSR_BLOCK,
+            block_cols: BSR_SIZE / BSR_BLOCK,
+            bm: BSR_BLOCK,
+            bk: BSR_BLOCK,
+            indptr: bcsr.pos.iter().map(|&x| i32::try_from(x)).collect::<Result<_, _>>()?,
+            indices: bcsr.crd.iter().map(|&x| i32::try_from(x)).collect::<Result<_, _>>()?,
+            values: bcsr.val.clone(),
+        };
+        report.cusparse_bsr = Some(
+            match baseline::cusparse_spmm_bsr(backend.gpu(), &bsr_host, b, BSR_N, precision, cuda_timing) {
+                Ok(run) => GpuBaseline {
+                    median_ms: Some(run.timing.median_ms),
+                    max_rel_error: Some(rel_error(&sampled(&run.output), &want)),
+                    ..Default::default()
+                },
+                Err(e) => GpuBaseline { error: Some(e.to_string()), ..Default::default() },
+            },
+        );
+        let format = format!("blockgroupcoo:bm={BSR_BLOCK},bk={BSR_BLOCK},dim=0,g=auto");
+        let prepared = prepare(&coo, b, BSR_N, precision, &format)?;
+        for split in [true, false] {
+            let schedule = if split { schedule.clone() } else { format!("{schedule} split=off") };
+            let (out, t, _) = measure(backend, &prepared, &schedule, timing)?;
+            let err = rel_error(&sampled(out.as_slice().unwrap_or(&[])), &want);
+            if err > tolerance(precision) {
+                anyhow::bail!("[{schedule}]: error {err:.1e}");
+            }
+            if split {
+                (report.split_ms, report.split_error) = (Some(t.median_ms), Some(err));
+            } else {
+                (report.whole_ms, report.whole_error) = (Some(t.median_ms), Some(err));
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        report.error = Some(format!("{e:#}"));
+    }
+    let ms = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.4} ms"));
+    progress(&format!(
+        "  split {} / whole rows {} / cuSPARSE BSR {}",
+        ms(report.split_ms),
+        ms(report.whole_ms),
+        ms(report.cusparse_bsr.as_ref().and_then(|c| c.median_ms))
+    ));
+    report
 }
 
 #[cfg(test)]
@@ -1079,6 +1218,33 @@ mod tests {
             }
             let walk = print(&prepared, &format!("tile.q={g} map=walk tile.p=32")).unwrap();
             assert!(walk.source.contains("warp-walk mapping") && walk.sorted.is_some(), "g={g}");
+        }
+    }
+
+    /// The skewed BSR case exercises the split: its dense block rows hold
+    /// every column block, and the default schedule's work list cuts each
+    /// into parts, where `split=off` keeps them whole.
+    #[test]
+    fn the_skewed_bsr_case_splits_its_dense_rows() {
+        let coo = skewed_matrix(Precision::F16).unwrap();
+        let bcsr = Bcsr::from_coo(&coo, BSR_BLOCK, BSR_BLOCK).unwrap();
+        let column_blocks = (BSR_SIZE / BSR_BLOCK) as i64;
+        for &r in SKEWED_ROWS {
+            assert_eq!(bcsr.pos[r + 1] - bcsr.pos[r], column_blocks, "block row {r}");
+        }
+        let average = bcsr.crd.len() as f64 / column_blocks as f64;
+        assert!(average * 6.0 < column_blocks as f64, "{average} blocks a row");
+        let b = dense(BSR_SIZE, 16, 11, Precision::F16);
+        let format = format!("blockgroupcoo:bm={BSR_BLOCK},bk={BSR_BLOCK},dim=0,g=auto");
+        let prepared = prepare(&coo, &b, 16, Precision::F16, &format).unwrap();
+        for (schedule, split) in [("map=rows tile.n=32", true), ("map=rows tile.n=32 split=off", false)] {
+            let printed = print(&prepared, schedule).unwrap();
+            let work = printed.split.unwrap().work_for(&prepared.data).unwrap();
+            if split {
+                assert!(work.slots >= 3 * SKEWED_ROWS.len(), "{schedule}: {} slots", work.slots);
+            } else {
+                assert_eq!(work.slots, 0, "{schedule}");
+            }
         }
     }
 

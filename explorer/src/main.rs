@@ -170,7 +170,8 @@ enum Command {
         data: einsum::DataArgs,
         /// The schedule: tile.INDEX=N, reduce=atomic|accumulate|segment(R)|parallel(R),
         /// broadcast=lazy|eager, matmul=on|off, parallel=I+J, order=I+J,
-        /// threads=N (C), map=tiles|walk|rows, l2hints=on|off and block=N (CUDA), path=levels,
+        /// threads=N (C), map=tiles|walk|rows, l2hints=on|off, split=on|off and block=N (CUDA),
+        /// path=levels,
         /// fusion=none|maximal|trie and strip=auto|N (programs), ... (an
         /// unknown item is refused with the whole list).
         #[arg(long, default_value = "")]

@@ -889,7 +889,8 @@ fn heavy_row_problem(n: usize, operands: DType, output: DType, g: &str, c_data: 
 /// slots, and the last part to finish adds them and writes the row, in f16
 /// or f32, added to given values under `+=`, over ragged slabs; on the
 /// emulated GPU against the reference evaluator, under the sanitizer
-/// `$SPINDLE_EMU_SANITIZER` names and under ThreadSanitizer.
+/// `$SPINDLE_EMU_SANITIZER` names and under ThreadSanitizer; `split=off`
+/// keeps the row whole.
 #[test]
 fn block_rows_split_heavy_rows_on_the_emulated_gpu() {
     if !emulate::compiler_or_skip("block_rows_split_heavy_rows_on_the_emulated_gpu") {
@@ -903,6 +904,7 @@ fn block_rows_split_heavy_rows_on_the_emulated_gpu() {
         (64, DType::Bf16, DType::F32, "g=3", false, "tile.n=64", &address),
         (32, DType::F32, DType::F32, "g=1", true, "tile.n=32 tf32=on", &address),
         (48, DType::F16, DType::F16, "g=1", true, "tile.n=32", &thread),
+        (64, DType::F16, DType::F16, "g=1", true, "tile.n=32 split=off", &address),
     ];
     for (n, operands, output, g, c_data, items, backend) in cases {
         let what = format!("{} -> {} n={n} {g} C data {c_data} [{items}]", operands.name(), output.name());
@@ -912,8 +914,13 @@ fn block_rows_split_heavy_rows_on_the_emulated_gpu() {
         let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
         let split = printed.split.as_ref().unwrap_or_else(|| panic!("{what}: no work list"));
         let work = split.work_for(&prepared.data).unwrap();
-        // Row 2's 40 blocks, against an average of 9 or fewer: 3 parts or more.
-        assert!(work.slots >= 3, "{what}: {} slots, cap {}", work.slots, split.cap);
+        // Row 2's 40 blocks, against an average of 9 or fewer: 3 parts or
+        // more; none with split=off.
+        if items.contains("split=off") {
+            assert_eq!(work.slots, 0, "{what}: split=off cuts nothing");
+        } else {
+            assert!(work.slots >= 3, "{what}: {} slots, cap {}", work.slots, split.cap);
+        }
         assert!(printed.plan.iter().any(|l| l.contains("work list")), "{what}: {:?}", printed.plan);
         let compiled = prepared.compile(backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
         let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -113,17 +113,26 @@ pub struct PrintOptions {
     pub map: Mapping,
     /// L2 policies on the walks' B loads and C stores (`l2hints=on`).
     pub l2_hints: bool,
+    /// Block rows split a row far above the average (`split=on`).
+    pub split_rows: bool,
 }
 
 impl Default for PrintOptions {
     fn default() -> Self {
-        PrintOptions { tensor_cores: true, tf32: false, threads: None, map: Mapping::Tiles, l2_hints: false }
+        PrintOptions {
+            tensor_cores: true,
+            tf32: false,
+            threads: None,
+            map: Mapping::Tiles,
+            l2_hints: false,
+            split_rows: true,
+        }
     }
 }
 
 impl From<&Schedule> for PrintOptions {
     /// The schedule's CUDA items (`tensorcores=`, `tf32=`, `block=`, `map=`,
-    /// `l2hints=`).
+    /// `l2hints=`, `split=`).
     fn from(s: &Schedule) -> PrintOptions {
         PrintOptions {
             tensor_cores: s.tensor_cores,
@@ -131,6 +140,7 @@ impl From<&Schedule> for PrintOptions {
             threads: s.block,
             map: s.map,
             l2_hints: s.l2_hints,
+            split_rows: s.split_rows,
         }
     }
 }

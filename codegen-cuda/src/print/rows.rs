@@ -242,7 +242,8 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     let dynamic = bytes > MAX_STATIC_SHARED_BYTES;
     let block_rows = w.m / bm;
     let slabs = n.div_ceil(slab);
-    let split = RowSplit::new(k.tensor(w.rows).name.clone(), block_rows, w.groups, g, slabs, bm * slab);
+    let rows = k.tensor(w.rows).name.clone();
+    let split = RowSplit::new(rows, block_rows, w.groups, g, slabs, bm * slab, opts.split_rows);
     let entries = split.entries;
     let grid = entries * slabs;
     if grid > i32::MAX as usize {
@@ -263,10 +264,15 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
              tile at column 32*w; a {STAGES}-buffer cp.async ring of {bm}x{bk} blocks and {bk}x{slab} rows of \
              {dense} ({bytes} bytes of shared memory)"
         ),
-        format!(
-            "work list built from the data: a block row of more than {cap} groups is cut into parts of at most \
-             {cap}, whose f32 sums the last part to finish adds in order and writes; the longest entries first"
-        ),
+        if opts.split_rows {
+            format!(
+                "work list built from the data: a block row of more than {cap} groups is cut into parts of at \
+                 most {cap}, whose f32 sums the last part to finish adds in order and writes; the longest \
+                 entries first"
+            )
+        } else {
+            "work list built from the data: a block row a block, whole (split=off); the longest first".into()
+        },
         format!("needs {} nondecreasing: a block row's groups are one run", k.tensor(w.rows).name),
     ];
     let mapping = "block-row mapping (map=rows)";

@@ -56,7 +56,8 @@ pub struct SplitWork {
 impl RowSplit {
     /// The split of `groups` groups of `group` blocks over `block_rows`
     /// rows: a row is cut when it holds more than [`HEAVY`] times the
-    /// average, into parts of at least [`MIN_PART_BLOCKS`] blocks.
+    /// average, into parts of at least [`MIN_PART_BLOCKS`] blocks; with
+    /// `split` false no row is cut (a block a row, the longest first).
     pub fn new(
         rows: String,
         block_rows: usize,
@@ -64,9 +65,11 @@ impl RowSplit {
         group: usize,
         slabs: usize,
         tile: usize,
+        split: bool,
     ) -> Self {
         let average = groups.div_ceil(block_rows.max(1));
-        let cap = (HEAVY * average).max(MIN_PART_BLOCKS.div_ceil(group.max(1))).max(1);
+        let cap = if split { (HEAVY * average).max(MIN_PART_BLOCKS.div_ceil(group.max(1))) } else { groups };
+        let cap = cap.max(1);
         RowSplit { rows, block_rows, groups, cap, entries: block_rows + groups / cap, slabs, tile }
     }
 
@@ -141,7 +144,7 @@ mod tests {
     use super::*;
 
     fn split(block_rows: usize, groups: usize, group: usize) -> RowSplit {
-        RowSplit::new("R".into(), block_rows, groups, group, 2, 32 * 64)
+        RowSplit::new("R".into(), block_rows, groups, group, 2, 32 * 64, true)
     }
 
     /// The entries as (row, lo, hi, slot) and the slots' (first, parts).
@@ -190,6 +193,19 @@ mod tests {
         );
         assert_eq!(s.partials_len(w.slots), 2 * 2 * 32 * 64);
         assert_eq!(s.counters_len(w.slots), 4);
+    }
+
+    #[test]
+    fn without_the_split_a_heavy_row_stays_whole() {
+        let s = RowSplit::new("R".into(), 4, 32, 1, 2, 32 * 64, false);
+        let mut rows = vec![0i64; 3];
+        rows.extend(std::iter::repeat_n(1, 25));
+        rows.extend(std::iter::repeat_n(3, 4));
+        let w = s.work(&rows);
+        let (e, _) = entries(&s, &w);
+        assert_eq!(w.slots, 0);
+        assert_eq!(e[0], [1, 3, 28, -1]);
+        assert_eq!(e.iter().filter(|e| e[0] >= 0).count(), 4);
     }
 
     #[test]

@@ -188,6 +188,9 @@ pub struct Schedule {
     /// with an L2 `evict_last` policy and C's 16-byte stores with
     /// `evict_first`, so the gathered rows outlast the streamed output.
     pub l2_hints: bool,
+    /// CUDA, block rows (`split=on|off`): a block row far above the
+    /// average is split across blocks (on by default).
+    pub split_rows: bool,
 }
 
 impl Default for Schedule {
@@ -211,6 +214,7 @@ impl Default for Schedule {
             block: None,
             map: Mapping::Tiles,
             l2_hints: false,
+            split_rows: true,
         }
     }
 }
@@ -241,7 +245,7 @@ pub struct ScheduleError {
 pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
 ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, strip=auto|N, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate|segment(R)|parallel(R), broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
-block=N, map=tiles|walk|rows, l2hints=on|off (CUDA)";
+block=N, map=tiles|walk|rows, l2hints=on|off, split=on|off (CUDA)";
 
 impl FromStr for Schedule {
     type Err = ScheduleError;
@@ -320,6 +324,7 @@ impl FromStr for Schedule {
                 }
                 ("tf32", v) => s.tf32 = on_off(v).ok_or_else(|| bad("tf32 is on or off"))?,
                 ("l2hints", v) => s.l2_hints = on_off(v).ok_or_else(|| bad("l2hints is on or off"))?,
+                ("split", v) => s.split_rows = on_off(v).ok_or_else(|| bad("split is on or off"))?,
                 ("block", v) => match v.parse::<u32>() {
                     Ok(n) if n > 0 && n <= 1024 && n % 32 == 0 => s.block = Some(n),
                     _ => return Err(bad("block is a multiple of 32 up to 1024 (threads per CUDA block)")),
@@ -370,6 +375,9 @@ impl fmt::Display for Schedule {
         }
         if self.l2_hints {
             write!(f, " l2hints=on")?;
+        }
+        if !self.split_rows {
+            write!(f, " split=off")?;
         }
         if self.path == Path::Levels {
             write!(f, " path=levels")?;
@@ -462,6 +470,9 @@ mod tests {
         let s: Schedule = "map=walk l2hints=on".parse().unwrap();
         assert!(s.l2_hints);
         assert_eq!(s.to_string(), "reduce=accumulate broadcast=lazy matmul=on map=walk l2hints=on");
+        let s: Schedule = "map=rows split=off".parse().unwrap();
+        assert!(!s.split_rows);
+        assert_eq!(s.to_string(), "reduce=accumulate broadcast=lazy matmul=on map=rows split=off");
         assert_eq!(s.to_string().parse::<Schedule>().unwrap(), s);
         let s: Schedule = "path=levels order=k+m".parse().unwrap();
         assert_eq!(s.path, Path::Levels);
