@@ -929,6 +929,36 @@ fn block_rows_split_heavy_rows_on_the_emulated_gpu() {
     }
 }
 
+/// A copy ring of exactly 48 KB (48x48 f16 blocks, tile.n = 64) stays in
+/// static shared memory: the split's fix-up adds no shared variable, so
+/// NVRTC takes it for sm_80 and sm_90.
+#[test]
+fn block_rows_fill_static_shared_memory_to_the_limit() {
+    let test = "block_rows_fill_static_shared_memory_to_the_limit";
+    if !toolchain_available(test) {
+        return;
+    }
+    let spec: spindle_formats::generate::GeneratorSpec =
+        "blocks:rows=192,cols=192,bm=48,bk=48,density=0.5,seed=3".parse().unwrap();
+    let coo = spec.generate::<f64, i64>().unwrap().canonicalize();
+    let halves = spindle::ElemType::Value(DType::F16);
+    let prepared = spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", spindle::Input::from(coo).with_dtype(halves))
+        .tensor("B", spindle::Input::random(&[192, 64], DType::F16, 3))
+        .tensor("C", spindle::Input::shape(&[192, 64], halves))
+        .format("A", "blockgroupcoo:bm=48,bk=48,dim=0,g=1")
+        .prepare()
+        .unwrap_or_else(|e| panic!("{}", e.render(false)));
+    let schedule: Schedule = "map=rows tile.n=64".parse().unwrap();
+    let kernel = prepared.lower(&schedule).unwrap();
+    let printed = print_kernel(&kernel, SYMBOL, &PrintOptions::from(&schedule)).unwrap();
+    assert_eq!((printed.launch.shared_bytes, printed.launch.dynamic), (48 * 1024, false));
+    let toolchain = nvrtc::Toolchain::locate().unwrap();
+    for arch in [Arch::Sm80, Arch::Sm90] {
+        spill_free_sass(&toolchain, &printed.source, arch, &format!("48x48 blocks for {arch}"));
+    }
+}
+
 /// Block rows under ThreadSanitizer: a `cp.async` into a buffer that a warp
 /// still reads, or a barrier missing between a block's copies and its
 /// fragment loads, is a race here.

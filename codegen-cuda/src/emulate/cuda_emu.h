@@ -54,6 +54,18 @@ template <class To, class From> inline To bits(From x) {
 }  // namespace emu
 
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+// A barrier that returns whether any thread's predicate held.
+inline int __syncthreads_or(int pred) {
+  static std::atomic<int> any{0};
+  emu::block_barrier->arrive_and_wait();
+  if (pred) any.store(1);
+  emu::block_barrier->arrive_and_wait();
+  const int result = any.load();
+  emu::block_barrier->arrive_and_wait();
+  // Every thread has read it: thread 0 clears it before the next call's first barrier.
+  if (threadIdx.x == 0) any.store(0);
+  return result;
+}
 
 // A warp's lanes exchange through the slots, between barriers of the warp
 // alone (the code around a shuffle is warp-uniform, not block-uniform, and

@@ -382,7 +382,6 @@ fn fix_up(k: &Kernel, w: &Rows, out: &str, entries: usize, slabs: usize, threads
     );
     line(0, "__threadfence();");
     line(0, "__syncthreads();");
-    line(0, "__shared__ int last_s;");
     line(
         0,
         &format!(
@@ -392,9 +391,14 @@ fn fix_up(k: &Kernel, w: &Rows, out: &str, entries: usize, slabs: usize, threads
         ),
     );
     line(0, &format!("const long long counter = row_first * {slabs} + blockIdx.x % {slabs};"));
-    line(0, &format!("if (threadIdx.x == 0) last_s = atomicAdd(&{COUNTERS}[counter], 1) == (int)parts - 1;"));
-    line(0, "__syncthreads();");
-    line(0, "if (!last_s) return;");
+    line(0, "// Thread 0 counts this part done; the block learns whether it was the last (no shared");
+    line(0, "// variable: the ring may fill the 48 KB of static shared memory).");
+    line(
+        0,
+        &format!(
+            "if (!__syncthreads_or(threadIdx.x == 0 && atomicAdd(&{COUNTERS}[counter], 1) == (int)parts - 1)) return;"
+        ),
+    );
     line(0, "__threadfence();");
     line(0, &format!("for (int e = threadIdx.x; e < {tile}; e += {threads}) {{"));
     line(1, &format!("const int r = e / {slab};"));

@@ -79,7 +79,9 @@ impl RowSplit {
         // (row, lo, hi, slot), one per part; a row's slots are consecutive.
         let mut parts = Vec::with_capacity(self.entries);
         let mut firsts = Vec::new();
-        let mut lo = 0;
+        // Groups of a row below 0 belong to no block row (the kernel's mask
+        // skips them, as the reference does).
+        let mut lo = rows.partition_point(|&r| r < 0);
         for row in 0..self.block_rows {
             let hi = lo + rows[lo..].partition_point(|&r| r <= row as i64);
             let len = hi - lo;
@@ -96,7 +98,9 @@ impl RowSplit {
             }
             lo = hi;
         }
-        debug_assert!(parts.len() <= self.entries, "{} parts for {} entries", parts.len(), self.entries);
+        // Each row's parts are 1 + floor((len - 1) / cap) <= 1 + floor(len / cap),
+        // and a sum of floors is at most the floor of the sum.
+        assert!(parts.len() <= self.entries, "{} parts for {} entries", parts.len(), self.entries);
         // The longest first (stable: rows in order among equals).
         parts.sort_by_key(|p| std::cmp::Reverse(p[2] - p[1]));
         parts.resize(self.entries, [-1, 0, 0, -1]);
@@ -193,6 +197,14 @@ mod tests {
         );
         assert_eq!(s.partials_len(w.slots), 2 * 2 * 32 * 64);
         assert_eq!(s.counters_len(w.slots), 4);
+    }
+
+    #[test]
+    fn groups_of_negative_rows_belong_to_no_row() {
+        let s = split(2, 4, 1);
+        let w = s.work(&[-1, 0, 0, 1]);
+        let (e, _) = entries(&s, &w);
+        assert_eq!(e[..2], [[0, 1, 3, -1], [1, 3, 4, -1]]);
     }
 
     #[test]
