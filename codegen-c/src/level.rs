@@ -1647,7 +1647,12 @@ impl<'k, D: Dialect> Printer<'k, D> {
 
     /// Co-iteration: every level's position advances when its coordinate
     /// is the current one; the branch taken is the lattice point of the
-    /// levels that have it.
+    /// levels that have it. Over the levels' coordinates (not `full`), a
+    /// loop per lattice point, the largest first, runs while each of its
+    /// levels has entries left and takes the cases among its levels: once
+    /// a level runs out, the next loop drops it, so no loop tests a level's
+    /// end on every step or reads a sentinel (a union's remainders are
+    /// plain loops over one level).
     fn merge(
         &mut self,
         var: VarId,
@@ -1665,62 +1670,84 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(d, &format!("int64_t {p} = {begin};"));
             self.line(d, &format!("const int64_t {p}_end = {end};"));
         }
-        let inner = if full {
+        if full {
             let extent = self.k.var(var).extent;
             self.line(d, &format!("for (int64_t {v} = 0; {v} < {extent}; {v}++) {{"));
             for (l, p) in levels.iter().zip(&ps) {
                 let crd = self.crd(l).to_string();
                 self.line(d + 1, &format!("const int m_{p} = {p} < {p}_end && {crd}[{p}] == {v};"));
             }
-            d + 1
-        } else {
-            let any: Vec<String> = points
-                .iter()
-                .map(|pt| {
-                    let all: Vec<String> = ps
-                        .iter()
-                        .zip(&pt.present)
-                        .filter(|(_, on)| **on)
-                        .map(|(p, _)| format!("{p} < {p}_end"))
-                        .collect();
-                    format!("({})", all.join(" && "))
-                })
-                .collect();
-            self.line(d, &format!("while ({}) {{", any.join(" || ")));
-            for (l, p) in levels.iter().zip(&ps) {
+            let all = vec![true; levels.len()];
+            self.cases(&ps, &all, points, d + 1);
+            self.line(d, "}");
+            self.line(depth, "}");
+            return;
+        }
+        // The loops' level sets, largest first (the order loses nothing:
+        // a loop ends with fewer levels left, whose loop comes later).
+        let mut loops: Vec<&[bool]> = points.iter().map(|pt| pt.present.as_slice()).collect();
+        loops.sort_by_key(|on| std::cmp::Reverse(on.iter().filter(|&&x| x).count()));
+        loops.dedup();
+        for on in loops {
+            let live: Vec<&String> = ps.iter().zip(on).filter(|(_, on)| **on).map(|(p, _)| p).collect();
+            let cond: Vec<String> = live.iter().map(|p| format!("{p} < {p}_end")).collect();
+            self.line(d, &format!("while ({}) {{", cond.join(" && ")));
+            for (l, p) in levels.iter().zip(&ps).filter(|(_, p)| live.contains(p)) {
                 let crd = self.crd(l).to_string();
-                self.line(d + 1, &format!("const int64_t c_{p} = {p} < {p}_end ? {crd}[{p}] : INT64_MAX;"));
+                self.line(d + 1, &format!("const int64_t c_{p} = {crd}[{p}];"));
             }
-            let mut min = format!("c_{}", ps[0]);
-            for p in &ps[1..] {
+            let mut min = format!("c_{}", live[0]);
+            for p in &live[1..] {
                 min = format!("(c_{p} < {min} ? c_{p} : {min})");
             }
             self.line(d + 1, &format!("const int64_t {v} = {min};"));
-            for p in &ps {
+            for p in &live {
                 self.line(d + 1, &format!("const int m_{p} = c_{p} == {v};"));
             }
-            d + 1
-        };
+            self.cases(&ps, on, points, d + 1);
+            self.line(d, "}");
+        }
+        self.line(depth, "}");
+    }
+
+    /// The branches of a merge step over the levels `on` of `ps` (the
+    /// others have run out): a branch per lattice point among them, on the
+    /// masks `m_<position>`, then every level on advances by its mask.
+    fn cases(&mut self, ps: &[String], on: &[bool], points: &[spindle_ir::level::Point], depth: usize) {
         let mut first = true;
-        for pt in points {
+        for pt in points.iter().filter(|pt| pt.present.iter().zip(on).all(|(present, on)| !present || *on)) {
             let cond: Vec<String> = ps
                 .iter()
                 .zip(&pt.present)
-                .map(|(p, on)| if *on { format!("m_{p}") } else { format!("!m_{p}") })
+                .zip(on)
+                .filter(|(_, on)| **on)
+                .map(|((p, present), _)| if *present { format!("m_{p}") } else { format!("!m_{p}") })
                 .collect();
             let keyword = if first { "if" } else { "} else if" };
             first = false;
-            self.line(inner, &format!("{keyword} ({}) {{", cond.join(" && ")));
-            pt.body.iter().for_each(|b| self.node(b, inner + 1));
+            self.line(depth, &format!("{keyword} ({}) {{", cond.join(" && ")));
+            pt.body.iter().for_each(|b| self.node(b, depth + 1));
+            // Advanced in the branch: the next step's loads then depend on
+            // the branch (predicted) rather than on this step's loads
+            // (union on ca-CondMat 1.43 -> 0.66 ms).
+            for (p, _) in ps.iter().zip(&pt.present).filter(|(_, present)| **present) {
+                self.line(depth + 1, &format!("{p}++;"));
+            }
         }
-        if !points.is_empty() {
-            self.line(inner, "}");
+        // Levels that have the coordinate where no point does (an
+        // intersection's levels one at a time) advance by their masks; a
+        // union's points cover every such set.
+        let masks: Vec<String> =
+            ps.iter().zip(on).filter(|(_, on)| **on).map(|(p, _)| format!("{p} += m_{p};")).collect();
+        if first {
+            masks.iter().for_each(|m| self.line(depth, m));
+        } else if covers_every_set(points, on) {
+            self.line(depth, "}");
+        } else {
+            self.line(depth, "} else {");
+            masks.iter().for_each(|m| self.line(depth + 1, m));
+            self.line(depth, "}");
         }
-        for p in &ps {
-            self.line(inner, &format!("{p} += m_{p};"));
-        }
-        self.line(d, "}");
-        self.line(depth, "}");
     }
 
     /// The row-major address of a dense tensor at loop variables.
@@ -1984,4 +2011,22 @@ fn assembly_arrays(a: &Assembly, val: TensorId) -> Vec<TensorId> {
 pub fn dense(assembled: &Assembled) -> Result<ArrayD<f64>, BackendError> {
     let data = |e: spindle_ir::formats::FormatError| BackendError::Data(e.to_string());
     assembled.to_coo().map_err(data)?.to_ndarray().map_err(data)
+}
+
+/// Whether every non-empty set of the levels `on` is some point's levels:
+/// a merge step over them then always takes a point's branch (without
+/// `full`, at least one level has the step's coordinate).
+fn covers_every_set(points: &[spindle_ir::level::Point], on: &[bool]) -> bool {
+    let live: Vec<usize> = (0..on.len()).filter(|&l| on[l]).collect();
+    if live.len() > 8 {
+        return false;
+    }
+    (1u32..1 << live.len()).all(|set| {
+        points.iter().any(|pt| {
+            (0..pt.present.len()).all(|l| match live.iter().position(|&x| x == l) {
+                Some(bit) => pt.present[l] == (set >> bit & 1 == 1),
+                None => !pt.present[l],
+            })
+        })
+    })
 }
