@@ -1690,6 +1690,11 @@ impl<'k, D: Dialect> Printer<'k, D> {
         loops.dedup();
         for on in loops {
             let live: Vec<&String> = ps.iter().zip(on).filter(|(_, on)| **on).map(|(p, _)| p).collect();
+            if live.is_empty() {
+                // A point of no level iterates nothing here (a dense loop
+                // `full` takes such points).
+                continue;
+            }
             let cond: Vec<String> = live.iter().map(|p| format!("{p} < {p}_end")).collect();
             self.line(d, &format!("while ({}) {{", cond.join(" && ")));
             for (l, p) in levels.iter().zip(&ps).filter(|(_, p)| live.contains(p)) {
