@@ -169,6 +169,21 @@ fn co_iteration_takes_one_branch_per_lattice_point() {
         &[("A", "csr")],
     ));
     assert!(tree.contains("sweep j"), "{tree}");
+    // Three operands: a loop per lattice point, the largest first; each
+    // loop ends with one operand run out, whose points' loop comes later.
+    let tree = runs(&case(
+        "C[i,j] = A[i,j] + B[i,j] + E[i,j]",
+        &[("C", &[20, 64], 1.0), ("A", &[20, 64], 0.3), ("B", &[20, 64], 0.2), ("E", &[20, 64], 0.4)],
+        &[("A", "csr"), ("B", "csr"), ("E", "dcsr")],
+    ));
+    assert!(tree.contains("case {A, B, E}") && tree.contains("case {E}"), "{tree}");
+    // A product of a sum: A is in every point; the loops stop when A does.
+    let tree = runs(&case(
+        "C[i,j] = A[i,j] * (B[i,j] + E[i,j])",
+        &[("C", &[20, 64], 1.0), ("A", &[20, 64], 0.5), ("B", &[20, 64], 0.3), ("E", &[20, 64], 0.3)],
+        &[("A", "csr"), ("B", "csr"), ("E", "csr")],
+    ));
+    assert!(tree.contains("case {A, B, E}") && !tree.contains("case {B, E}"), "{tree}");
     // exp(0) is 1: every coordinate counts.
     runs(&case(
         "C[i,j] = exp(A[i,j]) * B[i,j] + relu(B[i,j])",
