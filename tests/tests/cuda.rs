@@ -764,7 +764,6 @@ fn kernels_over_48_kb_use_dynamic_shared_memory() {
 /// `operands`, C of `output` with `n` columns; with `c_data` C holds values
 /// that `+=` adds to.
 fn block_problem(n: usize, operands: DType, output: DType, g: &str, c_data: bool) -> spindle::Prepared {
-    use spindle::{ElemType, Input};
     let spec: spindle_formats::generate::GeneratorSpec =
         "blocks:rows=192,cols=128,bm=32,bk=32,density=0.6,seed=9".parse().unwrap();
     let full = spec.generate::<f64, i64>().unwrap().canonicalize();
@@ -772,12 +771,28 @@ fn block_problem(n: usize, operands: DType, output: DType, g: &str, c_data: bool
     let crd = full.crd.iter().map(|c| keep.iter().map(|&e| c[e]).collect()).collect();
     let coo = spindle_formats::Coo::new(full.shape.clone(), crd, keep.iter().map(|&e| full.val[e]).collect())
         .unwrap();
-    let b = ndarray::Array2::from_shape_fn((128, n), |(i, j)| ((i * 5 + j * 3) % 13) as f64 / 13.0 - 0.45);
+    block_spmm(coo, n, operands, output, g, c_data)
+}
+
+/// `C[m,n] += A[m,k] * B[k,n]` with A of `coo` in 32x32 BlockGroupCOO over
+/// rows (`g`), B and C seeded: operands of `operands`, C of `output` with
+/// `n` columns; with `c_data` C holds values that `+=` adds to.
+fn block_spmm(
+    coo: spindle_formats::Coo<f64, i64>,
+    n: usize,
+    operands: DType,
+    output: DType,
+    g: &str,
+    c_data: bool,
+) -> spindle::Prepared {
+    use spindle::{ElemType, Input};
+    let (m, k) = (coo.shape[0], coo.shape[1]);
+    let b = ndarray::Array2::from_shape_fn((k, n), |(i, j)| ((i * 5 + j * 3) % 13) as f64 / 13.0 - 0.45);
     let c = if c_data {
-        Input::from(ndarray::Array2::from_shape_fn((192, n), |(i, j)| ((i + 2 * j) % 5) as f64 / 5.0 - 0.3))
+        Input::from(ndarray::Array2::from_shape_fn((m, n), |(i, j)| ((i + 2 * j) % 5) as f64 / 5.0 - 0.3))
             .with_dtype(ElemType::Value(output))
     } else {
-        Input::shape(&[192, n], ElemType::Value(output))
+        Input::shape(&[m, n], ElemType::Value(output))
     };
     spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
         .tensor("A", Input::from(coo).with_dtype(ElemType::Value(operands)))
@@ -855,7 +870,6 @@ fn block_rows_compute_block_sparse_spmm_on_the_emulated_gpu() {
 /// and 4 none, the others two or three), operands and C as in
 /// [`block_problem`].
 fn heavy_row_problem(n: usize, operands: DType, output: DType, g: &str, c_data: bool) -> spindle::Prepared {
-    use spindle::{ElemType, Input};
     let blocks: Vec<(usize, usize)> =
         (0..40).map(|c| (2, c)).chain([(0, 3), (0, 17), (3, 0), (3, 39), (3, 20), (5, 8), (5, 9)]).collect();
     let (mut rows, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
@@ -868,20 +882,7 @@ fn heavy_row_problem(n: usize, operands: DType, output: DType, g: &str, c_data: 
         }
     }
     let coo = spindle_formats::Coo::new(vec![192, 1280], vec![rows, cols], vals).unwrap().canonicalize();
-    let b = ndarray::Array2::from_shape_fn((1280, n), |(i, j)| ((i * 5 + j * 3) % 13) as f64 / 13.0 - 0.45);
-    let c = if c_data {
-        Input::from(ndarray::Array2::from_shape_fn((192, n), |(i, j)| ((i + 2 * j) % 5) as f64 / 5.0 - 0.3))
-            .with_dtype(ElemType::Value(output))
-    } else {
-        Input::shape(&[192, n], ElemType::Value(output))
-    };
-    spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
-        .tensor("A", Input::from(coo).with_dtype(ElemType::Value(operands)))
-        .tensor("B", Input::from(b).with_dtype(ElemType::Value(operands)))
-        .tensor("C", c)
-        .format("A", format!("blockgroupcoo:bm=32,bk=32,dim=0,{g}"))
-        .prepare()
-        .unwrap_or_else(|e| panic!("{}", e.render(false)))
+    block_spmm(coo, n, operands, output, g, c_data)
 }
 
 /// A block row far above the average is split across blocks (the work
