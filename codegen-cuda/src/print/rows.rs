@@ -307,10 +307,13 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     line(1, &format!("const long long n0 = (long long)(blockIdx.x % {slabs}) * {slab};"));
     line(1, &format!("const long long first = lo * {g}, blocks = (hi - lo) * {g};"));
     line(1, "const unsigned long long keep = spindle_evict_last();");
-    line(1, "// Block `s` of the row into buffer `buf`: its values and the rows of B it multiplies.");
-    line(1, "auto fill = [&](int buf, long long s) {");
+    line(
+        1,
+        "// Block `s` of the row (its column block `col`) into buffer `buf`: its values and the rows of B.",
+    );
+    line(1, "auto fill = [&](int buf, long long s, long long col) {");
     line(2, "const long long at = first + s;");
-    line(2, &format!("const long long kb = (long long){crd}[at] * {bk};"));
+    line(2, &format!("const long long kb = col * {bk};"));
     line(2, "#pragma unroll");
     line(2, &format!("for (int i = 0; i < {}; i++) {{", a_chunks.div_ceil(threads)));
     line(3, &format!("const int c = threadIdx.x + i * {threads};"));
@@ -327,7 +330,8 @@ pub(super) fn print(k: &Kernel, symbol: &str, opts: &PrintOptions) -> Result<Cud
     line(1, &format!("wmma::fragment<wmma::accumulator, 16, 16, {ks}, float> acc[{mi}][{ni}];"));
     line(1, &format!("#pragma unroll\nfor (int i = 0; i < {mi}; i++)"));
     line(2, &format!("#pragma unroll\nfor (int j = 0; j < {ni}; j++) wmma::fill_fragment(acc[i][j], 0.0f);"));
-    line(1, &ring("blocks", "long long", &products(&w, "a_s[buf]", "warp", a_pitch, b_pitch)));
+    let column = |step: &str| format!("(long long){crd}[first + {step}]");
+    line(1, &ring("blocks", "long long", &products(&w, "a_s[buf]", "warp", a_pitch, b_pitch), Some(&column)));
     line(1, "if (slot < 0) {");
     line(2, &store(k, &w, &out, "row", "warp"));
     line(2, "return;");
@@ -803,7 +807,7 @@ fn print_shared(k: &Kernel, w: &Rows, share: usize, symbol: &str) -> Result<Cuda
         "if (pos_s[wr][cols_s[t]] != ~0u) {{\n{}}}",
         pattern::indent(&products(w, "a_s[buf][wr]", "wc", a_pitch, b_pitch))
     );
-    line(1, &ring("steps", "int", &step));
+    line(1, &ring("steps", "int", &step, None));
     line(1, "spindle_cp_async_wait<0>();");
     line(1, "__syncthreads();");
     line(1, "if (one_by_one) {");
@@ -843,27 +847,49 @@ fn headers(dynamic: bool) -> String {
     text
 }
 
-/// The copy ring_bytes's loop over `count` steps (a `t_ty` counter `t`): the first
+/// The copy ring's loop over `count` steps (a `t_ty` counter `t`): the first
 /// `STAGES - 1` steps' copies (`fill(buf, t)`) in flight before it, then per
 /// step a wait for its copies and a barrier, the copies of the step
 /// `STAGES - 1` ahead into the buffer every warp has finished with, and
-/// `body` on buffer `buf`.
-fn ring(count: &str, t_ty: &str, body: &str) -> String {
+/// `body` on buffer `buf`. With `column` (a step's column block, as an
+/// expression of the step's), `fill` takes that value as a third argument, loaded one
+/// step before its copies are issued, so the load's latency passes behind
+/// a step of products instead of holding up the copies.
+fn ring(count: &str, t_ty: &str, body: &str, column: Option<&dyn Fn(&str) -> String>) -> String {
     let ahead = STAGES - 1;
+    let at = |step: &str| column.map(|c| c(step));
+    let args = |step: &str, col: Option<String>| match col {
+        Some(col) => format!("{step}, {col}"),
+        None => step.to_string(),
+    };
     let mut src = String::new();
     let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
     line(0, "// The first steps into the ring, a copy group each.");
     line(0, "#pragma unroll");
     line(0, &format!("for (int s = 0; s < {ahead}; s++) {{"));
-    line(1, &format!("if (s < {count}) fill(s, s);"));
+    line(1, &format!("if (s < {count}) fill(s, {});", args("s", at("s"))));
     line(1, "spindle_cp_async_commit();");
     line(0, "}");
+    if let Some(next) = at(&ahead.to_string()) {
+        line(0, "// The column block of the next step's copies, loaded a step ahead.");
+        line(0, &format!("long long next_col = {ahead} < {count} ? {next} : 0;"));
+    }
     line(0, &format!("for ({t_ty} t = 0; t < {count}; t++) {{"));
     line(1, "// Step t has landed; every warp is done with step t - 1, whose buffer is refilled.");
     line(1, &format!("spindle_cp_async_wait<{}>();", STAGES - 2));
     line(1, "__syncthreads();");
-    line(1, &format!("if (t + {ahead} < {count}) fill((int)((t + {ahead}) % {STAGES}), t + {ahead});"));
+    let next = column.map(|_| "next_col".to_string());
+    line(
+        1,
+        &format!(
+            "if (t + {ahead} < {count}) fill((int)((t + {ahead}) % {STAGES}), {});",
+            args(&format!("t + {ahead}"), next)
+        ),
+    );
     line(1, "spindle_cp_async_commit();");
+    if let Some(following) = at(&format!("(t + {})", ahead + 1)) {
+        line(1, &format!("if (t + {} < {count}) next_col = {following};", ahead + 1));
+    }
     line(1, &format!("const int buf = (int)(t % {STAGES});"));
     line(1, body);
     line(0, "}");
