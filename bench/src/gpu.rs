@@ -895,25 +895,12 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
         let coo = rounded(&spec.generate::<f64, i64>()?.canonicalize(), precision);
         progress(&format!("sparsity {:.0}%: {} nnz", sparsity * 100.0, coo.nnz()));
         let bcsr = Bcsr::from_coo(&coo, BSR_BLOCK, BSR_BLOCK)?;
-        let bsr_host = BsrHost {
-            block_rows: BSR_SIZE / BSR_BLOCK,
-            block_cols: BSR_SIZE / BSR_BLOCK,
-            bm: BSR_BLOCK,
-            bk: BSR_BLOCK,
-            indptr: bcsr.pos.iter().map(|&x| i32::try_from(x)).collect::<Result<_, _>>()?,
-            indices: bcsr.crd.iter().map(|&x| i32::try_from(x)).collect::<Result<_, _>>()?,
-            values: bcsr.val.clone(),
-        };
+        let bsr_host = bsr_host(&bcsr)?;
         // The reference on a sample of rows spread over the matrix.
         let csr = csr_host(&coo, precision)?;
-        let sample: Vec<usize> = (0..BSR_CHECK_ROWS).map(|i| i * BSR_SIZE / BSR_CHECK_ROWS + i % 7).collect();
+        let sample: Vec<usize> = bsr_sample().collect();
         let want = csr_reference(&csr, &b, BSR_N, sample.iter().copied());
-        let sampled = |out: &[f64]| -> Vec<f64> {
-            sample
-                .iter()
-                .flat_map(|&r| out.get(r * BSR_N..(r + 1) * BSR_N).unwrap_or(&[]).iter().copied())
-                .collect()
-        };
+        let sampled = |out: &[f64]| sampled_rows(out, &sample);
         let mut dense_a = vec![0.0f64; BSR_SIZE * BSR_SIZE];
         for (e, v) in coo.val.iter().enumerate() {
             dense_a[coo.crd[0][e] as usize * BSR_SIZE + coo.crd[1][e] as usize] = *v;
@@ -1062,6 +1049,30 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
     })
 }
 
+/// The BSR suite's matrix as cuSPARSE takes it.
+fn bsr_host(bcsr: &Bcsr<f64, i64>) -> Result<BsrHost> {
+    Ok(BsrHost {
+        block_rows: BSR_SIZE / BSR_BLOCK,
+        block_cols: BSR_SIZE / BSR_BLOCK,
+        bm: BSR_BLOCK,
+        bk: BSR_BLOCK,
+        indptr: bcsr.pos.iter().map(|&x| i32::try_from(x)).collect::<Result<_, _>>()?,
+        indices: bcsr.crd.iter().map(|&x| i32::try_from(x)).collect::<Result<_, _>>()?,
+        values: bcsr.val.clone(),
+    })
+}
+
+/// The rows the BSR suite checks against the CPU product: spread over the
+/// matrix.
+fn bsr_sample() -> impl Iterator<Item = usize> {
+    (0..BSR_CHECK_ROWS).map(|i| i * BSR_SIZE / BSR_CHECK_ROWS + i % 7)
+}
+
+/// The `sample` rows of a `BSR_N`-column output, in order.
+fn sampled_rows(out: &[f64], sample: &[usize]) -> Vec<f64> {
+    sample.iter().flat_map(|&r| out.get(r * BSR_N..(r + 1) * BSR_N).unwrap_or(&[]).iter().copied()).collect()
+}
+
 /// The 90% matrix with [`SKEWED_ROWS`] made dense: a 32x32 block at every
 /// column block of those rows.
 fn skewed_matrix(precision: Precision) -> Result<Coo<f64, i64>> {
@@ -1113,26 +1124,10 @@ fn skewed_bsr(
         let bcsr = Bcsr::from_coo(&coo, BSR_BLOCK, BSR_BLOCK)?;
         report.blocks = bcsr.crd.len();
         let csr = csr_host(&coo, precision)?;
-        let sample: Vec<usize> = (0..BSR_CHECK_ROWS)
-            .map(|i| i * BSR_SIZE / BSR_CHECK_ROWS + i % 7)
-            .chain(SKEWED_ROWS.iter().map(|&r| r * BSR_BLOCK + 5))
-            .collect();
+        let sample: Vec<usize> = bsr_sample().chain(SKEWED_ROWS.iter().map(|&r| r * BSR_BLOCK + 5)).collect();
         let want = csr_reference(&csr, b, BSR_N, sample.iter().copied());
-        let sampled = |out: &[f64]| -> Vec<f64> {
-            sample
-                .iter()
-                .flat_map(|&r| out.get(r * BSR_N..(r + 1) * BSR_N).unwrap_or(&[]).iter().copied())
-                .collect()
-        };
-        let bsr_host = BsrHost {
-            block_rows: BSR_SIZE / BSR_BLOCK,
-            block_cols: BSR_SIZE / BSR_BLOCK,
-            bm: BSR_BLOCK,
-            bk: BSR_BLOCK,
-            indptr: bcsr.pos.iter().map(|&x| i32::try_from(x)).collect::<Result<_, _>>()?,
-            indices: bcsr.crd.iter().map(|&x| i32::try_from(x)).collect::<Result<_, _>>()?,
-            values: bcsr.val.clone(),
-        };
+        let sampled = |out: &[f64]| sampled_rows(out, &sample);
+        let bsr_host = bsr_host(&bcsr)?;
         report.cusparse_bsr = Some(
             match baseline::cusparse_spmm_bsr(backend.gpu(), &bsr_host, b, BSR_N, precision, cuda_timing) {
                 Ok(run) => GpuBaseline {
