@@ -442,46 +442,88 @@ fn discordant_outputs_gather_in_an_ism_workspace_under_every_policy() {
     assert!(tree.contains("over (i, j)"), "{tree}");
 }
 
-/// Row-wise SpGEMM whose rows of B repeat every 16 columns: under
-/// `label mod L` a row's labels crowd a few home slots and probe far (while
-/// the table fills, merges and grows, `ws.cap=8`), and the long rows drain
-/// through the bitmap of their span; every row as the reference has it.
+/// Row-wise SpGEMM through the hash workspace, with rows of C that take
+/// each way its drain sorts a row:
+/// - B's rows repeat every 16 columns: under `label mod L` a row's labels
+///   crowd a few home slots and probe far (while the table fills, merges
+///   and grows, `ws.cap=8`, its drains are short runs), and the long rows
+///   are ranked in a bitmap of their span;
+/// - B's rows hold a few columns spread over 200,000: rows of C of 17 to
+///   64 labels too far apart for the bitmap are ranked by comparisons, and
+///   longer ones radix sorted.
+///
+/// Every row as the reference has it.
 #[test]
-fn the_hash_workspace_assembles_labels_that_collide() {
-    let (n, k, m) = (9, 6, 320);
-    let a = sparse(&[n, k], 0.7, 41);
-    let (mut rows, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
-    for r in 0..k {
-        for c in (r..m).step_by(16) {
-            rows.push(r as i64);
-            cols.push(c as i64);
-            vals.push(0.25 + ((r * m + c) % 7) as f64 / 8.0);
+fn the_hash_workspace_assembles_labels_that_collide_or_lie_far_apart() {
+    let (n, k) = (9, 6);
+    let strided = |m: usize| {
+        let (mut rows, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
+        for r in 0..k {
+            for c in (r..m).step_by(16) {
+                rows.push(r as i64);
+                cols.push(c as i64);
+                vals.push(0.25 + ((r * m + c) % 7) as f64 / 8.0);
+            }
         }
-    }
-    let b = Coo::new(vec![k, m], vec![rows, cols], vals).unwrap();
-    let decls = declarations(&[("C", &[n, m], "f64"), ("A", &[n, k], "f64"), ("B", &[k, m], "f64")]);
-    let einsum = check(&parse("C[i,j] = A[i,k] * B[k,j]").unwrap(), &decls).unwrap();
-    let mut data = Tensors::new();
-    for (name, coo) in [("A", &a), ("B", &b)] {
-        data.insert(name.to_string(), TensorValue::Values(coo.to_ndarray().unwrap()));
-    }
-    let want = spindle_ir::eval::evaluate(&einsum, &data).unwrap();
-    let entries = BTreeMap::from([("A".to_string(), a), ("B".to_string(), b)]);
-    let formats: BTreeMap<String, FormatSpec> = [("A", "csr"), ("B", "csr"), ("C", "csr")]
-        .iter()
-        .map(|(t, f)| (t.to_string(), f.parse().unwrap()))
-        .collect();
-    for items in ["workspace=hash", "workspace=hash ws.cap=8"] {
-        let schedule: Schedule = items.parse().unwrap();
-        let lowered = lower(&einsum, &formats, &entries, &schedule, "k").unwrap();
-        let mut inputs = Tensors::new();
-        inputs.extend(lowered.arrays.clone());
-        let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
-        for threads in [1, 2] {
-            let got = compiled.run_assembled(&inputs, threads).unwrap().to_coo().unwrap();
-            assert_eq!(got.nnz(), want.iter().filter(|w| **w != 0.0).count(), "{items}, {threads} threads");
-            for (g, w) in got.to_ndarray().unwrap().iter().zip(want.iter()) {
-                assert!((g - w).abs() <= 1e-12 * w.abs().max(1.0), "{items}, {threads} threads: {g} vs {w}");
+        Coo::new(vec![k, m], vec![rows, cols], vals).unwrap()
+    };
+    // B's rows hold 6, 12, 20, 30, 45 and 70 columns at random, and A's
+    // rows pick which meet: rows of C of 0 and 6 labels, 18 to 57 (ranked
+    // by comparisons: more than 8 words of the span per label) and 70 to
+    // 183 (radix sorted).
+    let spread = |m: usize| {
+        let mut rng = ChaCha8Rng::seed_from_u64(43);
+        let (mut rows, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
+        for (r, len) in [6, 12, 20, 30, 45, 70].into_iter().enumerate() {
+            let mut mine: Vec<i64> = (0..len).map(|_| rng.random_range(0..m as i64)).collect();
+            mine.sort_unstable();
+            mine.dedup();
+            for c in mine {
+                rows.push(r as i64);
+                cols.push(c);
+                vals.push(rng.random_range(0.1..1.0));
+            }
+        }
+        let b = Coo::new(vec![k, m], vec![rows, cols], vals).unwrap();
+        let picks: [&[i64]; 9] =
+            [&[0], &[0, 1], &[2, 3], &[1, 4], &[4, 5], &[0, 1, 2, 3, 4, 5], &[], &[5], &[3]];
+        let (mut rows, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, pick) in picks.iter().enumerate() {
+            for &c in *pick {
+                rows.push(i as i64);
+                cols.push(c);
+                vals.push(rng.random_range(0.1..1.0));
+            }
+        }
+        (Coo::new(vec![n, k], vec![rows, cols], vals).unwrap(), b)
+    };
+    let (a_spread, b_spread) = spread(200_000);
+    for (a, b, m) in [(sparse(&[n, k], 0.7, 41), strided(320), 320), (a_spread, b_spread, 200_000)] {
+        let decls = declarations(&[("C", &[n, m], "f64"), ("A", &[n, k], "f64"), ("B", &[k, m], "f64")]);
+        let einsum = check(&parse("C[i,j] = A[i,k] * B[k,j]").unwrap(), &decls).unwrap();
+        let mut data = Tensors::new();
+        for (name, coo) in [("A", &a), ("B", &b)] {
+            data.insert(name.to_string(), TensorValue::Values(coo.to_ndarray().unwrap()));
+        }
+        let want = spindle_ir::eval::evaluate(&einsum, &data).unwrap();
+        let entries = BTreeMap::from([("A".to_string(), a), ("B".to_string(), b)]);
+        let formats: BTreeMap<String, FormatSpec> = [("A", "csr"), ("B", "csr"), ("C", "csr")]
+            .iter()
+            .map(|(t, f)| (t.to_string(), f.parse().unwrap()))
+            .collect();
+        for items in ["workspace=hash", "workspace=hash ws.cap=8"] {
+            let schedule: Schedule = items.parse().unwrap();
+            let lowered = lower(&einsum, &formats, &entries, &schedule, "k").unwrap();
+            let mut inputs = Tensors::new();
+            inputs.extend(lowered.arrays.clone());
+            let compiled = CLevelKernel::compile_with(&lowered.kernel, &Compiler::from_env(), 0).unwrap();
+            for threads in [1, 2] {
+                let got = compiled.run_assembled(&inputs, threads).unwrap().to_coo().unwrap();
+                let what = format!("{items}, {m} columns, {threads} threads");
+                assert_eq!(got.nnz(), want.iter().filter(|w| **w != 0.0).count(), "{what}");
+                for (g, w) in got.to_ndarray().unwrap().iter().zip(want.iter()) {
+                    assert!((g - w).abs() <= 1e-12 * w.abs().max(1.0), "{what}: {g} vs {w}");
+                }
             }
         }
     }

@@ -130,7 +130,8 @@ typedef struct {
     int64_t c_cap;
 #if ISM_HASH
     int64_t *keys;
-    int32_t *used;
+    int32_t *used;    /* the occupied slots, in the order they were taken */
+    int64_t *labels;  /* their labels, in the same order (the drain reads them in a row) */
     REAL *vals;
     int64_t slots;
 #endif
@@ -164,6 +165,7 @@ static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int6
     a->keys = ism_malloc(a->slots * sizeof(int64_t));
     a->vals = ism_malloc(a->slots * sizeof(REAL));
     a->used = ism_malloc(a->cap * sizeof(int32_t));
+    a->labels = ism_malloc(a->cap * sizeof(int64_t));
     for (int64_t s = 0; s < a->slots; s++) a->keys[s] = -1;
 #endif
 #if ISM_BUCKET
@@ -189,6 +191,7 @@ static inline void ism_acc_free(ism_acc *a) {
     free(a->keys);
     free(a->vals);
     free(a->used);
+    free(a->labels);
 #endif
 #if ISM_BUCKET
     free(a->head);
@@ -209,7 +212,7 @@ static inline void ism_acc_free(ism_acc *a) {
 static inline int64_t ism_acc_bytes(const ism_acc *a) {
     int64_t b = a->c_cap * (int64_t)sizeof(ism_c);
 #if ISM_HASH
-    b += a->slots * (int64_t)(sizeof(int64_t) + sizeof(REAL)) + a->cap * (int64_t)sizeof(int32_t);
+    b += a->slots * (int64_t)(sizeof(int64_t) + sizeof(REAL)) + a->cap * (int64_t)(sizeof(int32_t) + sizeof(int64_t));
 #endif
 #if ISM_BUCKET
     b += 2 * a->buckets * (int64_t)sizeof(int64_t) + a->next_cap * (int64_t)sizeof(int64_t);
@@ -327,7 +330,8 @@ static inline void ism_acc_insert(ism_acc *a, int64_t key, REAL val) {
     } else {
         keys[s] = key;
         a->vals[s] = val;
-        a->used[a->n++] = (int32_t)s;
+        a->used[a->n] = (int32_t)s;
+        a->labels[a->n++] = key;
     }
 #elif ISM_BUCKET
     const int64_t b = key / a->div;
@@ -370,23 +374,71 @@ static inline void ism_acc_insert(ism_acc *a, int64_t key, REAL val) {
 }
 
 #if ISM_HASH
-/* The hash table's components into `out` by label, the table emptied. A
-   run of up to 16 is sorted by comparisons, one of up to 64 placed by
-   rank. A longer one whose labels lie close together (a word of 64 labels
-   per two components at most: a banded matrix's row) is marked in a bitmap
-   of their span and read back in order, each value found again by its
-   label's probe: one pass where a radix sort takes two or three. Otherwise
+/* The hash table's components into `out` by label, the table emptied; the
+   labels are read in the order their slots were taken (`labels`), not
+   through the slots. A run of up to 16 is sorted by comparisons. A longer
+   one whose labels span at most 8 words of 64 per component (most rows of
+   a graph's product) is placed by rank, counted in a bitmap of the span;
+   failing that, one of up to 64 by rank counted by comparisons. Otherwise
    it sorts 8-byte words (its label's offset from the smallest, above its
    slot) by an LSD radix sort over the offsets' bits, then reads each value
    from its slot: half the bytes a pass of the components would move. */
 static inline void ism_hash_drain(ism_acc *a, ism_c *out) {
     const int64_t n = a->n;
-    if (n > 16 && n <= 64 && a->bits <= 31) {
+    if (n <= 16 || a->bits > 32) {
+        for (int64_t e = 0; e < n; e++) {
+            const int64_t s = a->used[e];
+            out[e].key = a->labels[e];
+            out[e].val = a->vals[s];
+            a->keys[s] = -1;
+        }
+        ism_sort_c(a, out, n);
+        return;
+    }
+    const int64_t *labels = a->labels;
+    int64_t lo = labels[0], hi = lo;
+    for (int64_t e = 1; e < n; e++) {
+        const int64_t k = labels[e];
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
+    }
+    const int64_t words = (hi - lo) / 64 + 1;
+    if (words <= 8 * n) {
+        /* Each label's place is the number of labels below it, read from a
+           bitmap of the span: the set bits of the words before its own
+           (a prefix count per word) and of its word below it. No compare
+           depends on another and nothing is probed again. */
+        ism_reserve((void **)a->tmp, a->tmp_cap, words * 3 / 4 + 1, sizeof(ism_c));
+        uint64_t *bitmap = (uint64_t *)*a->tmp;
+        int32_t *before = (int32_t *)(bitmap + words);
+        memset(bitmap, 0, (size_t)words * sizeof(uint64_t));
+        for (int64_t e = 0; e < n; e++) {
+            const int64_t off = labels[e] - lo;
+            bitmap[off >> 6] |= (uint64_t)1 << (off & 63);
+        }
+        int32_t total = 0;
+        for (int64_t w = 0; w < words; w++) {
+            before[w] = total;
+            total += __builtin_popcountll(bitmap[w]);
+        }
+        for (int64_t e = 0; e < n; e++) {
+            const int64_t s = a->used[e];
+            const int64_t key = labels[e];
+            const int64_t off = key - lo;
+            const uint64_t below = bitmap[off >> 6] & (((uint64_t)1 << (off & 63)) - 1);
+            const int64_t rank = before[off >> 6] + __builtin_popcountll(below);
+            out[rank].key = key;
+            out[rank].val = a->vals[s];
+            a->keys[s] = -1;
+        }
+        return;
+    }
+    if (n <= 64 && a->bits <= 31) {
         /* A short run by rank: each label's place is the number of labels
            below it (distinct labels), counted by comparisons the compiler
            vectorizes: no branch to mispredict, no counters to clear. */
         int32_t k[64];
-        for (int64_t e = 0; e < n; e++) k[e] = (int32_t)a->keys[a->used[e]];
+        for (int64_t e = 0; e < n; e++) k[e] = (int32_t)labels[e];
         for (int64_t e = 0; e < n; e++) {
             const int32_t key = k[e];
             int32_t rank = 0;
@@ -398,52 +450,13 @@ static inline void ism_hash_drain(ism_acc *a, ism_c *out) {
         }
         return;
     }
-    if (n <= 16 || a->bits > 32) {
-        for (int64_t e = 0; e < n; e++) {
-            const int64_t s = a->used[e];
-            out[e].key = a->keys[s];
-            out[e].val = a->vals[s];
-            a->keys[s] = -1;
-        }
-        ism_sort_c(a, out, n);
-        return;
-    }
-    int64_t lo = a->keys[a->used[0]], hi = lo;
-    for (int64_t e = 1; e < n; e++) {
-        const int64_t k = a->keys[a->used[e]];
-        lo = k < lo ? k : lo;
-        hi = k > hi ? k : hi;
-    }
-    const int64_t words = (hi - lo) / 64 + 1;
-    if (2 * words <= n) {
-        ism_reserve((void **)a->tmp, a->tmp_cap, words / 2 + 1, sizeof(ism_c));
-        uint64_t *bitmap = (uint64_t *)*a->tmp;
-        memset(bitmap, 0, (size_t)words * sizeof(uint64_t));
-        for (int64_t e = 0; e < n; e++) {
-            const int64_t off = a->keys[a->used[e]] - lo;
-            bitmap[off >> 6] |= (uint64_t)1 << (off & 63);
-        }
-        const int64_t mask = a->slots - 1;
-        int64_t m = 0;
-        for (int64_t w = 0; w < words; w++) {
-            for (uint64_t b = bitmap[w]; b; b &= b - 1) {
-                const int64_t key = lo + w * 64 + __builtin_ctzll(b);
-                int64_t s = key & mask;
-                while (a->keys[s] != key) s = (s + 1) & mask;
-                out[m].key = key;
-                out[m++].val = a->vals[s];
-            }
-        }
-        for (int64_t e = 0; e < n; e++) a->keys[a->used[e]] = -1;
-        return;
-    }
     int bits = 0;
     while (bits < 32 && ((hi - lo) >> bits) != 0) bits++;
     ism_reserve((void **)a->tmp, a->tmp_cap, n, sizeof(ism_c));
     uint64_t *src = (uint64_t *)*a->tmp, *dst = src + n;
     for (int64_t e = 0; e < n; e++) {
         const int64_t s = a->used[e];
-        src[e] = (uint64_t)(a->keys[s] - lo) << 32 | (uint64_t)s;
+        src[e] = (uint64_t)(labels[e] - lo) << 32 | (uint64_t)s;
     }
     const int d = ism_digit_bits(n, bits);
     const uint64_t mask = ((uint64_t)1 << d) - 1;
@@ -555,10 +568,12 @@ static inline void ism_acc_set_capacity(ism_acc *a, int64_t cap) {
         free(a->keys);
         free(a->vals);
         free(a->used);
+    free(a->labels);
         a->slots = slots;
         a->keys = ism_malloc(slots * sizeof(int64_t));
         a->vals = ism_malloc(slots * sizeof(REAL));
         a->used = ism_malloc(slots / 2 * sizeof(int32_t));
+        a->labels = ism_malloc(slots / 2 * sizeof(int64_t));
         for (int64_t s = 0; s < slots; s++) a->keys[s] = -1;
     }
     a->cap = a->slots / 2;
@@ -733,7 +748,8 @@ static inline void spindle_ism_insert(spindle_ism *w, int64_t key, REAL val) {
         if (a->n < a->cap) {
             a->keys[s] = key;
             a->vals[s] = val;
-            a->used[a->n++] = (int32_t)s;
+            a->used[a->n] = (int32_t)s;
+        a->labels[a->n++] = key;
             return;
         }
     }
