@@ -247,6 +247,54 @@ fn walk_cases_agree(backend: &spindle::EmulateBackend, map: &str, inspect: &dyn 
     }
 }
 
+/// Operands with no entries, or no rows at all: the kernel launches no
+/// block where its iteration space is empty (a grid of 0, which the runtime
+/// skips; one block ran a tile of unmasked loads past the arrays' ends) and
+/// the harness reads and writes empty arrays; the output is the reference's
+/// zeros under the tile path, the warp walk and the level path.
+#[test]
+fn empty_operands_launch_nothing_on_the_emulated_gpu() {
+    use spindle::Input;
+    if !emulate::compiler_or_skip("empty_operands_launch_nothing_on_the_emulated_gpu") {
+        return;
+    }
+    let backend = spindle::EmulateBackend::from_env();
+    let empty = |rows: usize, cols: usize| {
+        spindle_formats::Coo::<f64, i64>::new(vec![rows, cols], vec![vec![], vec![]], vec![]).unwrap()
+    };
+    let b = |rows: usize| ndarray::Array2::from_shape_fn((rows, 8), |(i, j)| (i + j) as f64 / 8.0 + 0.1);
+    let spmm = |rows: usize, cols: usize, format: &str| {
+        spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
+            .tensor("A", Input::from(empty(rows, cols)))
+            .tensor("B", Input::from(b(cols)))
+            .tensor("C", Input::shape(&[rows, 8], spindle::ElemType::Value(DType::F32)))
+            .format("A", format)
+            .prepare()
+            .unwrap()
+    };
+    let cases = [
+        (spmm(50, 40, "csr"), "tile.p=16"),
+        (spmm(50, 40, "coo"), "map=walk"),
+        (spmm(50, 40, "groupcoo:dim=0,g=2"), "tile.p=4"),
+        (spmm(50, 40, "csr"), "path=levels"),
+        (spmm(0, 0, "csr"), "tile.p=16"),
+        (
+            spindle::Problem::new("y[i] = A[i,j] * x[j]")
+                .tensor("A", Input::from(ndarray::Array2::<f64>::zeros((0, 0))))
+                .tensor("x", Input::from(ndarray::Array1::<f64>::zeros(0)))
+                .prepare()
+                .unwrap(),
+            "tile.i=16",
+        ),
+    ];
+    for (prepared, items) in cases {
+        let schedule: Schedule = items.parse().unwrap();
+        let compiled = prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{items}: {e}"));
+        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{items}: {e}"));
+        assert!(check.max_rel_error <= check.tolerance, "{items}: error {:.2e}", check.max_rel_error);
+    }
+}
+
 /// The warp walk (`map=walk`) on GroupCOO and COO SpMM: on the emulated
 /// GPU against the reference evaluator (runs of 1 to 16 groups, so runs
 /// end inside rows and rows span runs; `n` ragged against the lanes' 16-byte

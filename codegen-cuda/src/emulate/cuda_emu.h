@@ -377,8 +377,10 @@ inline double to_double(__half x) { return (double)(float)x; }
 inline double to_double(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // Reads `n` doubles (values) or int64s (indices) from `path` as T.
+// (Buffers hold at least one element: an empty vector's data() is null, which
+// fread and fwrite must not be given even for no elements.)
 template <class T, class File> inline T *read(const char *path, size_t n) {
-  std::vector<File> raw(n);
+  std::vector<File> raw(n > 0 ? n : 1);
   FILE *f = std::fopen(path, "rb");
   if (!f || std::fread(raw.data(), sizeof(File), n, f) != n) {
     std::fprintf(stderr, "cannot read %s\n", path);
@@ -394,7 +396,7 @@ template <class T, class File> inline T *read(const char *path, size_t n) {
 }
 
 template <class T> inline void write(const char *path, const T *data, size_t n) {
-  std::vector<double> raw(n);
+  std::vector<double> raw(n > 0 ? n : 1);
   for (size_t i = 0; i < n; i++) raw[i] = to_double(data[i]);
   FILE *f = std::fopen(path, "wb");
   if (!f || std::fwrite(raw.data(), sizeof(double), n, f) != n) {

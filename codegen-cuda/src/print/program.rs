@@ -46,7 +46,10 @@ impl Printer<'_> {
             return Err(PrintError::SharedMemory { kernel: k.name.clone(), bytes, limit, arrays: list });
         }
         let launch = LaunchGeometry {
-            grid: programs.max(1) as u32,
+            // An empty iteration space launches nothing (the runtime and the
+            // emulator skip a grid of 0): one block would run a tile whose
+            // loads are unmasked where the tile divides the extent.
+            grid: programs as u32,
             block: self.p.threads,
             shared_bytes: bytes,
             dynamic,
