@@ -26,27 +26,42 @@ impl Check {
     }
 }
 
-/// Max |got − want| over max |want|; infinite when the shapes differ or a
-/// value is NaN or infinite where the reference is finite.
+/// Max |got − want| over the largest finite |want|; infinite when the
+/// shapes differ or a value is NaN or infinite where the reference's is
+/// not the same (an infinity, or a NaN, that both sides hold agrees: the
+/// reference overflows or divides by zero there too).
 pub fn max_rel_error(got: &ArrayD<f64>, want: &ArrayD<f64>) -> f64 {
     if got.shape() != want.shape() {
         return f64::INFINITY;
     }
-    let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
-    // `f64::max` alone would skip a NaN.
-    let diff = |g: f64, w: f64| if g.is_finite() || !w.is_finite() { (g - w).abs() } else { f64::INFINITY };
-    got.iter().zip(want.iter()).fold(0.0f64, |m, (g, w)| m.max(diff(*g, *w))) / scale
+    relative(got.iter().copied().zip(want.iter().copied()), want.iter().copied())
 }
 
-/// Max |got − want| over max |want| between two sparse outputs' entries;
-/// infinite when their coordinates differ.
+/// Max |got − want| over the largest finite |want| between two sparse
+/// outputs' entries (as [`max_rel_error`]); infinite when their coordinates
+/// differ.
 pub fn max_rel_error_entries(got: &Coo<f64, i64>, want: &Coo<f64, i64>) -> f64 {
     if got.shape != want.shape || got.crd != want.crd {
         return f64::INFINITY;
     }
-    let scale = want.val.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
-    let diff = |g: f64, w: f64| if g.is_finite() || !w.is_finite() { (g - w).abs() } else { f64::INFINITY };
-    got.val.iter().zip(&want.val).fold(0.0f64, |m, (g, w)| m.max(diff(*g, *w))) / scale
+    relative(got.val.iter().copied().zip(want.val.iter().copied()), want.val.iter().copied())
+}
+
+/// The largest error over `pairs` (got, want), relative to the largest
+/// finite `want`.
+fn relative(pairs: impl Iterator<Item = (f64, f64)>, want: impl Iterator<Item = f64>) -> f64 {
+    let scale = want.filter(|w| w.is_finite()).fold(0.0f64, |m, w| m.max(w.abs())).max(f64::MIN_POSITIVE);
+    let error = |(g, w): (f64, f64)| {
+        if g == w || (g.is_nan() && w.is_nan()) {
+            0.0
+        } else if g.is_finite() && w.is_finite() {
+            (g - w).abs()
+        } else {
+            f64::INFINITY
+        }
+    };
+    // `f64::max` alone would skip a NaN; `error` gives none.
+    pairs.map(error).fold(0.0f64, f64::max) / scale
 }
 
 /// The entries of a sparse output, after checking that its levels keep
@@ -94,5 +109,27 @@ mod tests {
         assert_eq!(max_rel_error(&nan, &want), f64::INFINITY);
         let short = ArrayD::from_shape_vec(vec![1], vec![2.0]).unwrap();
         assert_eq!(max_rel_error(&short, &want), f64::INFINITY);
+    }
+
+    /// Infinities and NaNs that both sides hold agree, and do not make the
+    /// scale infinite (which read every other error as 0, or inf/inf as
+    /// NaN); one on a side alone is an infinite error.
+    #[test]
+    fn infinities_both_sides_hold_agree() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        let want = ArrayD::from_shape_vec(vec![4], vec![inf, -inf, nan, 4.0]).unwrap();
+        let same = ArrayD::from_shape_vec(vec![4], vec![inf, -inf, nan, 4.0]).unwrap();
+        assert_eq!(max_rel_error(&same, &want), 0.0);
+        let off = ArrayD::from_shape_vec(vec![4], vec![inf, -inf, nan, 3.0]).unwrap();
+        assert_eq!(max_rel_error(&off, &want), 0.25);
+        for bad in
+            [[-inf, -inf, nan, 4.0], [inf, 1.0, nan, 4.0], [inf, -inf, 0.0, 4.0], [inf, -inf, nan, inf]]
+        {
+            let bad = ArrayD::from_shape_vec(vec![4], bad.to_vec()).unwrap();
+            assert_eq!(max_rel_error(&bad, &want), inf, "{bad}");
+        }
+        let entries = |val: Vec<f64>| Coo::new(vec![4], vec![vec![0, 1, 2, 3]], val).unwrap();
+        let (got, want) = (entries(vec![inf, -inf, nan, 3.0]), entries(vec![inf, -inf, nan, 4.0]));
+        assert_eq!(max_rel_error_entries(&got, &want), 0.25);
     }
 }

@@ -10,6 +10,7 @@ use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::kernel::{Kernel, OutputInit};
 use spindle_ir::lang::{
     Declaration, Declarations, Diagnostic, Einsum, ElemType, Statement, check, declare_output, parse,
+    undeclared_operand,
 };
 use spindle_ir::tensor::{TensorValue, Tensors};
 
@@ -35,11 +36,13 @@ pub struct Problem {
     statement: String,
     pub(crate) inputs: Vec<(String, Input)>,
     pub(crate) formats: Vec<(String, String)>,
+    /// Shapes declared for tensors with data ([`Problem::declare`]).
+    declared: Vec<(String, Vec<usize>)>,
 }
 
 impl Problem {
     pub fn new(statement: impl Into<String>) -> Problem {
-        Problem { statement: statement.into(), inputs: Vec::new(), formats: Vec::new() }
+        Problem { statement: statement.into(), inputs: Vec::new(), formats: Vec::new(), declared: Vec::new() }
     }
 
     /// Data (or a shape) for a tensor of the statement; a later call for
@@ -74,6 +77,18 @@ impl Problem {
         self
     }
 
+    /// The shape and dtype of a tensor given data elsewhere (the command
+    /// line's `--shape A=DIMS:DTYPE` beside `--tensor A=...`): the dtype is
+    /// the kernel's, as [`Problem::dtype`]; the shape must be the data's,
+    /// which loading checks (a contradiction is refused, not ignored).
+    pub fn declare(self, name: impl AsRef<str>, shape: &[usize], dtype: ElemType) -> Problem {
+        let name = name.as_ref();
+        let mut problem = self.dtype(name, dtype);
+        problem.declared.retain(|(n, _)| n != name);
+        problem.declared.push((name.to_string(), shape.to_vec()));
+        problem
+    }
+
     pub fn statement(&self) -> &str {
         &self.statement
     }
@@ -101,6 +116,13 @@ impl Problem {
             });
         }
         let output = &original.output().name;
+        if let Some(name) = formats.keys().find(|name| !original.tensors.contains_key(*name)) {
+            let known: Vec<&str> = original.tensors.keys().map(String::as_str).collect();
+            return Err(Error::input(format!(
+                "format of {name}: the statement has no tensor `{name}` (its tensors: {})",
+                known.join(", ")
+            )));
+        }
         for name in formats.keys() {
             if name == output && !data.contains_key(name) {
                 // An output with a format and no data is assembled by the
@@ -133,6 +155,15 @@ impl Problem {
         for (name, input) in &self.inputs {
             let loaded = load(input).map_err(|e| e.context(&format!("tensor {name}")))?;
             let shape = loaded.shape().to_vec();
+            if let Some((_, declared)) = self.declared.iter().find(|(n, _)| n == name)
+                && *declared != shape
+            {
+                return Err(Error::input(format!(
+                    "tensor {name}: its data is {}, but its shape is given as {}",
+                    dims_text(&shape),
+                    dims_text(declared)
+                )));
+            }
             let dtype = kernel_dtype(input, &loaded);
             declarations.insert(name.clone(), Declaration { shape, dtype });
             match loaded {
@@ -156,6 +187,9 @@ impl Problem {
             }
         }
         if !declare_output(&parsed, &mut declarations) {
+            if let Some(unknown) = undeclared_operand(&parsed, &declarations) {
+                return Err(Error::statement(unknown, src));
+            }
             return Err(Error::OutputShape { name: parsed.lhs.tensor.name.clone() });
         }
         let original = check(&parsed, &declarations).map_err(|d| Error::statement(d, src))?;
@@ -172,17 +206,21 @@ pub const MAX_DENSE_ELEMENTS: usize = 1 << 24;
 /// where the statement reads it.
 fn dense_copy_refused(parsed: &Statement, src: &str, name: &str, shape: &[usize]) -> Error {
     let span = parsed.rhs.accesses().iter().find(|a| a.tensor.name == name).map_or(parsed.span, |a| a.span);
-    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
     let diagnostic = Diagnostic::new(
         format!(
             "`{name}` is sparse ({}) and has no format; its dense copy would have more than {MAX_DENSE_ELEMENTS} elements",
-            dims.join("x")
+            dims_text(shape)
         ),
         span,
     )
     .with_label("read without a format")
     .with_note(format!("store it in a format so the kernel reads only its entries: {name} in csr, for one"));
     Error::statement(diagnostic, src)
+}
+
+/// `34x34`: a shape as the command line writes it.
+fn dims_text(shape: &[usize]) -> String {
+    shape.iter().map(usize::to_string).collect::<Vec<_>>().join("x")
 }
 
 /// A problem's data read and its statement checked, before the rewrite.

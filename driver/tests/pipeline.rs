@@ -174,6 +174,22 @@ fn mistakes_say_where_and_why() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("the shape of the output `C`"), "{err}");
+    // Where an operand is unknown, that is the reason, at its place.
+    let err = Problem::new("C[m,n] += A[m,k] * Z")
+        .tensor("A", Input::random(&[4, 3], DType::F32, 1))
+        .prepare()
+        .unwrap_err();
+    assert_eq!(statement(err).0, "unknown tensor `Z`");
+    // A format for a tensor the statement does not have.
+    let err = spmm("csr").format("Q", "csr").prepare().unwrap_err().to_string();
+    assert_eq!(err, "format of Q: the statement has no tensor `Q` (its tensors: A, B, C)");
+    // A declared shape that contradicts the data is refused, not ignored;
+    // one that agrees changes the dtype.
+    let err =
+        spmm("csr").declare("A", &[10, 10], ElemType::Value(DType::F16)).prepare().unwrap_err().to_string();
+    assert_eq!(err, "tensor A: its data is 40x30, but its shape is given as 10x10");
+    let agreed = spmm("csr").declare("B", &[30, 8], ElemType::Value(DType::F16)).prepare().unwrap();
+    assert_eq!(agreed.einsum.tensors["B"].dtype, ElemType::Value(DType::F16));
 
     // A large sparse tensor read without a format is not made dense (that
     // would take 8 GB here): the caret sits under where it is read.

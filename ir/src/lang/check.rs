@@ -268,8 +268,8 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
 
 /// Declares an undeclared output from its subscripts: when each is a plain
 /// index that is a subscript on its own somewhere on the right (also inside
-/// index tensors), the output takes those extents, as f32. Returns whether
-/// the output is declared afterwards.
+/// index tensors) or given an extent by `where i < N`, the output takes
+/// those extents, as f32. Returns whether the output is declared afterwards.
 pub fn declare_output(statement: &Statement, declarations: &mut Declarations) -> bool {
     let name = &statement.lhs.tensor.name;
     if declarations.contains_key(name) {
@@ -277,9 +277,15 @@ pub fn declare_output(statement: &Statement, declarations: &mut Declarations) ->
     }
     let accesses = statement.rhs.accesses();
     let extent_of = |index: &str| {
-        accesses.iter().flat_map(|a| a.index_uses()).find_map(|u| {
+        let operand = accesses.iter().flat_map(|a| a.index_uses()).find_map(|u| {
             let decl = declarations.get(&u.access.tensor.name)?;
             (u.alone && u.ident.name == index).then(|| decl.shape.get(u.dim).copied()).flatten()
+        });
+        operand.or_else(|| {
+            statement.wheres.iter().find_map(|w| match w {
+                WhereClause::Extent { index: i, extent, .. } if i.name == index => Some(*extent),
+                _ => None,
+            })
         })
     };
     let shape: Option<Vec<usize>> =
@@ -288,6 +294,18 @@ pub fn declare_output(statement: &Statement, declarations: &mut Declarations) ->
     let dtype = ElemType::Value(spindle_formats::DType::F32);
     declarations.insert(name.clone(), Declaration { shape, dtype });
     true
+}
+
+/// The first tensor the right-hand side reads (or indexes by) that is not
+/// declared: why an output's shape could not be worked out, where that is
+/// the reason.
+pub fn undeclared_operand(statement: &Statement, declarations: &Declarations) -> Option<Diagnostic> {
+    let accesses = statement.rhs.accesses();
+    let access = accesses
+        .iter()
+        .flat_map(|a| a.index_uses().into_iter().map(|u| u.access).chain([*a]))
+        .find(|a| !declarations.contains_key(&a.tensor.name))?;
+    Some(unknown_tensor(&access.tensor.name, access.tensor.span, declarations))
 }
 
 /// Index uses directly in this access's subscripts (not inside indirect
@@ -443,6 +461,18 @@ mod tests {
         assert!(declare_output(&parse("y[i] = A[X[i]]").unwrap(), &mut d));
         assert_eq!(d["y"].shape, vec![7]);
         assert!(!declare_output(&parse("z[X[i]] = A[i]").unwrap(), &mut d));
+        // `where` gives an extent no operand does.
+        assert!(declare_output(&parse("w[i,j] = A[i] * 2 where j < 4").unwrap(), &mut d));
+        assert_eq!(d["w"].shape, vec![5, 4]);
+        assert!(declare_output(&parse("v[m,n] = 1 where m < 3, n < 2").unwrap(), &mut d));
+        assert_eq!(d["v"].shape, vec![3, 2]);
+        // An operand nobody declared is the reason to give, at its place.
+        let st = parse("u[i,j] = A[i] * Z[j]").unwrap();
+        assert!(!declare_output(&st, &mut d));
+        let why = undeclared_operand(&st, &d).unwrap();
+        assert_eq!((why.message.as_str(), why.span.start), ("unknown tensor `Z`", 16));
+        assert!(undeclared_operand(&parse("u[i] = A[X[i]]").unwrap(), &d).is_none());
+        assert!(undeclared_operand(&parse("u[i] = A[Q[i]]").unwrap(), &d).is_some());
     }
 
     #[test]

@@ -9,9 +9,10 @@ use super::lexer::{Tok, Token, lex};
 /// Nesting deeper than this is refused, so no input can overflow the stack.
 const MAX_DEPTH: usize = 64;
 
-/// Parses one statement.
+/// Parses one statement, which may end in `;` as each of a program's does.
 pub fn parse(src: &str) -> Result<Statement, Diagnostic> {
-    let tokens = lex(src)?;
+    // The text before the `;` keeps every span where it was.
+    let tokens = lex(src.trim_end().strip_suffix(';').unwrap_or(src))?;
     let mut p = Parser { tokens, at: 0, depth: 0 };
     p.statement()
 }
@@ -388,6 +389,11 @@ mod tests {
         round_trip("s min= max(a[i], 2.5) where a: f16", "s min= max(a[i], 2.5) where a: f16");
         round_trip("C[i] = s*2 + A[i - 3] where s: f16", "C[i] = s * 2 + A[i-3] where s: f16");
         round_trip("C[4*AM[p]+i, n] = A[-i+1, 0]", "C[4*AM[p]+i,n] = A[-i+1,0]");
+        // One statement may end in `;`, as a program's do; a second `;` is
+        // still a stray character, at its place.
+        round_trip("C[m,n] += A[m,k] * B[k,n] ; ", "C[m,n] += A[m,k] * B[k,n]");
+        let stray = parse("C[i] = A[i];;").unwrap_err();
+        assert_eq!((stray.span.start, stray.span.end), (11, 12), "{}", stray.message);
     }
 
     #[test]
