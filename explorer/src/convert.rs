@@ -10,16 +10,30 @@ use spindle_formats::{FormatSpec, Index, SparseTensor, Value};
 use crate::input::load;
 use crate::{Types, with_types};
 
+/// The file types `--out` writes; any other path is a folder.
+const FILE_TYPES: [&str; 3] = ["mtx", "tns", "npy"];
+
+/// What to do when `--out` names a path that cannot be a folder.
+const FOLDER_HINT: &str = "a path not ending in .mtx, .tns or .npy is a folder that receives one .npy per \
+                           array; give a new or existing folder, or a file name with one of those endings";
+
+fn extension(out: &Path) -> Option<String> {
+    out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase)
+}
+
 pub fn run(input: &str, to: &str, out: &Path, types: &Types) -> Result<()> {
     let spec: FormatSpec = to.parse()?;
+    // A folder that cannot be made is refused before the conversion.
+    if !extension(out).is_some_and(|e| FILE_TYPES.contains(&e.as_str())) {
+        crate::check_folder(out, FOLDER_HINT).context("--out")?;
+    }
     with_types!(types, convert(input, &spec, out))
 }
 
 fn convert<V: Value, I: Index>(input: &str, spec: &FormatSpec, out: &Path) -> Result<()> {
     let loaded = load::<V, I>(input)?;
     let tensor = SparseTensor::from_coo(&loaded.coo, spec)?;
-    let ext = out.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-    match ext.as_deref() {
+    match extension(out).as_deref() {
         Some("mtx") => write_mtx(&tensor.to_coo()?, out)?,
         Some("tns") => write_tns(&tensor.to_coo()?, out)?,
         Some("npy") => {
@@ -50,7 +64,7 @@ fn convert<V: Value, I: Index>(input: &str, spec: &FormatSpec, out: &Path) -> Re
 
 /// One `.npy` per array and a `format.json` describing them.
 fn write_folder<V: Value, I: Index>(tensor: &SparseTensor<V, I>, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    crate::create_folder(dir, FOLDER_HINT).context("--out")?;
     let mut arrays = Vec::new();
     for (name, data) in tensor.arrays() {
         let path = dir.join(format!("{name}.npy"));

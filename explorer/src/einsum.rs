@@ -177,7 +177,7 @@ pub fn problem(args: &DataArgs) -> Result<Problem> {
         let (name, shape, dtype) = parse_shape(arg)?;
         once("--shape", arg, &name)?;
         problem = if with_data.contains(&name) {
-            problem.dtype(name.as_str(), dtype)
+            problem.declare(name.as_str(), &shape, dtype)
         } else {
             problem.tensor(name.as_str(), Input::shape(&shape, dtype))
         };
@@ -335,7 +335,17 @@ pub struct CompileArgs<'a> {
 }
 
 pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
+    // Refused before anything is printed.
+    if c.resources && c.target != Target::Cuda {
+        bail!(
+            "--resources reports what NVRTC says of the CUDA kernel, and the target is {}: add --target cuda",
+            c.target.name()
+        );
+    }
     if c.emit == Emit::Fusion {
+        if c.resources {
+            bail!("--emit fusion prints ReACT's passes, not a kernel for --resources: drop one of them");
+        }
         return emit_fusion(args);
     }
     let schedule = schedule(c.schedule)?;
@@ -362,6 +372,12 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
             (None, Some(p)) => p.lower_levels(&schedule).map_err(reported)?,
             (None, None) => unreachable!("a statement or a program"),
         };
+        if c.resources {
+            bail!(
+                "--resources reports tile kernels; this kernel takes the level path, which has no NVRTC \
+                 report yet: drop --resources (--emit cuda shows its source)"
+            );
+        }
         match (c.emit, c.target) {
             (Emit::Ir, _) => print!("{}", lowered.kernel),
             (Emit::C, _) | (Emit::Source, Target::C) => print!("{}", spindle::print_levels(&lowered.kernel)?),
@@ -391,9 +407,6 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         (Emit::Fusion, _) => unreachable!("--emit fusion returns before lowering"),
     }
     if c.resources {
-        if c.target != Target::Cuda {
-            bail!("--resources reports what NVRTC says of the CUDA kernel: use --target cuda");
-        }
         let arch = nvrtc_arch(c.arch);
         let report = spindle::cuda_report(&kernel, &schedule, arch).map_err(reported)?;
         let launch = &report.launch;

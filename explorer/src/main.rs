@@ -50,6 +50,29 @@ pub fn repeats(text: &str) -> Result<usize, String> {
     }
 }
 
+/// Refuses a folder path for a command to write into when a path on the
+/// way exists but is not a folder (a file, a device such as /dev/null),
+/// naming it, with `hint`: the OS would only say "File exists".
+pub fn check_folder(dir: &std::path::Path, hint: &str) -> anyhow::Result<()> {
+    let blocker = dir.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir());
+    match blocker {
+        Some(b) if b == dir => anyhow::bail!("{} exists and is not a folder: {hint}", dir.display()),
+        Some(b) => anyhow::bail!(
+            "{} exists and is not a folder, so the folder {} cannot be made: {hint}",
+            b.display(),
+            dir.display()
+        ),
+        None => Ok(()),
+    }
+}
+
+/// Creates the folder `dir` and its parents, after [`check_folder`].
+pub fn create_folder(dir: &std::path::Path, hint: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    check_folder(dir, hint)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating the folder {}", dir.display()))
+}
+
 /// Element types of the stored arrays.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Types {
@@ -182,11 +205,11 @@ enum Command {
         /// What to print.
         #[arg(long, value_enum, default_value_t = einsum::Emit::Ir)]
         emit: einsum::Emit,
-        /// The GPU architecture for --resources.
+        /// The GPU architecture for --resources and --emit sass.
         #[arg(long, value_enum, default_value_t = einsum::GpuArch::Sm90)]
         arch: einsum::GpuArch,
         /// Compile the CUDA kernel with NVRTC and report registers, shared
-        /// memory, stack and spills (to stderr).
+        /// memory, stack and spills (to stderr); needs --target cuda.
         #[arg(long)]
         resources: bool,
     },

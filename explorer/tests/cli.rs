@@ -729,3 +729,49 @@ fn eval_and_check_take_programs() {
         "{text}"
     );
 }
+
+/// `convert --out` a path that exists and is not a folder (a file, a
+/// device): named, before the conversion, not "File exists (os error 17)".
+#[test]
+fn convert_to_a_folder_that_is_a_file_is_refused_by_name() {
+    let dir = scratch("out-file");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a.txt");
+    std::fs::write(&file, "").unwrap();
+    let karate = format!("gen:{POWER_LAW}");
+    for out in [file.clone(), file.join("arrays"), PathBuf::from("/dev/null")] {
+        let o = spindle(&["convert", &karate, "--to", "csr", "--out", out.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let blocker = if out.starts_with("/dev") { out.clone() } else { file.clone() };
+        assert!(
+            stderr(&o).contains(&format!("{} exists and is not a folder", blocker.display())),
+            "{}",
+            stderr(&o)
+        );
+        assert!(stderr(&o).contains("one .npy per array"), "{}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `compile --resources` needs `--target cuda`: refused before any source
+/// is printed, and the help says so.
+#[test]
+fn compile_resources_needs_the_cuda_target() {
+    let out = spindle(&[
+        "compile",
+        "y[i] = A[i,j] * x[j]",
+        "--rand",
+        "A=4x4:f32:1",
+        "--rand",
+        "x=4:f32:2",
+        "--resources",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("the target is c: add --target cuda"), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty(), "nothing printed before the refusal: {}", stdout(&out));
+    let help = stdout(&spindle(&["compile", "--help"]));
+    let resources = help.split("--resources\n").nth(1).unwrap_or_default();
+    assert!(resources.split("\n\n").next().unwrap().contains("needs --target cuda"), "{help}");
+}

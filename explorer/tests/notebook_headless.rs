@@ -299,3 +299,80 @@ fn a_cell_sweeps_workspace_policies_and_their_memory() {
     assert!(ir.contains("workspace: dense (asked)"), "the kernel's notes say what was picked:\n{ir}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+fn spindle(args: &[&std::ffi::OsStr]) -> Output {
+    // Output() gives no terminal: `spindle FILE` runs headless.
+    Command::new(env!("CARGO_BIN_EXE_spindle")).args(args).output().unwrap()
+}
+
+/// `spindle FILE` without a terminal and `spindle notebook run FILE` read
+/// the file alike: the OS's reason when it cannot be read, one message and
+/// exit code 1 when it has no code cells.
+#[test]
+fn both_forms_refuse_a_missing_or_codeless_notebook_alike() {
+    let dir = temp_dir("refused");
+    let missing = dir.join("missing.md");
+    let codeless = dir.join("text.md");
+    std::fs::write(&codeless, "# Only text\n\n```python\nprint(1)\n```\n\n```spindle\n\n```\n").unwrap();
+    for (file, reason) in [(&missing, "No such file"), (&codeless, "the notebook has no code cells to run")] {
+        let headless = spindle(&[file.as_os_str()]);
+        let run = spindle(&["notebook".as_ref(), "run".as_ref(), file.as_os_str()]);
+        for out in [&headless, &run] {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{}: {stderr}", file.display());
+            assert!(stderr.contains(&file.display().to_string()), "the file is named: {stderr}");
+            assert!(stderr.contains(reason), "{}: {stderr}", file.display());
+            assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+const SMALL: &str = "```spindle\nx = rand 8 seed=1\ny[i] = x[i] * 2\nrepeats 1\nresources off\n```\n";
+
+/// `--threads 0` is all cores, as when it is not given (it ran on one).
+#[test]
+fn threads_0_runs_on_all_cores() {
+    let dir = temp_dir("threads");
+    let notebook = dir.join("nb.md");
+    std::fs::write(&notebook, SMALL).unwrap();
+    let threads = |extra: &[&str]| {
+        let mut args = vec!["notebook".as_ref(), "run".as_ref(), notebook.as_os_str()];
+        args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+        let out = spindle(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{extra:?}: {stderr}");
+        let line = stderr.lines().find(|l| l.contains("running on")).map(str::to_string);
+        line.unwrap_or_else(|| panic!("{extra:?}: no `running on` line in {stderr}"))
+    };
+    assert_eq!(threads(&["--threads", "0"]), threads(&[]));
+    assert!(threads(&["--threads", "1"]).ends_with("running on 1 thread"));
+    let out = spindle(&[
+        "notebook".as_ref(),
+        "run".as_ref(),
+        notebook.as_os_str(),
+        "--threads".as_ref(),
+        "5000".as_ref(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("or 0 for all cores"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--export` at a file: named, not "File exists (os error 17)".
+#[test]
+fn export_to_a_file_is_refused_by_name() {
+    let dir = temp_dir("export-file");
+    let notebook = dir.join("nb.md");
+    std::fs::write(&notebook, SMALL).unwrap();
+    let file = dir.join("x.mtx");
+    std::fs::write(&file, "").unwrap();
+    for export in [file.clone(), file.join("sub")] {
+        let out = run(&notebook, &export);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(&format!("{} exists and is not a folder", file.display())), "{stderr}");
+        assert!(!stderr.contains("os error 17") && !stderr.contains("cell 1/1"), "before any cell: {stderr}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -10,8 +10,9 @@
 //! DIR/cell-N/rewritten.txt         the indirect Einsum that runs
 //! ```
 //!
-//! N counts the code cells from 1. The exit code is 1 when a cell failed
-//! (its error is printed) or a sweep point failed its check.
+//! N counts the code cells from 1. The exit code is 1 when the file cannot
+//! be read or has no code cells, a cell failed (its error is printed) or a
+//! sweep point failed its check.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -41,9 +42,9 @@ pub enum NotebookCommand {
         /// Timed runs per sweep point (a cell's `repeats N` wins).
         #[arg(long, value_parser = crate::repeats)]
         repeats: Option<usize>,
-        /// Threads for the C kernels (a cell's `threads N` wins; default
-        /// all cores).
-        #[arg(long)]
+        /// Threads for the C kernels, 1 to 4096, or 0 for all cores (the
+        /// default); a cell's `threads N` wins.
+        #[arg(long, value_parser = threads_arg)]
         threads: Option<usize>,
         /// Skip the NVRTC resource report.
         #[arg(long)]
@@ -51,16 +52,23 @@ pub enum NotebookCommand {
     },
 }
 
+/// The most threads `--threads` takes (as a cell's `threads N`).
+const MAX_THREADS: usize = 4096;
+
+/// `--threads N`: 0 (all cores, as when it is not given) to
+/// [`MAX_THREADS`].
+fn threads_arg(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n <= MAX_THREADS => Ok(n),
+        _ => Err(format!("the number of threads is an integer from 1 to {MAX_THREADS}, or 0 for all cores")),
+    }
+}
+
 pub fn run(command: NotebookCommand) -> Result<()> {
     let NotebookCommand::Run { file, export, repeats, threads, no_nvrtc } = command;
-    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-    let notebook = Notebook::parse(&text);
-    if let Some(line) = Notebook::unclosed_fence(&text) {
-        bail!(
-            "{}:{line}: this ```spindle fence is never closed, so its cell would not run: end the cell with a line ```",
-            file.display()
-        );
-    }
+    let notebook = read(&file)?;
+    // 0: all cores, as when --threads is not given.
+    let threads = threads.filter(|&t| t != 0);
     let options =
         RunOptions { base_dir: file.parent().map(Path::to_path_buf), threads, repeats, skip_nvrtc: no_nvrtc };
     let report = run_notebook(&file, &notebook, &options, export.as_deref())?;
@@ -68,6 +76,32 @@ pub fn run(command: NotebookCommand) -> Result<()> {
         bail!("{} of {} cells failed", report.failed, report.cells);
     }
     Ok(())
+}
+
+/// Reads a notebook to run headless (`spindle notebook run FILE`, and
+/// `spindle FILE` without a terminal): the file must be readable, its
+/// fences closed, and it must have code to run.
+pub fn read(file: &Path) -> Result<Notebook> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    if let Some(line) = Notebook::unclosed_fence(&text) {
+        bail!(
+            "{}:{line}: this ```spindle fence is never closed, so its cell would not run: end the cell with a line ```",
+            file.display()
+        );
+    }
+    let notebook = Notebook::parse(&text);
+    if !has_code(&notebook) {
+        bail!(
+            "{}: the notebook has no code cells to run: write a statement between a line ```spindle and a line ```",
+            file.display()
+        );
+    }
+    Ok(notebook)
+}
+
+/// Whether some code cell has more than white space.
+pub fn has_code(notebook: &Notebook) -> bool {
+    notebook.code_cells().any(|(_, c)| !c.source.trim().is_empty())
 }
 
 /// What a headless run did.
@@ -99,7 +133,8 @@ pub fn run_notebook(
     let code: Vec<(usize, &str)> =
         notebook.code_cells().map(|(i, c)| (lines[i], c.source.as_str())).collect();
     if let Some(dir) = export {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        crate::create_folder(dir, "give --export the path of a folder (made when missing)")
+            .context("--export")?;
     }
     let cancel = AtomicBool::new(false);
     let mut outputs = Vec::with_capacity(code.len());
@@ -228,7 +263,7 @@ fn print_summary(file: &Path, number: usize, line: usize, out: &CellOutput) -> b
 
 /// Writes one cell's files.
 fn write_cell(dir: &Path, out: &CellOutput) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    crate::create_folder(dir, "move it away, or give --export another folder")?;
     let write = |name: &str, text: String| -> Result<()> {
         let path = dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
@@ -264,6 +299,21 @@ mod tests {
     fn cell_lines_count_fences() {
         let nb = Notebook::parse("# T\n\n```spindle\nA = rand 3\nB\n```\ntext\n```spindle\nC\n```\n");
         assert_eq!(first_lines(&nb), [1, 4, 7, 9]);
+    }
+
+    #[test]
+    fn threads_are_0_for_all_cores_to_4096() {
+        assert_eq!(threads_arg("0"), Ok(0));
+        assert_eq!(threads_arg("4096"), Ok(4096));
+        for bad in ["4097", "-1", "all"] {
+            assert!(threads_arg(bad).unwrap_err().contains("or 0 for all cores"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_notebook_of_empty_cells_has_no_code() {
+        assert!(!has_code(&Notebook::parse("# T\n\n```spindle\n  \n```\n")));
+        assert!(has_code(&Notebook::parse("```spindle\n\n```\n```spindle\nx = rand 3\n```\n")));
     }
 
     #[test]

@@ -53,18 +53,24 @@ impl Runner for EngineRunner {
 }
 
 /// With no terminal (a pipe, CI, a script) the explorer cannot draw: run
-/// the notebook headless instead, as `spindle notebook run` does, so the
-/// main job still shows its results.
-fn without_a_terminal(cells: Vec<Cell>, path: Option<&std::path::Path>) -> ExitCode {
+/// the notebook headless instead, as `spindle notebook run` does (the
+/// same checks of the file, the same messages and exit codes), so the main
+/// job still shows its results.
+fn without_a_terminal(path: Option<&std::path::Path>) -> ExitCode {
+    let notebook = match path {
+        Some(path) => match crate::notebook::headless::read(path) {
+            Ok(notebook) => notebook,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => markdown::default_notebook(),
+    };
     eprintln!(
         "spindle: no terminal for the explorer: running the notebook headless \
          (`spindle notebook run FILE --export DIR` also writes plots and code)"
     );
-    let notebook = markdown::Notebook { cells };
-    if notebook.code_cells().all(|(_, c)| c.source.trim().is_empty()) {
-        eprintln!("spindle: the notebook has no code to run");
-        return ExitCode::from(2);
-    }
     let shown = path.map_or_else(|| std::path::PathBuf::from("(bundled notebook)"), |p| p.to_path_buf());
     let base_dir = path.and_then(|p| p.parent()).map(|d| d.to_path_buf());
     let options = RunOptions { base_dir, ..RunOptions::default() };
@@ -83,7 +89,20 @@ fn without_a_terminal(cells: Vec<Cell>, path: Option<&std::path::Path>) -> ExitC
 
 /// `spindle [FILE]`: opens FILE, or the bundled notebook, in the explorer.
 pub fn main(file: Option<PathBuf>) -> ExitCode {
+    let terminal = stdout().is_terminal() && std::io::stdin().is_terminal();
+    // A mistyped subcommand lands here too: only a `.md` name makes a new notebook.
+    let new_notebook = |path: &std::path::Path| path.extension().is_some_and(|e| e == "md");
     let (cells, path, autorun, greeting) = match file {
+        Some(path) if !path.exists() && !new_notebook(&path) => {
+            eprintln!(
+                "error: no notebook or command `{}` (notebooks end in .md; `spindle --help` lists the commands)",
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+        // Headless, a missing file is an error (there is no editor to
+        // create it), as in `spindle notebook run`.
+        _ if !terminal => return without_a_terminal(file.as_deref()),
         Some(path) if path.exists() => match markdown::load(&path) {
             Ok(nb) => (nb.cells, Some(path), false, None),
             Err(e) => {
@@ -91,14 +110,6 @@ pub fn main(file: Option<PathBuf>) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         },
-        // A mistyped subcommand lands here too: only a `.md` name makes a new notebook.
-        Some(path) if path.extension().is_none_or(|e| e != "md") => {
-            eprintln!(
-                "error: no notebook or command `{}` (notebooks end in .md; `spindle --help` lists the commands)",
-                path.display()
-            );
-            return ExitCode::from(2);
-        }
         // A new file, as editors do: Ctrl+S creates it.
         Some(path) => {
             let note = format!("new notebook: Ctrl+S writes {}", path.display());
@@ -106,9 +117,6 @@ pub fn main(file: Option<PathBuf>) -> ExitCode {
         }
         None => (markdown::default_notebook().cells, None, true, None),
     };
-    if !stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        return without_a_terminal(cells, path.as_deref());
-    }
     // Relative data paths in a notebook's cells are found beside it.
     let base_dir = path
         .as_ref()
