@@ -235,11 +235,15 @@ pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
     let start = std::time::Instant::now();
     let result = prepared.reference().map_err(reported)?;
     let points: u128 = prepared.einsum.indices.iter().map(|i| i.extent as u128).product();
-    eprintln!(
-        "evaluated {} ({points} points) in {:.1} ms",
-        prepared.einsum.output().name,
-        start.elapsed().as_secs_f64() * 1e3
-    );
+    let output = &prepared.einsum.output().name;
+    eprintln!("evaluated {output} ({points} points) in {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
+    // An output given a format is sparse: its nonzero entries, as a run
+    // would assemble them.
+    if args.formats.iter().any(|f| f.split_once('=').is_some_and(|(name, _)| name == output)) {
+        let coo = spindle::formats::Coo::from_ndarray(&result)
+            .map_err(|e| anyhow!("the output `{output}`: {e}"))?;
+        return emit_entries(&prepared.einsum, &coo, out);
+    }
     emit_output(&prepared.einsum, &result, out)
 }
 
@@ -666,8 +670,13 @@ enum Produced {
 /// Writes a sparse output to `NAME=PATH.mtx` (order 2) or `.tns`, or
 /// prints its first entries.
 fn emit_assembled(einsum: &Einsum, assembled: &spindle::formats::Assembled, out: Option<&str>) -> Result<()> {
+    emit_entries(einsum, &spindle::check::entries(assembled).map_err(reported)?, out)
+}
+
+/// Writes a sparse output's entries to `NAME=PATH.mtx` (order 2) or
+/// `.tns`, or prints the first ones.
+fn emit_entries(einsum: &Einsum, coo: &spindle::formats::Coo<f64, i64>, out: Option<&str>) -> Result<()> {
     let output = einsum.output();
-    let coo = spindle::check::entries(assembled).map_err(reported)?;
     let shape = shape_text(&coo.shape);
     match out {
         Some(out) => {
@@ -678,12 +687,12 @@ fn emit_assembled(einsum: &Einsum, assembled: &spindle::formats::Assembled, out:
             }
             let path = Path::new(path);
             match path.extension().and_then(|e| e.to_str()) {
-                Some("mtx") if coo.order() == 2 => spindle::formats::io::mtx::write_mtx(&coo, path),
+                Some("mtx") if coo.order() == 2 => spindle::formats::io::mtx::write_mtx(coo, path),
                 Some("mtx") => bail!(
                     "--out {out}: a Matrix Market file holds a matrix; `{name}` has order {}: use .tns",
                     coo.order()
                 ),
-                Some("tns") => spindle::formats::io::tns::write_tns(&coo, path),
+                Some("tns") => spindle::formats::io::tns::write_tns(coo, path),
                 _ => bail!("--out {out}: a sparse output is written as .mtx (a matrix) or .tns"),
             }
             .map_err(|e| anyhow!("--out {out}: {e}"))?;

@@ -530,6 +530,34 @@ fn sparse_outputs_are_assembled_checked_and_written() {
     assert!(text.contains("750 entries stored, structure checked level by level"), "{text}");
     let written = std::fs::read_to_string(&path).unwrap();
     assert!(written.starts_with("%%MatrixMarket matrix coordinate real general\n30 25 750\n"), "{written}");
+    // `eval` writes the reference's output in the format given it, too:
+    // the same entries as the kernel's.
+    let evaluated = dir.join("e.mtx");
+    let eval_arg = format!("C={}", evaluated.display());
+    let eval = spindle(&[
+        "eval",
+        "C[i,j] = A[i,k] * B[k,j]",
+        "--rand",
+        "A=30x20:f64:1",
+        "--rand",
+        "B=20x25:f64:2",
+        "--format",
+        "A=csr",
+        "--format",
+        "B=csr",
+        "--format",
+        "C=csr",
+        "--shape",
+        "C=30x25:f64",
+        "--out",
+        &eval_arg,
+    ]);
+    assert!(eval.status.success(), "{}", stderr(&eval));
+    let (ours, reference) = (
+        spindle_formats::io::read_mtx::<f64, i64>(&path).unwrap(),
+        spindle_formats::io::read_mtx::<f64, i64>(&evaluated).unwrap(),
+    );
+    assert_eq!(ours.crd, reference.crd);
     // Order three goes to .tns; .mtx is refused with the reason.
     let tns = dir.join("c.tns");
     let tns_arg = format!("C={}", tns.display());
@@ -606,10 +634,14 @@ fn programs_of_several_statements_run_statement_by_statement() {
         assert!(stderr(&run).contains(&format!("fusion={fusion}")), "{}", stderr(&run));
         assert!(stdout(&run).contains("check: max relative error"), "{}", stdout(&run));
     }
-    // H's extent of h comes from nothing declared.
-    let bad = spindle(&["run", "H[i,h] = A[i,k] * X[k,h]; Z[i] = H[i,h]", "--rand", "A=4x3:f32:1"]);
+    // H's extent of h comes from nothing; where an operand is undeclared,
+    // that is the reason instead.
+    let bad = spindle(&["run", "H[i,h] = A[i,k] * 2; Z[i] = H[i,h]", "--rand", "A=4x3:f32:1"]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).contains("fixes the extent of `h`"), "{}", stderr(&bad));
+    let bad = spindle(&["run", "H[i,h] = A[i,k] * X[k,h]; Z[i] = H[i,h]", "--rand", "A=4x3:f32:1"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("unknown tensor `X`"), "{}", stderr(&bad));
 }
 
 /// `--emit fusion`: ReACT's view of a compound statement.

@@ -38,6 +38,7 @@ use ndarray::ArrayD;
 use crate::lang::einsum::{Declaration, Declarations};
 use crate::lang::{
     Access, AssignOp, BinOp, Diagnostic, Einsum, Expr, Span, Statement, Subscript, check, parse,
+    undeclared_operand,
 };
 use crate::tensor::{TensorValue, Tensors};
 
@@ -93,7 +94,10 @@ pub fn split_program(statements: &[Statement], declarations: &Declarations) -> R
     for statement in statements {
         let output = &statement.lhs.tensor.name;
         if !known.contains_key(output) {
-            let declaration = infer(&statement.lhs, &statement.rhs, &known)?;
+            // An operand nobody declared (or that a later statement
+            // writes) is the reason, where there is one.
+            let declaration = infer(&statement.lhs, &statement.rhs, &known)
+                .map_err(|why| undeclared_operand(statement, &known).unwrap_or(why))?;
             known.insert(output.clone(), declaration.clone());
             temporaries.insert(output.clone(), declaration);
         }

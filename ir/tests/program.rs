@@ -103,12 +103,20 @@ fn errors_point_into_the_whole_program() {
     let err = parse_program(src).unwrap_err();
     assert!(err.span.start >= src.find("Z[").unwrap(), "{err:?}");
     let decls = declarations(&[("A", &[6, 7], "f32")]);
-    let err = split_program(&parse_program("H[i,h] = A[i,k] * X[k,h]").unwrap(), &decls).unwrap_err();
-    let text = err.render("H[i,h] = A[i,k] * X[k,h]", false);
+    let err = split_program(&parse_program("H[i,h] = A[i,k] * 2").unwrap(), &decls).unwrap_err();
+    let text = err.render("H[i,h] = A[i,k] * 2", false);
     assert!(
         text.contains("no operand of `H` fixes the extent of `h`") && text.contains("declare `H`"),
         "{text}"
     );
+    // An operand nobody declared is the reason, rather than the extent it
+    // would have fixed; so is one a later statement writes.
+    for src in ["H[i,h] = A[i,k] * X[k,h]", "Z[i,j] = H[i,h] * A[h,j]; H[i,h] = A[i,k] * A[k,h]"] {
+        let err = split_program(&parse_program(src).unwrap(), &decls).unwrap_err();
+        let unknown = if src.starts_with('H') { "X" } else { "H" };
+        assert_eq!(err.message, format!("unknown tensor `{unknown}`"), "{src}");
+        assert_eq!(&src[err.span.start..err.span.end], unknown, "{src}");
+    }
 }
 
 /// Index trees and the dependence graph (paper 003 §4.1) of GNN kernel 2

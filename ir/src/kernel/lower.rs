@@ -95,10 +95,16 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
     let named = schedule.tiles.keys().chain(schedule.parallel.iter().flatten()).chain(&schedule.order);
     for index in named {
         if !axes.values().any(|a| &a.name == index) {
+            let used: Vec<&str> = axes.values().map(|a| a.name.as_str()).collect();
             return Err(Diagnostic::new(
                 format!("the schedule names `{index}`, which the statement does not use"),
                 st.span,
-            ));
+            )
+            .with_note(format!(
+                "the statement's indices are {} (a format's rewrite replaces the indices its arrays store by \
+                 their position, `p`)",
+                used.join(", ")
+            )));
         }
     }
     if let Some(reduced) =
