@@ -159,6 +159,19 @@ pub fn problem(args: &DataArgs) -> Result<Problem> {
         given.push((key, format!("{flag} {arg}")));
         Ok(())
     };
+    // A flag for a tensor the statement never names would be ignored.
+    let words: Vec<&str> = args
+        .statement
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut once = |flag: &str, arg: &str, name: &str| -> Result<()> {
+        once(flag, arg, name)?;
+        if !name.is_empty() && !words.contains(&name) {
+            bail!("{flag} {arg}: the statement has no tensor `{name}`");
+        }
+        Ok(())
+    };
     let mut with_data = Vec::new();
     for arg in &args.tensors {
         let (name, path) =

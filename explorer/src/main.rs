@@ -50,6 +50,16 @@ pub fn repeats(text: &str) -> Result<usize, String> {
     }
 }
 
+/// `--threads N`: 0 (`zero` says what it means) to the most threads a
+/// schedule takes.
+pub fn threads(text: &str, zero: &str) -> Result<usize, String> {
+    let most = spindle::Schedule::MAX_THREADS;
+    match text.parse::<usize>() {
+        Ok(n) if n <= most => Ok(n),
+        _ => Err(format!("the number of threads is an integer from 1 to {most}, or 0 for {zero}")),
+    }
+}
+
 /// Refuses a folder path for a command to write into when a path on the
 /// way exists but is not a folder (a file, a device such as /dev/null),
 /// naming it, with `hint`: the OS would only say "File exists".
@@ -233,9 +243,9 @@ enum Command {
         /// error (fails above 1e-3).
         #[arg(long)]
         check: bool,
-        /// CPU threads (0 = chosen by the autotuner, or all cores with an
-        /// explicit --schedule).
-        #[arg(long, default_value_t = 0)]
+        /// CPU threads, 1 to 4096 (0 = chosen by the autotuner, or all cores
+        /// with an explicit --schedule).
+        #[arg(long, default_value_t = 0, value_parser = |t: &str| threads(t, "the autotuner's choice"))]
         threads: usize,
         /// Timed runs (1 to 4096); the median is printed. 10 unless told, 1
         /// on `--target emulate` (whose times say nothing of a GPU's).

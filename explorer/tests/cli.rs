@@ -177,6 +177,57 @@ fn user_errors_are_messages_not_panics() {
     let out = spindle(&["check", "C[m,n] = A[m]", "--shape", "A=4"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("give it with --shape C=DIMS"), "{}", stderr(&out));
+    // Flags the statement would ignore: a tensor it does not name, a shape
+    // that contradicts the data, a thread count past the bound.
+    for (args, why) in [
+        (
+            vec!["check", "C[m] = A[m]", "--shape", "A=4", "--shape", "Q=3"],
+            "--shape Q=3: the statement has no tensor `Q`",
+        ),
+        (
+            vec![
+                "run",
+                "y[i] = A[i,j] * x[j]",
+                "--rand",
+                "A=6x5:f32:1",
+                "--rand",
+                "x=5:f32:2",
+                "--format",
+                "Q=csr",
+            ],
+            "--format Q=csr: the statement has no tensor `Q`",
+        ),
+        (
+            vec![
+                "run",
+                "y[i] = A[i,j] * x[j]",
+                "--rand",
+                "A=6x5:f32:1",
+                "--rand",
+                "x=5:f32:2",
+                "--shape",
+                "A=5x5",
+            ],
+            "tensor A: its data is 6x5, but its shape is given as 5x5",
+        ),
+        (
+            vec![
+                "run",
+                "y[i] = A[i,j] * x[j]",
+                "--rand",
+                "A=6x5:f32:1",
+                "--rand",
+                "x=5:f32:2",
+                "--threads",
+                "5000",
+            ],
+            "from 1 to 4096",
+        ),
+    ] {
+        let out = spindle(&args);
+        assert_eq!(out.status.code().map(|c| c > 0), Some(true), "{args:?}");
+        assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -52,16 +52,10 @@ pub enum NotebookCommand {
     },
 }
 
-/// The most threads `--threads` takes (as a cell's `threads N`).
-const MAX_THREADS: usize = 4096;
-
-/// `--threads N`: 0 (all cores, as when it is not given) to
-/// [`MAX_THREADS`].
+/// `--threads N`: 0 (all cores, as when it is not given) to the most a
+/// schedule takes.
 fn threads_arg(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(n) if n <= MAX_THREADS => Ok(n),
-        _ => Err(format!("the number of threads is an integer from 1 to {MAX_THREADS}, or 0 for all cores")),
-    }
+    crate::threads(text, "all cores")
 }
 
 pub fn run(command: NotebookCommand) -> Result<()> {

@@ -224,6 +224,9 @@ impl Schedule {
     /// Tiles larger than this are refused: a tile is a block of registers
     /// (or a stack array in C).
     pub const MAX_TILE: usize = 1024;
+    /// The most CPU threads a schedule asks for (as the command line's
+    /// `--threads` and a notebook cell's `threads`).
+    pub const MAX_THREADS: usize = 4096;
 
     /// The tile of an axis of this extent.
     pub fn tile(&self, index: &str, extent: usize) -> usize {
@@ -268,7 +271,9 @@ impl FromStr for Schedule {
             match (key, value) {
                 (k, v) if k.starts_with("tile.") => {
                     let index = &k["tile.".len()..];
-                    let n: usize = v.parse().map_err(|_| bad("the tile size must be an integer"))?;
+                    let n: usize = v.parse().map_err(|_| {
+                        bad(&format!("tile sizes are powers of two up to {}", Self::MAX_TILE))
+                    })?;
                     if !n.is_power_of_two() || n > Self::MAX_TILE {
                         return Err(bad(&format!("tile sizes are powers of two up to {}", Self::MAX_TILE)));
                     }
@@ -316,8 +321,8 @@ impl FromStr for Schedule {
                 ("parallel", v) => s.parallel = Some(index_list(v).map_err(|r| bad(&r))?),
                 ("order", v) => s.order = index_list(v).map_err(|r| bad(&r))?,
                 ("threads", v) => match v.parse::<usize>() {
-                    Ok(n) if n > 0 => s.threads = Some(n),
-                    _ => return Err(bad("threads is a positive integer")),
+                    Ok(n) if (1..=Self::MAX_THREADS).contains(&n) => s.threads = Some(n),
+                    _ => return Err(bad(&format!("threads is a number from 1 to {}", Self::MAX_THREADS))),
                 },
                 ("tensorcores", v) => {
                     s.tensor_cores = on_off(v).ok_or_else(|| bad("tensorcores is on or off"))?
@@ -425,12 +430,30 @@ fn index_list(v: &str) -> Result<Vec<String>, String> {
     if names.iter().any(|n| n.is_empty() || !n.chars().all(|c| c.is_alphanumeric() || c == '_')) {
         return Err("list index names joined by `+`, e.g. p+n".to_string());
     }
+    if let Some((_, twice)) = names.iter().enumerate().find(|(at, n)| names[..*at].contains(n)) {
+        return Err(format!("`{twice}` is listed twice: name each index once, e.g. p+n"));
+    }
     Ok(names)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lists_name_each_index_once_and_threads_are_bounded() {
+        for (items, why) in [
+            ("order=i+i+j", "`i` is listed twice"),
+            ("parallel=p+n+p", "`p` is listed twice"),
+            ("threads=100000", "threads is a number from 1 to 4096"),
+            ("threads=0", "threads is a number from 1 to 4096"),
+            ("tile.n=-1", "tile sizes are powers of two up to 1024"),
+        ] {
+            let e = items.parse::<Schedule>().unwrap_err().to_string();
+            assert!(e.contains(why), "{items}: {e}");
+        }
+        assert_eq!("threads=4096".parse::<Schedule>().unwrap().threads, Some(4096));
+    }
 
     #[test]
     fn schedules_print_and_parse() {
@@ -502,7 +525,7 @@ mod tests {
             err("order=p+"),
             "invalid schedule item `order=p+`: list index names joined by `+`, e.g. p+n"
         );
-        assert_eq!(err("threads=0"), "invalid schedule item `threads=0`: threads is a positive integer");
+        assert_eq!(err("threads=0"), "invalid schedule item `threads=0`: threads is a number from 1 to 4096");
         assert!(err("block=48").contains("multiple of 32 up to 1024"));
         assert!(err("block=2048").contains("multiple of 32 up to 1024"));
         assert_eq!(err("path=both"), "invalid schedule item `path=both`: path is tiles or levels");

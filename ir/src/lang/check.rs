@@ -19,7 +19,14 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
                 if !declarations.contains_key(&tensor.name) {
                     return Err(unknown_tensor(&tensor.name, tensor.span, declarations));
                 }
-                dtypes.insert(&tensor.name, *dtype);
+                if dtypes.insert(&tensor.name, *dtype).is_some() {
+                    return Err(Diagnostic::new(
+                        format!("`where` gives `{}` a dtype twice", tensor.name),
+                        tensor.span,
+                    )
+                    .with_label("a second dtype")
+                    .with_note("give each tensor one dtype"));
+                }
             }
             WhereClause::Extent { index, extent, span } => where_extents.push((index, *extent, *span)),
         }
@@ -448,6 +455,8 @@ mod tests {
             "`where` names `z`, which no subscript uses"
         );
         assert_eq!(err("C[m,n] = A[m,k] * B[k,n] where Z: f16", &d).message, "unknown tensor `Z`");
+        let twice = err("C[m,n] = A[m,k] * B[k,n] where A: f64, A: f16", &d);
+        assert_eq!((twice.message.as_str(), twice.span.start), ("`where` gives `A` a dtype twice", 39));
         assert_eq!(err("C[m,n] = A[m,n] * m", &d).message, "`m` is an index, and indices are not values");
     }
 
