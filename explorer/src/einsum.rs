@@ -389,10 +389,17 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
             (None, Some(p)) => p.lower_levels(&schedule).map_err(reported)?,
             (None, None) => unreachable!("a statement or a program"),
         };
+        // What shows this kernel instead of a tile kernel's plan or report:
+        // its CUDA source, where the level path prints one.
+        let instead = || match spindle::print_levels_cuda(&lowered.kernel) {
+            Ok(_) => "--emit cuda shows its warp per row".to_string(),
+            Err(e) => format!("--emit c shows its source (it has no CUDA source: {e})"),
+        };
         if c.resources {
             bail!(
                 "--resources reports tile kernels; this kernel takes the level path, which has no NVRTC \
-                 report yet: drop --resources (--emit cuda shows its source)"
+                 report yet: drop --resources ({})",
+                instead()
             );
         }
         match (c.emit, c.target) {
@@ -401,7 +408,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
             (Emit::Cuda, _) | (Emit::Source, _) => {
                 print!("{}", spindle::print_levels_cuda(&lowered.kernel).map_err(reported)?)
             }
-            (Emit::Plan, _) => bail!("the level path has no CUDA plan: --emit cuda shows its warp per row"),
+            (Emit::Plan, _) => bail!("the level path has no CUDA plan: {}", instead()),
             (Emit::Sass, _) => {
                 bail!("--emit sass shows tile kernels' machine code; the level path has none yet")
             }

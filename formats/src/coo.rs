@@ -173,22 +173,25 @@ impl<V: Value, I: Index> Coo<V, I> {
     }
 }
 
-/// Validates that `perm` is a permutation of `0..order`.
+/// Validates that `perm` is a permutation of `0..order`, saying how it is
+/// not.
 pub(crate) fn check_permutation(perm: &[usize], order: usize) -> Result<()> {
+    let why = |what: String| Err(FormatError::invalid("mode order", format!("{perm:?} {what}")));
+    if perm.len() != order {
+        return why(format!(
+            "names {} modes, but the tensor has order {order} (modes 0 to {})",
+            perm.len(),
+            order.saturating_sub(1)
+        ));
+    }
     let mut seen = vec![false; order];
     for &d in perm {
-        if d >= order || std::mem::replace(&mut seen[d], true) {
-            return Err(FormatError::invalid(
-                "mode order",
-                format!("{perm:?} is not a permutation of 0..{order}"),
-            ));
+        if d >= order {
+            return why(format!("names mode {d}, past the tensor's order {order}"));
         }
-    }
-    if perm.len() != order {
-        return Err(FormatError::invalid(
-            "mode order",
-            format!("{perm:?} is not a permutation of 0..{order}"),
-        ));
+        if std::mem::replace(&mut seen[d], true) {
+            return why(format!("names mode {d} twice"));
+        }
     }
     Ok(())
 }

@@ -296,6 +296,6 @@ mod tests {
             "dcc (one d/c letter per dimension) needs a tensor of order 3, got order 2"
         );
         let err = LevelTensor::from_coo(&matrix(), &[1, 1], &[true, false]).unwrap_err();
-        assert_eq!(err.to_string(), "invalid mode order: [1, 1] is not a permutation of 0..2");
+        assert_eq!(err.to_string(), "invalid mode order: [1, 1] names mode 1 twice");
     }
 }

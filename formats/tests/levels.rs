@@ -260,7 +260,11 @@ fn wrong_letter_counts_and_modes_are_errors() {
     // A spec built in code is checked when it stores a tensor.
     let bad = FormatSpec::Levels { dense: vec![true, false], modes: vec![0, 0] };
     let err = SparseTensor::from_coo(&a, &bad).unwrap_err().to_string();
-    assert_eq!(err, "invalid mode order: [0, 0] is not a permutation of 0..2");
+    assert_eq!(err, "invalid mode order: [0, 0] names mode 0 twice");
+    // A CSF of three modes for a matrix says the orders disagree.
+    let csf3: FormatSpec = "csf:modes=0-1-2".parse().unwrap();
+    let err = SparseTensor::from_coo(&a, &csf3).unwrap_err().to_string();
+    assert_eq!(err, "invalid mode order: [0, 1, 2] names 3 modes, but the tensor has order 2 (modes 0 to 1)");
     let order0 = Coo::<f64, i32>::empty(vec![]);
     let none = FormatSpec::Levels { dense: vec![], modes: vec![] };
     assert_eq!(

@@ -400,7 +400,8 @@ pub fn store_levels(
         if level.part != DimPart::Whole {
             return Err(refuse(
                 format!(
-                    "`{tname}` in {} has blocked levels; blocked formats run on the tile path",
+                    "`{tname}` in {} has blocked levels, which the level path does not walk \
+                     (block-sparse products run on the tile path, in blockgroupcoo:bm=..,bk=..)",
                     spec.name()
                 ),
                 access.span,
