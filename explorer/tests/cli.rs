@@ -179,50 +179,19 @@ fn user_errors_are_messages_not_panics() {
     assert!(stderr(&out).contains("give it with --shape C=DIMS"), "{}", stderr(&out));
     // Flags the statement would ignore: a tensor it does not name, a shape
     // that contradicts the data, a thread count past the bound.
+    let spmv = |extra: [&'static str; 2]| {
+        let mut args = vec!["run", "y[i] = A[i,j] * x[j]", "--rand", "A=6x5:f32:1", "--rand", "x=5:f32:2"];
+        args.extend(extra);
+        args
+    };
     for (args, why) in [
         (
             vec!["check", "C[m] = A[m]", "--shape", "A=4", "--shape", "Q=3"],
             "--shape Q=3: the statement has no tensor `Q`",
         ),
-        (
-            vec![
-                "run",
-                "y[i] = A[i,j] * x[j]",
-                "--rand",
-                "A=6x5:f32:1",
-                "--rand",
-                "x=5:f32:2",
-                "--format",
-                "Q=csr",
-            ],
-            "--format Q=csr: the statement has no tensor `Q`",
-        ),
-        (
-            vec![
-                "run",
-                "y[i] = A[i,j] * x[j]",
-                "--rand",
-                "A=6x5:f32:1",
-                "--rand",
-                "x=5:f32:2",
-                "--shape",
-                "A=5x5",
-            ],
-            "tensor A: its data is 6x5, but its shape is given as 5x5",
-        ),
-        (
-            vec![
-                "run",
-                "y[i] = A[i,j] * x[j]",
-                "--rand",
-                "A=6x5:f32:1",
-                "--rand",
-                "x=5:f32:2",
-                "--threads",
-                "5000",
-            ],
-            "from 1 to 4096",
-        ),
+        (spmv(["--format", "Q=csr"]), "--format Q=csr: the statement has no tensor `Q`"),
+        (spmv(["--shape", "A=5x5"]), "tensor A: its data is 6x5, but its shape is given as 5x5"),
+        (spmv(["--threads", "5000"]), "from 1 to 4096"),
     ] {
         let out = spindle(&args);
         assert_eq!(out.status.code().map(|c| c > 0), Some(true), "{args:?}");
@@ -557,25 +526,23 @@ fn sparse_outputs_are_assembled_checked_and_written() {
     let path = dir.join("c.mtx");
     let out_arg = format!("C={}", path.display());
     // Row-wise SpGEMM into CSR, checked level by level, written out.
-    let run = spindle(&[
-        "run",
-        "C[i,j] = A[i,k] * B[k,j]",
-        "--rand",
-        "A=30x20:f64:1",
-        "--rand",
-        "B=20x25:f64:2",
-        "--format",
-        "A=csr",
-        "--format",
-        "B=csr",
-        "--format",
-        "C=csr",
-        "--shape",
-        "C=30x25:f64",
-        "--check",
-        "--out",
-        &out_arg,
-    ]);
+    let spgemm = |command: &str, extra: &[&str]| {
+        let mut args =
+            vec![command, "C[i,j] = A[i,k] * B[k,j]", "--rand", "A=30x20:f64:1", "--rand", "B=20x25:f64:2"];
+        args.extend([
+            "--format",
+            "A=csr",
+            "--format",
+            "B=csr",
+            "--format",
+            "C=csr",
+            "--shape",
+            "C=30x25:f64",
+        ]);
+        args.extend_from_slice(extra);
+        spindle(&args)
+    };
+    let run = spgemm("run", &["--check", "--out", &out_arg]);
     assert!(run.status.success(), "{}", stderr(&run));
     let text = stdout(&run);
     assert!(text.contains("750 entries stored, structure checked level by level"), "{text}");
@@ -585,24 +552,7 @@ fn sparse_outputs_are_assembled_checked_and_written() {
     // the same entries as the kernel's.
     let evaluated = dir.join("e.mtx");
     let eval_arg = format!("C={}", evaluated.display());
-    let eval = spindle(&[
-        "eval",
-        "C[i,j] = A[i,k] * B[k,j]",
-        "--rand",
-        "A=30x20:f64:1",
-        "--rand",
-        "B=20x25:f64:2",
-        "--format",
-        "A=csr",
-        "--format",
-        "B=csr",
-        "--format",
-        "C=csr",
-        "--shape",
-        "C=30x25:f64",
-        "--out",
-        &eval_arg,
-    ]);
+    let eval = spgemm("eval", &["--out", &eval_arg]);
     assert!(eval.status.success(), "{}", stderr(&eval));
     let (ours, reference) = (
         spindle_formats::io::read_mtx::<f64, i64>(&path).unwrap(),
