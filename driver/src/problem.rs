@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use ndarray::ArrayD;
-use spindle_formats::{Coo, FormatSpec};
+use spindle_formats::{Coo, DType, FormatSpec};
 use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::kernel::{Kernel, OutputInit};
 use spindle_ir::lang::{
@@ -165,6 +165,14 @@ impl Problem {
                 )));
             }
             let dtype = kernel_dtype(input, &loaded);
+            if let ElemType::Value(values) = dtype
+                && let Some(x) = overflows(values, &loaded)
+            {
+                return Err(Error::input(format!(
+                    "tensor {name}: the value {x} does not fit in {} (it would be infinite in the kernel)",
+                    values.name()
+                )));
+            }
             declarations.insert(name.clone(), Declaration { shape, dtype });
             match loaded {
                 Loaded::Dense(value) => {
@@ -216,6 +224,24 @@ fn dense_copy_refused(parsed: &Statement, src: &str, name: &str, shape: &[usize]
     .with_label("read without a format")
     .with_note(format!("store it in a format so the kernel reads only its entries: {name} in csr, for one"));
     Error::statement(diagnostic, src)
+}
+
+/// The first finite value of `loaded` that `dtype` cannot hold (it would
+/// round to infinity: 1e10 in f16).
+fn overflows(dtype: DType, loaded: &Loaded) -> Option<f64> {
+    use spindle_formats::Value;
+    let fits = |x: f64| match dtype {
+        DType::F64 => true,
+        DType::F32 => f32::from_f64(x).is_finite(),
+        DType::F16 => half::f16::from_f64(x).is_finite(),
+        DType::Bf16 => half::bf16::from_f64(x).is_finite(),
+    };
+    let bad = |x: &f64| x.is_finite() && !fits(*x);
+    match loaded {
+        Loaded::Dense(TensorValue::Values(v)) => v.iter().copied().find(bad),
+        Loaded::Sparse(coo) => coo.val.iter().copied().find(bad),
+        _ => None,
+    }
 }
 
 /// `34x34`: a shape as the command line writes it.

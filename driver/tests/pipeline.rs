@@ -188,6 +188,19 @@ fn mistakes_say_where_and_why() {
     let err =
         spmm("csr").declare("A", &[10, 10], ElemType::Value(DType::F16)).prepare().unwrap_err().to_string();
     assert_eq!(err, "tensor A: its data is 40x30, but its shape is given as 10x10");
+    // A value the kernel's dtype cannot hold is refused, not made infinite.
+    let big = Coo::<f64, i64>::new(vec![2, 2], vec![vec![0, 1], vec![0, 1]], vec![1e10, 0.5]).unwrap();
+    let err = Problem::new("y[i] = A[i,j] * x[j]")
+        .tensor("A", Input::from(big).with_dtype(ElemType::Value(DType::F16)))
+        .tensor("x", Input::random(&[2], DType::F16, 1))
+        .format("A", "csr")
+        .prepare()
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "tensor A: the value 10000000000 does not fit in f16 (it would be infinite in the kernel)"
+    );
     let agreed = spmm("csr").declare("B", &[30, 8], ElemType::Value(DType::F16)).prepare().unwrap();
     assert_eq!(agreed.einsum.tensors["B"].dtype, ElemType::Value(DType::F16));
 
