@@ -229,14 +229,7 @@ fn dense_copy_refused(parsed: &Statement, src: &str, name: &str, shape: &[usize]
 /// The first finite value of `loaded` that `dtype` cannot hold (it would
 /// round to infinity: 1e10 in f16).
 fn overflows(dtype: DType, loaded: &Loaded) -> Option<f64> {
-    use spindle_formats::Value;
-    let fits = |x: f64| match dtype {
-        DType::F64 => true,
-        DType::F32 => f32::from_f64(x).is_finite(),
-        DType::F16 => half::f16::from_f64(x).is_finite(),
-        DType::Bf16 => half::bf16::from_f64(x).is_finite(),
-    };
-    let bad = |x: &f64| x.is_finite() && !fits(*x);
+    let bad = |x: &f64| x.is_finite() && !dtype.round(*x).is_finite();
     match loaded {
         Loaded::Dense(TensorValue::Values(v)) => v.iter().copied().find(bad),
         Loaded::Sparse(coo) => coo.val.iter().copied().find(bad),

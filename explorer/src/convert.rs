@@ -87,7 +87,32 @@ fn write_folder<V: Value, I: Index>(tensor: &SparseTensor<V, I>, dir: &Path) -> 
         "arrays": arrays,
     });
     let path = dir.join("format.json");
+    let earlier = earlier_arrays(&path);
     std::fs::write(&path, serde_json::to_string_pretty(&meta)?)
         .with_context(|| format!("writing {}", path.display()))?;
+    // A conversion written here before in another format leaves arrays this
+    // one does not (a GroupCOO's over a CSR's pos.npy): they go, so the
+    // folder holds one tensor as its format.json says. Only files that
+    // format.json listed are touched.
+    let written: Vec<String> = tensor.arrays().into_iter().map(|(name, _)| format!("{name}.npy")).collect();
+    for stale in earlier.iter().filter(|f| !written.contains(f)) {
+        let file = dir.join(stale);
+        std::fs::remove_file(&file).with_context(|| format!("removing {}", file.display()))?;
+        println!("removed {} (an array of the conversion written there before)", file.display());
+    }
     Ok(())
+}
+
+/// The array files a `format.json` lists, where it is one this command
+/// wrote: plain `.npy` names inside the folder, each of which exists.
+fn earlier_arrays(meta: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(meta) else { return Vec::new() };
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else { return Vec::new() };
+    let files = json["arrays"].as_array().into_iter().flatten().filter_map(|a| a["file"].as_str());
+    let dir = meta.parent().unwrap_or(Path::new("."));
+    files
+        .filter(|f| f.ends_with(".npy") && Path::new(f).file_name() == Some(std::ffi::OsStr::new(f)))
+        .filter(|f| dir.join(f).is_file())
+        .map(str::to_string)
+        .collect()
 }

@@ -9,6 +9,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::builder::TypedValueParser as _;
 use ndarray::ArrayD;
 use spindle::{Input, Prepared, Problem, Schedule, Target, TimingOptions, Tuner};
+use spindle_ir::kernel::schedule::{KernelKind, Path as SchedulePath};
 use spindle_ir::lang::{Einsum, ElemType, ExtentSource, Role};
 
 /// A diagnostic already printed with its caret; the exit code is 1.
@@ -282,6 +283,8 @@ fn check_out(out: Option<&str>) -> Result<()> {
 /// Writes the output to `NAME=PATH.npy`, or prints a preview.
 pub(crate) fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&str>) -> Result<()> {
     let output = einsum.output();
+    let stored = result.mapv(|x| stored(output.dtype, x));
+    note_overflow(&output.name, output.dtype, result.iter().copied());
     match out {
         Some(out) => {
             let (name, path) =
@@ -298,9 +301,41 @@ pub(crate) fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&st
             spindle::input::write_npy(Path::new(path), result, output.dtype).map_err(reported)?;
             println!("wrote {path} ({} {})", shape_text(result.shape()), output.dtype.name());
         }
-        None => println!("{}", preview(result)),
+        None => println!("{}", preview(&stored)),
     }
     Ok(())
+}
+
+/// `x` as the output's dtype stores it (the reference evaluates in f64).
+fn stored(dtype: ElemType, x: f64) -> f64 {
+    match dtype {
+        ElemType::Value(d) => d.round(x),
+        ElemType::Index(_) => x,
+    }
+}
+
+/// Says on stderr how many of the reference's finite values the output's
+/// dtype cannot hold: they are written and shown as infinities, as a kernel
+/// computing in that dtype would make them.
+fn note_overflow(name: &str, dtype: ElemType, values: impl Iterator<Item = f64>) {
+    let beyond = values.filter(|&x| x.is_finite() && !stored(dtype, x).is_finite()).count();
+    if beyond > 0 {
+        let dtype = dtype.name();
+        eprintln!(
+            "note: {beyond} value(s) of `{name}` lie beyond {dtype}'s range and are stored as infinity \
+             (the reference computes in f64; `where {name}: f64` keeps them)"
+        );
+    }
+}
+
+/// A value for a terminal: six decimals, or an exponent where those would
+/// show nothing or too many digits.
+fn value_text(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (1e-4..1e9).contains(&x.abs()) {
+        format!("{x:.6}")
+    } else {
+        format!("{x:.6e}")
+    }
 }
 
 /// What `spindle compile` prints.
@@ -351,6 +386,25 @@ pub struct CompileArgs<'a> {
     pub resources: bool,
 }
 
+impl CompileArgs<'_> {
+    /// Whether what is printed is (or is compiled from) the CUDA kernel.
+    fn emits_cuda(&self) -> bool {
+        match self.emit {
+            Emit::Cuda | Emit::Plan | Emit::Sass => true,
+            Emit::C => false,
+            Emit::Ir | Emit::Source | Emit::Fusion => self.target != Target::C,
+        }
+    }
+}
+
+/// A note per item of a single statement's schedule that its kernel does
+/// not read (`map=walk` on a C kernel, `parallel=` on the level path).
+fn note_unread(schedule: &str, kind: KernelKind) {
+    for note in Schedule::unread(schedule, kind) {
+        eprintln!("note: {note}");
+    }
+}
+
 pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     // Refused before anything is printed.
     if c.resources && c.target != Target::Cuda {
@@ -380,9 +434,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         Some(_) => None,
         None => Some(prepare(args)?),
     };
-    let levels = |p: &spindle::Prepared| {
-        schedule.path == spindle_ir::kernel::schedule::Path::Levels || p.tile_refusal.is_some()
-    };
+    let levels = |p: &spindle::Prepared| schedule.path == SchedulePath::Levels || p.tile_refusal.is_some();
     if program.is_some() || prepared.as_ref().is_some_and(levels) {
         let lowered = match (program, &prepared) {
             (Some(lowered), _) => lowered,
@@ -402,6 +454,9 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
                 instead()
             );
         }
+        if prepared.is_some() {
+            note_unread(c.schedule, KernelKind { path: SchedulePath::Levels, cuda: c.emits_cuda() });
+        }
         match (c.emit, c.target) {
             (Emit::Ir, _) => print!("{}", lowered.kernel),
             (Emit::C, _) | (Emit::Source, Target::C) => print!("{}", spindle::print_levels(&lowered.kernel)?),
@@ -418,6 +473,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     }
     let prepared = prepared.expect("a statement");
     let kernel = prepared.lower(&schedule).map_err(reported)?;
+    note_unread(c.schedule, KernelKind { path: SchedulePath::Tiles, cuda: c.emits_cuda() });
     let source = |target| spindle::print(&kernel, &schedule, target).map_err(reported);
     match (c.emit, c.target) {
         (Emit::Ir, _) => print!("{kernel}"),
@@ -595,6 +651,11 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         None => "as given".to_string(),
     };
     eprintln!("schedule: {} ({how})", compiled.schedule);
+    let path = match compiled.kernel {
+        spindle::Lowering::Tiles(_) => SchedulePath::Tiles,
+        spindle::Lowering::Levels(_) => SchedulePath::Levels,
+    };
+    note_unread(run.schedule, KernelKind { path, cuda: run.target != Target::C });
     if run.check {
         let check = match &result {
             Produced::Dense(r) => compiled.compare(r),
@@ -698,6 +759,9 @@ fn emit_assembled(einsum: &Einsum, assembled: &spindle::formats::Assembled, out:
 fn emit_entries(einsum: &Einsum, coo: &spindle::formats::Coo<f64, i64>, out: Option<&str>) -> Result<()> {
     let output = einsum.output();
     let shape = shape_text(&coo.shape);
+    note_overflow(&output.name, output.dtype, coo.val.iter().copied());
+    let mut coo = coo.clone();
+    coo.val.iter_mut().for_each(|v| *v = stored(output.dtype, *v));
     match out {
         Some(out) => {
             let (name, path) =
@@ -707,12 +771,12 @@ fn emit_entries(einsum: &Einsum, coo: &spindle::formats::Coo<f64, i64>, out: Opt
             }
             let path = Path::new(path);
             match path.extension().and_then(|e| e.to_str()) {
-                Some("mtx") if coo.order() == 2 => spindle::formats::io::mtx::write_mtx(coo, path),
+                Some("mtx") if coo.order() == 2 => spindle::formats::io::mtx::write_mtx(&coo, path),
                 Some("mtx") => bail!(
                     "--out {out}: a Matrix Market file holds a matrix; `{name}` has order {}: use .tns",
                     coo.order()
                 ),
-                Some("tns") => spindle::formats::io::tns::write_tns(coo, path),
+                Some("tns") => spindle::formats::io::tns::write_tns(&coo, path),
                 _ => bail!("--out {out}: a sparse output is written as .mtx (a matrix) or .tns"),
             }
             .map_err(|e| anyhow!("--out {out}: {e}"))?;
@@ -722,7 +786,7 @@ fn emit_entries(einsum: &Einsum, coo: &spindle::formats::Coo<f64, i64>, out: Opt
             let first: Vec<String> = (0..coo.nnz().min(6))
                 .map(|k| {
                     let at: Vec<String> = coo.coord(k).iter().map(usize::to_string).collect();
-                    format!("({}) {:.6}", at.join(","), coo.val[k])
+                    format!("({}) {}", at.join(","), value_text(coo.val[k]))
                 })
                 .collect();
             let more = if coo.nnz() > 6 { ", ..." } else { "" };
@@ -788,7 +852,7 @@ fn shape_text(shape: &[usize]) -> String {
 
 /// The shape and the first values, for a terminal.
 fn preview(a: &ArrayD<f64>) -> String {
-    let first: Vec<String> = a.iter().take(8).map(|x| format!("{x:.6}")).collect();
+    let first: Vec<String> = a.iter().take(8).map(|&x| value_text(x)).collect();
     let more = if a.len() > 8 { ", ..." } else { "" };
     format!("{} = [{}{more}]", shape_text(a.shape()), first.join(", "))
 }

@@ -114,6 +114,21 @@ fn convert_to_a_folder_writes_every_array() {
     assert_eq!(grp.iter().map(|&x| x as i32).collect::<Vec<_>>(), expected.grp);
     assert_eq!(crd.iter().map(|&x| x as i32).collect::<Vec<_>>(), expected.crd[0]);
     assert_eq!(val.iter().copied().collect::<Vec<_>>(), expected.val);
+
+    // Converted again into the same folder as CSR: GroupCOO's grp.npy goes
+    // (it stayed beside CSR's arrays), and a file the tool did not write
+    // stays.
+    std::fs::write(dir.join("notes.npy"), "mine").unwrap();
+    let again =
+        spindle(&["convert", &format!("gen:{POWER_LAW}"), "--to", "csr", "--out", dir.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["crd.npy", "format.json", "notes.npy", "pos.npy", "val.npy"]);
+    assert!(stdout(&again).contains("removed"), "{}", stdout(&again));
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -807,4 +822,73 @@ fn compile_resources_needs_the_cuda_target() {
     let help = stdout(&spindle(&["compile", "--help"]));
     let resources = help.split("--resources\n").nth(1).unwrap_or_default();
     assert!(resources.split("\n\n").next().unwrap().contains("needs --target cuda"), "{help}");
+}
+
+/// `eval` shows and writes the output as its dtype stores it: the f64
+/// reference's values beyond f32 are infinities there, and a note says so
+/// (the preview printed them as 40-digit numbers that no f32 output holds).
+#[test]
+fn eval_shows_values_beyond_the_output_dtype_as_it_stores_them() {
+    let dir = scratch("eval-overflow");
+    std::fs::create_dir_all(&dir).unwrap();
+    // x = [0.46.., 0.28.., 0.29..] for this seed: 1e39 * x[0] > f32::MAX.
+    let x = ["--rand", "x=3:f32:1"];
+    let out = spindle(&[&["eval", "y[i] = x[i] * 1e39"][..], &x].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("3 = [inf, 2.899402e38, 2.973921e38]"), "{}", stdout(&out));
+    assert!(stderr(&out).contains("1 value(s) of `y` lie beyond f32's range"), "{}", stderr(&out));
+    let kept = spindle(&[&["eval", "y[i] = x[i] * 1e39 where y: f64"][..], &x].concat());
+    assert!(stdout(&kept).contains("3 = [4.622371e38, 2.899402e38"), "{}", stdout(&kept));
+    assert!(!stderr(&kept).contains("note:"), "{}", stderr(&kept));
+    // A sparse output's entries, shown and written.
+    let mtx = dir.join("c.mtx");
+    let to = format!("C={}", mtx.display());
+    let sparse =
+        ["eval", "C[i,j] = A[i,j] * 1e39", "--rand", "A=2x2:f32:1", "--format", "A=csr", "--format", "C=csr"];
+    let shown = spindle(&sparse);
+    assert!(stdout(&shown).contains("(0,0) inf, (0,1) 2.899402e38"), "{}", stdout(&shown));
+    assert!(stderr(&shown).contains("2 value(s) of `C`"), "{}", stderr(&shown));
+    let written = spindle(&[&sparse[..], &["--out", &to]].concat());
+    assert!(written.status.success(), "{}", stderr(&written));
+    let text = std::fs::read_to_string(&mtx).unwrap();
+    assert!(text.lines().any(|l| l == "1 1 inf"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A schedule item the kernel does not read is named on stderr (it was
+/// accepted silently), and items it reads are not.
+#[test]
+fn schedule_items_the_kernel_does_not_read_get_a_note() {
+    let spmm = [
+        "C[m,n] += A[m,k] * B[k,n]",
+        "--rand",
+        "A=20x30:f32:1",
+        "--rand",
+        "B=30x8:f32:2",
+        "--format",
+        "A=csr",
+    ];
+    let out = spindle(
+        &[
+            &["run"][..],
+            &spmm,
+            &["--schedule", "path=levels order=m+n+k threads=1 map=walk", "--repeats", "1"],
+        ]
+        .concat(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let notes: Vec<&str> = err.lines().filter(|l| l.starts_with("note:")).collect();
+    assert_eq!(
+        notes,
+        [
+            "note: `map=walk` changes nothing here: it is read by CUDA kernels on the tile path, and this is a C kernel on the level path"
+        ]
+    );
+    let out = spindle(
+        &[&["compile"][..], &spmm, &["--schedule", "tile.p=8 workspace=hash", "--emit", "c"]].concat(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("`workspace=hash` changes nothing here"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("tile.p"), "{}", stderr(&out));
 }

@@ -25,6 +25,16 @@ impl DType {
             DType::Bf16 => "bf16",
         }
     }
+    /// `x` as this dtype stores it (rounded to nearest; beyond its range,
+    /// infinity).
+    pub fn round(self, x: f64) -> f64 {
+        match self {
+            DType::F64 => x,
+            DType::F32 => x as f32 as f64,
+            DType::F16 => half::f16::from_f64(x).to_f64(),
+            DType::Bf16 => half::bf16::from_f64(x).to_f64(),
+        }
+    }
     pub fn size_bytes(self) -> usize {
         match self {
             DType::F64 => 8,

@@ -284,15 +284,6 @@ fn make_checked(name: &str, entry: &Entry) -> Checked {
     (original, data, sparse, out_shape)
 }
 
-fn round_to(x: f64, dtype: DType) -> f64 {
-    match dtype {
-        DType::F64 => x,
-        DType::F32 => x as f32 as f64,
-        DType::F16 => half::f16::from_f64(x).to_f64(),
-        DType::Bf16 => half::bf16::from_f64(x).to_f64(),
-    }
-}
-
 /// The entry with every value tensor in `dtype`, and its data rounded to it.
 pub fn typed(einsum: &Einsum, data: &Tensors, dtype: DType) -> (Einsum, Tensors) {
     let mut typed = einsum.clone();
@@ -304,7 +295,7 @@ pub fn typed(einsum: &Einsum, data: &Tensors, dtype: DType) -> (Einsum, Tensors)
     let rounded = data
         .iter()
         .map(|(n, v)| match v {
-            TensorValue::Values(a) => (n.clone(), TensorValue::Values(a.mapv(|x| round_to(x, dtype)))),
+            TensorValue::Values(a) => (n.clone(), TensorValue::Values(a.mapv(|x| dtype.round(x)))),
             other => (n.clone(), other.clone()),
         })
         .collect();

@@ -257,7 +257,7 @@ impl FromStr for Schedule {
         let mut s = Schedule::default();
         // Each key once: a second `threads=` silently won before.
         let mut given: Vec<&str> = Vec::new();
-        for item in text.split([' ', ',', ';']).map(str::trim).filter(|i| !i.is_empty()) {
+        for item in items(text) {
             let bad = |reason: &str| ScheduleError { item: item.to_string(), reason: reason.to_string() };
             let Some((key, value)) = item.split_once('=') else {
                 return Err(bad(&format!("expected key=value ({SCHEDULE_SYNTAX})")));
@@ -340,6 +340,63 @@ impl FromStr for Schedule {
             }
         }
         Ok(s)
+    }
+}
+
+/// A schedule text's items (`key=value`), in order.
+fn items(text: &str) -> impl Iterator<Item = &str> {
+    text.split([' ', ',', ';']).map(str::trim).filter(|i| !i.is_empty())
+}
+
+/// The kernel one statement compiled to, as far as the schedule items it
+/// reads go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelKind {
+    pub path: Path,
+    /// CUDA C (on a GPU or emulated); otherwise C.
+    pub cuda: bool,
+}
+
+impl KernelKind {
+    fn describe(self) -> String {
+        let path = match self.path {
+            Path::Tiles => "tile",
+            Path::Levels => "level",
+        };
+        format!("this is a {} kernel on the {path} path", if self.cuda { "CUDA" } else { "C" })
+    }
+}
+
+impl Schedule {
+    /// The items of the schedule `text` that a single statement's kernel of
+    /// `kind` does not read, each with what reads it. They parse, since one
+    /// schedule serves sweeps over paths and targets, but change nothing
+    /// in this kernel, which a user who wrote them should hear.
+    pub fn unread(text: &str, kind: KernelKind) -> Vec<String> {
+        let tiles = kind.path == Path::Tiles;
+        let levels = kind.path == Path::Levels;
+        items(text)
+            .filter_map(|item| {
+                let key = item.split_once('=').map_or(item, |(k, _)| k);
+                let (reads, by) = match key {
+                    "path" | "reduce" | "order" => return None,
+                    k if k.starts_with("tile.") => (tiles, "tile-path kernels"),
+                    "broadcast" | "matmul" | "parallel" => (tiles, "tile-path kernels"),
+                    k if k.starts_with("ws.") => (levels, "level-path kernels with sparse outputs"),
+                    "workspace" => (levels, "level-path kernels with sparse outputs"),
+                    "subsect" => (levels, "level-path kernels over affine subscripts"),
+                    "fusion" | "strip" => (false, "programs (several statements)"),
+                    "threads" => (!kind.cuda, "C kernels (CUDA takes its parallelism from the tiles)"),
+                    "tensorcores" | "tf32" | "block" | "map" | "l2hints" | "split" => {
+                        (kind.cuda && tiles, "CUDA kernels on the tile path")
+                    }
+                    _ => return None,
+                };
+                (!reads).then(|| {
+                    format!("`{item}` changes nothing here: it is read by {by}, and {}", kind.describe())
+                })
+            })
+            .collect()
     }
 }
 
@@ -453,6 +510,43 @@ mod tests {
             assert!(e.contains(why), "{items}: {e}");
         }
         assert_eq!("threads=4096".parse::<Schedule>().unwrap().threads, Some(4096));
+    }
+
+    #[test]
+    fn items_a_kernel_does_not_read_are_named() {
+        let text = "path=levels reduce=atomic order=m tile.m=4 parallel=m matmul=off ws.cap=8 workspace=hash \
+                    subsect=off fusion=none strip=4 threads=2 map=walk tf32=on";
+        let unread = |path, cuda| {
+            Schedule::unread(text, KernelKind { path, cuda })
+                .iter()
+                .map(|n| n.split('`').nth(1).unwrap().split('=').next().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            unread(Path::Levels, false),
+            ["tile.m", "parallel", "matmul", "fusion", "strip", "map", "tf32"]
+        );
+        assert_eq!(
+            unread(Path::Tiles, true),
+            ["ws.cap", "workspace", "subsect", "fusion", "strip", "threads"]
+        );
+        assert_eq!(
+            unread(Path::Levels, true),
+            ["tile.m", "parallel", "matmul", "fusion", "strip", "threads", "map", "tf32"]
+        );
+        assert!(
+            Schedule::unread(
+                "tile.n=8 reduce=segment(4) map=walk block=64",
+                KernelKind { path: Path::Tiles, cuda: true }
+            )
+            .is_empty()
+        );
+        let note = &Schedule::unread("map=walk", KernelKind { path: Path::Tiles, cuda: false })[0];
+        assert_eq!(
+            note,
+            "`map=walk` changes nothing here: it is read by CUDA kernels on the tile path, and this is a C kernel \
+             on the tile path"
+        );
     }
 
     #[test]

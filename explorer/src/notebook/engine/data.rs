@@ -8,7 +8,7 @@ use spindle_formats::{Coo, DType};
 use spindle_ir::lang::{Declaration, Diagnostic, ElemType, Span, check, declare_output, parse};
 use spindle_ir::tensor::TensorValue;
 
-use crate::notebook::cell::{Binding, CellProgram, Cloud, Dim, Source, SweepParam};
+use crate::notebook::cell::{Binding, CellProgram, Cloud, Dim, Source, Spanned, SweepParam};
 
 use super::*;
 
@@ -46,6 +46,27 @@ impl Run<'_> {
             .collect()
     }
 
+    /// A load naming a folder (or another thing that is not a file) is an
+    /// error with its caret, whether or not the binding has a fallback.
+    fn refuse_non_file(&self, path: &Spanned<String>) -> Step<()> {
+        match not_a_file(&path.value, self.options.base_dir.as_deref()) {
+            Some(found) => Err(self.cell_error(
+                &Diagnostic::new(
+                    format!(
+                        "`{}` is not a file: {} is {}",
+                        path.value,
+                        found.display(),
+                        if found.is_dir() { "a folder" } else { "not a regular file" }
+                    ),
+                    path.span,
+                )
+                .with_label("a data file is expected here")
+                .with_note("load reads one .mtx, .tns or .npy file (or a .xyz point cloud for a kernel map)"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn bind(&mut self, b: &Binding, data: &mut Data) -> Step<()> {
         let name = b.name.value.clone();
         let fail = |run: &Self, msg: String, span: Span| {
@@ -77,6 +98,7 @@ impl Run<'_> {
                         }
                     }
                     None => {
+                        self.refuse_non_file(path)?;
                         let Some(spec) = fallback else {
                             return Err(self.cell_error(
                                 &Diagnostic::new(format!("`{}` was not found", path.value), path.span)
@@ -131,6 +153,7 @@ impl Run<'_> {
                                 fail(self, format!("reading {}: {e}", file.display()), path.span)
                             })?,
                             None => {
+                                self.refuse_non_file(path)?;
                                 match fallback {
                                     Some((n, seed)) => {
                                         self.out.notes.push(format!(
@@ -286,6 +309,14 @@ pub(super) fn resolve(path: &str, base: Option<&Path>) -> Option<PathBuf> {
         }
     }
     p.is_file().then(|| p.to_path_buf())
+}
+
+/// Where `path` names something that exists but is no file (a folder), as
+/// `resolve` looks it up: an error of its own, not "not found".
+fn not_a_file(path: &str, base: Option<&Path>) -> Option<PathBuf> {
+    let p = Path::new(path);
+    let beside = base.filter(|_| p.is_relative()).map(|b| b.join(p));
+    beside.into_iter().chain([p.to_path_buf()]).find(|f| f.exists() && !f.is_file())
 }
 
 pub(super) fn shared_dir_text() -> String {

@@ -692,6 +692,24 @@ y[i] = A[i,j] * x[j]
         assert!(out.sweep.points[0].max_rel_error.unwrap() < 1e-5);
     }
 
+    /// A folder where a data file is expected is named as such, fallback or
+    /// not (it was reported "not found").
+    #[test]
+    fn loading_a_folder_says_it_is_one() {
+        let folder = std::env::temp_dir().join(format!("spindle-load-folder-{}", std::process::id()));
+        std::fs::create_dir_all(&folder).unwrap();
+        let f = folder.display();
+        for src in [
+            format!("A = load {f}\nC[i] = A[i,j]\n"),
+            format!("A = load {f} else gen:uniform:rows=3,cols=3,nnz=3,seed=1\nC[i] = A[i,j]\n"),
+            format!("M = kernelmap {f} voxel=0.5\nC[x] = M[x,y,z]\n"),
+        ] {
+            let e = run(&src).error.unwrap_or_else(|| panic!("{src} ran"));
+            assert!(e.contains("is not a file") && e.contains("is a folder") && e.contains("cell:1:"), "{e}");
+        }
+        let _ = std::fs::remove_dir(&folder);
+    }
+
     #[test]
     fn cancelling_stops_between_steps() {
         let cancel = AtomicBool::new(false);
