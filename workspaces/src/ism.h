@@ -568,7 +568,7 @@ static inline void ism_acc_set_capacity(ism_acc *a, int64_t cap) {
         free(a->keys);
         free(a->vals);
         free(a->used);
-    free(a->labels);
+        free(a->labels);
         a->slots = slots;
         a->keys = ism_malloc(slots * sizeof(int64_t));
         a->vals = ism_malloc(slots * sizeof(REAL));
@@ -749,7 +749,7 @@ static inline void spindle_ism_insert(spindle_ism *w, int64_t key, REAL val) {
             a->keys[s] = key;
             a->vals[s] = val;
             a->used[a->n] = (int32_t)s;
-        a->labels[a->n++] = key;
+            a->labels[a->n++] = key;
             return;
         }
     }
