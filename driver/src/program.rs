@@ -44,7 +44,9 @@ use spindle_ir::kernel::schedule::{Fusion, Path, Schedule};
 use spindle_ir::lang::{Declaration, Declarations, Einsum, Expr, Statement};
 use spindle_ir::level::strip_rows;
 use spindle_ir::level::{Lowered, lower_program};
-use spindle_ir::program::{Program, evaluate_program, inline, parse_program, split_program};
+use spindle_ir::program::{
+    Program, evaluate_program, inline, parse_program, reorder_products, split_program,
+};
 use spindle_ir::react::{forest_text, fused_forest};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
@@ -111,9 +113,29 @@ impl Problem {
     }
 
     fn split(&self, data: &ProgramData) -> Result<Program> {
+        Ok(self.split_noted(data)?.0)
+    }
+
+    /// The split, each product over a stored operand first reordered where
+    /// its written order sums a level of the operand before a deeper one
+    /// ([`reorder_products`]), with a note for each reordered statement.
+    fn split_noted(&self, data: &ProgramData) -> Result<(Program, Vec<String>)> {
         let src = self.statement();
-        let statements = parse_program(src).map_err(|d| Error::statement(d, src))?;
-        split_program(&statements, &data.declarations).map_err(|d| Error::statement(d, src))
+        let formats = self.formats()?;
+        let mut notes = Vec::new();
+        let statements: Vec<Statement> = parse_program(src)
+            .map_err(|d| Error::statement(d, src))?
+            .into_iter()
+            .map(|s| match reorder_products(&s, &formats, &data.declarations) {
+                Some((reordered, note)) => {
+                    notes.push(note);
+                    reordered
+                }
+                None => s,
+            })
+            .collect();
+        let program = split_program(&statements, &data.declarations).map_err(|d| Error::statement(d, src))?;
+        Ok((program, notes))
     }
 
     fn program_data(&self) -> Result<ProgramData> {
@@ -197,7 +219,7 @@ impl Problem {
         check: bool,
     ) -> Result<ProgramRun> {
         let data = self.program_data()?;
-        let program = self.split(&data)?;
+        let (program, reordered) = self.split_noted(&data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
         let once = input_sensitive(&program, &formats, &data, schedule.fusion);
@@ -210,7 +232,9 @@ impl Problem {
                 run
             }
             _ if backend.target() != Target::C => {
-                return self.run_each_statement(&program, backend, schedule, opts, check);
+                let mut run = self.run_each_statement(&program, backend, schedule, opts, check)?;
+                run.notes.splice(0..0, reordered);
+                return Ok(run);
             }
             fusion => {
                 let forest = fused_forest(&program, &formats, fusion, &schedule.order);
@@ -246,6 +270,7 @@ impl Problem {
                 }
             }
         };
+        run.notes.splice(0..0, reordered);
         if check {
             let want = self.reference_of(&program, &data)?;
             let got = match &run.assembled {
@@ -269,7 +294,7 @@ impl Problem {
     /// policy decided.
     pub fn program_kernel(&self, schedule: &Schedule) -> Result<(Lowered, Vec<String>)> {
         let data = self.program_data()?;
-        let program = self.split(&data)?;
+        let (program, reordered) = self.split_noted(&data)?;
         let formats = self.formats()?;
         let once = input_sensitive(&program, &formats, &data, schedule.fusion);
         if schedule.fusion == Fusion::Maximal || once.is_some() {
@@ -277,10 +302,11 @@ impl Problem {
             let prepared =
                 self.substituted(&program, &statement, true).prepare().map_err(substituted_note)?;
             let levels = Schedule { path: Path::Levels, ..schedule.clone() };
-            return Ok((prepared.lower_levels(&levels)?, once.into_iter().collect()));
+            return Ok((prepared.lower_levels(&levels)?, reordered.into_iter().chain(once).collect()));
         }
         let forest = fused_forest(&program, &formats, schedule.fusion, &schedule.order);
-        self.lower_forest(&program, &forest, &formats, &data, schedule)
+        let (lowered, notes) = self.lower_forest(&program, &forest, &formats, &data, schedule)?;
+        Ok((lowered, reordered.into_iter().chain(notes).collect()))
     }
 
     /// The forest's kernel, its rows in strips as `schedule`'s `strip=`

@@ -174,6 +174,118 @@ fn three_address(
     Expr::Binary { op: BinOp::Mul, lhs: Box::new(l), rhs: Box::new(r), span: *span }
 }
 
+/// A product of three or more factors over a stored operand, reordered so
+/// that the three-address split sums the operand's levels from the
+/// innermost out, where the written order sums a level while a deeper one
+/// stays free: MTTKRP written `A[i,r] = T[i,j,k] * B[j,r] * C[k,r]` over a
+/// CSF `T` (levels i, j, k) splits as `T1[i,k,r] = T[i,j,k] * B[j,r]`, a
+/// temporary over all of `k` for each `i`, where `T[i,j,k] * C[k,r] *
+/// B[j,r]` splits as `T1[i,j,r]`, which trie fusion keeps to one row of
+/// `r` per fiber (SPLATT's order). The other factors follow the stored
+/// operand, the one holding its deepest level first (ties, and factors
+/// that share none of its levels, in the written order); a parenthesised
+/// product is one factor. Returns the statement and a note saying what
+/// changed, or `None` where the written order is kept.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use spindle_ir::lang::{einsum::declarations, parse};
+/// use spindle_ir::program::reorder_products;
+///
+/// let decls = declarations(&[("A", &[4, 2], "f32"), ("T", &[4, 5, 6], "f32"),
+///                            ("B", &[5, 2], "f32"), ("C", &[6, 2], "f32")]);
+/// let formats = BTreeMap::from([("T".to_string(), "csf".parse().unwrap())]);
+/// let mttkrp = parse("A[i,r] = T[i,j,k] * B[j,r] * C[k,r]").unwrap();
+/// let (reordered, _) = reorder_products(&mttkrp, &formats, &decls).unwrap();
+/// assert_eq!(reordered.to_string(), "A[i,r] = T[i,j,k] * C[k,r] * B[j,r]");
+/// ```
+pub fn reorder_products(
+    statement: &Statement,
+    formats: &BTreeMap<String, spindle_formats::FormatSpec>,
+    declarations: &Declarations,
+) -> Option<(Statement, String)> {
+    let factors = product_chain(&statement.rhs);
+    if factors.len() < 3 {
+        return None;
+    }
+    let (at, stored) = factors.iter().enumerate().find_map(|(n, f)| match f {
+        Expr::Access(a) if formats.contains_key(&a.tensor.name) => Some((n, a)),
+        _ => None,
+    })?;
+    let name = &stored.tensor.name;
+    let empty = spindle_formats::Coo::<f64, i64>::empty(declarations.get(name)?.shape.clone());
+    let tensor = spindle_formats::SparseTensor::from_coo(&empty, &formats[name]).ok()?;
+    // The operand's index at each level, outermost first.
+    let levels: Vec<String> = tensor
+        .levels()
+        .iter()
+        .map(|l| stored.subscripts.get(l.dim)?.as_index().map(|i| i.name.clone()))
+        .collect::<Option<_>>()?;
+    let depth = |f: &Expr| indices_of(f).iter().filter_map(|i| levels.iter().position(|l| l == i)).max();
+    let output = lhs_indices(&statement.lhs);
+    let mut order: Vec<&Expr> = vec![factors[at]];
+    let mut others: Vec<&Expr> =
+        factors.iter().enumerate().filter(|(n, _)| *n != at).map(|(_, f)| *f).collect();
+    // Deepest first; `None` (no level shared) sorts last.
+    others.sort_by_key(|f| std::cmp::Reverse(depth(f)));
+    order.extend(others);
+    let early = early_sum(&factors, &levels, &output)?;
+    if early_sum(&order, &levels, &output).is_some() {
+        return None;
+    }
+    let mut rhs = order[0].clone();
+    for f in &order[1..] {
+        let span = rhs.span().to(f.span());
+        rhs = Expr::Binary { op: BinOp::Mul, lhs: Box::new(rhs), rhs: Box::new((*f).clone()), span };
+    }
+    let reordered = Statement { rhs, ..statement.clone() };
+    let (summed, free) = early;
+    let note = format!(
+        "the product is split as `{}`: its sums run from `{name}`'s innermost level out (as written, the sum \
+         over `{summed}` came before the one over `{free}`, a deeper level of `{name}`, and left a temporary \
+         over all of `{free}`)",
+        reordered.rhs
+    );
+    Some((reordered, note))
+}
+
+/// The factors of a product as [`three_address`] splits it, left to right
+/// (`a * b * c` is `(a * b) * c`; a product on the right is parenthesised,
+/// one factor).
+fn product_chain(e: &Expr) -> Vec<&Expr> {
+    match e {
+        Expr::Binary { op: BinOp::Mul, lhs, rhs, .. } => {
+            let mut chain = product_chain(lhs);
+            chain.push(rhs);
+            chain
+        }
+        _ => vec![e],
+    }
+}
+
+/// Where the left-to-right split of `factors` first sums an index of a
+/// stored operand's `levels` while a deeper level's index stays in use by
+/// the factors after it: that index and the deeper one.
+fn early_sum(factors: &[&Expr], levels: &[String], output: &BTreeSet<String>) -> Option<(String, String)> {
+    let mut running: BTreeSet<String> = BTreeSet::new();
+    for (k, f) in factors.iter().enumerate() {
+        running.extend(indices_of(f));
+        let mut alive = output.clone();
+        factors[k + 1..].iter().for_each(|g| alive.extend(indices_of(g)));
+        let position = |i: &String| levels.iter().position(|l| l == i);
+        for summed in running.iter().filter(|i| !alive.contains(*i)) {
+            let Some(d) = position(summed) else { continue };
+            if let Some(free) =
+                alive.iter().filter(|i| running.contains(*i)).find(|i| position(i).is_some_and(|e| e > d))
+            {
+                return Some((summed.clone(), free.clone()));
+            }
+        }
+        running.retain(|i| alive.contains(i));
+    }
+    None
+}
+
 /// The index variables of `e`, in order of first appearance.
 fn ordered_indices(e: &Expr) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();

@@ -114,12 +114,24 @@ fn every_policy_matches_the_reference() {
                 &[],
             ),
         ),
-        // The first sum leaves T1[i,k] in T's pattern summed over j, which
-        // CSF reaches only through j: its loop runs densely over T1.
+        // Written with the j sum first, the product is reordered to sum k
+        // first (reorder_products).
         (
-            "MTTKRP, the j sum first",
+            "MTTKRP, written with the j sum first",
             problem(
                 "A[i,r] = X[i,j,k] * B[j,r] * C[k,r]",
+                &[("C", &[10, 4]), ("B", &[9, 4])],
+                &[("X", &[8, 9, 10], 0.1, "csf")],
+                &[],
+            ),
+        ),
+        // Two statements are not reordered: the first sum leaves T1[i,k]
+        // in X's pattern summed over j, which CSF reaches only through j,
+        // so its loop runs densely over T1.
+        (
+            "MTTKRP in two statements, the j sum first",
+            problem(
+                "T1[i,k,r] = X[i,j,k] * B[j,r]; A[i,r] = T1[i,k,r] * C[k,r]",
                 &[("C", &[10, 4]), ("B", &[9, 4])],
                 &[("X", &[8, 9, 10], 0.1, "csf")],
                 &[],
@@ -433,6 +445,42 @@ fn dimension_reduction_removes_load_store_redundancy() {
     let trie = &run(&p, "trie").kernels[0];
     assert!(trie.contains("local T1 (a scalar)"), "{trie}");
     assert!(trie.contains("clear T1"), "{trie}");
+}
+
+/// A product whose written order sums a level of its stored operand before
+/// a deeper one is split from the innermost level out, and the run says
+/// so: MTTKRP written `X * B * C` over CSF made `T1[i,k,r]`, a temporary
+/// over all of k per row (on FROSTT's med.tns, 2425 x 29567 x 16 elements,
+/// refused), where `X * C * B` keeps one row of r per fiber under trie
+/// fusion.
+#[test]
+fn products_are_split_from_the_stored_operands_innermost_level_out() {
+    let mttkrp = |statement| {
+        problem(statement, &[("C", &[10, 4]), ("B", &[9, 4])], &[("X", &[8, 9, 10], 0.1, "csf")], &[])
+    };
+    let ran = run(&mttkrp("A[i,r] = X[i,j,k] * B[j,r] * C[k,r]"), "trie");
+    assert_eq!(ran.statements, ["T1[i,j,r] = X[i,j,k] * C[k,r]", "A[i,r] = T1[i,j,r] * B[j,r]"]);
+    assert!(
+        ran.notes[0].starts_with("the product is split as `X[i,j,k] * C[k,r] * B[j,r]`"),
+        "{:?}",
+        ran.notes
+    );
+    let kernel = &ran.kernels[0];
+    assert!(kernel.contains("local T1[4]"), "one row of r per fiber:\n{kernel}");
+    // Written in that order, or with no deeper level left free, the
+    // product stays as written.
+    for statement in ["A[i,r] = X[i,j,k] * C[k,r] * B[j,r]", "y[i] = X[i,j,k] * v[k] * u[j]"] {
+        let p = problem(
+            statement,
+            &[("C", &[10, 4]), ("B", &[9, 4]), ("u", &[9]), ("v", &[10])],
+            &[("X", &[8, 9, 10], 0.1, "csf")],
+            &[],
+        );
+        assert!(run(&p, "trie").notes.iter().all(|n| !n.contains("split as")), "{statement}");
+    }
+    for p in [gnn1(), sddmm(&[])] {
+        assert!(run(&p, "trie").notes.iter().all(|n| !n.contains("split as")));
+    }
 }
 
 /// Two sparse operands in one loop need co-iteration, which program
