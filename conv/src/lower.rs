@@ -192,6 +192,12 @@ pub fn lower(
         // indices outside the window's; the fill goes over those inside.
         let first_window = order.iter().position(|v| !out_at.contains(v)).unwrap_or(order.len());
         let dense_out: &[VarId] = if pooling { &order[..first_window] } else { &[] };
+        // An index of extent 0 runs none of the nest's loops (whose bounds,
+        // an extent minus one, would mean nothing): the output keeps its
+        // initial values.
+        if order.iter().any(|&v| vars[v].extent == 0) {
+            continue;
+        }
         let mut nest = tree(&order, &affine, &walked, &out_at, value, schedule.subsections, dense_out);
         if pooling {
             nest = fill(nest, &order, &out_at, &vars);

@@ -271,6 +271,24 @@ fn printed_c_agrees_with_the_executor_on_one_and_two_threads() {
     }
 }
 
+/// An index of extent 0 (an output with no rows, a filter with no taps)
+/// runs no loop: the printed C divided by zero and took an extent minus one
+/// of 0 on two threads (a panic while printing).
+#[test]
+fn empty_iteration_spaces_run_no_loop() {
+    let cases: &[(&str, Shapes)] = &[
+        ("O[i,j] = I[i+p,j+q] * F[p,q]", &[("O", &[0, 0]), ("I", &[2, 2]), ("F", &[3, 3])]),
+        ("O[i,j] += I[i+p,j+q] * F[p,q]", &[("O", &[0, 3]), ("I", &[2, 5]), ("F", &[3, 3])]),
+        ("O[i,j] += I[i+p,j+q] * F[p,q]", &[("O", &[4, 4]), ("I", &[4, 4]), ("F", &[0, 0])]),
+    ];
+    for (statement, shapes) in cases {
+        let c = case(statement, shapes, 0.5, 16);
+        for format in ["csr", "dcsr"] {
+            assert!(every_order_on(&c, format, Some(4), true).0 > 0, "{statement} {format}");
+        }
+    }
+}
+
 #[test]
 fn dense_outer_loops_search_their_windows_instead() {
     // `subsect=off`: TACO-UCF's strategy, kept to compare against.

@@ -171,7 +171,9 @@ impl<D: Dialect> Printer<'_, D> {
             self.line(depth, "{");
             return ("0".to_string(), extent.to_string());
         }
-        let per = extent.div_ceil(CHUNKS);
+        // An extent of 0 runs no chunk (a chunk of 1 value keeps the
+        // division defined).
+        let per = extent.div_ceil(CHUNKS).max(1);
         let chunks = extent.div_ceil(per);
         self.line(
             depth,
