@@ -31,6 +31,27 @@ fn every_format_matches_the_reference() {
     }
 }
 
+/// A product of two sums over different indices: the native matmul pass
+/// made the sum over `k` a dot inside the loop and multiplied it into the
+/// accumulator after the loop, where the C printer had no such value (`v13
+/// undeclared`) and, were it there, it would be one `k` tile's partial.
+#[test]
+fn a_product_of_two_sums_over_tiles() {
+    let backend = CBackend::new();
+    let prepared = Problem::new("z[i] = (A[i,j] * x[j]) * (A[i,k] * x[k])")
+        .tensor("A", Input::random(&[12, 10], DType::F32, 1))
+        .tensor("x", Input::random(&[10], DType::F32, 2))
+        .prepare()
+        .unwrap();
+    for schedule in ["", "tile.i=1", "tile.j=2 tile.k=4", "tile.j=16 tile.k=2", "reduce=atomic", "matmul=off"]
+    {
+        let compiled = prepared.compile(&backend, &schedule.parse().unwrap()).unwrap();
+        let (out, check) = compiled.check().unwrap();
+        assert!(check.passed(), "[{schedule}]: {check:?}");
+        assert!(out.iter().any(|x| *x != 0.0));
+    }
+}
+
 #[test]
 fn ndarray_sprs_and_coo_inputs_agree() {
     let dense =

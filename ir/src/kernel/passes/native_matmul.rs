@@ -7,7 +7,7 @@
 //! on the accumulator after the loop.
 
 use super::{insert_after, replace_uses};
-use crate::kernel::{BinaryOp, Kernel, Op, Reduction, Scalar, Value, ValueId};
+use crate::kernel::{BinaryOp, Kernel, Op, Phase, Reduction, Scalar, Value, ValueId};
 
 pub fn run(kernel: &mut Kernel) {
     let sums: Vec<ValueId> = kernel
@@ -71,14 +71,17 @@ pub fn run(kernel: &mut Kernel) {
 
 /// Whether the factors `without` of the sum `id` can multiply the
 /// accumulator after the loop instead of every partial: `id` is what the
-/// accumulator sums, and none of them varies over a reduced axis.
+/// accumulator sums, and each of them is made before the loop. A factor
+/// made inside it can vary over no reduced axis and still be one loop
+/// step's value: in `(A[i,j] * x[j]) * (A[i,k] * x[k])` the dot over `k`
+/// is one `k` tile's partial sum, which the epilogue cannot read.
 fn hoist_after_loop(kernel: &Kernel, id: ValueId, without: &[ValueId]) -> bool {
     let Some(acc) = &kernel.accumulate else { return false };
-    let reduced = kernel.reduced_axes();
+    let phases = kernel.phases();
     acc.partial == id
         && acc.reduction == Reduction::Sum
         && !without.is_empty()
-        && without.iter().all(|&f| kernel.value(f).shape.iter().all(|a| !reduced.contains(a)))
+        && without.iter().all(|&f| phases[f] == Phase::Program)
 }
 
 /// Makes the sink read `new` where it read `old` (the accumulator value),
