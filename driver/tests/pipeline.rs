@@ -52,6 +52,38 @@ fn a_product_of_two_sums_over_tiles() {
     }
 }
 
+/// A sparse output without rows (a 0 x 5 operand) assembles no entry: its
+/// kernel counted per row of none and declared no counters (`n1
+/// undeclared`), in CSR and CSC, copied or multiplied.
+#[test]
+fn sparse_outputs_without_rows_assemble_nothing() {
+    let empty = |rows: usize, cols: usize| {
+        Input::from(Coo::<f64, i64>::new(vec![rows, cols], vec![vec![], vec![]], vec![]).unwrap())
+    };
+    let backend = CBackend::new();
+    let cases = [
+        Problem::new("C[i,j] = A[i,j]").tensor("A", empty(0, 5)).format("A", "csr").format("C", "csr"),
+        Problem::new("C[i,j] = A[i,j]").tensor("A", empty(0, 0)).format("A", "csr").format("C", "csr"),
+        Problem::new("C[i,j] = A[i,j]").tensor("A", empty(5, 0)).format("A", "dcsc").format("C", "csc"),
+        Problem::new("C[i,j] = A[i,k] * B[k,j]")
+            .tensor("A", empty(0, 5))
+            .tensor("B", Input::random(&[5, 3], DType::F32, 1))
+            .format("A", "csr")
+            .format("C", "csr"),
+    ];
+    for problem in cases {
+        let prepared = problem.prepare().unwrap();
+        for threads in ["threads=1", "threads=2"] {
+            let schedule: Schedule = format!("path=levels {threads}").parse().unwrap();
+            let compiled =
+                prepared.compile(&backend, &schedule).unwrap_or_else(|e| panic!("{}: {e}", prepared.text));
+            let (assembled, _) = compiled.assemble_and_time(TimingOptions { warmup: 0, repeats: 1 }).unwrap();
+            assert_eq!(assembled.nnz(), 0);
+            assert!(compiled.compare_assembled(&assembled).unwrap().passed());
+        }
+    }
+}
+
 #[test]
 fn ndarray_sprs_and_coo_inputs_agree() {
     let dense =

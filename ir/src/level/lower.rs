@@ -173,7 +173,9 @@ pub fn lower(
             _ => None,
         };
         kernel.parallel &= first.format.locate() && outer == Some(first.var);
-        a.rows = if kernel.parallel { first.extent } else { 1 };
+        // (An output without rows counts as one: nothing runs, and its
+        // counts still have a row to hold them.)
+        a.rows = if kernel.parallel { first.extent.max(1) } else { 1 };
         let stored_entries = stored.values().map(|s| kernel.tensors[s.val].shape[0]).sum();
         a.bound = walks_each_entry_once(&kernel.body, &a.levels, &order, &out_at).then_some(stored_entries);
     }
