@@ -89,9 +89,15 @@ pub fn expand(assembled: &Assembled) -> Result<ArrayD<f64>> {
 /// 1e-3, or 1e-2 when a value tensor is f16 or bf16 (their 11 or 8
 /// significant bits round every input).
 pub fn tolerance(einsum: &Einsum) -> f64 {
-    let half = einsum
-        .tensors
-        .values()
+    tolerance_of([einsum])
+}
+
+/// [`tolerance`] over several statements (a program's): a 16-bit tensor in
+/// any of them rounds what flows into the last.
+pub fn tolerance_of<'a>(einsums: impl IntoIterator<Item = &'a Einsum>) -> f64 {
+    let half = einsums
+        .into_iter()
+        .flat_map(|e| e.tensors.values())
         .any(|t| matches!(t.dtype, ElemType::Value(DType::F16) | ElemType::Value(DType::Bf16)));
     if half { 1e-2 } else { 1e-3 }
 }
@@ -99,6 +105,21 @@ pub fn tolerance(einsum: &Einsum) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_16_bit_tensor_in_any_statement_widens_the_tolerance() {
+        use spindle_ir::lang::{check, einsum::declarations, parse};
+        let decls = declarations(&[
+            ("U", &[2, 3], "bf16"),
+            ("V", &[3, 2], "bf16"),
+            ("T", &[2, 2], "f32"),
+            ("C", &[2, 2], "f32"),
+        ]);
+        let first = check(&parse("T[i,j] = U[i,k] * V[k,j]").unwrap(), &decls).unwrap();
+        let last = check(&parse("C[i,j] = T[i,j] * T[i,j]").unwrap(), &decls).unwrap();
+        assert_eq!(tolerance(&last), 1e-3);
+        assert_eq!(tolerance_of([&first, &last]), 1e-2);
+    }
 
     #[test]
     fn errors_are_relative_and_nan_is_infinite() {

@@ -1,13 +1,14 @@
 //! Tensor data for a [`Problem`](crate::Problem): arrays, sparse matrices,
 //! files and seeded random data, each with the dtype it has in a kernel.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use ndarray::{Array, ArrayD, Dimension};
 use rand::{Rng, SeedableRng};
 use spindle_formats::{Coo, DType, IType, Index, SparseTensor, Value};
-use spindle_ir::lang::ElemType;
-use spindle_ir::tensor::TensorValue;
+use spindle_ir::lang::{Einsum, ElemType};
+use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::error::{Error, Result};
 
@@ -154,6 +155,54 @@ pub(crate) fn kernel_dtype(input: &Input, loaded: &Loaded) -> ElemType {
         Loaded::Dense(TensorValue::Indices(_)) => ElemType::Index(spindle_formats::IType::I32),
         _ => ElemType::Value(spindle_formats::DType::F32),
     })
+}
+
+/// Tensor `name`'s values as a kernel in `dtype` holds them, in place:
+/// rounded to it, so that the reference evaluator computes from what a
+/// 16-bit kernel reads (from unrounded values, near-cancelling sums failed
+/// `--check`, and `eval` differed from `run`). A finite value the dtype
+/// cannot hold is refused (1e10 in f16 would be infinite).
+pub(crate) fn round_to_kernel<'a>(
+    name: &str,
+    dtype: ElemType,
+    values: impl IntoIterator<Item = &'a mut f64>,
+) -> Result<()> {
+    let ElemType::Value(dtype) = dtype else { return Ok(()) };
+    for x in values {
+        let stored = dtype.round(*x);
+        if x.is_finite() && !stored.is_finite() {
+            return Err(Error::input(format!(
+                "tensor {name}: the value {x} does not fit in {} (it would be infinite in the kernel)",
+                dtype.name()
+            )));
+        }
+        *x = stored;
+    }
+    Ok(())
+}
+
+/// [`round_to_kernel`] over every value tensor of `einsums` (checked, so
+/// with the dtypes `where` clauses give) that `dense` or `sparse` holds.
+pub(crate) fn round_inputs<'a>(
+    einsums: impl IntoIterator<Item = &'a Einsum>,
+    dense: &mut Tensors,
+    sparse: &mut BTreeMap<String, Coo<f64, i64>>,
+) -> Result<()> {
+    let mut done = BTreeSet::new();
+    for einsum in einsums {
+        for (name, t) in &einsum.tensors {
+            if !done.insert(name.clone()) {
+                continue;
+            }
+            if let Some(TensorValue::Values(v)) = dense.get_mut(name) {
+                round_to_kernel(name, t.dtype, v.iter_mut())?;
+            }
+            if let Some(coo) = sparse.get_mut(name) {
+                round_to_kernel(name, t.dtype, coo.val.iter_mut())?;
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn load(input: &Input) -> Result<Loaded> {

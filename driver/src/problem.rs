@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use ndarray::ArrayD;
-use spindle_formats::{Coo, DType, FormatSpec};
+use spindle_formats::{Coo, FormatSpec};
 use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::kernel::{Kernel, OutputInit};
 use spindle_ir::lang::{
@@ -15,7 +15,7 @@ use spindle_ir::lang::{
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::error::{Error, Result};
-use crate::input::{Input, Loaded, kernel_dtype, load};
+use crate::input::{Input, Loaded, kernel_dtype, load, round_inputs};
 
 /// A statement and its data, before checking: the builder every front end
 /// fills.
@@ -154,6 +154,7 @@ impl Problem {
         let mut sparse: BTreeMap<String, Coo<f64, i64>> = BTreeMap::new();
         for (name, input) in &self.inputs {
             let loaded = load(input).map_err(|e| e.context(&format!("tensor {name}")))?;
+            let dtype = kernel_dtype(input, &loaded);
             let shape = loaded.shape().to_vec();
             if let Some((_, declared)) = self.declared.iter().find(|(n, _)| n == name)
                 && *declared != shape
@@ -162,15 +163,6 @@ impl Problem {
                     "tensor {name}: its data is {}, but its shape is given as {}",
                     dims_text(&shape),
                     dims_text(declared)
-                )));
-            }
-            let dtype = kernel_dtype(input, &loaded);
-            if let ElemType::Value(values) = dtype
-                && let Some(x) = overflows(values, &loaded)
-            {
-                return Err(Error::input(format!(
-                    "tensor {name}: the value {x} does not fit in {} (it would be infinite in the kernel)",
-                    values.name()
                 )));
             }
             declarations.insert(name.clone(), Declaration { shape, dtype });
@@ -201,6 +193,7 @@ impl Problem {
             return Err(Error::OutputShape { name: parsed.lhs.tensor.name.clone() });
         }
         let original = check(&parsed, &declarations).map_err(|d| Error::statement(d, src))?;
+        round_inputs([&original], &mut data, &mut sparse)?;
         Ok(Checked { original, data, sparse, formats })
     }
 }
@@ -224,17 +217,6 @@ fn dense_copy_refused(parsed: &Statement, src: &str, name: &str, shape: &[usize]
     .with_label("read without a format")
     .with_note(format!("store it in a format so the kernel reads only its entries: {name} in csr, for one"));
     Error::statement(diagnostic, src)
-}
-
-/// The first finite value of `loaded` that `dtype` cannot hold (it would
-/// round to infinity: 1e10 in f16).
-fn overflows(dtype: DType, loaded: &Loaded) -> Option<f64> {
-    let bad = |x: &f64| x.is_finite() && !dtype.round(*x).is_finite();
-    match loaded {
-        Loaded::Dense(TensorValue::Values(v)) => v.iter().copied().find(bad),
-        Loaded::Sparse(coo) => coo.val.iter().copied().find(bad),
-        _ => None,
-    }
 }
 
 /// `34x34`: a shape as the command line writes it.

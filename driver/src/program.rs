@@ -51,9 +51,9 @@ use spindle_ir::react::{forest_text, fused_forest};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::backend::Backend;
-use crate::check::{Check, expand, max_rel_error, tolerance};
+use crate::check::{Check, expand, max_rel_error, tolerance_of};
 use crate::error::{Error, Result};
-use crate::input::{Input, Loaded, kernel_dtype, load};
+use crate::input::{Input, Loaded, kernel_dtype, load, round_inputs};
 use crate::problem::{MAX_DENSE_ELEMENTS, Prepared, Problem};
 use crate::target::Target;
 use crate::timing::{Timing, TimingOptions};
@@ -108,18 +108,19 @@ impl Problem {
     /// temporaries and undeclared outputs declared by inference), checked
     /// against the data's shapes and dtypes.
     pub fn program(&self) -> Result<Program> {
-        let data = self.program_data()?;
-        self.split(&data)
+        let mut data = self.program_data()?;
+        self.split(&mut data)
     }
 
-    fn split(&self, data: &ProgramData) -> Result<Program> {
+    fn split(&self, data: &mut ProgramData) -> Result<Program> {
         Ok(self.split_noted(data)?.0)
     }
 
     /// The split, each product over a stored operand first reordered where
     /// its written order sums a level of the operand before a deeper one
-    /// ([`reorder_products`]), with a note for each reordered statement.
-    fn split_noted(&self, data: &ProgramData) -> Result<(Program, Vec<String>)> {
+    /// ([`reorder_products`]), with a note for each reordered statement;
+    /// `data`'s values then rounded to the dtypes the statements give them.
+    fn split_noted(&self, data: &mut ProgramData) -> Result<(Program, Vec<String>)> {
         let src = self.statement();
         let formats = self.formats()?;
         let mut notes = Vec::new();
@@ -135,6 +136,7 @@ impl Problem {
             })
             .collect();
         let program = split_program(&statements, &data.declarations).map_err(|d| Error::statement(d, src))?;
+        round_inputs(&program.statements, &mut data.dense, &mut data.sparse)?;
         Ok((program, notes))
     }
 
@@ -218,8 +220,8 @@ impl Problem {
         opts: TimingOptions,
         check: bool,
     ) -> Result<ProgramRun> {
-        let data = self.program_data()?;
-        let (program, reordered) = self.split_noted(&data)?;
+        let mut data = self.program_data()?;
+        let (program, reordered) = self.split_noted(&mut data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
         let once = input_sensitive(&program, &formats, &data, schedule.fusion);
@@ -280,7 +282,7 @@ impl Problem {
             let stored = run.assembled.as_ref().map(Assembled::nnz);
             run.checks = vec![Check {
                 max_rel_error: max_rel_error(&got, &want),
-                tolerance: tolerance(&last),
+                tolerance: tolerance_of(&program.statements),
                 stored,
             }];
         }
@@ -293,8 +295,8 @@ impl Problem {
     /// so, the substituted statement's level-path kernel. With what the
     /// policy decided.
     pub fn program_kernel(&self, schedule: &Schedule) -> Result<(Lowered, Vec<String>)> {
-        let data = self.program_data()?;
-        let (program, reordered) = self.split_noted(&data)?;
+        let mut data = self.program_data()?;
+        let (program, reordered) = self.split_noted(&mut data)?;
         let formats = self.formats()?;
         let once = input_sensitive(&program, &formats, &data, schedule.fusion);
         if schedule.fusion == Fusion::Maximal || once.is_some() {
@@ -397,8 +399,8 @@ impl Problem {
     /// one, each so, where that walks fewer points; where they do not
     /// substitute, the statements one by one over dense copies.
     pub fn program_reference(&self) -> Result<ArrayD<f64>> {
-        let data = self.program_data()?;
-        let program = self.split(&data)?;
+        let mut data = self.program_data()?;
+        let program = self.split(&mut data)?;
         self.reference_of(&program, &data)
     }
 
@@ -707,8 +709,8 @@ mod tests {
             .format("A", "csr")
             .tensor("X", ArrayD::from_shape_fn(vec![4, 8], |ix| 0.5 + ix[1] as f64))
             .tensor("W", ArrayD::from_shape_fn(vec![8, 4], |ix| 0.25 - ix[0] as f64));
-        let data = p.program_data().unwrap();
-        let program = p.split(&data).unwrap();
+        let mut data = p.program_data().unwrap();
+        let program = p.split(&mut data).unwrap();
         let statement = inline(&program).unwrap();
         let whole = p.substituted(&program, &statement, false).prepare().unwrap();
         let steps = p.statements_prepared(&program).unwrap();

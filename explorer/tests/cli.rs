@@ -289,8 +289,14 @@ fn eval_with_a_format_matches_eval_without() {
         let a_arg = format!("A={}", a.display());
         let b_arg = format!("B={}", dir.join("b.npy").display());
         let out_arg = format!("C={}", path.display());
-        let mut args =
-            vec!["eval", "C[m,n] = A[m,k] * B[k,n] where C: f64", "--tensor", &a_arg, "--tensor", &b_arg];
+        let mut args = vec![
+            "eval",
+            "C[m,n] = A[m,k] * B[k,n] where A: f64, B: f64, C: f64",
+            "--tensor",
+            &a_arg,
+            "--tensor",
+            &b_arg,
+        ];
         args.extend_from_slice(&["--out", &out_arg]);
         args.extend_from_slice(extra);
         let o = spindle(&args);
@@ -891,4 +897,36 @@ fn schedule_items_the_kernel_does_not_read_get_a_note() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("`workspace=hash` changes nothing here"), "{}", stderr(&out));
     assert!(!stderr(&out).contains("tile.p"), "{}", stderr(&out));
+}
+
+/// 16-bit inputs reach the reference evaluator as the kernel holds them:
+/// `eval` printed unrounded bf16 values where `run` wrote rounded ones, and
+/// a product whose terms nearly cancel failed `--check` against unrounded
+/// inputs (8e-2 on f16).
+#[test]
+fn the_reference_reads_16_bit_inputs_as_the_kernel_does() {
+    let out = spindle(&["eval", "C[i,k] = U[i,k]", "--rand", "U=1x2:bf16:3", "--shape", "C=1x2:f32"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("1x2 = [0.660156, -0.925781]"), "{}", stdout(&out));
+    let sddmm = [
+        "run",
+        "C[i,j] = A[i,j] * (U[i,k] * V[k,j])",
+        "--tensor",
+        "A=gen:uniform:rows=1,cols=1,nnz=1,seed=1",
+        "--rand",
+        "U=1x2:f16:3",
+        "--rand",
+        "V=2x1:f16:4",
+        "--shape",
+        "A=1x1:f16",
+        "--format",
+        "A=csr",
+        "--schedule",
+        "path=levels",
+        "--check",
+        "--repeats",
+        "1",
+    ];
+    let out = spindle(&sddmm);
+    assert!(out.status.success(), "{}", stderr(&out));
 }

@@ -200,6 +200,29 @@ impl Run<'_> {
                 sparse(data, cg, None);
             }
         }
+        // The values as the kernel holds them, so that the reference
+        // computes from what a 16-bit kernel reads (as the driver's data).
+        let Some(Declaration { dtype: ElemType::Value(dtype), .. }) = data.declarations.get(&name) else {
+            return Ok(());
+        };
+        let dtype = *dtype;
+        let values: Box<dyn Iterator<Item = &mut f64>> =
+            match (data.dense.get_mut(&name), data.sparse.get_mut(&name)) {
+                (Some(TensorValue::Values(v)), _) => Box::new(v.iter_mut()),
+                (_, Some(coo)) => Box::new(coo.val.iter_mut()),
+                _ => return Ok(()),
+            };
+        for x in values {
+            let stored = dtype.round(*x);
+            if x.is_finite() && !stored.is_finite() {
+                let why = format!(
+                    "the value {x} does not fit in {} (it would be infinite in the kernel)",
+                    dtype.name()
+                );
+                return Err(fail(self, why, b.span));
+            }
+            *x = stored;
+        }
         Ok(())
     }
 
