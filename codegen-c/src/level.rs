@@ -485,7 +485,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(usize::from(i > 0), l);
         }
         if !self.threads {
-            self.line(1, "(void)nthreads;");
+            self.line(1, crate::ONE_THREAD);
         }
         let Some(a) = &k.assembly else {
             if self.threads && !workspace && self.restrict_params {

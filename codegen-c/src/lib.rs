@@ -62,4 +62,14 @@ pub mod print;
 pub mod runtime;
 
 pub use compile::{C_FLAGS, CProgram, CompileError, Compiler, KernelFn, default_cache_dir};
+
+/// The line both printers open a kernel that runs on one thread with,
+/// whatever thread count it is given (too little work to share, or nothing
+/// to share it by).
+pub const ONE_THREAD: &str = "(void)nthreads;";
+
+/// The threads a printed kernel runs on when given `threads`.
+pub fn threads_used(source: &str, threads: usize) -> usize {
+    if source.contains(ONE_THREAD) { 1 } else { threads }
+}
 pub use runtime::{Buffer, BufferKind, RunError, cpu_threads, time_median, wait_passively};

@@ -615,7 +615,7 @@ impl<'k> Printer<'k> {
         match serial {
             Some(why) => {
                 self.line(1, &format!("// One thread: {why}."));
-                self.line(1, "(void)nthreads;");
+                self.line(1, crate::ONE_THREAD);
                 self.line(1, &format!("{real} *restrict {} = {name};", self.out_ptr));
                 if parallel.is_empty() {
                     self.program(1);

@@ -177,7 +177,8 @@ impl Backend for CBackend {
 
     fn compile(&self, kernel: &Kernel, schedule: &Schedule) -> Result<Box<dyn Executable>> {
         let compiled = CKernel::compile_with_options(kernel, &self.compiler, &c_options(schedule))?;
-        let threads = schedule.threads.unwrap_or_else(CBackend::max_threads);
+        let threads =
+            spindle_c::threads_used(&compiled.source, schedule.threads.unwrap_or_else(CBackend::max_threads));
         let report = CompileReport {
             cached: compiled.program.cache_hit(),
             source_path: Some(compiled.program.source_path().to_path_buf()),
@@ -190,7 +191,8 @@ impl Backend for CBackend {
     fn compile_levels(&self, lowered: &Lowered, schedule: &Schedule) -> Result<Box<dyn Executable>> {
         let compiled =
             CLevelKernel::compile_with(&lowered.kernel, &self.compiler, c_options(schedule).serial_work)?;
-        let threads = schedule.threads.unwrap_or_else(CBackend::max_threads);
+        let threads =
+            spindle_c::threads_used(&compiled.source, schedule.threads.unwrap_or_else(CBackend::max_threads));
         let report = CompileReport {
             cached: compiled.program.cache_hit(),
             source_path: Some(compiled.program.source_path().to_path_buf()),

@@ -243,8 +243,9 @@ enum Command {
         /// error (fails above 1e-3).
         #[arg(long)]
         check: bool,
-        /// CPU threads, 1 to 4096 (0 = chosen by the autotuner, or all cores
-        /// with an explicit --schedule).
+        /// CPU threads, 1 to 4096 (0 = chosen by the autotuner; with an
+        /// explicit --schedule, all cores, except that a kernel with too
+        /// little work to share runs on one thread, as the run says).
         #[arg(long, default_value_t = 0, value_parser = |t: &str| threads(t, "the autotuner's choice"))]
         threads: usize,
         /// Timed runs (1 to 4096); the median is printed. 10 unless told, 1

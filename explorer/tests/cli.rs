@@ -930,3 +930,15 @@ fn the_reference_reads_16_bit_inputs_as_the_kernel_does() {
     let out = spindle(&sddmm);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// The thread count a run reports is the kernel's: given a schedule (all
+/// cores unless told), a kernel with too little work to share runs on one
+/// thread (it said "with 2 threads" beside a kernel with no parallel
+/// region).
+#[test]
+fn a_run_reports_the_threads_its_kernel_uses() {
+    let small = ["run", "C[m,n] += A[m,k] * B[k,n]", "--rand", "A=16x16:f32:1", "--rand", "B=16x16:f32:2"];
+    let out = spindle(&[&small[..], &["--schedule", "tile.m=4", "--repeats", "1"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("ran C on C with 1 thread:"), "{}", stderr(&out));
+}
