@@ -356,7 +356,7 @@ pub struct BsrOurs {
 fn open() -> Result<CudaBackend> {
     CudaBackend::open()
         .map_err(|e| anyhow!("{e}"))
-        .context("the GPU suites need an NVIDIA GPU (`--target c` runs the CPU suite)")
+        .context("the GPU suites need an NVIDIA GPU (`bench spmm --target c` runs SpMM on the CPU; `bench bsr` has no CPU suite)")
 }
 
 /// The dense operand: values in ±[0.1, 1), seeded, rounded to `p`.

@@ -169,7 +169,7 @@ pub struct ReactSummary {
 
 /// The shared matrices (or a generated one where the folder is absent).
 fn matrices(filter: &[String], progress: &mut dyn FnMut(&str)) -> Result<Vec<(String, Coo<f64, i64>)>> {
-    crate::spgemm::inputs(filter, &mut *progress)
+    crate::spgemm::matching_inputs(filter, &mut *progress)
 }
 
 /// The shared FROSTT tensors of order 3.
@@ -239,7 +239,19 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
          column-major (dd:modes=1-0) for every policy (since 2026-11-28; before, row-major)"
             .to_string(),
     ];
-    let matrices = matrices(&opts.filter, &mut *progress)?;
+    // The matrices the matrix kernels run on, the tensors MTTKRP runs on:
+    // an --input may name either, but must name one.
+    let matrices = match ["sddmm", "gnn1", "gnn2"].into_iter().any(want_kernel) {
+        true => matrices(&opts.filter, &mut *progress)?,
+        false => Vec::new(),
+    };
+    let tensors = match want_kernel("mttkrp") {
+        true => tensors(&opts.filter, &mut *progress)?,
+        false => Vec::new(),
+    };
+    if matrices.is_empty() && tensors.is_empty() {
+        anyhow::bail!("no input of the chosen kernels matches --input {}", opts.filter.join(", "));
+    }
     for (name, coo) in &matrices {
         let (ni, nj) = (coo.shape[0], coo.shape[1]);
         let csr = Compressed::from_coo(coo, 0)?;
@@ -320,17 +332,15 @@ pub fn run(opts: &ReactOptions, progress: &mut dyn FnMut(&str)) -> Result<ReactR
             }
         }
     }
-    if want_kernel("mttkrp") {
-        for (name, coo) in tensors(&opts.filter, &mut *progress)? {
-            for r in [16, 32] {
-                let problem = Problem::new(MTTKRP)
-                    .tensor("X", coo.clone())
-                    .format("X", "csf")
-                    .tensor("C", Input::from(dense(&[coo.shape[2], r], 8)?))
-                    .tensor("B", Input::from(dense(&[coo.shape[1], r], 9)?));
-                progress(&format!("mttkrp {name} R={r}"));
-                runs.push(measure(&problem, "mttkrp", &name, "R", r, coo.nnz(), opts.timing)?.report);
-            }
+    for (name, coo) in tensors {
+        for r in [16, 32] {
+            let problem = Problem::new(MTTKRP)
+                .tensor("X", coo.clone())
+                .format("X", "csf")
+                .tensor("C", Input::from(dense(&[coo.shape[2], r], 8)?))
+                .tensor("B", Input::from(dense(&[coo.shape[1], r], 9)?));
+            progress(&format!("mttkrp {name} R={r}"));
+            runs.push(measure(&problem, "mttkrp", &name, "R", r, coo.nnz(), opts.timing)?.report);
         }
     }
     notes.push("SciPy cannot express MTTKRP (paper 003's Table 2 says so too)".to_string());

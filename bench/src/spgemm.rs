@@ -168,8 +168,21 @@ impl SpgemmResult {
     }
 }
 
-/// The matrices: every `.mtx` of the shared folder, or the generated one.
-pub fn inputs(filter: &[String], mut progress: impl FnMut(&str)) -> Result<Vec<(String, Coo<f64, i64>)>> {
+/// The matrices: every `.mtx` of the shared folder, or the generated one;
+/// a filter that matches none is refused.
+pub fn inputs(filter: &[String], progress: impl FnMut(&str)) -> Result<Vec<(String, Coo<f64, i64>)>> {
+    let out = matching_inputs(filter, progress)?;
+    if out.is_empty() {
+        bail!("no matrix matches --matrix {}", filter.join(", "));
+    }
+    Ok(out)
+}
+
+/// [`inputs`], none where the filter matches none.
+pub fn matching_inputs(
+    filter: &[String],
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<(String, Coo<f64, i64>)>> {
     let mut out = Vec::new();
     let files = spindle_formats::data::shared_matrices();
     if files.is_empty() {
@@ -185,9 +198,6 @@ pub fn inputs(filter: &[String], mut progress: impl FnMut(&str)) -> Result<Vec<(
                 .with_context(|| format!("reading {}", path.display()))?;
             out.push((name, coo));
         }
-    }
-    if out.is_empty() {
-        bail!("no matrix matches --matrix {}", filter.join(", "));
     }
     Ok(out)
 }

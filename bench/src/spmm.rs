@@ -567,7 +567,7 @@ fn summarize(results: &[MatrixResult]) -> Summary {
 pub fn run(inputs: &[MatrixInput], opts: &SpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<SpmmReport> {
     let load_before = loadavg();
     let python = match opts.python {
-        PythonMode::Off => Err("--no-python".to_string()),
+        PythonMode::Off => Err("--python off".to_string()),
         PythonMode::IfInstalled => python::find(),
         PythonMode::Install => python::ensure(&mut *progress),
     };
@@ -586,14 +586,6 @@ pub fn run(inputs: &[MatrixInput], opts: &SpmmOptions, progress: &mut dyn FnMut(
     let copy_n = copy_bandwidth(opts.copy_bytes, opts.threads, opts.repeats);
     let mut results = Vec::new();
     for input in inputs {
-        progress(&format!(
-            "{}: {}x{}, {} entries, {} repeats...",
-            input.name,
-            input.coo.shape[0],
-            input.coo.shape[1],
-            input.coo.nnz(),
-            opts.repeats
-        ));
         let ctx = Ctx { opts, copy: [copy_1, copy_n], python: python.as_ref().ok() };
         results.push(measure(input, &ctx, &mut status, progress)?);
     }
@@ -814,8 +806,10 @@ fn measure(
     let coo = input.coo.clone().canonicalize();
     let (m, k) = coo.expect_matrix("spmm")?;
     let nnz = coo.nnz();
-    let b = dense_b(k);
     let opts = ctx.opts;
+    // The count after duplicates are summed, as the table gives it.
+    progress(&format!("{name}: {m}x{k}, nnz {nnz}, {} repeats...", opts.repeats));
+    let b = dense_b(k);
     let threads = opts.threads;
     let timing = opts.timing();
 

@@ -137,6 +137,15 @@ pub fn default_cache_dir() -> PathBuf {
     workspace.join("target").join("spindle-cache").join("c")
 }
 
+/// The cache folder: `$SPINDLE_CACHE_DIR` when set, else
+/// [`default_cache_dir`].
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os(CACHE_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => default_cache_dir(),
+    }
+}
+
 /// A C compiler, its flags and the cache folder it compiles into.
 ///
 /// [`Compiler::from_env`] reads `$CC` and `$SPINDLE_CACHE_DIR`; tests and
@@ -161,11 +170,7 @@ impl Compiler {
         let cc = std::env::var("CC").unwrap_or_default();
         let mut words = cc.split_whitespace().map(str::to_owned);
         let program = words.next().unwrap_or_else(|| "cc".to_owned());
-        let cache_dir = match std::env::var_os(CACHE_DIR_ENV) {
-            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-            _ => default_cache_dir(),
-        };
-        Compiler { pre_args: words.collect(), ..Compiler::new(program) }.with_cache_dir(cache_dir)
+        Compiler { pre_args: words.collect(), ..Compiler::new(program) }.with_cache_dir(cache_dir())
     }
 
     /// The given compiler program with [`C_FLAGS`], caching in

@@ -61,7 +61,7 @@ pub mod namer;
 pub mod print;
 pub mod runtime;
 
-pub use compile::{C_FLAGS, CProgram, CompileError, Compiler, KernelFn, default_cache_dir};
+pub use compile::{C_FLAGS, CProgram, CompileError, Compiler, KernelFn, cache_dir, default_cache_dir};
 
 /// The line both printers open a kernel that runs on one thread with,
 /// whatever thread count it is given (too little work to share, or nothing

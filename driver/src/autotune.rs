@@ -86,7 +86,7 @@ impl TuneCache {
     /// `autotune.json` in the cache folder of `target`'s compiled kernels.
     pub fn default_path(target: Target) -> PathBuf {
         let dir = match target {
-            Target::C => spindle_c::default_cache_dir(),
+            Target::C => spindle_c::cache_dir(),
             Target::Cuda | Target::Emulate => spindle_cuda::runtime::cache_dir(),
         };
         dir.join("autotune.json")

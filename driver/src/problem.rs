@@ -215,7 +215,14 @@ fn dense_copy_refused(parsed: &Statement, src: &str, name: &str, shape: &[usize]
         span,
     )
     .with_label("read without a format")
-    .with_note(format!("store it in a format so the kernel reads only its entries: {name} in csr, for one"));
+    .with_note(format!(
+        "store it in a format so the kernel reads only its entries: {name} in {}, for one",
+        match shape.len() {
+            1 => "c",
+            2 => "csr",
+            _ => "csf",
+        }
+    ));
     Error::statement(diagnostic, src)
 }
 

@@ -343,7 +343,8 @@ fn value_text(x: f64) -> String {
 pub enum Emit {
     /// The kernel IR.
     Ir,
-    /// The target's source: C for `--target c`, CUDA C for `--target cuda`.
+    /// The target's source: C for `--target c`, CUDA C for `--target cuda` and
+    /// `--target emulate`.
     Source,
     /// The C source (whatever the target).
     C,

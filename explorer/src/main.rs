@@ -189,7 +189,9 @@ enum Command {
     Eval {
         #[command(flatten)]
         data: einsum::DataArgs,
-        /// Write the output: NAME=out.npy. Without it a preview is printed.
+        /// Write the output: NAME=out.npy, or for an output given a format
+        /// (`--format NAME=csr`) NAME=out.mtx (a matrix) or NAME=out.tns.
+        /// Without it a preview is printed.
         #[arg(long, value_name = "NAME=PATH")]
         out: Option<String>,
     },
@@ -201,12 +203,15 @@ enum Command {
     Compile {
         #[command(flatten)]
         data: einsum::DataArgs,
-        /// The schedule: tile.INDEX=N, reduce=atomic|accumulate|segment(R)|parallel(R),
-        /// broadcast=lazy|eager, matmul=on|off, parallel=I+J, order=I+J,
-        /// threads=N (C), map=tiles|walk|rows, l2hints=on|off, split=on|off and block=N (CUDA),
-        /// path=levels,
-        /// fusion=none|maximal|trie and strip=auto|N (programs), ... (an
-        /// unknown item is refused with the whole list).
+        /// The schedule, space-separated items: path=tiles|levels;
+        /// tile.INDEX=N, reduce=atomic|accumulate|segment(R)|parallel(R),
+        /// broadcast=lazy|eager, matmul=on|off, parallel=I+J, order=I+J;
+        /// threads=N (C); tensorcores=on|off, tf32=on|off, block=N,
+        /// map=tiles|walk|rows, l2hints=on|off, split=on|off (CUDA);
+        /// workspace=auto|dense|bucket|hash|coord|map|vector, ws.indexing|realloc|double_buffer|pipeline=on|off,
+        /// ws.cap=N, ws.pipeline_min=N (sparse outputs on the level path);
+        /// subsect=on|off (convolutions); fusion=none|maximal|trie, strip=auto|N
+        /// (programs). An item the kernel does not read gets a note.
         #[arg(long, default_value = "")]
         schedule: String,
         /// Where the kernel runs: c, cuda or emulate.

@@ -54,8 +54,9 @@ pub enum Suite {
     /// synthetic row-wise and outer-product sweeps (plotted with --record),
     /// the optimizations' ablation, and the parallel ISM.
     Workspaces(workspaces::WorkspacesArgs),
-    /// ReACT's kernels (paper 003): SDDMM (NK 16/32/64), GNN kernels 1 and
-    /// 2 (NH 128/256, NJ 16) on the shared matrices and MTTKRP (R 16/32) on
+    /// ReACT's kernels (paper 003): SDDMM (NK 16/32/64), GNN kernels 1
+    /// (NH 128/256 at NJ 16, NJ 32/64 at NH 128) and 2 (NK 128/256) on the
+    /// shared matrices and MTTKRP (R 16/32) on
     /// the FROSTT tensors, each under fusion=none, maximal and trie, with
     /// SciPy where it can express the kernel; one thread, f64.
     React(react::ReactArgs),

@@ -16,8 +16,8 @@ pub struct ReactArgs {
     /// Only these inputs (file stems such as `cora` or `med`).
     #[arg(long = "input", value_name = "NAME")]
     pub inputs: Vec<String>,
-    /// Only these kernels: sddmm, gnn1, gnn2, mttkrp.
-    #[arg(long = "kernel", value_name = "NAME")]
+    /// Only these kernels.
+    #[arg(long = "kernel", value_name = "NAME", value_parser = ["sddmm", "gnn1", "gnn2", "mttkrp"])]
     pub kernels: Vec<String>,
     /// Skip SciPy (otherwise installed on first use into
     /// target/python-baselines).

@@ -71,7 +71,8 @@ pub struct SpmmArgs {
     /// tile.p marked when it is ragged (how the default tile.p was chosen).
     #[arg(long)]
     pub sweep: bool,
-    /// Write the C source of every kernel compiled to this folder.
+    /// Write the C source of each variant of the table (COO, CSR and GroupCOO
+    /// per g, under the variants' schedules) to this folder.
     #[arg(long, value_name = "DIR")]
     pub emit_c: Option<PathBuf>,
     /// The Python baselines of the C suite (SciPy, Intel MKL,

@@ -287,7 +287,10 @@ impl FromStr for Schedule {
                 ("path", _) => return Err(bad("path is tiles or levels")),
                 ("workspace", "auto") => s.workspace = WorkspacePolicy::Auto,
                 ("workspace", v) => {
-                    s.workspace = WorkspacePolicy::Use(v.parse().map_err(|e: String| bad(&e))?)
+                    s.workspace = WorkspacePolicy::Use(v.parse().map_err(|_: String| {
+                        let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+                        bad(&format!("workspace is auto or a policy: {}", names.join(", ")))
+                    })?)
                 }
                 ("fusion", v) => {
                     s.fusion = Fusion::ALL
