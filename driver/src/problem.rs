@@ -346,6 +346,9 @@ impl Prepared {
             return spindle_ir::eval::evaluate(&self.einsum, &self.data)
                 .map_err(|d| Error::statement(d, &self.text));
         };
+        if let Some(over_entries) = self.reference_over_entries(stored) {
+            return over_entries;
+        }
         // No rewrite to evaluate over arrays: the stored operands are
         // evaluated dense, where that fits.
         let mut data = self.data.clone();
@@ -360,6 +363,31 @@ impl Prepared {
             data.insert(name.clone(), TensorValue::Values(coo.to_ndarray()?));
         }
         spindle_ir::eval::evaluate(&self.einsum, &data).map_err(|d| Error::statement(d, &self.text))
+    }
+
+    /// Where the tile path refused the formats (CSF, DCSR, CSC): the
+    /// statement over its stored inputs' entries in COO, which the
+    /// evaluator walks entry by entry, as it does any rewrite's arrays;
+    /// the formats only order the same entries. `None` where the COO
+    /// rewrite does not take the statement either (a sparse output,
+    /// co-iteration, affine subscripts): the dense walk then.
+    fn reference_over_entries(&self, stored: &Stored) -> Option<Result<ArrayD<f64>>> {
+        let output = &stored.original.output().name;
+        if stored.formats.contains_key(output) {
+            return None;
+        }
+        let coo: FormatSpec = "coo".parse().ok()?;
+        let formats: BTreeMap<String, FormatSpec> =
+            stored.formats.keys().map(|name| (name.clone(), coo.clone())).collect();
+        let rewritten = spindle_ir::rewrite::rewrite(&stored.original, &formats, &stored.entries).ok()?;
+        let text = rewritten.statement.to_string();
+        let einsum = check(&parse(&text).ok()?, &rewritten.all_declarations(&stored.original)).ok()?;
+        let mut data = self.data.clone();
+        for name in &rewritten.replaced {
+            data.remove(name);
+        }
+        data.extend(rewritten.tensors);
+        Some(spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| Error::statement(d, &text)))
     }
 
     /// The kernel IR of the statement under `schedule`.

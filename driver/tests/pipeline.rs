@@ -84,6 +84,29 @@ fn sparse_outputs_without_rows_assemble_nothing() {
     }
 }
 
+/// A statement over a CSF tensor too large to copy dense is checked over
+/// its entries in COO (the reference refused: "would need `T` dense").
+#[test]
+fn the_reference_walks_the_entries_of_formats_the_tile_path_refuses() {
+    let entries: Vec<(Vec<i64>, f64)> = (0..400)
+        .map(|e| (vec![(e * 7) % 300, (e * 13) % 300, (e * 29) % 300], 0.5 + (e % 5) as f64))
+        .collect();
+    let coords: Vec<Vec<i64>> = (0..3).map(|d| entries.iter().map(|(c, _)| c[d]).collect()).collect();
+    let t =
+        Coo::<f64, i64>::new(vec![300, 300, 300], coords, entries.iter().map(|(_, v)| *v).collect()).unwrap();
+    let prepared = Problem::new("A[i,j,r] = T[i,j,k] * C[k,r]")
+        .tensor("T", Input::from(t))
+        .tensor("C", Input::random(&[300, 2], DType::F32, 3))
+        .format("T", "csf")
+        .prepare()
+        .unwrap();
+    assert!(prepared.tile_refusal.is_some());
+    let compiled = prepared.compile(&CBackend::new(), &"path=levels".parse().unwrap()).unwrap();
+    let (out, check) = compiled.check().unwrap();
+    assert!(check.passed(), "{check:?}");
+    assert!(out.iter().any(|x| *x != 0.0));
+}
+
 #[test]
 fn ndarray_sprs_and_coo_inputs_agree() {
     let dense =

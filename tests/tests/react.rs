@@ -467,6 +467,11 @@ fn products_are_split_from_the_stored_operands_innermost_level_out() {
     );
     let kernel = &ran.kernels[0];
     assert!(kernel.contains("local T1[4]"), "one row of r per fiber:\n{kernel}");
+    // Fused maximally, the row of A that the j and k loops sum into stays
+    // in a local array (registers) across both loops, added to A once.
+    let maximal = run(&mttkrp("A[i,r] = X[i,j,k] * B[j,r] * C[k,r]"), "maximal");
+    let source = &maximal.sources[0];
+    assert!(source.contains("o_row[4] = {0};") && source.contains("+= o_row[i_r];"), "{source}");
     // Written in that order, or with no deeper level left free, the
     // product stays as written.
     for statement in ["A[i,r] = X[i,j,k] * C[k,r] * B[j,r]", "y[i] = X[i,j,k] * v[k] * u[j]"] {
