@@ -162,7 +162,7 @@ pub(crate) fn kernel_dtype(input: &Input, loaded: &Loaded) -> ElemType {
 /// 16-bit kernel reads (from unrounded values, near-cancelling sums failed
 /// `--check`, and `eval` differed from `run`). A finite value the dtype
 /// cannot hold is refused (1e10 in f16 would be infinite).
-pub(crate) fn round_to_kernel<'a>(
+fn round_to_kernel<'a>(
     name: &str,
     dtype: ElemType,
     values: impl IntoIterator<Item = &'a mut f64>,
