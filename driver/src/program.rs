@@ -224,7 +224,7 @@ impl Problem {
         let (program, reordered) = self.split_noted(&mut data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
-        let once = input_sensitive(&program, &formats, &data, schedule.fusion);
+        let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
         let mut run = match schedule.fusion {
             Fusion::Maximal => self.run_maximal(&program, backend, schedule, opts)?,
             Fusion::Trie if once.is_some() => {
@@ -298,7 +298,7 @@ impl Problem {
         let mut data = self.program_data()?;
         let (program, reordered) = self.split_noted(&mut data)?;
         let formats = self.formats()?;
-        let once = input_sensitive(&program, &formats, &data, schedule.fusion);
+        let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
         if schedule.fusion == Fusion::Maximal || once.is_some() {
             let statement = inline(&program).map_err(|d| Error::statement(d, self.statement()))?;
             let prepared =
@@ -329,6 +329,23 @@ impl Problem {
 
     /// `fusion=maximal`: the statements substituted into one, run as a
     /// single statement (on the level path where operands have formats).
+    /// [`input_sensitive`] fusion, where the substituted statement can be
+    /// prepared: a stored operand read at two subscripts after substitution
+    /// (`s = y[i] * y[i]` with `y` from `A`) cannot, and trie, as asked,
+    /// runs the statements instead of failing on one the user never wrote.
+    fn input_sensitive(
+        &self,
+        program: &Program,
+        formats: &BTreeMap<String, FormatSpec>,
+        data: &ProgramData,
+        fusion: Fusion,
+    ) -> Option<String> {
+        let why = input_sensitive(program, formats, data, fusion)?;
+        let statement = inline(program).ok()?;
+        self.substituted(program, &statement, true).prepare().ok()?;
+        Some(why)
+    }
+
     fn run_maximal(
         &self,
         program: &Program,
@@ -622,7 +639,7 @@ fn sums_run_once(
     sparse: &BTreeMap<String, Coo<f64, i64>>,
 ) -> Option<String> {
     use spindle_ir::react::{Space, index_trees, propagate};
-    let trees = propagate(program, &index_trees(program, formats));
+    let trees = propagate(program, &index_trees(program, formats), formats);
     let last = &program.statements.last()?.output().name;
     let mut why = Vec::new();
     for (einsum, tree) in program.statements.iter().zip(&trees) {

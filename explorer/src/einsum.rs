@@ -528,12 +528,17 @@ fn emit_fusion(args: &DataArgs) -> Result<()> {
     for (n, e) in program.statements.iter().enumerate() {
         println!("  S{}: {}", n + 1, e.statement);
     }
-    let trees = order_loops(&program, &propagate(&program, &index_trees(&program, &formats)), &formats, &[]);
+    let trees = order_loops(
+        &program,
+        &propagate(&program, &index_trees(&program, &formats), &formats),
+        &formats,
+        &[],
+    );
     println!("index trees (sparse iteration spaces propagated, loops ordered):");
     for (n, t) in trees.iter().enumerate() {
         println!("  S{}: {t}", n + 1);
     }
-    let forest = trie_fuse(&program, unfused(&program, &trees));
+    let forest = trie_fuse(&program, unfused(&program, &trees), &formats);
     println!("trie-like fusion:");
     for line in forest_text(&forest).lines() {
         println!("  {line}");

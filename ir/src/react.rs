@@ -28,7 +28,7 @@
 //! assert_eq!(text, ["for i: for j: for k: T1[i,j] = C[i,k] * D[k,j]",
 //!                   "for i: for j in B: A[i,j] = B[i,j] * T1[i,j]"]);
 //! // Propagated: T1 is needed only where B is stored (no dead values).
-//! let text: Vec<String> = propagate(&program, &trees).iter().map(|t| t.to_string()).collect();
+//! let text: Vec<String> = propagate(&program, &trees, &formats).iter().map(|t| t.to_string()).collect();
 //! assert_eq!(text[0], "for i: for j in B: for k: T1[i,j] = C[i,k] * D[k,j]");
 //! let edges: Vec<String> = dependences(&program).iter().map(|d| d.to_string()).collect();
 //! assert_eq!(edges, ["S1 -> S2 flow T1"]);
@@ -245,7 +245,16 @@ fn factors(e: &crate::lang::Expr) -> Vec<&crate::lang::Access> {
 ///   loops over those dimensions walk the same coordinates.
 ///
 /// Both repeat until nothing changes.
-pub fn propagate(program: &Program, trees: &[IndexTree]) -> Vec<IndexTree> {
+///
+/// Only coordinates that appear once each propagate (`formats` says which
+/// levels are unique): COO's rows repeat, and a loop of another statement
+/// walking them would visit a row once per entry.
+pub fn propagate(
+    program: &Program,
+    trees: &[IndexTree],
+    formats: &BTreeMap<String, FormatSpec>,
+) -> Vec<IndexTree> {
+    let once = |t: &str, index: &str| walks_each_once(program, formats, t, index);
     let mut trees = trees.to_vec();
     let products: Vec<bool> = program.statements.iter().map(|e| is_product(&e.statement.rhs)).collect();
     let writer =
@@ -271,7 +280,7 @@ pub fn propagate(program: &Program, trees: &[IndexTree]) -> Vec<IndexTree> {
             for access in program.statements[s].statement.rhs.accesses() {
                 let Some(p) = writer(&access.tensor.name, s).filter(|&p| products[p]) else { continue };
                 let lhs = &program.statements[p].statement.lhs;
-                for (index, mask) in masks.iter().filter(|(_, m)| *m != access.tensor.name) {
+                for (index, mask) in masks.iter().filter(|(i, m)| *m != access.tensor.name && once(m, i)) {
                     let Some(at) =
                         (0..access.subscripts.len()).find(|&d| index_at(access, d).as_ref() == Some(index))
                     else {
@@ -297,7 +306,7 @@ pub fn propagate(program: &Program, trees: &[IndexTree]) -> Vec<IndexTree> {
                 .filter_map(|d| {
                     let i = index_at(lhs, d)?;
                     let l = trees[p].loops.iter().find(|l| l.index == i)?;
-                    matches!(l.space, Space::Sparse(_)).then(|| (d, l.space.clone()))
+                    matches!(&l.space, Space::Sparse(t) if once(t, &i)).then(|| (d, l.space.clone()))
                 })
                 .collect();
             if !products[p] || sparse_dims.is_empty() {
@@ -331,6 +340,26 @@ pub fn propagate(program: &Program, trees: &[IndexTree]) -> Vec<IndexTree> {
             return trees;
         }
     }
+}
+
+/// Whether stored operand `t` holds each coordinate of `index` once: the
+/// level holding it and every level above it unique.
+fn walks_each_once(program: &Program, formats: &BTreeMap<String, FormatSpec>, t: &str, index: &str) -> bool {
+    let Some(spec) = formats.get(t) else { return false };
+    let Some((access, info)) = program.statements.iter().find_map(|e| {
+        let access = e.statement.rhs.accesses().into_iter().find(|a| a.tensor.name == t)?;
+        Some((access.clone(), e.tensors.get(t)?.clone()))
+    }) else {
+        return false;
+    };
+    let Ok(tensor) = SparseTensor::from_coo(&Coo::<f64, i64>::empty(info.shape.clone()), spec) else {
+        return false;
+    };
+    let holds =
+        |dim: usize| access.subscripts.get(dim).and_then(|s| s.as_index()).is_some_and(|i| i.name == index);
+    let levels = tensor.levels();
+    let Some(at) = levels.iter().position(|l| holds(l.dim)) else { return false };
+    levels[..=at].iter().all(|l| l.format.unique())
 }
 
 /// Whether `e` is a product of factors (accesses, literals, negations).
@@ -466,12 +495,12 @@ pub fn fused_forest(
     fusion: crate::kernel::schedule::Fusion,
     order: &[String],
 ) -> Vec<Node> {
-    let trees = propagate(program, &index_trees(program, formats));
+    let trees = propagate(program, &index_trees(program, formats), formats);
     let trees = order_loops(program, &trees, formats, order);
     let forest = unfused(program, &trees);
     match fusion {
         crate::kernel::schedule::Fusion::None => forest,
-        _ => trie_fuse(program, forest),
+        _ => trie_fuse(program, forest, formats),
     }
 }
 
@@ -501,9 +530,9 @@ pub fn unfused(program: &Program, trees: &[IndexTree]) -> Vec<Node> {
 /// would turn into a cycle (Algorithm 1's groups); the first loop of a
 /// group hosts the others' children, and fusion goes on inside it. Only
 /// common prefixes fuse: a statement's deeper loops stay its own.
-pub fn trie_fuse(program: &Program, forest: Vec<Node>) -> Vec<Node> {
+pub fn trie_fuse(program: &Program, forest: Vec<Node>, formats: &BTreeMap<String, FormatSpec>) -> Vec<Node> {
     let deps = dependences(program);
-    fuse_level(program, forest, &deps)
+    fuse_level(program, forest, &deps, formats)
 }
 
 /// Whether dependence `d` stays inside one iteration of a fused loop over
@@ -526,7 +555,12 @@ fn loop_independent(program: &Program, d: &Dependence, index: &str) -> bool {
     all.first().is_some_and(|first| first.is_some() && all.iter().all(|x| x == first))
 }
 
-fn fuse_level(program: &Program, nodes: Vec<Node>, deps: &[Dependence]) -> Vec<Node> {
+fn fuse_level(
+    program: &Program,
+    nodes: Vec<Node>,
+    deps: &[Dependence],
+    formats: &BTreeMap<String, FormatSpec>,
+) -> Vec<Node> {
     let n = nodes.len();
     let members: Vec<Vec<usize>> = nodes
         .iter()
@@ -547,13 +581,21 @@ fn fuse_level(program: &Program, nodes: Vec<Node>, deps: &[Dependence]) -> Vec<N
             Node::Loop { index: i, extent: e, space: s, .. },
             Node::Loop { index: j, extent: f, space: t, .. },
         ) => {
+            // Over a level whose coordinates repeat (COO's or GroupCOO's
+            // rows), one iteration holds part of a coordinate's entries: a
+            // value the first statement sums there is not complete when
+            // the second reads it, so only reads may share that loop.
+            let whole = match s {
+                Space::Sparse(t) => walks_each_once(program, formats, t, i),
+                Space::Dense => true,
+            };
             i == j
                 && e == f
                 && s == t
                 && deps
                     .iter()
                     .filter(|d| members[a].contains(&d.from) && members[b].contains(&d.to))
-                    .all(|d| loop_independent(program, d, i))
+                    .all(|d| (whole || d.kind == DependenceKind::Input) && loop_independent(program, d, i))
         }
         _ => false,
     };
@@ -608,7 +650,7 @@ fn fuse_level(program: &Program, nodes: Vec<Node>, deps: &[Dependence]) -> Vec<N
     out.into_iter()
         .map(|node| match node {
             Node::Loop { index, extent, space, children } => {
-                Node::Loop { index, extent, space, children: fuse_level(program, children, deps) }
+                Node::Loop { index, extent, space, children: fuse_level(program, children, deps, formats) }
             }
             compute => compute,
         })

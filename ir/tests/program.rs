@@ -145,7 +145,7 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
     );
     // Propagated: T1 only where A is stored (backward, the SDDMM inside),
     // and T2 holds A's pattern, so the last product walks it (forward).
-    let text: Vec<String> = propagate(&program, &trees).iter().map(|t| t.to_string()).collect();
+    let text: Vec<String> = propagate(&program, &trees, &formats).iter().map(|t| t.to_string()).collect();
     assert_eq!(
         text,
         [
@@ -167,7 +167,7 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
         split_program(&parse_program("A[i,r] = X[i,j,k] * C[k,r] * B[j,r]").unwrap(), &decls).unwrap();
     let formats = std::collections::BTreeMap::from([("X".to_string(), "csf".parse().unwrap())]);
     let trees = index_trees(&program, &formats);
-    let text: Vec<String> = propagate(&program, &trees).iter().map(|t| t.to_string()).collect();
+    let text: Vec<String> = propagate(&program, &trees, &formats).iter().map(|t| t.to_string()).collect();
     assert_eq!(
         text,
         [
@@ -187,7 +187,7 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
             .unwrap();
     let formats = std::collections::BTreeMap::from([("B".to_string(), "csr".parse().unwrap())]);
     let trees = index_trees(&program, &formats);
-    assert_eq!(propagate(&program, &trees), trees);
+    assert_eq!(propagate(&program, &trees, &formats), trees);
     // A statement that writes what an earlier one read (anti), one that
     // writes the same tensor again (output), two that read one (input).
     let decls = declarations(&[("A", &[4], "f32"), ("B", &[4], "f32")]);
@@ -218,8 +218,8 @@ fn fused_forest(
 ) -> (spindle_ir::program::Program, Vec<spindle_ir::react::Node>) {
     let program = split_program(&parse_program(src).unwrap(), &declarations(decls)).unwrap();
     let formats = formats.iter().map(|(t, f)| (t.to_string(), f.parse().unwrap())).collect();
-    let trees = propagate(&program, &index_trees(&program, &formats));
-    let forest = trie_fuse(&program, unfused(&program, &trees));
+    let trees = propagate(&program, &index_trees(&program, &formats), &formats);
+    let forest = trie_fuse(&program, unfused(&program, &trees), &formats);
     (program, forest)
 }
 
@@ -313,7 +313,7 @@ fn loops_are_ordered_for_rows_of_dense_operands() {
         let program = split_program(&parse_program(src).unwrap(), &declarations(decls)).unwrap();
         let formats = formats.iter().map(|(t, f)| (t.to_string(), f.parse().unwrap())).collect();
         let hint: Vec<String> = hint.iter().map(|h| h.to_string()).collect();
-        let trees = propagate(&program, &index_trees(&program, &formats));
+        let trees = propagate(&program, &index_trees(&program, &formats), &formats);
         order_loops(&program, &trees, &formats, &hint).iter().map(|t| t.to_string()).collect::<Vec<_>>()
     };
     let gnn =

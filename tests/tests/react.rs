@@ -488,6 +488,42 @@ fn products_are_split_from_the_stored_operands_innermost_level_out() {
     }
 }
 
+/// Over COO and GroupCOO a row's entries lie in several iterations of the
+/// loop over rows. Three faults came of treating that loop as one row per
+/// iteration: a temporary kept per position (a sum per entry, not per row),
+/// another statement's loop walking the repeated rows (a row counted once
+/// per entry), statements fused into one iteration that reads a row's sum
+/// before it is complete, and that loop run on threads (two threads adding
+/// into one row of C: wrong in 3 of 10 runs on cora).
+#[test]
+fn programs_over_levels_whose_rows_repeat() {
+    let cases = [
+        ("y[i] = A[i,j] * x[j]; z[j] = A[i,j] * y[i]", vec![("x", &[30][..])]),
+        ("y[i] = A[i,j] * x[j]; s[] = y[i] * y[i]", vec![("x", &[30][..])]),
+        (
+            "C[i,j] = A[i,k] * B[k,j]; C[i,j] += A[i,k] * D[k,j]",
+            vec![("B", &[30, 6][..]), ("D", &[30, 6][..])],
+        ),
+    ];
+    for (statement, dense_operands) in &cases {
+        for format in ["coo", "groupcoo:dim=0,g=2", "csr"] {
+            let p = problem(statement, dense_operands, &[("A", &[40, 30], 0.2, format)], &[]);
+            for fusion in ["none", "trie", "none threads=2", "trie threads=2"] {
+                let ran = run(&p, fusion);
+                assert!(
+                    ran.checks[0].passed(),
+                    "{statement} over {format}, fusion={fusion}: max relative error {:.2e}\n{}",
+                    ran.checks[0].max_rel_error,
+                    ran.kernels.join("\n")
+                );
+                if format != "csr" {
+                    assert!(!ran.sources[0].contains("omp parallel"), "{statement} over {format}, {fusion}");
+                }
+            }
+        }
+    }
+}
+
 /// Two sparse operands in one loop need co-iteration, which program
 /// kernels do not do: refused with the way out; maximal fusion takes it.
 #[test]

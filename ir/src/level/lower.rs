@@ -42,7 +42,7 @@ pub(super) struct StoredLevel {
     pub(super) var: VarId,
     pub(super) reach: Reach,
     ordered: bool,
-    unique: bool,
+    pub(super) unique: bool,
     pub(super) extent: usize,
 }
 

@@ -328,9 +328,15 @@ fn rows_apart(
     stored: &BTreeMap<String, Stored>,
     pattern: Option<&str>,
 ) -> bool {
+    // (A level whose coordinates repeat, COO's rows, gives one row to
+    // several iterations, which threads would update at once.)
     let var = match body {
         [Node::Dense { var, .. }] => *var,
-        [Node::Merge { var, levels, full: false, .. }] if levels.len() == 1 => *var,
+        [Node::Merge { var, levels, full: false, .. }]
+            if levels.len() == 1 && stored[&levels[0].tensor].levels[levels[0].level].unique =>
+        {
+            *var
+        }
         _ => return false,
     };
     let rows_of = |t: &str| stored.get(t).is_some_and(|s| s.levels[0].var == var);
@@ -415,7 +421,12 @@ fn in_pattern(
     stored.iter().find_map(|(t, s)| {
         // The deepest run of the operand's first levels whose variables are
         // all dimensions of the temporary; the others follow each position.
-        let depth = (1..=s.levels.len()).take_while(|&n| dims.contains(&s.levels[n - 1].var)).last()?;
+        // Each of those levels unique: a level whose coordinates repeat
+        // (COO's rows) gives one coordinate several positions, and a sum
+        // per position is not the sum per coordinate.
+        let depth = (1..=s.levels.len())
+            .take_while(|&n| dims.contains(&s.levels[n - 1].var) && s.levels[n - 1].unique)
+            .last()?;
         let walked: Vec<&super::lower::StoredLevel> =
             s.levels[..depth].iter().filter(|l| !matches!(l.reach, Reach::Dense)).collect();
         if walked.is_empty() {
