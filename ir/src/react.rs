@@ -280,7 +280,15 @@ pub fn propagate(
             for access in program.statements[s].statement.rhs.accesses() {
                 let Some(p) = writer(&access.tensor.name, s).filter(|&p| products[p]) else { continue };
                 let lhs = &program.statements[p].statement.lhs;
-                for (index, mask) in masks.iter().filter(|(i, m)| *m != access.tensor.name && once(m, i)) {
+                // (A producer that reads the mask itself walks it at its own
+                // levels: `y[i] = A[i,j] * x[j]` before `z[i] = A[i,j] *
+                // y[j]` walks A's rows by i, not by the consumer's j.)
+                let reads = |m: &str| {
+                    program.statements[p].statement.rhs.accesses().iter().any(|a| a.tensor.name == m)
+                };
+                for (index, mask) in
+                    masks.iter().filter(|(i, m)| *m != access.tensor.name && once(m, i) && !reads(m))
+                {
                     let Some(at) =
                         (0..access.subscripts.len()).find(|&d| index_at(access, d).as_ref() == Some(index))
                     else {
@@ -328,8 +336,13 @@ pub fn propagate(
                         sparse_dims.iter().filter_map(|(d, sp)| Some((index_at(a, *d)?, sp.clone())))
                     })
                     .collect();
+                // (Likewise a consumer that reads the walked operand itself.)
+                let walks_itself = |sp: &Space| {
+                    let Space::Sparse(t) = sp else { return false };
+                    program.statements[c].statement.rhs.accesses().iter().any(|a| a.tensor.name == *t)
+                };
                 for l in trees[c].loops.iter_mut().filter(|l| l.space == Space::Dense) {
-                    if let Some((_, sp)) = reads.iter().find(|(i, _)| *i == l.index) {
+                    if let Some((_, sp)) = reads.iter().find(|(i, sp)| *i == l.index && !walks_itself(sp)) {
                         l.space = sp.clone();
                         changed = true;
                     }

@@ -504,10 +504,14 @@ fn programs_over_levels_whose_rows_repeat() {
             "C[i,j] = A[i,k] * B[k,j]; C[i,j] += A[i,k] * D[k,j]",
             vec![("B", &[30, 6][..]), ("D", &[30, 6][..])],
         ),
+        // A read again by the consumer (refused: propagation made S1 walk
+        // A's rows by S2's j).
+        ("y[i] = A[i,j] * x[j]; z[i] = A[i,j] * y[j]", vec![("x", &[30][..])]),
     ];
     for (statement, dense_operands) in &cases {
         for format in ["coo", "groupcoo:dim=0,g=2", "csr"] {
-            let p = problem(statement, dense_operands, &[("A", &[40, 30], 0.2, format)], &[]);
+            // Square, so that A multiplies y in the last case.
+            let p = problem(statement, dense_operands, &[("A", &[30, 30], 0.2, format)], &[]);
             for fusion in ["none", "trie", "none threads=2", "trie threads=2"] {
                 let ran = run(&p, fusion);
                 assert!(
