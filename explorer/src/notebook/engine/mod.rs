@@ -595,6 +595,27 @@ sweep fusion in [most]
         );
     }
 
+    /// A program's points take their `sweep format.A` values (they ran
+    /// every point dense, whatever the label said).
+    #[test]
+    fn a_program_sweep_stores_each_point_in_its_format() {
+        let out = run("\
+A = gen:powerlaw:rows=30,cols=30,nnz=120,seed=4
+x = rand 30 f64 seed=2
+y[i] = A[i,j] * x[j]
+z[j] = A[i,j] * y[i]
+sweep format.A in [coo, csr]
+sweep fusion in [none, trie]
+");
+        assert_eq!(out.error, None, "{out:#?}");
+        assert_eq!(out.sweep.points.len(), 4);
+        for p in &out.sweep.points {
+            assert!(p.max_rel_error.is_some_and(|e| e < 1e-5), "{p:?}");
+        }
+        assert!(out.ir[0].contains("A_crd0") && !out.ir[0].contains("A_pos"), "coo:\n{}", out.ir[0]);
+        assert!(out.ir[2].contains("A_pos"), "csr:\n{}", out.ir[2]);
+    }
+
     #[test]
     fn a_strip_sweep_runs_the_fused_rows_in_strips() {
         let out = run("\

@@ -32,9 +32,28 @@ impl Run<'_> {
                 data.declarations.get(name).map_or(ElemType::Value(spindle_formats::DType::F32), |d| d.dtype);
             problem = problem.tensor(name.as_str(), Input::from(coo.clone()).with_dtype(dtype));
         }
-        for f in &program.formats {
-            problem = problem.format(f.tensor.value.as_str(), f.spec.value.to_string());
-        }
+        // Each point's formats: the cell's `format` lines with its
+        // `sweep format.A` values (and `g`) applied; they were ignored, so a
+        // point labelled coo ran dense.
+        let formatted: BTreeSet<String> = program
+            .formats
+            .iter()
+            .map(|f| f.tensor.value.clone())
+            .chain(program.sweeps.iter().filter_map(|s| match &s.param.value {
+                SweepParam::Format(t) => Some(t.clone()),
+                _ => None,
+            }))
+            .collect();
+        let data_only = problem;
+        let problem_at = |run: &Self, point: &Point| {
+            run.point_formats(program, &formatted, point)
+                .into_iter()
+                .fold(data_only.clone(), |p, (name, spec)| p.format(name.as_str(), spec.to_string()))
+        };
+        let problem = match points.first() {
+            Some(first) => problem_at(self, first),
+            None => data_only.clone(),
+        };
         self.out.notes.push(
             "the statements run as one program (fusion or strip swept): the time is the program's, its output checked \
              against the reference evaluator's run of the program"
@@ -57,7 +76,7 @@ impl Run<'_> {
             self.step(format!("{}: compiling and running the program", point.label))?;
             let schedule = spindle::Schedule { threads: Some(threads), ..self.point_items(program, point) };
             let opts = TimingOptions { warmup: 1, repeats };
-            match problem.run_program(&CBackend::new(), &schedule, opts, false) {
+            match problem_at(self, point).run_program(&CBackend::new(), &schedule, opts, false) {
                 Ok(ran) => {
                     let got = match &ran.assembled {
                         Some(a) => spindle::check::expand(a).ok(),
