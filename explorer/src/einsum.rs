@@ -243,7 +243,7 @@ pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
             program.statements.len(),
             start.elapsed().as_secs_f64() * 1e3
         );
-        return emit_output(last, &result, out);
+        return emit_evaluated(args, last, &result, out);
     }
     let prepared = prepare(args)?;
     let start = std::time::Instant::now();
@@ -251,14 +251,20 @@ pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
     let points: u128 = prepared.einsum.indices.iter().map(|i| i.extent as u128).product();
     let output = &prepared.einsum.output().name;
     eprintln!("evaluated {output} ({points} points) in {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
-    // An output given a format is sparse: its nonzero entries, as a run
-    // would assemble them.
+    emit_evaluated(args, &prepared.einsum, &result, out)
+}
+
+/// The reference's output of `einsum` (a statement, or a program's last):
+/// an output given a format is sparse, its nonzero entries as a run would
+/// assemble them; others dense.
+fn emit_evaluated(args: &DataArgs, einsum: &Einsum, result: &ArrayD<f64>, out: Option<&str>) -> Result<()> {
+    let output = &einsum.output().name;
     if args.formats.iter().any(|f| f.split_once('=').is_some_and(|(name, _)| name == output)) {
-        let coo = spindle::formats::Coo::from_ndarray(&result)
-            .map_err(|e| anyhow!("the output `{output}`: {e}"))?;
-        return emit_entries(&prepared.einsum, &coo, out);
+        let coo =
+            spindle::formats::Coo::from_ndarray(result).map_err(|e| anyhow!("the output `{output}`: {e}"))?;
+        return emit_entries(einsum, &coo, out);
     }
-    emit_output(&prepared.einsum, &result, out)
+    emit_output(einsum, result, out)
 }
 
 /// `--out NAME=PATH` before any work: its form, a file type the tool

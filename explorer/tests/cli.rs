@@ -942,3 +942,34 @@ fn a_run_reports_the_threads_its_kernel_uses() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("ran C on C with 1 thread:"), "{}", stderr(&out));
 }
+
+/// `eval` writes a program's sparse output as `run` does (it said the
+/// output was dense and refused `.mtx`).
+#[test]
+fn eval_writes_a_programs_sparse_output() {
+    let dir = scratch("eval-program-sparse");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mtx = dir.join("c.mtx");
+    let to = format!("C={}", mtx.display());
+    let sddmm = [
+        "eval",
+        "C[i,j] = A[i,j] * (P[i,k] * Q[k,j])",
+        "--tensor",
+        "A=gen:uniform:rows=12,cols=10,nnz=30,seed=2",
+        "--format",
+        "A=csr",
+        "--format",
+        "C=csr",
+        "--rand",
+        "P=12x3:f64:1",
+        "--rand",
+        "Q=3x10:f64:2",
+        "--out",
+        &to,
+    ];
+    let out = spindle(&sddmm);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let written: Coo<f64, i32> = spindle_formats::io::read_mtx(&mtx).unwrap();
+    assert_eq!((written.shape.clone(), written.nnz()), (vec![12, 10], 30));
+    let _ = std::fs::remove_dir_all(dir);
+}
