@@ -137,6 +137,17 @@ fn every_policy_matches_the_reference() {
                 &[],
             ),
         ),
+        // CDC: the temporary's middle level is dense, located only from
+        // T's own access (refused under fusion=none, naming T1).
+        (
+            "MTTKRP over CDC",
+            problem(
+                "A[i,r] = X[i,j,k] * C[k,r] * B[j,r]",
+                &[("C", &[10, 4]), ("B", &[9, 4])],
+                &[("X", &[8, 9, 10], 0.1, "cdc")],
+                &[],
+            ),
+        ),
         (
             "tensor times two vectors",
             problem(

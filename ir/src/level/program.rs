@@ -432,6 +432,15 @@ fn in_pattern(
         if walked.is_empty() {
             return None;
         }
+        // A dense level's position is located from the operand's own
+        // access: a statement that does not read the operand cannot reach
+        // it (CDC's middle level, under fusion=none).
+        let locates = walked.len() < depth;
+        let reads_operand =
+            |u: usize| program.statements[u].statement.rhs.accesses().iter().any(|a| a.tensor.name == *t);
+        if locates && !users.iter().all(|&u| reads_operand(u)) {
+            return None;
+        }
         let walks_t = |s: usize| {
             let loops = loops_of(forest, s);
             walked.iter().all(|l| loops.contains(&(vars[l.var].name.clone(), Space::Sparse(t.clone()))))
