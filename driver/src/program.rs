@@ -545,7 +545,16 @@ impl Problem {
             let text = einsum.statement.to_string();
             let out = einsum.output().name.clone();
             let prepared = self.statement_problem(einsum, &written, true).prepare()?;
-            let compiled = prepared.compile(backend, schedule)?;
+            // The level path walks stored operands; a statement with none
+            // (SDDMM's dense product) takes the tile path.
+            let schedule = match (schedule.path, &prepared.stored) {
+                (Path::Levels, None) => {
+                    run.notes.push(format!("`{text}` reads no stored operand: it runs on the tile path"));
+                    Schedule { path: Path::Tiles, ..schedule.clone() }
+                }
+                _ => schedule.clone(),
+            };
+            let compiled = prepared.compile(backend, &schedule)?;
             let (result, timing) = compiled.run_and_time(opts)?;
             if check {
                 run.checks.push(compiled.compare(&result)?);

@@ -247,6 +247,30 @@ fn walk_cases_agree(backend: &spindle::EmulateBackend, map: &str, inspect: &dyn 
     }
 }
 
+/// A program on the emulated GPU under `path=levels`: SDDMM's dense product
+/// reads no stored operand, so it runs on the tile path and the masked
+/// product on the level path (it was refused: "give an operand a format").
+#[test]
+fn a_program_under_path_levels_runs_its_dense_statement_on_tiles() {
+    use spindle::Input;
+    if !emulate::compiler_or_skip("a_program_under_path_levels_runs_its_dense_statement_on_tiles") {
+        return;
+    }
+    let entries: Vec<(usize, usize, f64)> =
+        (0..30).map(|e| (e % 12, (e * 7) % 10, 0.5 + e as f64 / 30.0)).collect();
+    let a = spindle_formats::Coo::<f64, i64>::from_triplets(12, 10, &entries).unwrap();
+    let problem = spindle::Problem::new("C[i,j] = A[i,j] * (P[i,k] * Q[k,j])")
+        .tensor("A", Input::from(a))
+        .format("A", "csr")
+        .tensor("P", Input::random(&[12, 4], DType::F32, 1))
+        .tensor("Q", Input::random(&[4, 10], DType::F32, 2));
+    let schedule: Schedule = "path=levels".parse().unwrap();
+    let opts = spindle::TimingOptions { warmup: 0, repeats: 1 };
+    let ran = problem.run_program(&spindle::EmulateBackend::from_env(), &schedule, opts, true).unwrap();
+    assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
+    assert!(ran.notes.iter().any(|n| n.contains("reads no stored operand")), "{:?}", ran.notes);
+}
+
 /// Operands with no entries, or no rows at all: the kernel launches no
 /// block where its iteration space is empty (a grid of 0, which the runtime
 /// skips; one block ran a tile of unmasked loads past the arrays' ends) and
