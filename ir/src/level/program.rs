@@ -432,10 +432,11 @@ fn in_pattern(
         if walked.is_empty() {
             return None;
         }
-        // A dense level's position is located from the operand's own
-        // access: a statement that does not read the operand cannot reach
-        // it (CDC's middle level, under fusion=none).
-        let locates = walked.len() < depth;
+        // A dense level below the last walked one is located from the
+        // operand's own access: a statement that does not read the operand
+        // cannot reach it (CDC's middle level, under fusion=none). One
+        // above a walked level (CSR's rows) is located as its parent.
+        let locates = matches!(s.levels[depth - 1].reach, Reach::Dense);
         let reads_operand =
             |u: usize| program.statements[u].statement.rhs.accesses().iter().any(|a| a.tensor.name == *t);
         if locates && !users.iter().all(|&u| reads_operand(u)) {
