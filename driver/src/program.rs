@@ -225,12 +225,12 @@ impl Problem {
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
         let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
-        let mut run = match schedule.fusion {
-            Fusion::Maximal => self.run_maximal(&program, backend, schedule, opts)?,
-            Fusion::Trie if once.is_some() => {
-                let mut run = self.run_maximal(&program, backend, schedule, opts)?;
+        let mut run = match (schedule.fusion, once) {
+            (Fusion::Maximal, _) => self.run_maximal(self.maximal(&program)?, backend, schedule, opts)?,
+            (Fusion::Trie, Some((why, prepared))) => {
+                let mut run = self.run_maximal(prepared, backend, schedule, opts)?;
                 run.fusion = Fusion::Trie;
-                run.notes.extend(once);
+                run.notes.push(why);
                 run
             }
             _ if backend.target() != Target::C => {
@@ -238,7 +238,7 @@ impl Problem {
                 run.notes.splice(0..0, reordered);
                 return Ok(run);
             }
-            fusion => {
+            (fusion, _) => {
                 let forest = fused_forest(&program, &formats, fusion, &schedule.order);
                 let (lowered, notes) = self.lower_forest(&program, &forest, &formats, &data, schedule)?;
                 let executable = backend.compile_levels(&lowered, schedule)?;
@@ -299,12 +299,14 @@ impl Problem {
         let (program, reordered) = self.split_noted(&mut data)?;
         let formats = self.formats()?;
         let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
-        if schedule.fusion == Fusion::Maximal || once.is_some() {
-            let statement = inline(&program).map_err(|d| Error::statement(d, self.statement()))?;
-            let prepared =
-                self.substituted(&program, &statement, true).prepare().map_err(substituted_note)?;
+        let maximal = match (schedule.fusion, once) {
+            (Fusion::Maximal, _) => Some((None, self.maximal(&program)?)),
+            (_, Some((why, prepared))) => Some((Some(why), prepared)),
+            _ => None,
+        };
+        if let Some((why, (_, prepared))) = maximal {
             let levels = Schedule { path: Path::Levels, ..schedule.clone() };
-            return Ok((prepared.lower_levels(&levels)?, reordered.into_iter().chain(once).collect()));
+            return Ok((prepared.lower_levels(&levels)?, reordered.into_iter().chain(why).collect()));
         }
         let forest = fused_forest(&program, &formats, schedule.fusion, &schedule.order);
         let (lowered, notes) = self.lower_forest(&program, &forest, &formats, &data, schedule)?;
@@ -327,35 +329,39 @@ impl Problem {
         Ok((lowered, notes))
     }
 
-    /// `fusion=maximal`: the statements substituted into one, run as a
-    /// single statement (on the level path where operands have formats).
     /// [`input_sensitive`] fusion, where the substituted statement can be
-    /// prepared: a stored operand read at two subscripts after substitution
-    /// (`s = y[i] * y[i]` with `y` from `A`) cannot, and trie, as asked,
-    /// runs the statements instead of failing on one the user never wrote.
+    /// prepared (with that statement, prepared): a stored operand read at
+    /// two subscripts after substitution (`s = y[i] * y[i]` with `y` from
+    /// `A`) cannot, and trie, as asked, runs the statements instead of
+    /// failing on one the user never wrote.
     fn input_sensitive(
         &self,
         program: &Program,
         formats: &BTreeMap<String, FormatSpec>,
         data: &ProgramData,
         fusion: Fusion,
-    ) -> Option<String> {
+    ) -> Option<(String, (String, Prepared))> {
         let why = input_sensitive(program, formats, data, fusion)?;
-        let statement = inline(program).ok()?;
-        self.substituted(program, &statement, true).prepare().ok()?;
-        Some(why)
+        Some((why, self.maximal(program).ok()?))
     }
 
+    /// `fusion=maximal`'s statement: the program's statements substituted
+    /// into one, as text and prepared as a statement of its own.
+    fn maximal(&self, program: &Program) -> Result<(String, Prepared)> {
+        let statement = inline(program).map_err(|d| Error::statement(d, self.statement()))?;
+        let prepared = self.substituted(program, &statement, true).prepare().map_err(substituted_note)?;
+        Ok((statement.to_string(), prepared))
+    }
+
+    /// Runs the substituted statement (on the level path where operands
+    /// have formats).
     fn run_maximal(
         &self,
-        program: &Program,
+        (text, prepared): (String, Prepared),
         backend: &dyn Backend,
         schedule: &Schedule,
         opts: TimingOptions,
     ) -> Result<ProgramRun> {
-        let statement = inline(program).map_err(|d| Error::statement(d, self.statement()))?;
-        let text = statement.to_string();
-        let prepared = self.substituted(program, &statement, true).prepare().map_err(substituted_note)?;
         let mut schedule = schedule.clone();
         if !self.formats.is_empty() {
             schedule.path = Path::Levels;

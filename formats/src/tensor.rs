@@ -15,6 +15,26 @@ use crate::spec::FormatSpec;
 use crate::stats::{ArrayInfo, GroupAnalysis, Occupancy, Stats};
 use crate::{Coo, FormatError, Result, check_array};
 
+impl FormatSpec {
+    /// The level formats a tensor of `shape` stored in this format has,
+    /// outermost first (as [`SparseTensor::levels`] gives them), without
+    /// any data: what a compiler needs to know before the tensor is read.
+    ///
+    /// ```
+    /// use spindle_formats::FormatSpec;
+    /// let csf: FormatSpec = "csf:modes=2-0-1".parse().unwrap();
+    /// let dims: Vec<usize> = csf.levels(&[4, 5, 6]).unwrap().iter().map(|l| l.dim).collect();
+    /// assert_eq!(dims, [2, 0, 1]);
+    /// ```
+    pub fn levels(&self, shape: &[usize]) -> Result<Vec<Level>> {
+        if let FormatSpec::Dense = self {
+            // Not built: an empty dense tensor still holds every element.
+            return Ok((0..shape.len()).map(|d| Level::new(d, LevelFormat::Dense)).collect());
+        }
+        Ok(SparseTensor::from_coo(&Coo::<f64, i64>::empty(shape.to_vec()), self)?.levels())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum SparseTensor<V, I = i32> {
     Dense(Dense<V>),

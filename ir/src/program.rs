@@ -213,11 +213,10 @@ pub fn reorder_products(
         _ => None,
     })?;
     let name = &stored.tensor.name;
-    let empty = spindle_formats::Coo::<f64, i64>::empty(declarations.get(name)?.shape.clone());
-    let tensor = spindle_formats::SparseTensor::from_coo(&empty, &formats[name]).ok()?;
     // The operand's index at each level, outermost first.
-    let levels: Vec<String> = tensor
-        .levels()
+    let levels: Vec<String> = formats[name]
+        .levels(&declarations.get(name)?.shape)
+        .ok()?
         .iter()
         .map(|l| stored.subscripts.get(l.dim)?.as_index().map(|i| i.name.clone()))
         .collect::<Option<_>>()?;

@@ -38,7 +38,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use spindle_formats::{Coo, FormatSpec, LevelCapabilities, SparseTensor};
+use spindle_formats::{FormatSpec, LevelCapabilities};
 
 use crate::lang::{Einsum, Statement};
 use crate::program::Program;
@@ -127,11 +127,10 @@ pub fn order_loops(
             else {
                 continue;
             };
-            let Ok(tensor) = SparseTensor::from_coo(&Coo::<f64, i64>::empty(info.shape.clone()), spec) else {
+            let Ok(levels) = spec.levels(&info.shape) else {
                 continue;
             };
-            let names = tensor
-                .levels()
+            let names = levels
                 .iter()
                 .filter_map(|l| {
                     access.subscripts.get(l.dim).and_then(|s| s.as_index()).map(|i| i.name.clone())
@@ -200,7 +199,7 @@ fn sparse_walker(einsum: &Einsum, formats: &BTreeMap<String, FormatSpec>, index:
     factors(&einsum.statement.rhs).into_iter().find_map(|access| {
         let spec = formats.get(&access.tensor.name)?;
         let info = einsum.tensors.get(&access.tensor.name)?;
-        let levels = SparseTensor::from_coo(&Coo::<f64, i64>::empty(info.shape.clone()), spec).ok()?.levels();
+        let levels = spec.levels(&info.shape).ok()?;
         levels
             .iter()
             .any(|level| {
@@ -365,12 +364,11 @@ fn walks_each_once(program: &Program, formats: &BTreeMap<String, FormatSpec>, t:
     }) else {
         return false;
     };
-    let Ok(tensor) = SparseTensor::from_coo(&Coo::<f64, i64>::empty(info.shape.clone()), spec) else {
+    let Ok(levels) = spec.levels(&info.shape) else {
         return false;
     };
     let holds =
         |dim: usize| access.subscripts.get(dim).and_then(|s| s.as_index()).is_some_and(|i| i.name == index);
-    let levels = tensor.levels();
     let Some(at) = levels.iter().position(|l| holds(l.dim)) else { return false };
     levels[..=at].iter().all(|l| l.format.unique())
 }

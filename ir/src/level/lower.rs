@@ -460,8 +460,7 @@ fn assemble(
     let ElemType::Value(_) = info.dtype else {
         return Err(cannot("an output holds values".to_string()));
     };
-    let empty = Coo::<f64, i64>::empty(info.shape.clone());
-    let levels = SparseTensor::from_coo(&empty, spec).map_err(|e| cannot(e.to_string()))?.levels();
+    let levels = spec.levels(&info.shape).map_err(|e| cannot(e.to_string()))?;
     let mut out = Vec::new();
     let mut sparse_above = false;
     for (l, level) in levels.iter().enumerate() {

@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cranelift_entity::PrimaryMap;
-use spindle_formats::{Coo, FormatSpec, SparseTensor};
+use spindle_formats::{Coo, FormatSpec};
 
 use super::lower::{Lowered, Stored, plain_indices, refuse, store_operand};
 use super::{
@@ -374,9 +374,7 @@ fn updates_at_row(nodes: &[Node], var: VarId) -> bool {
 /// The variables of a tensor stored in `spec`, written at `dims`, in level
 /// order.
 fn level_vars(spec: &FormatSpec, shape: &[usize], dims: &[VarId]) -> Vec<VarId> {
-    SparseTensor::from_coo(&Coo::<f64, i64>::empty(shape.to_vec()), spec)
-        .map(|t| t.levels().iter().map(|l| dims[l.dim]).collect())
-        .unwrap_or_default()
+    spec.levels(shape).map(|levels| levels.iter().map(|l| dims[l.dim]).collect()).unwrap_or_default()
 }
 
 /// The stored level whose positions hold a temporary written at `dims`,
