@@ -118,7 +118,8 @@ pub struct DataArgs {
     #[arg(long = "rand", value_name = "NAME=DIMS:DTYPE:SEED[:MAX]")]
     pub rand: Vec<String>,
     /// Shapes of tensors without data (usually the output); for a tensor
-    /// with data, its dtype in the kernel.
+    /// with data, its dtype in the kernel (NAME=:DTYPE, or with DIMS, which
+    /// must be the data's).
     #[arg(long = "shape", value_name = "NAME=DIMS[:DTYPE]")]
     pub shapes: Vec<String>,
     /// Store a tensor in a format (coo, csr, csc, dcsr, dcsc, csf, ell,
@@ -190,7 +191,11 @@ pub fn problem(args: &DataArgs) -> Result<Problem> {
     for arg in &args.shapes {
         let (name, shape, dtype) = parse_shape(arg)?;
         once("--shape", arg, &name)?;
-        problem = if with_data.contains(&name) {
+        // `A=:f64` beside A's data gives only its dtype.
+        let dtype_only = arg.split_once('=').is_some_and(|(_, rest)| rest.starts_with(':'));
+        problem = if with_data.contains(&name) && dtype_only {
+            problem.dtype(name.as_str(), dtype)
+        } else if with_data.contains(&name) {
             problem.declare(name.as_str(), &shape, dtype)
         } else {
             problem.tensor(name.as_str(), Input::shape(&shape, dtype))

@@ -60,6 +60,11 @@ pub fn threads(text: &str, zero: &str) -> Result<usize, String> {
     }
 }
 
+/// A benchmark's `--threads`: 0 (as when not given) is every CPU thread.
+pub fn bench_threads(text: &str) -> Result<usize, String> {
+    threads(text, "every CPU thread")
+}
+
 /// Refuses a folder path for a command to write into when a path on the
 /// way exists but is not a folder (a file, a device such as /dev/null),
 /// naming it, with `hint`: the OS would only say "File exists".
@@ -278,6 +283,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` or `grep -q` ends like any Unix tool's when
+    // the reader goes: Rust ignores SIGPIPE, and `println!` then panicked
+    // on the broken pipe (exit 101 with a backtrace).
+    // SAFETY: at the start of main, before any thread is started; setting
+    // a signal's disposition to its default touches no Rust state.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let formats = format!("Formats: {}", spindle_formats::spec::FORMAT_SYNTAX);
     let matches = Cli::command().after_help(formats).get_matches();
     let cli = match Cli::from_arg_matches(&matches) {

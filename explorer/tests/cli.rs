@@ -212,6 +212,13 @@ fn user_errors_are_messages_not_panics() {
         assert_eq!(out.status.code().map(|c| c > 0), Some(true), "{args:?}");
         assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
     }
+    // A dtype alone beside the data (it was taken as a rank-0 shape).
+    let mut args = spmv(["--shape", "A=:f64"]);
+    args.extend(["--emit", "ir"]);
+    args[0] = "compile";
+    let out = spindle(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("A: f64[6,5]"), "{}", stdout(&out));
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -972,4 +979,31 @@ fn eval_writes_a_programs_sparse_output() {
     let written: Coo<f64, i32> = spindle_formats::io::read_mtx(&mtx).unwrap();
     assert_eq!((written.shape.clone(), written.nnz()), (vec![12, 10], 30));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A reader that goes early (`| head`) ends the command by SIGPIPE, as it
+/// does any Unix tool; `println!` panicked on the broken pipe (exit 101).
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    // The reader is gone before the command writes.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["stats", &format!("gen:{POWER_LAW}"), "--format", "csr"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+}
+
+/// A benchmark's thread count out of range is refused with the arguments
+/// (it started, then failed on a schedule item the user never wrote).
+#[test]
+fn bench_threads_are_checked_with_the_arguments() {
+    let out = spindle(&["bench", "rows", "--threads", "99999", "--matrix", "west0067"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("from 1 to 4096, or 0 for every CPU thread"), "{}", stderr(&out));
 }

@@ -35,6 +35,17 @@ impl DType {
             DType::Bf16 => half::bf16::from_f64(x).to_f64(),
         }
     }
+    /// The dtype a result of `self` and `other` is kept in: the wider of
+    /// the two, and f32 for f16 with bf16 (neither holds the other), as
+    /// NumPy and PyTorch promote.
+    pub fn promote(self, other: DType) -> DType {
+        use DType::*;
+        match (self, other) {
+            (a, b) if a == b => a,
+            (F64, _) | (_, F64) => F64,
+            _ => F32,
+        }
+    }
     pub fn size_bytes(self) -> usize {
         match self {
             DType::F64 => 8,

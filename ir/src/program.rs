@@ -315,10 +315,10 @@ fn mentions(s: &Statement, name: &str) -> bool {
 /// subscripts a plain index whose extent a declared operand fixes.
 fn infer(lhs: &Access, rhs: &Expr, known: &Declarations) -> Result<Declaration, Diagnostic> {
     let mut extents: BTreeMap<String, usize> = BTreeMap::new();
-    let mut dtype = None;
+    let mut read = false;
     for access in rhs.accesses() {
         let Some(d) = known.get(&access.tensor.name) else { continue };
-        dtype.get_or_insert(d.dtype);
+        read = true;
         for (s, &n) in access.subscripts.iter().zip(&d.shape) {
             if let Some(i) = s.as_index() {
                 extents.entry(i.name.clone()).or_insert(n);
@@ -346,10 +346,13 @@ fn infer(lhs: &Access, rhs: &Expr, known: &Declarations) -> Result<Declaration, 
             )),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let dtype = dtype.ok_or_else(|| {
-        unknown(format!("`{}` is not declared and reads no declared tensor", lhs.tensor.name), lhs.span)
-    })?;
-    Ok(Declaration { shape, dtype })
+    if !read {
+        return Err(unknown(
+            format!("`{}` is not declared and reads no declared tensor", lhs.tensor.name),
+            lhs.span,
+        ));
+    }
+    Ok(Declaration { shape, dtype: crate::lang::ElemType::Value(crate::lang::output_dtype(rhs, known)) })
 }
 
 fn shift(span: &mut Span, by: usize) {

@@ -7,7 +7,8 @@
 use ndarray::ArrayD;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use spindle::{CBackend, Input, Problem, ProgramRun, Schedule, TimingOptions};
+use spindle::{CBackend, ElemType, Input, Problem, ProgramRun, Schedule, TimingOptions};
+use spindle_formats::DType;
 use spindle_tests::random_sparse;
 
 fn dense(shape: &[usize], seed: u64) -> Input {
@@ -429,7 +430,11 @@ fn strided_sums_leave_the_lanes_to_the_loop_around_them() {
     let f64_z = run(&gnn1(Input::from(a.clone())), "maximal");
     assert!(f64_z.checks[0].passed());
     assert!(!f64_z.sources[0].contains("reduction(+:dot)"), "{}", f64_z.sources[0]);
-    let f32_z = run(&gnn1(Input::from(a.cast::<f32, i64>().unwrap())), "maximal");
+    // Z declared f32 (undeclared, it takes its operands' promoted dtype,
+    // f64 here).
+    let f32_z = gnn1(Input::from(a.cast::<f32, i64>().unwrap()))
+        .tensor("Z", Input::shape(&[20, 5], ElemType::Value(DType::F32)));
+    let f32_z = run(&f32_z, "maximal");
     assert!(f32_z.checks[0].passed());
     assert!(f32_z.sources[0].contains("float *restrict t_Z"), "{}", f32_z.sources[0]);
     assert!(f32_z.sources[0].contains("reduction(+:dot)"), "{}", f32_z.sources[0]);

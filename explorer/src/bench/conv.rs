@@ -16,8 +16,8 @@ pub struct ConvArgs {
     /// reported).
     #[arg(long, default_value_t = 5, value_parser = crate::repeats)]
     pub repeats: usize,
-    /// Threads of the all-thread runs (default: every CPU thread).
-    #[arg(long)]
+    /// Threads of the all-thread runs (1 to 4096; default, or 0: every CPU thread).
+    #[arg(long, value_parser = crate::bench_threads)]
     pub threads: Option<usize>,
     /// Which convolutions, comma-separated: 1 (O[i] = I[i+p] * F[p]), 2,
     /// 3.
@@ -60,8 +60,8 @@ pub struct ConvArgs {
 pub fn run(args: ConvArgs) -> Result<()> {
     let mut opts = ConvOptions::new(args.quick);
     opts.timing = spindle::TimingOptions { warmup: 1, repeats: args.repeats.max(1) };
-    if let Some(threads) = args.threads {
-        opts.threads = threads.max(1);
+    if let Some(threads) = args.threads.filter(|&t| t != 0) {
+        opts.threads = threads;
     }
     opts.dims = args.dims;
     if !args.sparsities.is_empty() {
@@ -85,8 +85,7 @@ pub fn run(args: ConvArgs) -> Result<()> {
 
 fn ms(run: &Run) -> String {
     match &run.timing {
-        Some(t) if t.median_ms >= 0.01 => format!("{:.3}", t.median_ms),
-        Some(t) => format!("{:.2e}", t.median_ms),
+        Some(t) => super::ms(Some(t.median_ms)),
         None => "fail".into(),
     }
 }

@@ -56,9 +56,9 @@ fn print_tables(report: &ReactReport) {
         let ms = |f: &str| r.policies.iter().find(|p| p.fusion == f).map_or(f64::NAN, |p| p.timing.median_ms);
         print!("{:<8} {:<24} {:>7}", r.kernel, r.input, format!("{}={}", r.size_name, r.size));
         for f in FUSIONS {
-            print!(" {:>10.3}", ms(f));
+            print!(" {:>10}", super::ms(Some(ms(f))));
         }
-        let scipy = r.scipy_ms.map_or("-".to_string(), |s| format!("{s:.3}"));
+        let scipy = super::ms(r.scipy_ms);
         println!(
             " {scipy:>10} {:>9.2} {:>9.2} {:>9.1e}",
             r.ratio("maximal", "trie"),

@@ -11,8 +11,8 @@ pub struct RowsArgs {
     /// Timed repetitions per measurement, after one warm-up.
     #[arg(long, default_value_t = 11, value_parser = crate::repeats)]
     pub repeats: usize,
-    /// Threads for the all-thread measurements (default: every CPU thread).
-    #[arg(long)]
+    /// Threads for the all-thread measurements (1 to 4096; default, or 0: every CPU thread).
+    #[arg(long, value_parser = crate::bench_threads)]
     pub threads: Option<usize>,
     /// Only these matrices (file stems such as `ca-CondMat`, or `powerlaw-1M`).
     #[arg(long = "matrix", value_name = "NAME")]
@@ -28,7 +28,7 @@ pub struct RowsArgs {
 pub fn run(args: RowsArgs) -> Result<()> {
     let opts = RowsOptions {
         timing: spindle::TimingOptions { warmup: 1, repeats: args.repeats.max(1) },
-        threads: args.threads.unwrap_or_else(spindle::c::cpu_threads).max(1),
+        threads: args.threads.filter(|&t| t != 0).unwrap_or_else(spindle::c::cpu_threads),
         filter: args.matrices,
     };
     let report = spindle_bench::rows::run(&opts, &mut |line| eprintln!("{line}"))?;
@@ -52,13 +52,13 @@ fn print_table(report: &RowsReport) {
     );
     for r in &report.results {
         println!(
-            "{:<22} {:>9} {:>11.3} {:>11.3} {:>11.3} {:>11.3} {:>8.2}x {:>8.2}x {:>8.2}x",
+            "{:<22} {:>9} {:>11} {:>11} {:>11} {:>11} {:>8.2}x {:>8.2}x {:>8.2}x",
             r.matrix,
             r.nnz,
-            r.levels_one_thread.median_ms,
-            r.tiles_one_thread.median_ms,
-            r.levels_all_threads.median_ms,
-            r.tiles_all_threads.median_ms,
+            super::ms(Some(r.levels_one_thread.median_ms)),
+            super::ms(Some(r.tiles_one_thread.median_ms)),
+            super::ms(Some(r.levels_all_threads.median_ms)),
+            super::ms(Some(r.tiles_all_threads.median_ms)),
             r.speedup(false),
             r.speedup(true),
             r.scaling()

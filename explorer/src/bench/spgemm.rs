@@ -12,8 +12,8 @@ pub struct SpgemmArgs {
     /// reported).
     #[arg(long, default_value_t = 7, value_parser = crate::repeats)]
     pub repeats: usize,
-    /// Threads for the all-thread measurements (default: every CPU thread).
-    #[arg(long)]
+    /// Threads for the all-thread measurements (1 to 4096; default, or 0: every CPU thread).
+    #[arg(long, value_parser = crate::bench_threads)]
     pub threads: Option<usize>,
     /// Only these matrices (file stems such as `ca-CondMat`).
     #[arg(long = "matrix", value_name = "NAME")]
@@ -38,7 +38,7 @@ pub struct SpgemmArgs {
 pub fn run(args: SpgemmArgs) -> Result<()> {
     let opts = SpgemmOptions {
         timing: spindle::TimingOptions { warmup: 1, repeats: args.repeats.max(1) },
-        threads: args.threads.unwrap_or_else(spindle::c::cpu_threads).max(1),
+        threads: args.threads.filter(|&t| t != 0).unwrap_or_else(spindle::c::cpu_threads),
         python: !args.no_python,
         workspace: args.workspace,
         filter: args.matrices,
@@ -67,16 +67,16 @@ fn print_table(report: &SpgemmReport) {
         "vs scipy",
         "ws KiB"
     );
-    let ms = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.3}"));
+    use super::ms;
     for r in &report.results {
         let base = |lib: &str, threads: usize| r.baseline(lib, threads).and_then(|b| b.median_ms);
         println!(
-            "{:<22} {:>9} {:>10} {:>10.3} {:>10.3} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9.1}",
+            "{:<22} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9.1}",
             r.matrix,
             r.nnz_a,
             r.nnz_c,
-            r.spindle_one_thread.median_ms,
-            r.spindle_all_threads.median_ms,
+            ms(Some(r.spindle_one_thread.median_ms)),
+            ms(Some(r.spindle_all_threads.median_ms)),
             ms(base("sprs", 1)),
             ms(base("scipy", 1)),
             ms(base("mkl", 1)),
@@ -105,11 +105,11 @@ fn print_table(report: &SpgemmReport) {
     for r in &report.results {
         let scipy = r.baseline("scipy-add", 1).and_then(|b| b.median_ms);
         println!(
-            "{:<22} {:>10} {:>10.3} {:>10.3} {:>10} {:>9}",
+            "{:<22} {:>10} {:>10} {:>10} {:>10} {:>9}",
             r.matrix,
             r.add.nnz_c,
-            r.add.spindle_one_thread.median_ms,
-            r.add.sprs_ms,
+            ms(Some(r.add.spindle_one_thread.median_ms)),
+            ms(Some(r.add.sprs_ms)),
             ms(scipy),
             r.speedup("scipy-add", 1, t).map_or("-".to_string(), |x| format!("{x:.2}x"))
         );

@@ -45,8 +45,8 @@ pub struct SpmmArgs {
     /// reported, with min and max in the JSON).
     #[arg(long, default_value_t = 11, value_parser = crate::repeats)]
     pub repeats: usize,
-    /// Threads for the all-core measurements (default: every CPU thread).
-    #[arg(long)]
+    /// Threads for the all-core measurements (1 to 4096; default, or 0: every CPU thread).
+    #[arg(long, value_parser = crate::bench_threads)]
     pub threads: Option<usize>,
     /// Print the results as JSON.
     #[arg(long)]
@@ -93,7 +93,7 @@ pub fn run(args: SpmmArgs) -> Result<()> {
     }
     let opts = SpmmOptions {
         repeats: args.repeats.max(1),
-        threads: args.threads.unwrap_or_else(spindle::CBackend::max_threads).max(1),
+        threads: args.threads.filter(|&t| t != 0).unwrap_or_else(spindle::CBackend::max_threads),
         schedules: Schedules::with_overrides(&args.schedules)?,
         sweep: args.sweep,
         emit_c: args.emit_c.clone(),
@@ -109,9 +109,7 @@ pub fn run(args: SpmmArgs) -> Result<()> {
     super::finish(&report, args.json, args.record.as_deref(), spindle_bench::spmm::RECORD_STEM, print_report)
 }
 
-fn ms(t: Option<f64>) -> String {
-    t.filter(|t| t.is_finite()).map_or_else(|| "-".into(), |x| format!("{x:.3}"))
-}
+use super::ms;
 
 fn ratio(v: Option<f64>) -> String {
     v.filter(|v| v.is_finite()).map_or_else(|| "-".into(), |x| format!("{x:.2}x"))
@@ -182,6 +180,10 @@ fn print_report(r: &SpmmReport) {
         r.copy.all_threads_gbs,
     );
     println!("bandwidth model: {}", r.bandwidth_model);
+    println!(
+        "vs sprs: sprs's one-thread time over the row's one-thread time (sprs runs on one thread); vs faer: faer's \
+         {threads}-thread time over the row's {threads}-thread time"
+    );
     println!("timing: {}", r.timing_protocol);
     println!(
         "load average before/after: {} / {}",

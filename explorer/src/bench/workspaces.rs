@@ -13,9 +13,9 @@ pub struct WorkspacesArgs {
     /// reported).
     #[arg(long, default_value_t = 5, value_parser = crate::repeats)]
     pub repeats: usize,
-    /// Threads of the parallel ISM's all-thread run (default: every CPU
-    /// thread).
-    #[arg(long)]
+    /// Threads of the parallel ISM's all-thread run (1 to 4096; default, or
+    /// 0: every CPU thread).
+    #[arg(long, value_parser = crate::bench_threads)]
     pub threads: Option<usize>,
     /// Only these matrices (file stems such as `ca-CondMat`).
     #[arg(long = "matrix", value_name = "NAME")]
@@ -41,7 +41,7 @@ pub struct WorkspacesArgs {
 pub fn run(args: WorkspacesArgs) -> Result<()> {
     let opts = WorkspacesOptions {
         timing: spindle::TimingOptions { warmup: 1, repeats: args.repeats.max(1) },
-        threads: args.threads.unwrap_or_else(spindle::c::cpu_threads).max(1),
+        threads: args.threads.filter(|&t| t != 0).unwrap_or_else(spindle::c::cpu_threads),
         python: !args.no_python,
         filter: args.matrices,
         sweeps: !args.no_sweeps,
@@ -82,17 +82,17 @@ fn print_tables(report: &WorkspacesReport) {
         " {:>9} {:>9} {:>9} {:>8} {:>10} {:>10}",
         "sprs", "SciPy", "MKL", "best/SP", "dense B", "best B"
     );
-    let ms = |t: Option<f64>| t.map_or("-".to_string(), |t| format!("{t:.3}"));
+    use super::ms;
     for m in &report.matrices {
         print!("{:<22} {:>8.5}", m.matrix, m.density_c);
         for v in &m.variants {
-            print!(" {:>9.3}", v.timing.median_ms);
+            print!(" {:>9}", ms(Some(v.timing.median_ms)));
         }
         let best = m.best_sparse();
         let vs = m.scipy_ms.map_or("-".to_string(), |s| format!("{:.2}x", s / best.timing.median_ms));
         println!(
-            " {:>9.3} {:>9} {:>9} {:>8} {:>10} {:>10}",
-            m.sprs_ms,
+            " {:>9} {:>9} {:>9} {:>8} {:>10} {:>10}",
+            ms(Some(m.sprs_ms)),
             ms(m.scipy_ms),
             ms(m.mkl_ms),
             vs,
@@ -116,7 +116,7 @@ fn print_tables(report: &WorkspacesReport) {
         for p in points {
             print!("{:>9} {:>10} {:>7.2}", p.x, p.products, p.deduplication);
             for v in &p.variants {
-                print!(" {:>10.3}", v.timing.median_ms);
+                print!(" {:>10}", ms(Some(v.timing.median_ms)));
             }
             println!(" {:>12.2}", p.sparse_speedup());
         }
@@ -124,15 +124,20 @@ fn print_tables(report: &WorkspacesReport) {
     for a in &report.ablation {
         println!("\nablation, outer-product SpGEMM on {} ({} products)", a.matrix, a.products);
         for v in &a.variants {
-            println!("  {:<90} {:>9.3} ms {:>11} B", v.schedule, v.timing.median_ms, v.peak_bytes);
+            println!("  {:<90} {:>9} ms {:>11} B", v.schedule, ms(Some(v.timing.median_ms)), v.peak_bytes);
         }
     }
     if !report.parallel.is_empty() {
         println!("\nparallel ISM (library, hash policy) on the outer product's inserts");
         for p in &report.parallel {
             println!(
-                "  {:<22} {:>10} products: {:>9.3} ms on 1 thread, {:>9.3} ms on {}: {:.2}x",
-                p.input, p.products, p.one_thread.median_ms, p.all_threads.median_ms, p.threads, p.speedup
+                "  {:<22} {:>10} products: {:>9} ms on 1 thread, {:>9} ms on {}: {:.2}x",
+                p.input,
+                p.products,
+                ms(Some(p.one_thread.median_ms)),
+                ms(Some(p.all_threads.median_ms)),
+                p.threads,
+                p.speedup
             );
         }
     }

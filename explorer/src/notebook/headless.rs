@@ -5,7 +5,8 @@
 //! ```text
 //! DIR/results.json                 notebook, machine, and every cell's output
 //! DIR/cell-N/plot.svg, plot.png    the runtime plot of the sweep
-//! DIR/cell-N/kernel.c, kernel.cu   the emitted C and CUDA (first sweep point)
+//! DIR/cell-N/kernel.c, kernel.cu   the emitted C and CUDA (first sweep point;
+//!                                  a program's cell: each point's C)
 //! DIR/cell-N/ir.txt                the kernel IR
 //! DIR/cell-N/rewritten.txt         the indirect Einsum that runs
 //! ```
@@ -265,9 +266,9 @@ fn write_cell(dir: &Path, out: &CellOutput) -> Result<()> {
     if out.error.is_some() {
         return write("error.txt", out.error.clone().unwrap_or_default());
     }
-    write("kernel.c", join_code(&out.c_source, "//"))?;
-    write("kernel.cu", join_code(&out.cuda_source, "//"))?;
-    write("ir.txt", join_code(&out.ir, "#"))?;
+    write("kernel.c", join_code(out, &out.c_source, "//"))?;
+    write("kernel.cu", join_code(out, &out.cuda_source, "//"))?;
+    write("ir.txt", join_code(out, &out.ir, "#"))?;
     write("rewritten.txt", out.rewritten.iter().map(|r| format!("{r}\n")).collect())?;
     if out.sweep.points.iter().any(|p| p.median_ms.is_some()) {
         plot::to_svg(&out.sweep, &dir.join("plot.svg"))?;
@@ -276,12 +277,13 @@ fn write_cell(dir: &Path, out: &CellOutput) -> Result<()> {
     Ok(())
 }
 
-/// One text per statement; several are separated by a comment line.
-fn join_code(parts: &[String], comment: &str) -> String {
+/// One text per statement (or program sweep point); several are
+/// separated by a comment line that names it.
+fn join_code(out: &CellOutput, parts: &[String], comment: &str) -> String {
     if parts.len() == 1 {
         return parts[0].clone();
     }
-    parts.iter().enumerate().map(|(i, p)| format!("{comment} statement {}\n{p}\n", i + 1)).collect()
+    parts.iter().enumerate().map(|(i, p)| format!("{comment} {}\n{p}\n", out.code_label(i))).collect()
 }
 
 #[cfg(test)]
@@ -312,7 +314,11 @@ mod tests {
 
     #[test]
     fn code_is_joined_per_statement() {
-        assert_eq!(join_code(&["a\n".into()], "//"), "a\n");
-        assert_eq!(join_code(&["a".into(), "b".into()], "#"), "# statement 1\na\n# statement 2\nb\n");
+        let out = CellOutput::default();
+        assert_eq!(join_code(&out, &["a\n".into()], "//"), "a\n");
+        assert_eq!(join_code(&out, &["a".into(), "b".into()], "#"), "# statement 1\na\n# statement 2\nb\n");
+        // A program's cell: one per sweep point.
+        let out = CellOutput { code_labels: vec!["fusion=none".into(), "fusion=trie".into()], ..out };
+        assert_eq!(join_code(&out, &["a".into(), "b".into()], "#"), "# fusion=none\na\n# fusion=trie\nb\n");
     }
 }

@@ -15,12 +15,17 @@ pub struct CellOutput {
     /// format-conscious rewrite, or the statement itself when no format
     /// was given).
     pub rewritten: Vec<String>,
-    /// The kernel IR of the first sweep point, one entry per statement.
+    /// The kernel IR of the first sweep point, one entry per statement
+    /// (a program's cell: one per sweep point).
     pub ir: Vec<String>,
-    /// The C source of the first sweep point, one entry per statement.
+    /// The C source of the first sweep point, one entry per statement
+    /// (a program's cell: one per sweep point).
     pub c_source: Vec<String>,
     /// The CUDA source of the first sweep point, one entry per statement.
     pub cuda_source: Vec<String>,
+    /// What each entry of `ir`, `c_source` and `cuda_source` is the code
+    /// of, where it is not statement 1, 2, ... (a program's sweep points).
+    pub code_labels: Vec<String>,
     /// One per sparse operand that has a format: its statistics at each g
     /// the sweep visits (or its one format when nothing is swept over g).
     pub formats: Vec<FormatView>,
@@ -36,6 +41,14 @@ pub struct CellOutput {
     pub seconds: f64,
     /// True when the run was cancelled part-way; what finished is kept.
     pub cancelled: bool,
+}
+
+impl CellOutput {
+    /// The heading of entry `i` of the cell's code: its statement, or
+    /// the sweep point whose program it is.
+    pub fn code_label(&self, i: usize) -> String {
+        self.code_labels.get(i).cloned().unwrap_or_else(|| format!("statement {}", i + 1))
+    }
 }
 
 /// The format view of one sparse operand.

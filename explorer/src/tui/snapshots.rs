@@ -81,6 +81,7 @@ pub(crate) fn output() -> CellOutput {
         ],
         c_source: vec![C_SOURCE.into()],
         cuda_source: vec![CUDA_SOURCE.into()],
+        code_labels: Vec::new(),
         formats: vec![format_view()],
         resources: vec![
             ResourceRow {

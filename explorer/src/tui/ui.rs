@@ -289,9 +289,11 @@ fn draw_output(frame: &mut Frame, area: Rect, app: &mut App) {
     }
     let text = match app.tab {
         Tab::Einsum => einsum_text(out, body.width),
-        Tab::Ir => sections(&out.ir, "kernel IR", |s| s.lines().map(|l| Line::raw(l.to_string())).collect()),
-        Tab::C => sections(&out.c_source, "C source", highlight::highlight),
-        Tab::Cuda => sections(&out.cuda_source, "CUDA source", highlight::highlight),
+        Tab::Ir => {
+            sections(out, &out.ir, "kernel IR", |s| s.lines().map(|l| Line::raw(l.to_string())).collect())
+        }
+        Tab::C => sections(out, &out.c_source, "C source", highlight::highlight),
+        Tab::Cuda => sections(out, &out.cuda_source, "CUDA source", highlight::highlight),
         Tab::Format => return draw_formats(frame, body, &out.formats),
         Tab::Resources => return draw_resources(frame, body, out),
         Tab::Runtime => return draw_runtime(frame, body, out),
@@ -304,21 +306,26 @@ fn draw_output(frame: &mut Frame, area: Rect, app: &mut App) {
 }
 
 /// One section per statement, headed when there are several.
-fn sections(items: &[String], what: &str, lines: impl Fn(&str) -> Vec<Line<'static>>) -> Vec<Line<'static>> {
+fn sections(
+    out: &CellOutput,
+    items: &[String],
+    what: &str,
+    lines: impl Fn(&str) -> Vec<Line<'static>>,
+) -> Vec<Line<'static>> {
     if items.is_empty() {
         return vec![Line::from(format!("No {what} for this cell.")).dark_gray()];
     }
-    let mut out = Vec::new();
+    let mut text = Vec::new();
     for (i, item) in items.iter().enumerate() {
         if items.len() > 1 {
             if i > 0 {
-                out.push(Line::raw(""));
+                text.push(Line::raw(""));
             }
-            out.push(Line::from(format!("── statement {} ──", i + 1)).dark_gray());
+            text.push(Line::from(format!("── {} ──", out.code_label(i))).dark_gray());
         }
-        out.extend(lines(item));
+        text.extend(lines(item));
     }
-    out
+    text
 }
 
 fn einsum_text(out: &CellOutput, width: u16) -> Vec<Line<'static>> {

@@ -371,6 +371,12 @@ impl KernelKind {
 }
 
 impl Schedule {
+    /// Whether schedule `text` sets an item only programs read (`fusion=`,
+    /// `strip=`): a notebook cell with one runs its statements as a program.
+    pub fn sets_program_items(text: &str) -> bool {
+        items(text).any(|item| matches!(item.split_once('=').map_or(item, |(k, _)| k), "fusion" | "strip"))
+    }
+
     /// The items of the schedule `text` that a single statement's kernel of
     /// `kind` does not read, each with what reads it. They parse, since one
     /// schedule serves sweeps over paths and targets, but change nothing

@@ -276,7 +276,7 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
 /// Declares an undeclared output from its subscripts: when each is a plain
 /// index that is a subscript on its own somewhere on the right (also inside
 /// index tensors) or given an extent by `where i < N`, the output takes
-/// those extents, as f32. Returns whether the output is declared afterwards.
+/// those extents, in its operands' dtype ([`output_dtype`]). Returns whether the output is declared afterwards.
 pub fn declare_output(statement: &Statement, declarations: &mut Declarations) -> bool {
     let name = &statement.lhs.tensor.name;
     if declarations.contains_key(name) {
@@ -298,9 +298,24 @@ pub fn declare_output(statement: &Statement, declarations: &mut Declarations) ->
     let shape: Option<Vec<usize>> =
         statement.lhs.subscripts.iter().map(|s| s.as_index().and_then(|i| extent_of(&i.name))).collect();
     let Some(shape) = shape else { return false };
-    let dtype = ElemType::Value(spindle_formats::DType::F32);
+    let dtype = ElemType::Value(output_dtype(&statement.rhs, declarations));
     declarations.insert(name.clone(), Declaration { shape, dtype });
     true
+}
+
+/// The dtype an undeclared output of `rhs` is given: its declared value
+/// operands' dtypes promoted ([`spindle_formats::DType::promote`]: f64
+/// operands make an f64 output, f16 ones an f16 output), f32 where it
+/// reads none.
+pub fn output_dtype(rhs: &Expr, declarations: &Declarations) -> spindle_formats::DType {
+    rhs.accesses()
+        .iter()
+        .filter_map(|a| match declarations.get(&a.tensor.name)?.dtype {
+            ElemType::Value(d) => Some(d),
+            ElemType::Index(_) => None,
+        })
+        .reduce(spindle_formats::DType::promote)
+        .unwrap_or(spindle_formats::DType::F32)
 }
 
 /// The first tensor the right-hand side reads (or indexes by) that is not
@@ -475,6 +490,20 @@ mod tests {
         assert_eq!(d["w"].shape, vec![5, 4]);
         assert!(declare_output(&parse("v[m,n] = 1 where m < 3, n < 2").unwrap(), &mut d));
         assert_eq!(d["v"].shape, vec![3, 2]);
+        // In its operands' dtype (an index tensor has none); f32 without one.
+        assert_eq!(d["y"].dtype, ElemType::Value(DType::F32));
+        assert_eq!(d["v"].dtype, ElemType::Value(DType::F32));
+        let mut d = decls(&[("A", &[5], "f64"), ("H", &[5], "f16"), ("G", &[5], "bf16"), ("X", &[5], "i32")]);
+        for (statement, dtype) in [
+            ("y[i] = A[X[i]]", DType::F64),
+            ("h[i] = H[i] * H[X[i]]", DType::F16),
+            ("g[i] = H[i] * G[i]", DType::F32),
+            ("a[i] = H[i] + A[i]", DType::F64),
+        ] {
+            assert!(declare_output(&parse(statement).unwrap(), &mut d));
+            let name = &statement[..1];
+            assert_eq!(d[name].dtype, ElemType::Value(dtype), "{statement}");
+        }
         // An operand nobody declared is the reason to give, at its place.
         let st = parse("u[i,j] = A[i] * Z[j]").unwrap();
         assert!(!declare_output(&st, &mut d));

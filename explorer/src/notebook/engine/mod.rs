@@ -209,8 +209,12 @@ impl Run<'_> {
         let statements = program.statements.len();
         let nvrtc = self.nvrtc_plan(&program, points.len());
         let gpu_steps = if gpu_available() { statements * points.len() } else { 0 };
+        // A program: statements joined by `;`, or a fusion or strip policy
+        // to apply (swept or in the schedule); each line alone otherwise.
         let as_program =
-            program.sweeps.iter().any(|s| matches!(s.param.value, SweepParam::Fusion | SweepParam::Strip));
+            program.sweeps.iter().any(|s| matches!(s.param.value, SweepParam::Fusion | SweepParam::Strip))
+                || program.statements.iter().any(|s| s.value.contains(';'))
+                || program.schedule.as_ref().is_some_and(|s| spindle::Schedule::sets_program_items(&s.value));
         self.total = match as_program {
             // Data, the reference, then each point.
             true => 2 + points.len(),
@@ -582,6 +586,15 @@ sweep fusion in [none, maximal, trie]
         }
         assert_eq!(out.rewritten, ["T1[i,h] = A[i,k] * X[k,h]", "Z[i,j] = T1[i,h] * W[h,j]"]);
         assert!(out.ir[2].contains("fusion=trie") && out.ir[2].contains("local T1[8]"), "{}", out.ir[2]);
+        // Each point's code is headed by the point, not as a statement; no
+        // CUDA is printed (the export's kernel.cu was empty).
+        assert_eq!(out.code_labels, ["fusion=none", "fusion=maximal", "fusion=trie"]);
+        assert_eq!(out.c_source.len(), 3);
+        assert!(
+            out.cuda_source.len() == 1 && out.cuda_source[0].contains("C backend only"),
+            "{:?}",
+            out.cuda_source
+        );
         // A value the sweep does not know is refused where it is written.
         let bad = run("\
 A = rand 4x4 seed=1
@@ -593,6 +606,28 @@ sweep fusion in [most]
             bad.error.as_deref().is_some_and(|e| e.contains("fusion is none, maximal or trie")),
             "{bad:?}"
         );
+    }
+
+    /// Statements joined by `;`, or a schedule's `fusion=`, make a program
+    /// without a fusion sweep (`;` was refused as "not part of the Einsum
+    /// language", and `fusion=maximal` ran the lines one by one).
+    #[test]
+    fn a_program_runs_without_a_fusion_sweep() {
+        let data = "A = gen:powerlaw:rows=30,cols=30,nnz=120,seed=4
+X = rand 30x8 f64 seed=2
+W = rand 8x4 f64 seed=3
+format A = csr
+";
+        let joined = run(&format!("{data}H[i,h] = A[i,k] * X[k,h]; Z[i,j] = H[i,h] * W[h,j]\n"));
+        assert_eq!(joined.error, None, "{joined:#?}");
+        assert!(joined.sweep.points[0].max_rel_error.is_some_and(|e| e < 1e-5), "{joined:?}");
+        assert!(joined.ir[0].contains("fusion=trie"), "{}", joined.ir[0]);
+        let lines = run(&format!(
+            "{data}H[i,h] = A[i,k] * X[k,h]\nZ[i,j] = H[i,h] * W[h,j]\nschedule fusion=maximal\n"
+        ));
+        assert_eq!(lines.error, None, "{lines:#?}");
+        assert!(lines.sweep.points[0].max_rel_error.is_some_and(|e| e < 1e-5), "{lines:?}");
+        assert!(lines.ir[0].contains("fusion=maximal") && lines.ir.len() == 1, "{:?}", lines.ir);
     }
 
     /// A program's points take their `sweep format.A` values (they ran

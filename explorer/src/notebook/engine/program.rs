@@ -55,8 +55,8 @@ impl Run<'_> {
             None => data_only.clone(),
         };
         self.out.notes.push(
-            "the statements run as one program (fusion or strip swept): the time is the program's, its output checked \
-             against the reference evaluator's run of the program"
+            "the statements run as one program (joined by `;`, or fusion or strip set): the time is the program's, its \
+             output checked against the reference evaluator's run of the program"
                 .to_string(),
         );
         self.step("the reference evaluator's run of the program")?;
@@ -92,18 +92,16 @@ impl Run<'_> {
                     if self.out.ir.is_empty() {
                         self.out.rewritten = ran.statements.clone();
                     }
-                    self.out.ir.push(format!(
-                        "// fusion={} ({})\n{}",
-                        ran.fusion,
-                        point.label,
-                        ran.kernels.join("\n")
-                    ));
-                    self.out.c_source.extend(ran.sources.iter().cloned());
+                    self.out.ir.push(format!("// fusion={}\n{}", ran.fusion, ran.kernels.join("\n")));
+                    self.out.c_source.push(ran.sources.join("\n"));
+                    self.out.code_labels.push(point.label.clone());
                     measured.push((Some(ran.median_ms()), err, errors, None));
                 }
                 Err(e) => measured.push((None, None, vec![e.render(false)], None)),
             }
         }
+        self.out.cuda_source =
+            vec!["// a program's kernels run on the C backend only: none is printed as CUDA\n".into()];
         if measured.iter().all(|m| m.0.is_none()) {
             let first = measured.iter().find_map(|m| m.2.first().cloned()).unwrap_or_default();
             return Err(Stop::Error(first));
