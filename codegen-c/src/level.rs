@@ -502,6 +502,18 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(usize::from(i > 0), l);
         }
         if !self.threads {
+            let why = match (k.parallel, &k.assembly) {
+                (false, Some(a)) if a.levels.first().is_some_and(|l| !l.format.locate()) => {
+                    "the sparse output's first level is compressed, so its entries are appended in order; \
+                     a dense first level, as CSR's, fills its rows on threads"
+                }
+                (false, _) => {
+                    "the outermost loop's iterations may write the same output element (a level whose \
+                     coordinates repeat, as COO's or GroupCOO's rows, or a sum outermost)"
+                }
+                (true, _) => "too little work to wake a second thread",
+            };
+            self.line(1, &format!("{}{why}.", crate::ONE_THREAD_WHY));
             self.line(1, crate::ONE_THREAD);
         }
         let Some(a) = &k.assembly else {

@@ -72,4 +72,14 @@ pub const ONE_THREAD: &str = "(void)nthreads;";
 pub fn threads_used(source: &str, threads: usize) -> usize {
     if source.contains(ONE_THREAD) { 1 } else { threads }
 }
+
+/// The comment both printers say why a kernel runs on one thread in.
+const ONE_THREAD_WHY: &str = "// One thread: ";
+
+/// Why a printed kernel runs on one thread, where it does.
+pub fn one_thread_reason(source: &str) -> Option<&str> {
+    source.contains(ONE_THREAD).then_some(())?;
+    let line = source.lines().find_map(|l| l.trim_start().strip_prefix(ONE_THREAD_WHY))?;
+    Some(line.trim_end_matches('.'))
+}
 pub use runtime::{Buffer, BufferKind, RunError, cpu_threads, time_median, wait_passively};

@@ -614,7 +614,7 @@ impl<'k> Printer<'k> {
         };
         match serial {
             Some(why) => {
-                self.line(1, &format!("// One thread: {why}."));
+                self.line(1, &format!("{}{why}.", crate::ONE_THREAD_WHY));
                 self.line(1, crate::ONE_THREAD);
                 self.line(1, &format!("{real} *restrict {} = {name};", self.out_ptr));
                 if parallel.is_empty() {

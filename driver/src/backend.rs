@@ -65,6 +65,9 @@ pub struct CompileReport {
     pub source_path: Option<PathBuf>,
     /// CPU threads a launch uses (C).
     pub threads: Option<usize>,
+    /// Why a C kernel runs on one thread whatever it is given, where it
+    /// does.
+    pub one_thread: Option<String>,
     /// Grid and block (CUDA), as `grid G x block B threads`.
     pub launch: Option<String>,
     /// What ptxas reported (CUDA).
@@ -183,6 +186,7 @@ impl Backend for CBackend {
             cached: compiled.program.cache_hit(),
             source_path: Some(compiled.program.source_path().to_path_buf()),
             threads: Some(threads),
+            one_thread: spindle_c::one_thread_reason(&compiled.source).map(str::to_string),
             ..CompileReport::default()
         };
         Ok(Box::new(CExecutable { compiled, threads, report }))
@@ -197,6 +201,7 @@ impl Backend for CBackend {
             cached: compiled.program.cache_hit(),
             source_path: Some(compiled.program.source_path().to_path_buf()),
             threads: Some(threads),
+            one_thread: spindle_c::one_thread_reason(&compiled.source).map(str::to_string),
             ..CompileReport::default()
         };
         let compiled = LevelWithArrays { compiled, arrays: lowered.arrays.clone() };

@@ -668,6 +668,9 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         None => "as given".to_string(),
     };
     eprintln!("schedule: {} ({how})", compiled.schedule);
+    if let (Some(asked @ 2..), Some(why)) = (compiled.schedule.threads, &report.one_thread) {
+        eprintln!("note: threads={asked} changes nothing here; the kernel runs on one thread: {why}");
+    }
     let path = match compiled.kernel {
         spindle::Lowering::Tiles(_) => SchedulePath::Tiles,
         spindle::Lowering::Levels(_) => SchedulePath::Levels,

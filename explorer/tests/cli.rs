@@ -948,6 +948,46 @@ fn a_run_reports_the_threads_its_kernel_uses() {
     let out = spindle(&[&small[..], &["--schedule", "tile.m=4", "--repeats", "1"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("ran C on C with 1 thread:"), "{}", stderr(&out));
+    // Threads asked for that a kernel cannot use are named, with why (a
+    // GroupCOO row loop: its rows repeat; a DCSR output: appended in order).
+    let grouped = [
+        "run",
+        "C[m,n] += A[m,k] * B[k,n]",
+        "--tensor",
+        "A=gen:uniform:rows=300,cols=300,nnz=3000,seed=1",
+        "--rand",
+        "B=300x64:f32:2",
+        "--format",
+        "A=groupcoo:g=4",
+        "--schedule",
+        "path=levels threads=2",
+        "--repeats",
+        "1",
+    ];
+    let out = spindle(&grouped);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("threads=2 changes nothing here; the kernel runs on one thread: the outermost loop's iterations may write the same output element"), "{}", stderr(&out));
+    let spgemm = [
+        "run",
+        "C[i,j] = A[i,k] * B[k,j]",
+        "--tensor",
+        "A=gen:uniform:rows=300,cols=300,nnz=3000,seed=1",
+        "--tensor",
+        "B=gen:uniform:rows=300,cols=300,nnz=3000,seed=2",
+        "--format",
+        "A=csr",
+        "--format",
+        "B=csr",
+        "--format",
+        "C=dcsr",
+        "--schedule",
+        "threads=2",
+        "--repeats",
+        "1",
+    ];
+    let out = spindle(&spgemm);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("first level is compressed"), "{}", stderr(&out));
 }
 
 /// `eval` writes a program's sparse output as `run` does (it said the
