@@ -8,7 +8,7 @@ use crate::csf::Csf;
 use crate::dense::Dense;
 use crate::ell::Ell;
 use crate::group::GroupCoo;
-use crate::level::{DimPart, Level, LevelArrays, LevelFormat};
+use crate::level::{DimPart, Level, LevelArrays, LevelCapabilities as _, LevelFormat};
 use crate::levels::LevelTensor;
 use crate::scalar::{Index, Value};
 use crate::spec::FormatSpec;
@@ -296,16 +296,25 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
                 ArrayData::Value(_) => None,
             })
         };
-        crate::Assembled {
-            shape: self.shape().to_vec(),
-            levels: self.levels(),
-            arrays: self
-                .level_arrays()
-                .iter()
-                .map(|l| crate::AssembledLevel { pos: ints(&l.pos), crd: ints(&l.crd) })
-                .collect(),
-            val,
-        }
+        let levels = self.levels();
+        let arrays = self
+            .level_arrays()
+            .iter()
+            .zip(&levels)
+            .enumerate()
+            .map(|(l, (arrays, level))| {
+                let crd: Option<Vec<i64>> = ints(&arrays.crd);
+                // A compressed first level (DCSR's, COO's) keeps no pos:
+                // its one parent's range is all of crd, which an assembled
+                // tensor states.
+                let pos = ints(&arrays.pos).or_else(|| {
+                    let whole = l == 0 && level.format.children() == crate::Children::Range;
+                    whole.then(|| vec![0, crd.as_ref().map_or(0, |c| c.len() as i64)])
+                });
+                crate::AssembledLevel { pos, crd }
+            })
+            .collect();
+        crate::Assembled { shape: self.shape().to_vec(), levels, arrays, val }
     }
 
     /// Every stored array by the name the design uses (`pos`, `crd`, `val`,

@@ -235,6 +235,20 @@ fn a_given_loop_order_is_kept_or_refused_with_a_caret() {
     assert_eq!(&c.statement[err.span.start..err.span.end], "j", "{text}");
     c.formats = vec![("A", "csc")];
     runs(&c);
+    // Two operands stored the other way round: no order serves both (the
+    // note named an order that then refused the other operand).
+    let mut c = case(
+        "C[i,j] = A[i,j] + B[i,j]",
+        &[("C", &[10, 12], 1.0), ("A", &[10, 12], 0.3), ("B", &[10, 12], 0.3)],
+        &[("A", "csr"), ("B", "csc")],
+    );
+    for order in ["", "order=i+j", "order=j+i"] {
+        c.schedule = order;
+        let (einsum, _, entries, formats) = prepare(&c);
+        let err = lower(&einsum, &formats, &entries, &c.schedule.parse().unwrap(), "k").unwrap_err();
+        let text = err.render(c.statement, false);
+        assert!(text.contains("no loop order walks both in their storage order"), "{order}: {text}");
+    }
 }
 
 #[test]

@@ -888,6 +888,26 @@ fn concordant(
                     .iter()
                     .find(|sub| matches!(&sub.terms[..], [t] if matches!(&t.atom, Atom::Index(id) if id.name == *b)))
                     .map_or(s.access.span, |sub| sub.span);
+                // Another operand storing the two the other way round: no
+                // order serves both, and naming one would send the user
+                // round in a circle.
+                let level_of = |s: &Stored, v: VarId| s.levels.iter().position(|l| l.var == v);
+                let crossed = stored.iter().find(|(_, o)| {
+                    level_of(o, below.var).zip(level_of(o, above.var)).is_some_and(|(b, a)| b < a)
+                });
+                if let Some((other, _)) = crossed {
+                    return Err(refuse(
+                        format!(
+                            "`{tname}` stores `{a}` above `{b}` and `{other}` stores `{b}` above `{a}`: no loop order \
+                             walks both in their storage order"
+                        ),
+                        span,
+                        "stored the other way round",
+                    )
+                    .with_note(format!(
+                        "store `{tname}` and `{other}` with their levels in the same order (both csr, or both csc)"
+                    )));
+                }
                 return Err(refuse(
                     format!(
                         "the loop order visits `{b}` before `{a}`, but `{tname}` stores `{a}` above `{b}`"

@@ -263,14 +263,26 @@ pub fn lower_program(
                 _ => None,
             });
             let Some(t) = found else {
-                return Err(refuse(
+                // A mask in the output's format whose coordinates repeat
+                // (COO's rows) has positions that are not one per element.
+                let repeats = stored
+                    .iter()
+                    .find(|(t, s)| formats.get(*t) == Some(spec) && s.levels.iter().any(|l| !l.unique));
+                let mut refusal = refuse(
                     format!(
                         "`{output}` has a format: a program's sparse output takes the pattern of a sparse operand that masks it, in the same format (SDDMM's `A` has `B`'s), and none does here"
                     ),
                     lhs.span,
                     "no pattern",
-                )
-                .with_note(format!("drop the format of `{output}` for a dense output")));
+                );
+                if let Some((t, _)) = repeats {
+                    refusal = refusal.with_note(format!(
+                        "`{t}` is in `{output}`'s format, but a level of {spec} repeats coordinates, so its stored \
+                         positions are not one per element: store both in a format whose levels are unique (csr, \
+                         dcsr, csf), or fuse maximally (schedule fusion=maximal)"
+                    ));
+                }
+                return Err(refusal.with_note(format!("drop the format of `{output}` for a dense output")));
             };
             let len = positions(&stored[&t], stored[&t].levels.len() - 1);
             let id = tensors.push(TensorParam {
