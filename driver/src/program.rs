@@ -180,8 +180,10 @@ impl Problem {
 
     /// Whether the text runs as a program: several statements, or one
     /// compound product (a product inside a product) over an operand with
-    /// a format and no indirect subscripts, its output dense or in the
-    /// format of an operand. A product over grouped operands alone
+    /// a format and no indirect or affine subscripts, its output dense or
+    /// in the format of an operand. (A convolution's product runs as one
+    /// statement: subsection loops walk the stored operand's windows, which
+    /// the program path's plain loops cannot.) A product over grouped operands alone
     /// (GroupCOO, BlockGroupCOO) is Insum's one fused kernel instead, as in
     /// the notebook: the point-cloud layer
     /// `Out[x,m] += Map[x,y,z] * In[y,c] * W[z,c,m]` with Map in GroupCOO.
@@ -204,6 +206,7 @@ impl Problem {
                     && output_fits
                     && compound(&one.rhs)
                     && !indirect(one)
+                    && !affine(one)
             }
             _ => true,
         }
@@ -236,6 +239,15 @@ impl Problem {
             _ if backend.target() != Target::C => {
                 let mut run = self.run_each_statement(&program, backend, schedule, opts, check)?;
                 run.notes.splice(0..0, reordered);
+                return Ok(run);
+            }
+            (fusion, _) if program.statements.iter().any(|e| affine(&e.statement)) => {
+                let mut run = self.run_each_statement(&program, backend, schedule, opts, check)?;
+                run.notes.splice(0..0, reordered);
+                run.notes.push(format!(
+                    "fusion={fusion}: a statement reads affine subscripts (a convolution), whose windows a \
+                     program's shared loops do not walk, so each statement runs as its own kernel"
+                ));
                 return Ok(run);
             }
             (fusion, _) => {
@@ -618,6 +630,13 @@ fn indirect(s: &Statement) -> bool {
             .iter()
             .any(|x| x.terms.iter().any(|t| matches!(t.atom, spindle_ir::lang::Atom::Indirect(_))))
     })
+}
+
+/// Whether a subscript of `s` is affine (`I[i+p,j+q]`).
+fn affine(s: &Statement) -> bool {
+    std::iter::once(&s.lhs)
+        .chain(s.rhs.accesses())
+        .any(|a| a.subscripts.iter().any(|x| x.as_index().is_none()))
 }
 
 /// Whether `s` names tensor `name`.

@@ -592,3 +592,38 @@ fn input_sensitive_fusion_skips_temporaries_of_one_term_sums() {
     assert!(long.notes.is_empty(), "{:?}", long.notes);
     assert!(long.kernels[0].contains("local T1[4]"), "{}", long.kernels[0]);
 }
+
+/// A convolution inside a compound product or a program: its windows are
+/// walked by subsection loops, which a program's shared loops are not, so
+/// the product runs as one statement and a program one kernel per
+/// statement (both were refused: "the level path reads `I` at plain
+/// indices", with a note to give `I` the format it had).
+#[test]
+fn convolutions_in_products_and_programs_run() {
+    let three = problem(
+        "O[i,j] = I[i+p,j+q] * F[p,q] * G[p]",
+        &[("F", &[3, 3]), ("G", &[3]), ("O", &[10, 10])],
+        &[("I", &[12, 12], 0.3, "csr")],
+        &[],
+    );
+    assert!(!three.is_program());
+    let prepared = three.prepare().unwrap();
+    let compiled = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap();
+    let got = compiled.run().unwrap();
+    assert!(compiled.compare(&got).unwrap().passed());
+    let program = problem(
+        "T[i,j] = I[i+p,j+q] * F[p,q]; O[i,j] = T[i,j] * G[i,j]",
+        &[("F", &[3, 3]), ("G", &[10, 10]), ("T", &[10, 10])],
+        &[("I", &[12, 12], 0.3, "csr")],
+        &[],
+    );
+    for fusion in ["none", "trie"] {
+        let ran = run(&program, fusion);
+        assert!(ran.checks.iter().all(|c| c.passed()) && ran.checks.len() == 2, "{fusion}: {:?}", ran.checks);
+        assert!(
+            ran.notes.iter().any(|n| n.contains("each statement runs as its own kernel")),
+            "{:?}",
+            ran.notes
+        );
+    }
+}
