@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use ndarray::ArrayD;
 use spindle_formats::{Assembled, Coo, FormatSpec, SparseTensor};
 use spindle_ir::kernel::schedule::{Fusion, Path, Schedule};
-use spindle_ir::lang::{Declaration, Declarations, Einsum, Expr, Statement};
+use spindle_ir::lang::{Declaration, Declarations, Einsum, ElemType, Expr, Statement};
 use spindle_ir::level::strip_rows;
 use spindle_ir::level::{Lowered, lower_program};
 use spindle_ir::program::{
@@ -135,6 +135,25 @@ impl Problem {
                 None => s,
             })
             .collect();
+        // A statement whose output nothing after it reads: a program's
+        // result is its last statement's output only.
+        if let Some((last, before)) = statements.split_last() {
+            for (n, s) in before.iter().enumerate() {
+                let name = &s.lhs.tensor.name;
+                if !statements[n + 1..]
+                    .iter()
+                    .any(|later| later.rhs.accesses().iter().any(|a| a.tensor.name == *name))
+                {
+                    notes.push(format!(
+                        "`{name}` (statement {}) is read by no later statement: a program's result is its last \
+                         statement's output, `{}`, so `{name}` is computed and not kept; run it as a statement of \
+                         its own to keep it",
+                        n + 1,
+                        last.lhs.tensor.name
+                    ));
+                }
+            }
+        }
         let program = split_program(&statements, &data.declarations).map_err(|d| Error::statement(d, src))?;
         round_inputs(&program.statements, &mut data.dense, &mut data.sparse)?;
         Ok((program, notes))
@@ -286,7 +305,12 @@ impl Problem {
         };
         run.notes.splice(0..0, reordered);
         if check {
+            // As the output's dtype holds it (see `Compiled::compare`).
             let want = self.reference_of(&program, &data)?;
+            let want = match program.statements.last().map(|e| e.output().dtype) {
+                Some(ElemType::Value(d)) => want.mapv(|w| d.round(w)),
+                _ => want,
+            };
             let got = match &run.assembled {
                 Some(a) => expand(a)?,
                 None => run.result.clone(),

@@ -379,3 +379,25 @@ fn a_convolution_over_a_generated_sparse_image_through_subsection_loops() {
     let bad = Problem::new("O[i,j] = I[i+p,j+q] * F[p,q]").file("I", "gen:nothing:rows=3").prepare();
     assert!(bad.is_err());
 }
+
+/// An f16 output whose values lie beyond f16's range is infinite in the
+/// kernel's output, and the reference, as f16 holds it, is too: the check
+/// passes (it failed with an infinite error, blaming the kernel), and a
+/// wrong finite value beside them still fails.
+#[test]
+fn an_overflowing_16_bit_output_is_checked_as_it_is_stored() {
+    let half = ElemType::Value(DType::F16);
+    let a = ArrayD::from_elem(vec![4, 8], 300.0);
+    let x = ArrayD::from_elem(vec![8], 300.0);
+    let problem = Problem::new("y[i] = A[i,j] * x[j]")
+        .tensor("A", Input::from(a).with_dtype(half))
+        .tensor("x", Input::from(x).with_dtype(half));
+    let prepared = problem.prepare().unwrap();
+    let compiled = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap();
+    let got = compiled.run().unwrap();
+    assert!(got.iter().all(|v| v.is_infinite()), "{got:?}");
+    assert!(compiled.compare(&got).unwrap().passed());
+    let mut wrong = got.clone();
+    wrong[[0]] = 1.0;
+    assert!(!compiled.compare(&wrong).unwrap().passed());
+}

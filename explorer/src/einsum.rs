@@ -193,6 +193,13 @@ pub fn problem(args: &DataArgs) -> Result<Problem> {
         once("--shape", arg, &name)?;
         // `A=:f64` beside A's data gives only its dtype.
         let dtype_only = arg.split_once('=').is_some_and(|(_, rest)| rest.starts_with(':'));
+        if dtype_only && !with_data.contains(&name) {
+            bail!(
+                "--shape {arg}: a dtype alone is for a tensor with data; give `{name}`'s dims too \
+                 ({name}=DIMS:{dt}), or write `where {name}: {dt}` in the statement",
+                dt = dtype.name()
+            );
+        }
         problem = if with_data.contains(&name) && dtype_only {
             problem.dtype(name.as_str(), dtype)
         } else if with_data.contains(&name) {
@@ -325,16 +332,20 @@ fn stored(dtype: ElemType, x: f64) -> f64 {
     }
 }
 
-/// Says on stderr how many of the reference's finite values the output's
-/// dtype cannot hold: they are written and shown as infinities, as a kernel
-/// computing in that dtype would make them.
+/// Says on stderr how many values of an output narrower than f64 are
+/// infinite as it stores them: the reference's beyond the dtype's range,
+/// and a kernel's that overflowed it (a user reading `inf` should hear
+/// why, and how to keep them).
 fn note_overflow(name: &str, dtype: ElemType, values: impl Iterator<Item = f64>) {
-    let beyond = values.filter(|&x| x.is_finite() && !stored(dtype, x).is_finite()).count();
+    if matches!(dtype, ElemType::Value(spindle_formats::DType::F64) | ElemType::Index(_)) {
+        return;
+    }
+    let beyond = values.filter(|&x| !x.is_nan() && !stored(dtype, x).is_finite()).count();
     if beyond > 0 {
         let dtype = dtype.name();
         eprintln!(
-            "note: {beyond} value(s) of `{name}` lie beyond {dtype}'s range and are stored as infinity \
-             (the reference computes in f64; `where {name}: f64` keeps them)"
+            "note: {beyond} value(s) of `{name}` are infinite: they lie beyond {dtype}'s range (`where {name}: f64` \
+             keeps them)"
         );
     }
 }

@@ -250,7 +250,9 @@ enum Command {
         #[arg(long, value_parser = einsum::target_arg(), default_value = "c")]
         target: spindle::Target,
         /// Compare with the reference evaluator and print the max relative
-        /// error (fails above 1e-3, or 1e-2 where a tensor is f16 or bf16).
+        /// error: the largest |kernel - reference| over the reference's
+        /// largest |value| (fails above 1e-3, or 1e-2 where a tensor is f16
+        /// or bf16).
         #[arg(long)]
         check: bool,
         /// CPU threads, 1 to 4096 (0 = chosen by the autotuner; with an

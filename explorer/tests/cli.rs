@@ -207,6 +207,7 @@ fn user_errors_are_messages_not_panics() {
         (spmv(["--format", "Q=csr"]), "--format Q=csr: the statement has no tensor `Q`"),
         (spmv(["--shape", "A=5x5"]), "tensor A: its data is 6x5, but its shape is given as 5x5"),
         (spmv(["--threads", "5000"]), "from 1 to 4096"),
+        (spmv(["--shape", "y=:f64"]), "a dtype alone is for a tensor with data"),
     ] {
         let out = spindle(&args);
         assert_eq!(out.status.code().map(|c| c > 0), Some(true), "{args:?}");
@@ -849,7 +850,11 @@ fn eval_shows_values_beyond_the_output_dtype_as_it_stores_them() {
     let out = spindle(&[&["eval", "y[i] = x[i] * 1e39"][..], &x].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("3 = [inf, 2.899402e38, 2.973921e38]"), "{}", stdout(&out));
-    assert!(stderr(&out).contains("1 value(s) of `y` lie beyond f32's range"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("1 value(s) of `y` are infinite: they lie beyond f32's range"),
+        "{}",
+        stderr(&out)
+    );
     let kept = spindle(&[&["eval", "y[i] = x[i] * 1e39 where y: f64"][..], &x].concat());
     assert!(stdout(&kept).contains("3 = [4.622371e38, 2.899402e38"), "{}", stdout(&kept));
     assert!(!stderr(&kept).contains("note:"), "{}", stderr(&kept));

@@ -96,7 +96,7 @@ pub fn split_program(statements: &[Statement], declarations: &Declarations) -> R
         if !known.contains_key(output) {
             // An operand nobody declared (or that a later statement
             // writes) is the reason, where there is one.
-            let declaration = infer(&statement.lhs, &statement.rhs, &known)
+            let declaration = infer(statement, &known)
                 .map_err(|why| undeclared_operand(statement, &known).unwrap_or(why))?;
             known.insert(output.clone(), declaration.clone());
             temporaries.insert(output.clone(), declaration);
@@ -313,7 +313,8 @@ fn mentions(s: &Statement, name: &str) -> bool {
 
 /// The declaration of an output no declaration names: each of its
 /// subscripts a plain index whose extent a declared operand fixes.
-fn infer(lhs: &Access, rhs: &Expr, known: &Declarations) -> Result<Declaration, Diagnostic> {
+fn infer(statement: &Statement, known: &Declarations) -> Result<Declaration, Diagnostic> {
+    let (lhs, rhs) = (&statement.lhs, &statement.rhs);
     let mut extents: BTreeMap<String, usize> = BTreeMap::new();
     let mut read = false;
     for access in rhs.accesses() {
@@ -352,7 +353,10 @@ fn infer(lhs: &Access, rhs: &Expr, known: &Declarations) -> Result<Declaration, 
             lhs.span,
         ));
     }
-    Ok(Declaration { shape, dtype: crate::lang::ElemType::Value(crate::lang::output_dtype(rhs, known)) })
+    Ok(Declaration {
+        shape,
+        dtype: crate::lang::ElemType::Value(crate::lang::output_dtype(statement, known)),
+    })
 }
 
 fn shift(span: &mut Span, by: usize) {

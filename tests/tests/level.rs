@@ -454,6 +454,14 @@ fn discordant_outputs_gather_in_an_ism_workspace_under_every_policy() {
         &[("A", "coo"), ("C", "csr")],
     ));
     assert!(tree.contains("over (i, j)"), "{tree}");
+    // Outer products: one gathering of about 1,000 labels arriving in no
+    // order, so Map's leaves of 128 split many times, in the middle too.
+    let tree = assembles_under_every_policy(&case(
+        "C[i,j] = A[i,k] * B[k,j]",
+        &[("C", &[40, 40], 1.0), ("A", &[40, 12], 0.15), ("B", &[12, 40], 0.15)],
+        &[("A", "dcsc"), ("B", "dcsr"), ("C", "csr")],
+    ));
+    assert!(tree.contains("order 2"), "{tree}");
 }
 
 /// Row-wise SpGEMM through the hash workspace, with rows of C that take

@@ -627,3 +627,22 @@ fn convolutions_in_products_and_programs_run() {
         );
     }
 }
+
+/// A statement whose output nothing later reads is named: only the last
+/// statement's output is the program's (it was dropped without a word).
+#[test]
+fn an_output_no_statement_reads_is_named() {
+    let p = problem(
+        "y[i] = A[i,j] * x[j]; z[i] = A[i,j] * w[j]",
+        &[("x", &[5]), ("w", &[5])],
+        &[("A", &[6, 5], 0.5, "csr")],
+        &[],
+    );
+    let ran = run(&p, "trie");
+    assert!(
+        ran.notes.iter().any(|n| n.contains("`y` (statement 1) is read by no later statement")),
+        "{:?}",
+        ran.notes
+    );
+    assert_eq!(ran.output, "z");
+}

@@ -149,6 +149,11 @@ typedef struct {
     int32_t *ids;
     int64_t ids_cap;
 #endif
+#if ISM_MAP
+    ism_c **leaf;     /* sorted leaves, the first `nleaves` in label order; */
+    int32_t *leaf_n;  /* those up to `nalloc` kept for the next gathering */
+    int64_t nleaves, nalloc, leaf_cap, leaf_n_cap;
+#endif
 } ism_acc;
 
 static inline void ism_acc_init(ism_acc *a, int64_t range, int64_t leading, int64_t cap) {
@@ -206,7 +211,82 @@ static inline void ism_acc_free(ism_acc *a) {
 #if ISM_COORD && ISM_INDEXING
     free(a->ids);
 #endif
+#if ISM_MAP
+    for (int64_t l = 0; l < a->nalloc; l++) free(a->leaf[l]);
+    free(a->leaf);
+    free(a->leaf_n);
+#endif
 }
+
+#if ISM_MAP
+/* Map keeps its components sorted as they are inserted, in leaves of up to
+   ISM_MAP_LEAF (a B+ tree of two levels): an insert searches the leaves'
+   first labels, then its leaf, and moves at most a leaf. (One sorted array
+   moved half of itself per insert: SpTTM on FROSTT med.tns gathered in 8.3
+   s, Hash in 48 ms.) */
+#define ISM_MAP_LEAF 128
+
+/* An empty leaf at index `at` of the leaves: a kept one, or a new one. */
+static inline ism_c *ism_map_new_leaf(ism_acc *a, int64_t at) {
+    ism_reserve((void **)&a->leaf, &a->leaf_cap, a->nalloc + 1, sizeof(ism_c *));
+    ism_reserve((void **)&a->leaf_n, &a->leaf_n_cap, a->nleaves + 1, sizeof(int32_t));
+    ism_c *fresh;
+    if (a->nleaves < a->nalloc) {
+        fresh = a->leaf[a->nleaves];
+    } else {
+        fresh = ism_malloc(ISM_MAP_LEAF * sizeof(ism_c));
+        a->nalloc++;
+    }
+    memmove(a->leaf + at + 1, a->leaf + at, (size_t)(a->nleaves - at) * sizeof(ism_c *));
+    memmove(a->leaf_n + at + 1, a->leaf_n + at, (size_t)(a->nleaves - at) * sizeof(int32_t));
+    a->leaf[at] = fresh;
+    a->leaf_n[at] = 0;
+    a->nleaves++;
+    return fresh;
+}
+
+static inline void ism_map_insert(ism_acc *a, int64_t key, REAL val) {
+    if (a->nleaves == 0) ism_map_new_leaf(a, 0);
+    /* The last leaf whose first label is at most `key` (the first for a
+       smaller one); only the first leaf can be empty, when it is the only. */
+    int64_t l = 0, hi = a->nleaves - 1;
+    while (l < hi) {
+        const int64_t mid = (l + hi + 1) / 2;
+        if (a->leaf[mid][0].key <= key) l = mid;
+        else hi = mid - 1;
+    }
+    ism_c *c = a->leaf[l];
+    int64_t n = a->leaf_n[l], p = 0, q = n;
+    while (p < q) {
+        const int64_t mid = (p + q) / 2;
+        if (c[mid].key < key) p = mid + 1;
+        else q = mid;
+    }
+    if (p < n && c[p].key == key) {
+        c[p].val += val;
+        return;
+    }
+    if (n == ISM_MAP_LEAF) {
+        /* Split: the upper half moves to a new leaf after this one. */
+        const int64_t half = n / 2;
+        ism_c *right = ism_map_new_leaf(a, l + 1);
+        memcpy(right, c + half, (size_t)(n - half) * sizeof(ism_c));
+        a->leaf_n[l + 1] = (int32_t)(n - half);
+        a->leaf_n[l] = (int32_t)half;
+        if (p > half) {
+            l++;
+            c = right;
+            p -= half;
+        }
+        n = a->leaf_n[l];
+    }
+    memmove(c + p + 1, c + p, (size_t)(n - p) * sizeof(ism_c));
+    c[p].key = key;
+    c[p].val = val;
+    a->leaf_n[l]++;
+    a->n++;
+}
+#endif
 
 /* Bytes the accumulation array holds. */
 static inline int64_t ism_acc_bytes(const ism_acc *a) {
@@ -222,6 +302,10 @@ static inline int64_t ism_acc_bytes(const ism_acc *a) {
 #endif
 #if ISM_COORD && ISM_INDEXING
     b += a->ids_cap * (int64_t)sizeof(int32_t);
+#endif
+#if ISM_MAP
+    b += a->nalloc * ISM_MAP_LEAF * (int64_t)sizeof(ism_c) + a->leaf_cap * (int64_t)sizeof(ism_c *) +
+         a->leaf_n_cap * (int64_t)sizeof(int32_t);
 #endif
     return b;
 }
@@ -349,21 +433,7 @@ static inline void ism_acc_insert(ism_acc *a, int64_t key, REAL val) {
     a->next[a->n] = a->head[b];
     a->head[b] = a->n++;
 #elif ISM_MAP
-    int64_t lo = 0, hi = a->n;
-    while (lo < hi) {
-        const int64_t mid = (lo + hi) / 2;
-        if (a->c[mid].key < key) lo = mid + 1;
-        else hi = mid;
-    }
-    if (lo < a->n && a->c[lo].key == key) {
-        a->c[lo].val += val;
-        return;
-    }
-    ism_reserve((void **)&a->c, &a->c_cap, a->n + 1, sizeof(ism_c));
-    memmove(a->c + lo + 1, a->c + lo, (a->n - lo) * sizeof(ism_c));
-    a->c[lo].key = key;
-    a->c[lo].val = val;
-    a->n++;
+    ism_map_insert(a, key, val);
 #elif ISM_DENSE
     if (!a->flag[key]) {
         a->flag[key] = 1;
@@ -508,8 +578,11 @@ static inline int64_t ism_acc_drain(ism_acc *a, ism_c *out) {
     }
     a->nflagged = 0;
 #elif ISM_MAP
-    memcpy(out, a->c, a->n * sizeof(ism_c));
-    m = a->n;
+    for (int64_t l = 0; l < a->nleaves; l++) {
+        memcpy(out + m, a->leaf[l], (size_t)a->leaf_n[l] * sizeof(ism_c));
+        m += a->leaf_n[l];
+    }
+    a->nleaves = 0;
 #elif ISM_DENSE
     if (a->n * 16 > a->range) {
         for (int64_t k = 0; k < a->range; k++) {
@@ -547,6 +620,8 @@ static inline void ism_acc_reset(ism_acc *a) {
         a->flag[a->list[e]] = 0;
         a->dv[a->list[e]] = 0;
     }
+#elif ISM_MAP
+    a->nleaves = 0;
 #endif
     a->n = 0;
 }

@@ -298,22 +298,35 @@ pub fn declare_output(statement: &Statement, declarations: &mut Declarations) ->
     let shape: Option<Vec<usize>> =
         statement.lhs.subscripts.iter().map(|s| s.as_index().and_then(|i| extent_of(&i.name))).collect();
     let Some(shape) = shape else { return false };
-    let dtype = ElemType::Value(output_dtype(&statement.rhs, declarations));
+    let dtype = ElemType::Value(output_dtype(statement, declarations));
     declarations.insert(name.clone(), Declaration { shape, dtype });
     true
 }
 
-/// The dtype an undeclared output of `rhs` is given: its declared value
-/// operands' dtypes promoted ([`spindle_formats::DType::promote`]: f64
-/// operands make an f64 output, f16 ones an f16 output), f32 where it
-/// reads none.
-pub fn output_dtype(rhs: &Expr, declarations: &Declarations) -> spindle_formats::DType {
-    rhs.accesses()
-        .iter()
-        .filter_map(|a| match declarations.get(&a.tensor.name)?.dtype {
-            ElemType::Value(d) => Some(d),
-            ElemType::Index(_) => None,
+/// The dtype an undeclared output of `statement` is given: its value
+/// operands' dtypes (as declared, or as its `where A: f16` says) promoted
+/// ([`spindle_formats::DType::promote`]: f64 operands make an f64 output,
+/// f16 ones an f16 output), f32 where it reads none; a `where` naming the
+/// output wins.
+pub fn output_dtype(statement: &Statement, declarations: &Declarations) -> spindle_formats::DType {
+    let said = |name: &str| {
+        statement.wheres.iter().find_map(|w| match w {
+            WhereClause::Dtype { tensor, dtype, .. } if tensor.name == name => Some(*dtype),
+            _ => None,
         })
+    };
+    let value = |dtype: ElemType| match dtype {
+        ElemType::Value(d) => Some(d),
+        ElemType::Index(_) => None,
+    };
+    if let Some(d) = said(&statement.lhs.tensor.name).and_then(value) {
+        return d;
+    }
+    statement
+        .rhs
+        .accesses()
+        .iter()
+        .filter_map(|a| value(said(&a.tensor.name).or(declarations.get(&a.tensor.name).map(|d| d.dtype))?))
         .reduce(spindle_formats::DType::promote)
         .unwrap_or(spindle_formats::DType::F32)
 }
@@ -499,6 +512,9 @@ mod tests {
             ("h[i] = H[i] * H[X[i]]", DType::F16),
             ("g[i] = H[i] * G[i]", DType::F32),
             ("a[i] = H[i] + A[i]", DType::F64),
+            // A `where` on an operand, or on the output, counts.
+            ("b[i] = G[i] * G[i] where G: f16", DType::F16),
+            ("c[i] = A[i] * A[i] where c: bf16", DType::Bf16),
         ] {
             assert!(declare_output(&parse(statement).unwrap(), &mut d));
             let name = &statement[..1];
