@@ -255,9 +255,17 @@ impl Problem {
                 run.notes.push(why);
                 run
             }
-            _ if backend.target() != Target::C => {
+            (fusion, _) if backend.target() != Target::C => {
                 let mut run = self.run_each_statement(&program, backend, schedule, opts, check)?;
                 run.notes.splice(0..0, reordered);
+                if program.statements.len() > 1 {
+                    run.notes.push(format!(
+                        "fusion={fusion}: on {} each statement runs as its own kernel, its temporaries dense \
+                         (program kernels with temporaries run on the C backend only so far; fusion=maximal \
+                         runs one)",
+                        backend.target().title()
+                    ));
+                }
                 return Ok(run);
             }
             (fusion, _) if program.statements.iter().any(|e| affine(&e.statement)) => {

@@ -401,3 +401,28 @@ fn an_overflowing_16_bit_output_is_checked_as_it_is_stored() {
     wrong[[0]] = 1.0;
     assert!(!compiled.compare(&wrong).unwrap().passed());
 }
+
+/// Segment reduction over BlockGroupCOO groups along the block index `p`
+/// that the output's rows `32*R[p]+bi` reach through the index tensor, not
+/// along `bi` (whose neighbours write neighbouring rows, so its runs were
+/// one element long); checked on the emulated GPU.
+#[test]
+fn segments_of_block_rows_run_along_the_scattered_index() {
+    let spec: spindle_formats::generate::GeneratorSpec =
+        "blocks:rows=128,cols=96,bm=32,bk=32,density=0.5,seed=5".parse().unwrap();
+    let a = spec.generate::<f64, i64>().unwrap();
+    let half = ElemType::Value(DType::F16);
+    let problem = Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", Input::from(a).with_dtype(half))
+        .format("A", "blockgroupcoo:bm=32,bk=32,dim=0,g=2")
+        .tensor("B", Input::random(&[96, 64], DType::F16, 1))
+        .tensor("C", Input::shape(&[128, 64], half));
+    let prepared = problem.prepare().unwrap();
+    let schedule: Schedule = "reduce=segment(4) tile.p=4".parse().unwrap();
+    let kernel = prepared.lower(&schedule).unwrap().to_string();
+    assert!(kernel.contains("segment(4) over p"), "{kernel}");
+    let backend = spindle::EmulateBackend::from_env();
+    let compiled = prepared.compile(&backend, &schedule).unwrap();
+    let got = compiled.run().unwrap();
+    assert!(compiled.compare(&got).unwrap().passed());
+}

@@ -242,7 +242,7 @@ pub fn prepare(args: &DataArgs) -> Result<Prepared> {
 }
 
 pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
-    check_out(out)?;
+    check_out(out, args)?;
     let problem = problem(args)?;
     if problem.is_program() {
         let program = problem.program().map_err(reported)?;
@@ -282,14 +282,39 @@ fn emit_evaluated(args: &DataArgs, einsum: &Einsum, result: &ArrayD<f64>, out: O
 /// `--out NAME=PATH` before any work: its form, a file type the tool
 /// writes, and a folder that exists (whether the file type suits the
 /// output, dense or sparse, is known once it is made).
-fn check_out(out: Option<&str>) -> Result<()> {
+fn check_out(out: Option<&str>, args: &DataArgs) -> Result<()> {
     let Some(out) = out else { return Ok(()) };
-    let (_, path) = out.split_once('=').ok_or_else(|| anyhow!("--out {out}: expected NAME=PATH.npy"))?;
+    let (name, path) = out.split_once('=').ok_or_else(|| anyhow!("--out {out}: expected NAME=PATH.npy"))?;
     let path = Path::new(path);
-    if !matches!(path.extension().and_then(|e| e.to_str()), Some("npy" | "mtx" | "tns")) {
+    let extension = path.extension().and_then(|e| e.to_str());
+    if !matches!(extension, Some("npy" | "mtx" | "tns")) {
         bail!(
             "--out {out}: the output is written as .npy (dense), .mtx (a sparse matrix) or .tns (a sparse tensor)"
         );
+    }
+    // What writing will refuse, said before any work: another tensor than
+    // the output, or a dense output's data in a sparse file (and back).
+    // (A statement that does not parse is reported where it is read.)
+    if let Ok(statements) = spindle_ir::program::parse_program(&args.statement)
+        && let Some(last) = statements.last()
+    {
+        let output = &last.lhs.tensor.name;
+        if name != output {
+            bail!("--out {out}: the statement's output is `{output}`");
+        }
+        let with_data = |a: &String| a.split_once('=').is_some_and(|(n, _)| n == output);
+        let sparse =
+            args.formats.iter().any(with_data) && !args.tensors.iter().chain(&args.rand).any(with_data);
+        match (sparse, extension) {
+            (false, Some("mtx" | "tns")) => bail!(
+                "--out {out}: `{name}` is dense, written as .npy (.mtx and .tns are for an output given a sparse \
+                 format, --format {name}=csr)"
+            ),
+            (true, Some("npy")) => {
+                bail!("--out {out}: `{name}` is sparse (it has a format), written as .mtx (a matrix) or .tns")
+            }
+            _ => {}
+        }
     }
     let folder = path.parent().filter(|f| !f.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !folder.is_dir() {
@@ -602,7 +627,7 @@ pub struct RunArgs<'a> {
 }
 
 pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
-    check_out(run.out)?;
+    check_out(run.out, args)?;
     if run.threads != 0 && run.target != Target::C {
         bail!("--threads applies to --target c; a CUDA kernel's threads come from its schedule");
     }

@@ -208,6 +208,9 @@ fn user_errors_are_messages_not_panics() {
         (spmv(["--shape", "A=5x5"]), "tensor A: its data is 6x5, but its shape is given as 5x5"),
         (spmv(["--threads", "5000"]), "from 1 to 4096"),
         (spmv(["--shape", "y=:f64"]), "a dtype alone is for a tensor with data"),
+        // Refused before the run (they were refused after it).
+        (spmv(["--out", "y=y.mtx"]), "`y` is dense, written as .npy"),
+        (spmv(["--out", "z=z.npy"]), "the statement's output is `y`"),
     ] {
         let out = spindle(&args);
         assert_eq!(out.status.code().map(|c| c > 0), Some(true), "{args:?}");

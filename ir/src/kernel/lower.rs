@@ -203,6 +203,21 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
 
 /// The sink group a Sgap strategy asks for, or why the statement cannot
 /// have it (paper 004 §3.3's legality rules, in this IR's terms).
+/// The axes along which the index tensors that `value` reads vary: the
+/// axes of its loads, through the arithmetic around them.
+fn gathered_axes(b: &Builder, value: ValueId) -> Vec<AxisId> {
+    match &b.values[value].op {
+        Op::Load { .. } => b.values[value].shape.to_vec(),
+        Op::Unary(_, x) | Op::Broadcast { value: x } => gathered_axes(b, *x),
+        Op::Binary(_, x, y) => {
+            let mut axes = gathered_axes(b, *x);
+            axes.extend(gathered_axes(b, *y));
+            axes
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn sink_group(
     b: &Builder,
     strategy: Strategy,
@@ -214,12 +229,14 @@ fn sink_group(
         Strategy::AtomicPerElement | Strategy::AccumulateThenAtomic => return Ok(None),
         Strategy::Segment(lanes) => {
             // The scatter axis: one the output's position reaches through
-            // an index tensor (`p` of `C[R[p],n]`), so that neighbours
-            // along it may share a target.
+            // an index tensor (`p` of `C[R[p],n]`, and of BlockGroupCOO's
+            // `C[bm*R[p]+bi,n]`, not `bi`, whose neighbours write
+            // neighbouring rows), so that neighbours along it may share a
+            // target.
             let scattered = index
                 .iter()
                 .filter(|&&ix| !matches!(b.values[ix].op, Op::Range(_)))
-                .flat_map(|&ix| b.values[ix].shape.iter().copied())
+                .flat_map(|&ix| gathered_axes(b, ix))
                 .filter(|&a| b.axes[a].role == AxisRole::Parallel)
                 .max();
             let Some(axis) = scattered else {
