@@ -384,11 +384,28 @@ impl Schedule {
     pub fn unread(text: &str, kind: KernelKind) -> Vec<String> {
         let tiles = kind.path == Path::Tiles;
         let levels = kind.path == Path::Levels;
+        // Checked where the schedule was parsed.
+        let parsed: Schedule = text.parse().unwrap_or_default();
+        let cuda_tiles = kind.cuda && tiles;
+        let (walk, rows) = (parsed.map == Mapping::Walk, parsed.map == Mapping::Rows);
         items(text)
             .filter_map(|item| {
                 let key = item.split_once('=').map_or(item, |(k, _)| k);
                 let (reads, by) = match key {
-                    "path" | "reduce" | "order" => return None,
+                    "path" | "order" => return None,
+                    // The walks reduce as they walk (a run's interior rows
+                    // in registers; the row walk and block rows own their
+                    // rows); the level path's rows are their own, but a
+                    // CUDA warp may split one (`parallel`).
+                    "reduce" if tiles => (!(kind.cuda && (walk || rows)), "map=tiles kernels (a walk reduces as it walks)"),
+                    "reduce" => (
+                        kind.cuda && matches!(parsed.strategy, Strategy::Parallel(_)),
+                        "tile-path kernels (on the level path, reduce=parallel splits a row over a CUDA warp)",
+                    ),
+                    "tensorcores" => (cuda_tiles && !walk && !rows, "CUDA kernels with map=tiles (block rows always use them)"),
+                    "tf32" => (cuda_tiles && !walk, "CUDA kernels with map=tiles or map=rows"),
+                    "l2hints" => (cuda_tiles && (walk || rows), "CUDA walks (map=walk or map=rows)"),
+                    "split" => (cuda_tiles && rows, "CUDA block rows (map=rows)"),
                     k if k.starts_with("tile.") => (tiles, "tile-path kernels"),
                     "broadcast" | "matmul" | "parallel" => (tiles, "tile-path kernels"),
                     k if k.starts_with("ws.") => (levels, "level-path kernels with sparse outputs"),
@@ -396,7 +413,7 @@ impl Schedule {
                     "subsect" => (levels, "level-path kernels over affine subscripts"),
                     "fusion" | "strip" => (false, "programs (several statements)"),
                     "threads" => (!kind.cuda, "C kernels (CUDA takes its parallelism from the tiles)"),
-                    "tensorcores" | "tf32" | "block" | "map" | "l2hints" | "split" => {
+                    "block" | "map" => {
                         (kind.cuda && tiles, "CUDA kernels on the tile path")
                     }
                     _ => return None,
@@ -533,23 +550,35 @@ mod tests {
         };
         assert_eq!(
             unread(Path::Levels, false),
-            ["tile.m", "parallel", "matmul", "fusion", "strip", "map", "tf32"]
+            ["reduce", "tile.m", "parallel", "matmul", "fusion", "strip", "map", "tf32"]
         );
+        // A walk reduces as it walks, and runs no Tensor Cores.
         assert_eq!(
             unread(Path::Tiles, true),
-            ["ws.cap", "workspace", "subsect", "fusion", "strip", "threads"]
+            ["reduce", "ws.cap", "workspace", "subsect", "fusion", "strip", "threads", "tf32"]
         );
         assert_eq!(
             unread(Path::Levels, true),
-            ["tile.m", "parallel", "matmul", "fusion", "strip", "threads", "map", "tf32"]
+            ["reduce", "tile.m", "parallel", "matmul", "fusion", "strip", "threads", "map", "tf32"]
         );
-        assert!(
-            Schedule::unread(
-                "tile.n=8 reduce=segment(4) map=walk block=64",
-                KernelKind { path: Path::Tiles, cuda: true }
-            )
-            .is_empty()
+        let cuda_tiles = KernelKind { path: Path::Tiles, cuda: true };
+        assert!(Schedule::unread("tile.n=8 map=walk block=64 l2hints=on", cuda_tiles).is_empty());
+        let names = |text: &str, kind| {
+            Schedule::unread(text, kind)
+                .iter()
+                .map(|n| n.split('`').nth(1).unwrap().split('=').next().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names("reduce=segment(4) l2hints=on split=off tensorcores=off", cuda_tiles),
+            ["l2hints", "split"]
         );
+        assert_eq!(
+            names("map=rows reduce=atomic tensorcores=off split=off", cuda_tiles),
+            ["reduce", "tensorcores"]
+        );
+        // The level path reads reduce=parallel on CUDA (a warp splits a row).
+        assert!(names("reduce=parallel", KernelKind { path: Path::Levels, cuda: true }).is_empty());
         let note = &Schedule::unread("map=walk", KernelKind { path: Path::Tiles, cuda: false })[0];
         assert_eq!(
             note,
