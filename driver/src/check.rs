@@ -86,6 +86,17 @@ pub fn expand(assembled: &Assembled) -> Result<ArrayD<f64>> {
     Ok(entries(assembled)?.to_ndarray()?)
 }
 
+/// `x` as a tensor of `dtype` stores it: rounded to it (beyond its range,
+/// infinite); index values as they are. Kernels are compared with the
+/// reference so (an f16 output's overflow is the dtype's, not the
+/// kernel's fault), and `eval` shows and writes its values so.
+pub fn as_stored(dtype: ElemType, x: f64) -> f64 {
+    match dtype {
+        ElemType::Value(d) => d.round(x),
+        ElemType::Index(_) => x,
+    }
+}
+
 /// 1e-3, or 1e-2 when a value tensor is f16 or bf16 (their 11 or 8
 /// significant bits round every input).
 pub fn tolerance(einsum: &Einsum) -> f64 {

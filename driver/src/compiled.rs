@@ -4,12 +4,11 @@ use ndarray::ArrayD;
 use spindle_ir::formats::Assembled;
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::{Path, Schedule, ScheduleError};
-use spindle_ir::lang::ElemType;
 use spindle_ir::level::LevelKernel;
 
 use crate::autotune::{TuneCache, TuneKey, Tuned, space, tune};
 use crate::backend::{Backend, CompileReport, Executable};
-use crate::check::{Check, max_rel_error, tolerance};
+use crate::check::{Check, as_stored, max_rel_error, tolerance};
 use crate::error::{Error, Result};
 use crate::problem::Prepared;
 use crate::target::Target;
@@ -102,10 +101,8 @@ impl<'p> Compiled<'p> {
         // As the output's dtype holds it: a value beyond its range is
         // infinite in the kernel's output as in the reference's (the kernel
         // was blamed for an f16 output's overflow).
-        let want = match self.prepared.einsum.output().dtype {
-            ElemType::Value(d) => self.prepared.reference()?.mapv(|w| d.round(w)),
-            ElemType::Index(_) => self.prepared.reference()?,
-        };
+        let dtype = self.prepared.einsum.output().dtype;
+        let want = self.prepared.reference()?.mapv(|w| as_stored(dtype, w));
         Ok(Check {
             max_rel_error: max_rel_error(got, &want),
             tolerance: tolerance(&self.prepared.einsum),

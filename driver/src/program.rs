@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use ndarray::ArrayD;
 use spindle_formats::{Assembled, Coo, FormatSpec, SparseTensor};
 use spindle_ir::kernel::schedule::{Fusion, Path, Schedule};
-use spindle_ir::lang::{Declaration, Declarations, Einsum, ElemType, Expr, Statement};
+use spindle_ir::lang::{Declaration, Declarations, Einsum, Expr, Statement};
 use spindle_ir::level::strip_rows;
 use spindle_ir::level::{Lowered, lower_program};
 use spindle_ir::program::{
@@ -314,11 +314,8 @@ impl Problem {
         run.notes.splice(0..0, reordered);
         if check {
             // As the output's dtype holds it (see `Compiled::compare`).
-            let want = self.reference_of(&program, &data)?;
-            let want = match program.statements.last().map(|e| e.output().dtype) {
-                Some(ElemType::Value(d)) => want.mapv(|w| d.round(w)),
-                _ => want,
-            };
+            let dtype = last.output().dtype;
+            let want = self.reference_of(&program, &data)?.mapv(|w| crate::check::as_stored(dtype, w));
             let got = match &run.assembled {
                 Some(a) => expand(a)?,
                 None => run.result.clone(),

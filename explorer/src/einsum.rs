@@ -8,6 +8,8 @@ use std::path::Path;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::builder::TypedValueParser as _;
 use ndarray::ArrayD;
+// `x` as the output's dtype stores it (the reference evaluates in f64).
+use spindle::check::as_stored as stored;
 use spindle::{Input, Prepared, Problem, Schedule, Target, TimingOptions, Tuner};
 use spindle_ir::kernel::schedule::{KernelKind, Path as SchedulePath};
 use spindle_ir::lang::{Einsum, ElemType, ExtentSource, Role};
@@ -347,14 +349,6 @@ pub(crate) fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&st
         None => println!("{}", preview(&stored)),
     }
     Ok(())
-}
-
-/// `x` as the output's dtype stores it (the reference evaluates in f64).
-fn stored(dtype: ElemType, x: f64) -> f64 {
-    match dtype {
-        ElemType::Value(d) => d.round(x),
-        ElemType::Index(_) => x,
-    }
 }
 
 /// Says on stderr how many values of an output narrower than f64 are
