@@ -246,7 +246,10 @@ impl Problem {
         let (program, reordered) = self.split_noted(&mut data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
-        let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
+        let once = self.input_sensitive(&program, &formats, &data, schedule.fusion).or_else(|| {
+            let c = backend.target() == Target::C;
+            c.then(|| self.co_iterating(&program, &formats, &data, schedule)).flatten()
+        });
         let mut run = match (schedule.fusion, once) {
             (Fusion::Maximal, _) => self.run_maximal(self.maximal(&program)?, backend, schedule, opts)?,
             (Fusion::Trie, Some((why, prepared))) => {
@@ -339,7 +342,9 @@ impl Problem {
         let mut data = self.program_data()?;
         let (program, reordered) = self.split_noted(&mut data)?;
         let formats = self.formats()?;
-        let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
+        let once = self
+            .input_sensitive(&program, &formats, &data, schedule.fusion)
+            .or_else(|| self.co_iterating(&program, &formats, &data, schedule));
         let maximal = match (schedule.fusion, once) {
             (Fusion::Maximal, _) => Some((None, self.maximal(&program)?)),
             (_, Some((why, prepared))) => Some((Some(why), prepared)),
@@ -384,6 +389,32 @@ impl Problem {
     ) -> Option<(String, (String, Prepared))> {
         let why = input_sensitive(program, formats, data, fusion)?;
         Some((why, self.maximal(program).ok()?))
+    }
+
+    /// Trie's fallback where its forest walks two sparse operands in one
+    /// loop (`T[i,j] = A[i,j] * B[i,j]` with both stored), which a program
+    /// kernel cannot: the substituted statement, whose level path
+    /// co-iterates, where the statements substitute into one (with that
+    /// statement, prepared, and the note that says why). `fusion=none`
+    /// keeps its error: the user asked for kernels apart.
+    fn co_iterating(
+        &self,
+        program: &Program,
+        formats: &BTreeMap<String, FormatSpec>,
+        data: &ProgramData,
+        schedule: &Schedule,
+    ) -> Option<(String, (String, Prepared))> {
+        if schedule.fusion != Fusion::Trie || program.statements.iter().any(|e| affine(&e.statement)) {
+            return None;
+        }
+        let forest = fused_forest(program, formats, schedule.fusion, &schedule.order);
+        let refused = self.lower_forest(program, &forest, formats, data, schedule).err()?;
+        let maximal = self.maximal(program).ok()?;
+        let why = refused.to_string();
+        let why =
+            why.lines().find(|l| l.contains("would walk")).unwrap_or("its loops cannot be shared").trim();
+        let why = why.trim_start_matches("Error: ");
+        Some((format!("fusion=trie: {why}; fused maximally, whose level path co-iterates"), maximal))
     }
 
     /// `fusion=maximal`'s statement: the program's statements substituted
@@ -823,5 +854,33 @@ mod tests {
         let schedule: Schedule = "fusion=maximal".parse().unwrap();
         let err = p.run_program(&crate::CBackend::new(), &schedule, opts, true).unwrap_err();
         assert!(err.render(false).contains("substituted into one (fusion=maximal)"), "{}", err.render(false));
+    }
+
+    /// A program whose loop walks two stored operands together, which a
+    /// program kernel cannot: the default `fusion=trie` runs the
+    /// substituted statement, whose level path co-iterates, and says why
+    /// (it refused with "run it with fusion=maximal"); `fusion=none`, asked
+    /// for, keeps the refusal.
+    #[test]
+    fn trie_fuses_maximally_where_its_loop_would_co_iterate() {
+        let a: Vec<(usize, usize, f64)> = (0..9).map(|e| (e / 2, (e * 3) % 5, 1.0 + e as f64)).collect();
+        let b: Vec<(usize, usize, f64)> = (0..9).map(|e| (e / 2, (e * 2) % 5, 0.5 - e as f64)).collect();
+        let p = Problem::new("T[i,j] = A[i,j] * B[i,j]; z[i] = T[i,j] * x[j]")
+            .tensor("A", Coo::<f64, i64>::from_triplets(5, 5, &a).unwrap())
+            .format("A", "csr")
+            .tensor("B", Coo::<f64, i64>::from_triplets(5, 5, &b).unwrap())
+            .format("B", "csr")
+            .tensor("x", ArrayD::from_shape_fn(vec![5], |ix| 1.5 - ix[0] as f64));
+        let opts = TimingOptions { warmup: 0, repeats: 1 };
+        let run = p.run_program(&crate::CBackend::new(), &Schedule::default(), opts, true).unwrap();
+        assert!(run.checks.iter().all(Check::passed), "{:?}", run.checks);
+        assert_eq!(run.fusion, Fusion::Trie);
+        let note = run.notes.iter().find(|n| n.contains("fused maximally")).expect("a note says why");
+        assert!(note.contains("would walk `B`'s stored coordinates together with `A`'s"), "{note}");
+        let (_, notes) = p.program_kernel(&Schedule::default()).unwrap();
+        assert!(notes.iter().any(|n| n.contains("fused maximally")), "{notes:?}");
+        let none: Schedule = "fusion=none".parse().unwrap();
+        let err = p.run_program(&crate::CBackend::new(), &none, opts, true).unwrap_err();
+        assert!(err.render(false).contains("co-iteration"), "{}", err.render(false));
     }
 }

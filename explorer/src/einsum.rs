@@ -346,7 +346,7 @@ pub(crate) fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&st
             spindle::input::write_npy(Path::new(path), result, output.dtype).map_err(reported)?;
             println!("wrote {path} ({} {})", shape_text(result.shape()), output.dtype.name());
         }
-        None => println!("{}", preview(&stored)),
+        None => println!("{}", preview(&output.name, &stored)),
     }
     Ok(())
 }
@@ -673,10 +673,10 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         notes.push(format!("{} input sets rotated", timing.input_sets));
     }
     eprintln!(
-        "ran {out_name} on {on}: median {:.3} ms (min {:.3}, max {:.3}) over {} runs ({})",
-        timing.median_ms,
-        timing.min_ms,
-        timing.max_ms,
+        "ran {out_name} on {on}: median {} ms (min {}, max {}) over {} runs ({})",
+        crate::bench::ms(Some(timing.median_ms)),
+        crate::bench::ms(Some(timing.min_ms)),
+        crate::bench::ms(Some(timing.max_ms)),
         timing.runs,
         notes.join(", ")
     );
@@ -764,10 +764,10 @@ fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<
         n => format!("{n} kernels, one per statement"),
     };
     eprintln!(
-        "ran the program on {} (fusion={}: {kernels}): median {:.3} ms{}",
+        "ran the program on {} (fusion={}: {kernels}): median {} ms{}",
         run.target.title(),
         ran.fusion,
-        ran.median_ms(),
+        crate::bench::ms(Some(ran.median_ms())),
         if ran.timings.len() > 1 { " in all (sum of medians)" } else { "" }
     );
     for note in &ran.notes {
@@ -840,7 +840,7 @@ fn emit_entries(einsum: &Einsum, coo: &spindle::formats::Coo<f64, i64>, out: Opt
                 })
                 .collect();
             let more = if coo.nnz() > 6 { ", ..." } else { "" };
-            println!("{shape} sparse, {} entries = [{}{more}]", coo.nnz(), first.join(", "));
+            println!("{}: {shape} sparse, {} entries = [{}{more}]", output.name, coo.nnz(), first.join(", "));
         }
     }
     Ok(())
@@ -900,9 +900,9 @@ fn shape_text(shape: &[usize]) -> String {
     shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
 }
 
-/// The shape and the first values, for a terminal.
-fn preview(a: &ArrayD<f64>) -> String {
+/// The output's name, its shape and the first values, for a terminal.
+fn preview(name: &str, a: &ArrayD<f64>) -> String {
     let first: Vec<String> = a.iter().take(8).map(|&x| value_text(x)).collect();
     let more = if a.len() > 8 { ", ..." } else { "" };
-    format!("{} = [{}{more}]", shape_text(a.shape()), first.join(", "))
+    format!("{name}: {} = [{}{more}]", shape_text(a.shape()), first.join(", "))
 }

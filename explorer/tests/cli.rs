@@ -783,7 +783,7 @@ fn eval_and_check_take_programs() {
     assert!(eval.status.success(), "{}", stderr(&eval));
     let run = spindle(&[&["run", program][..], &data, &["--check", "--repeats", "1"]].concat());
     assert!(run.status.success(), "{}", stderr(&run));
-    let preview = |o: &Output| stdout(o).lines().find(|l| l.starts_with("4x3 = ")).map(str::to_string);
+    let preview = |o: &Output| stdout(o).lines().find(|l| l.starts_with("C: 4x3 = ")).map(str::to_string);
     assert!(preview(&eval).is_some(), "{}", stdout(&eval));
     assert_eq!(preview(&eval), preview(&run));
     let check = spindle(&["check", program, "--shape", "A=4x3", "--shape", "B=4x3"]);

@@ -228,7 +228,7 @@ fn print_summary(file: &Path, number: usize, line: usize, out: &CellOutput) -> b
     let mut ok = true;
     for p in &out.sweep.points {
         let values = if p.values.is_empty() { "default".to_string() } else { p.values.join(" ") };
-        let ms = p.median_ms.map_or("-".into(), |t| format!("{t:.4}"));
+        let ms = crate::bench::ms(p.median_ms);
         let err = p.max_rel_error.map_or("-".into(), |e| format!("{e:.1e}"));
         let ws = match (bytes, p.workspace_bytes) {
             (false, _) => String::new(),

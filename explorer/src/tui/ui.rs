@@ -189,7 +189,7 @@ fn ms_text(ms: f64) -> String {
     } else if ms >= 1.0 {
         format!("{ms:.2} ms")
     } else {
-        format!("{ms:.3} ms")
+        format!("{} ms", crate::bench::ms(Some(ms)))
     }
 }
 

@@ -630,6 +630,29 @@ format A = csr
         assert!(lines.ir[0].contains("fusion=maximal") && lines.ir.len() == 1, "{:?}", lines.ir);
     }
 
+    /// A program's f16 output whose values lie beyond f16's range is
+    /// compared with the reference as f16 holds it (infinite on both
+    /// sides), as `run --check` does; the cell failed with an infinite error.
+    #[test]
+    fn a_program_checks_an_overflowing_f16_output_as_it_is_stored() {
+        let dir = std::env::temp_dir().join(format!("spindle-overflow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let entries: String =
+            (1..=4).flat_map(|i| (1..=8).map(move |j| format!("{i} {j} 30000\n"))).collect();
+        let matrix = dir.join("big.mtx");
+        std::fs::write(&matrix, format!("%%MatrixMarket matrix coordinate real general\n4 8 32\n{entries}"))
+            .unwrap();
+        let out = run(&format!(
+            "A = load {0} f16\nB = load {0} f16\nformat A = csr\n\
+             T[i,j] = A[i,j] * B[i,j]; z[i] = T[i,j]\n",
+            matrix.display()
+        ));
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(out.error, None, "{out:#?}");
+        let point = &out.sweep.points[0];
+        assert!(point.error.is_none() && point.max_rel_error.is_some_and(|e| e < 1e-2), "{point:?}");
+    }
+
     /// A program's points take their `sweep format.A` values (they ran
     /// every point dense, whatever the label said).
     #[test]

@@ -60,8 +60,13 @@ impl Run<'_> {
                 .to_string(),
         );
         self.step("the reference evaluator's run of the program")?;
+        // As the last output's dtype holds it (see `Compiled::compare`).
+        let dtype = problem.program().ok().and_then(|p| p.statements.last().map(|s| s.output().dtype));
         let want = match problem.program_reference() {
-            Ok(want) => Some(want),
+            Ok(want) => Some(match dtype {
+                Some(dtype) => want.mapv(|w| spindle::check::as_stored(dtype, w)),
+                None => want,
+            }),
             Err(e) => {
                 self.out
                     .notes
