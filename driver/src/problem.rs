@@ -194,6 +194,8 @@ impl Problem {
         }
         let original = check(&parsed, &declarations).map_err(|d| Error::statement(d, src))?;
         round_inputs([&original], &mut data, &mut sparse)?;
+        spindle_ir::lang::check_subscript_reach(&original, &|x| largest_index(&data, x))
+            .map_err(|d| Error::statement(d, src))?;
         Ok(Checked { original, data, sparse, formats })
     }
 }
@@ -457,5 +459,14 @@ impl Prepared {
             })
             .collect::<Vec<_>>()
             .join(" ")
+    }
+}
+
+/// The largest magnitude among index tensor `name`'s values in `data` (0
+/// without them).
+pub(crate) fn largest_index(data: &Tensors, name: &str) -> i128 {
+    match data.get(name) {
+        Some(TensorValue::Indices(x)) => x.iter().map(|v| i128::from(*v).abs()).max().unwrap_or(0),
+        _ => 0,
     }
 }

@@ -426,3 +426,21 @@ fn segments_of_block_rows_run_along_the_scattered_index() {
     let got = compiled.run().unwrap();
     assert!(compiled.compare(&got).unwrap().passed());
 }
+
+/// A term `c*X[i]` whose index tensor's values carry it past 64-bit
+/// integers is refused once the data are read (4·2^62 wrapped to 0 in the
+/// kernel, where the reference saw it out of range); a small coefficient
+/// runs.
+#[test]
+fn an_index_tensor_term_beyond_64_bit_integers_is_refused_with_its_data() {
+    let problem = |coeff: &str| {
+        Problem::new(&format!("y[i] = x[X[i]*{coeff}]"))
+            .tensor("x", Input::random(&[10], DType::F32, 1))
+            .tensor("X", Input::random_indices(&[8], IType::I32, 3, 5))
+    };
+    let err = problem("4611686018427387904").prepare().unwrap_err().render(false);
+    assert!(err.contains("can reach") && err.contains("beyond 64-bit integers"), "{err}");
+    let prepared = problem("2").prepare().unwrap();
+    let compiled = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap();
+    assert!(compiled.compare(&compiled.run().unwrap()).unwrap().passed());
+}

@@ -225,30 +225,11 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
 
     // The kernels compute subscripts in 64-bit integers: one that can
     // leave their range would wrap in a kernel (to an address in range)
-    // while the reference evaluator sees it out of range.
+    // while the reference evaluator sees it out of range. An index
+    // tensor's values are bounded by its data ([`check_subscript_reach`]).
     let extent_of = |name: &str| indices.iter().find(|i| i.name == name).map_or(0, |i| i.extent);
     for &(access, _) in &accesses {
-        for subscript in &access.subscripts {
-            let reach =
-                subscript.terms.iter().fold(i128::from(subscript.offset).abs(), |sum, t| match &t.atom {
-                    Atom::Index(ident) => {
-                        sum + i128::from(t.coeff).abs() * (extent_of(&ident.name).saturating_sub(1) as i128)
-                    }
-                    // An index tensor's values are bounded by the data, checked when it is read.
-                    Atom::Indirect(_) => sum,
-                });
-            if reach > i128::from(i64::MAX) {
-                return Err(Diagnostic::new(
-                    format!(
-                        "the subscript `{subscript}` of `{}` can reach {reach} in magnitude, beyond 64-bit integers",
-                        access.tensor.name
-                    ),
-                    subscript.span,
-                )
-                .with_label("kernels compute subscripts in 64-bit integers")
-                .with_note("use smaller coefficients or offsets"));
-            }
-        }
+        subscripts_reach(access, &extent_of, &|_| 0)?;
     }
 
     // A left-hand index only inside a pure affine term (no indirect part)
@@ -271,6 +252,56 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
     }
 
     Ok(Einsum { statement: statement.clone(), tensors, indices })
+}
+
+/// Checks that no subscript of `einsum` leaves 64-bit integers, given
+/// the largest magnitude of each index tensor's values (`largest`): with
+/// data, a term `c*X[p]` reaches |c|·max|X|, which [`check`] cannot know.
+pub fn check_subscript_reach(einsum: &Einsum, largest: &dyn Fn(&str) -> i128) -> Result<(), Diagnostic> {
+    let statement = &einsum.statement;
+    let extent_of = |name: &str| einsum.index(name).map_or(0, |i| i.extent);
+    let mut accesses: Vec<&Access> = vec![&statement.lhs];
+    accesses.extend(statement.rhs.accesses());
+    while let Some(access) = accesses.pop() {
+        subscripts_reach(access, &extent_of, largest)?;
+        for t in access.subscripts.iter().flat_map(|s| &s.terms) {
+            if let Atom::Indirect(inner) = &t.atom {
+                accesses.push(inner);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a subscript of `access` whose magnitude can pass `i64::MAX`:
+/// Σ |coeff|·(extent − 1) over indices, |coeff|·`largest` over index
+/// tensors, plus |offset|.
+fn subscripts_reach(
+    access: &Access,
+    extent_of: &dyn Fn(&str) -> usize,
+    largest: &dyn Fn(&str) -> i128,
+) -> Result<(), Diagnostic> {
+    for subscript in &access.subscripts {
+        let reach = subscript.terms.iter().fold(i128::from(subscript.offset).abs(), |sum, t| {
+            let bound = match &t.atom {
+                Atom::Index(ident) => extent_of(&ident.name).saturating_sub(1) as i128,
+                Atom::Indirect(x) => largest(&x.tensor.name),
+            };
+            sum.saturating_add(i128::from(t.coeff).abs().saturating_mul(bound))
+        });
+        if reach > i128::from(i64::MAX) {
+            return Err(Diagnostic::new(
+                format!(
+                    "the subscript `{subscript}` of `{}` can reach {reach} in magnitude, beyond 64-bit integers",
+                    access.tensor.name
+                ),
+                subscript.span,
+            )
+            .with_label("kernels compute subscripts in 64-bit integers")
+            .with_note("use smaller coefficients or offsets"));
+        }
+    }
+    Ok(())
 }
 
 /// Declares an undeclared output from its subscripts: when each is a plain

@@ -101,6 +101,28 @@ pub fn lower_program(
         }
         writers.entry(e.output().name.clone()).or_default().push(s);
     }
+    // A kernel lays out what the program writes (its output cleared, its
+    // temporaries its own), so a statement that read a tensor before a
+    // later one writes it would read the kernel's values, not the data.
+    for (tensor, ws) in &writers {
+        let read = statements[..ws[0]].iter().enumerate().find_map(|(j, e)| {
+            Some((j, e.statement.rhs.accesses().into_iter().find(|a| a.tensor.name == *tensor)?.span))
+        });
+        if let Some((j, read)) = read {
+            return Err(refuse(
+                format!(
+                    "statement {} writes `{tensor}`, which statement {} reads before it; a program kernel reads a \
+                     tensor after it is written",
+                    ws[0] + 1,
+                    j + 1
+                ),
+                statements[ws[0]].statement.lhs.span,
+                "written here",
+            )
+            .with_secondary(read, "read here, before")
+            .with_note(format!("give the result another name than `{tensor}`")));
+        }
+    }
     for (tensor, ws) in &writers {
         let again = ws.iter().skip(1).find(|&&s| statements[s].statement.op == AssignOp::Assign);
         if let Some(&s) = again.or(if *tensor != output && ws.len() > 1 { ws.get(1) } else { None }) {
