@@ -434,7 +434,7 @@ fn segments_of_block_rows_run_along_the_scattered_index() {
 #[test]
 fn an_index_tensor_term_beyond_64_bit_integers_is_refused_with_its_data() {
     let problem = |coeff: &str| {
-        Problem::new(&format!("y[i] = x[X[i]*{coeff}]"))
+        Problem::new(format!("y[i] = x[X[i]*{coeff}]"))
             .tensor("x", Input::random(&[10], DType::F32, 1))
             .tensor("X", Input::random_indices(&[8], IType::I32, 3, 5))
     };
