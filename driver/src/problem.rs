@@ -194,6 +194,7 @@ impl Problem {
         }
         let original = check(&parsed, &declarations).map_err(|d| Error::statement(d, src))?;
         round_inputs([&original], &mut data, &mut sparse)?;
+        check_dense_output(&original, &formats)?;
         spindle_ir::lang::check_subscript_reach(&original, &|x| largest_index(&data, x))
             .map_err(|d| Error::statement(d, src))?;
         Ok(Checked { original, data, sparse, formats })
@@ -469,4 +470,21 @@ pub(crate) fn largest_index(data: &Tensors, name: &str) -> i128 {
         Some(TensorValue::Indices(x)) => x.iter().map(|v| i128::from(*v).abs()).max().unwrap_or(0),
         _ => 0,
     }
+}
+
+/// Refuses a dense output beyond the limit on one array before anything
+/// is compiled (a 10^10-element output aborted the process when its
+/// buffer was allocated).
+pub(crate) fn check_dense_output(einsum: &Einsum, formats: &BTreeMap<String, FormatSpec>) -> Result<()> {
+    let out = einsum.output();
+    if formats.contains_key(&out.name) {
+        return Ok(());
+    }
+    let elements = out.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    spindle_formats::check_array::<f64>(
+        &format!("dense output `{}` ({})", out.name, dims_text(&out.shape)),
+        elements,
+    )
+    .map_err(|e| Error::input(format!("{e}; a sparse format keeps only its entries")))?;
+    Ok(())
 }

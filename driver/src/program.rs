@@ -156,6 +156,9 @@ impl Problem {
         }
         let program = split_program(&statements, &data.declarations).map_err(|d| Error::statement(d, src))?;
         round_inputs(&program.statements, &mut data.dense, &mut data.sparse)?;
+        if let Some(last) = program.statements.last() {
+            crate::problem::check_dense_output(last, &self.formats()?)?;
+        }
         for einsum in &program.statements {
             spindle_ir::lang::check_subscript_reach(einsum, &|x| {
                 crate::problem::largest_index(&data.dense, x)

@@ -444,3 +444,17 @@ fn an_index_tensor_term_beyond_64_bit_integers_is_refused_with_its_data() {
     let compiled = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap();
     assert!(compiled.compare(&compiled.run().unwrap()).unwrap().passed());
 }
+
+/// A dense output past the limit on one array is refused before anything
+/// is compiled (a 10^10-element output aborted the process), in a
+/// statement and as a program's output.
+#[test]
+fn a_dense_output_beyond_the_array_limit_is_refused_before_compiling() {
+    let one = Problem::new("y[i,j] = 1 where i < 100000, j < 100000");
+    let err = one.prepare().unwrap_err().render(false);
+    assert!(err.contains("dense output `y` (100000x100000)") && err.contains("GiB limit"), "{err}");
+    let program = Problem::new("y[i,j] = 1 where i < 100000, j < 100000; z[i,j] = y[i,j] * 2");
+    let opts = TimingOptions { warmup: 0, repeats: 1 };
+    let err = program.run_program(&CBackend::new(), &Schedule::default(), opts, false).unwrap_err();
+    assert!(err.render(false).contains("dense output `z`"), "{}", err.render(false));
+}

@@ -316,6 +316,17 @@ fn banded_pattern_is_exact() {
     assert_eq!(banded::<f64, i32>(10, 10, 10, 0).unwrap().nnz(), 100);
 }
 
+/// A band past the limit on one array is refused at once (n = 2^62 spun
+/// in a counting loop; n = 1e9 reserved its arrays, which Linux promised,
+/// and was killed filling them).
+#[test]
+fn a_huge_band_is_refused_before_any_work() {
+    for n in [1usize << 62, 1_000_000_000] {
+        let err = banded::<f64, i64>(n, 1, 1, 1).unwrap_err().to_string();
+        assert!(err.contains("limit on one array") || err.contains("overflows"), "{n}: {err}");
+    }
+}
+
 #[test]
 fn banded_seed_changes_values_only() {
     let a = banded::<f64, i32>(50, 1, 2, 1).unwrap();

@@ -312,8 +312,15 @@ fn mentions(s: &Statement, name: &str) -> bool {
 }
 
 /// The declaration of an output no declaration names: each of its
-/// subscripts a plain index whose extent a declared operand fixes.
+/// subscripts a plain index whose extent a declared operand, or a `where`,
+/// fixes.
 fn infer(statement: &Statement, known: &Declarations) -> Result<Declaration, Diagnostic> {
+    // As a single statement's output is declared (its `where i < N`
+    // extents, and indices alone inside index tensors, count).
+    let mut declared = known.clone();
+    if crate::lang::declare_output(statement, &mut declared) {
+        return Ok(declared[&statement.lhs.tensor.name].clone());
+    }
     let (lhs, rhs) = (&statement.lhs, &statement.rhs);
     let mut extents: BTreeMap<String, usize> = BTreeMap::new();
     let mut read = false;

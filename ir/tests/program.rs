@@ -119,6 +119,22 @@ fn errors_point_into_the_whole_program() {
     }
 }
 
+/// An undeclared output takes its extents as a single statement's does:
+/// from `where i < N`, and from an index alone inside an index tensor
+/// (both were "no operand of `y` fixes the extent of `i`").
+#[test]
+fn a_temporary_takes_where_extents_and_index_tensor_extents() {
+    let decls = declarations(&[("x", &[4], "f32"), ("X", &[6], "i32")]);
+    for (src, shape) in [
+        ("y[i,j] = 1 where i < 3, j < 5; z[i,j] = y[i,j] * 2", vec![3, 5]),
+        ("y[i] = x[X[i]]; z[i] = y[i] * 2", vec![6]),
+    ] {
+        let program = split_program(&parse_program(src).unwrap(), &decls).unwrap();
+        assert_eq!(program.temporaries["y"].shape, shape, "{src}");
+        assert_eq!(program.temporaries["z"].shape, shape, "{src}");
+    }
+}
+
 /// Index trees and the dependence graph (paper 003 §4.1) of GNN kernel 2
 /// with A in CSR and of MTTKRP with X in CSF.
 #[test]

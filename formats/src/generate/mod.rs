@@ -61,8 +61,10 @@ fn random_values<V: Value>(rng: &mut impl Rng, n: usize, what: &str) -> Result<V
 }
 
 /// A vector with room for `n` items, or an error instead of an abort when
-/// `n` is absurd.
+/// `n` is absurd: beyond the limit on one array (a reservation alone
+/// passes on Linux, which promises memory it may not have).
 fn with_capacity<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    crate::check_array::<T>(what, Some(n))?;
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| FormatError::invalid(what, format!("cannot allocate {n} entries")))?;
     Ok(v)

@@ -104,12 +104,13 @@ pub fn banded<V: Value, I: Index>(n: usize, lower: usize, upper: usize, seed: u6
     check_shape::<I>(&[n, n])?;
     // Called for i < n only.
     let span = |i: usize| (i.saturating_sub(lower), i.saturating_add(upper).min(n - 1));
-    let nnz = (0..n)
-        .try_fold(0usize, |total, i| {
-            let (lo, hi) = span(i);
-            total.checked_add(hi - lo + 1)
-        })
-        .ok_or_else(|| FormatError::invalid(WHAT, "the number of entries overflows usize"))?;
+    // Diagonal d in -lower..=upper holds n - |d| entries (counted in
+    // closed form: a loop over 2^62 rows never ended).
+    let (l, u, rows) =
+        (lower.min(n.saturating_sub(1)) as u128, upper.min(n.saturating_sub(1)) as u128, n as u128);
+    let nnz = (l + u + 1) * rows - l * (l + 1) / 2 - u * (u + 1) / 2;
+    let nnz = usize::try_from(nnz)
+        .map_err(|_| FormatError::invalid(WHAT, "the number of entries overflows usize"))?;
     let (mut crd0, mut crd1) = (with_capacity(nnz, WHAT)?, with_capacity(nnz, WHAT)?);
     for i in 0..n {
         let row = I::from_usize(i)?;
