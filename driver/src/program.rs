@@ -216,7 +216,11 @@ impl Problem {
     /// the notebook: the point-cloud layer
     /// `Out[x,m] += Map[x,y,z] * In[y,c] * W[z,c,m]` with Map in GroupCOO.
     pub fn is_program(&self) -> bool {
-        let Ok(statements) = parse_program(self.statement()) else { return false };
+        let Ok(statements) = parse_program(self.statement()) else {
+            // Several pieces are a program with a mistake, which its parser
+            // reports where it is (as one statement, at the first `;`).
+            return self.statement().split([';', '\n']).filter(|piece| !piece.trim().is_empty()).count() > 1;
+        };
         match &statements[..] {
             [one] => {
                 let output = &one.lhs.tensor.name;
@@ -911,5 +915,18 @@ mod tests {
         }
         let maximal: Schedule = "fusion=maximal".parse().unwrap();
         assert!(p.run_program(&crate::CBackend::new(), &maximal, opts, true).is_err());
+    }
+
+    /// A program with a syntax error is still a program: its parser puts
+    /// the caret where the mistake is (it was parsed as one statement and
+    /// refused at the first `;`).
+    #[test]
+    fn a_program_with_a_syntax_error_points_at_it() {
+        let src = "y[i] = x[i]; z[i] = y[i] +* x[i]";
+        let p = Problem::new(src).tensor("x", ArrayD::from_elem(vec![4], 1.0));
+        assert!(p.is_program());
+        let Err(Error::Statement { diagnostic, .. }) = p.program() else { panic!("a statement error") };
+        assert_eq!(diagnostic.span.start, src.find("* x").unwrap(), "{diagnostic:?}");
+        assert!(!Problem::new("y[i] = x[i] +* 2").is_program());
     }
 }
