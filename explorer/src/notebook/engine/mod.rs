@@ -653,6 +653,22 @@ format A = csr
         assert!(point.error.is_none() && point.max_rel_error.is_some_and(|e| e < 1e-2), "{point:?}");
     }
 
+    /// A program cell's mistake is shown against the cell, at its line
+    /// (it named `statement:2:15`, a line of the statements joined).
+    #[test]
+    fn a_program_cells_error_points_into_the_cell() {
+        let out = run("\
+x = rand 8 seed=1
+w = rand 8 seed=2
+schedule fusion=trie
+
+y[i] = x[i] * w[i]
+z[i] = y[i] * q[i]
+");
+        let error = out.error.expect("q is unknown");
+        assert!(error.contains("unknown tensor `q`") && error.contains("cell:6:15"), "{error}");
+    }
+
     /// A program's points take their `sweep format.A` values (they ran
     /// every point dense, whatever the label said).
     #[test]

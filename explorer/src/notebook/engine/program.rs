@@ -102,7 +102,7 @@ impl Run<'_> {
                     self.out.code_labels.push(point.label.clone());
                     measured.push((Some(ran.median_ms()), err, errors, None));
                 }
-                Err(e) => measured.push((None, None, vec![e.render(false)], None)),
+                Err(e) => measured.push((None, None, vec![self.program_error(&e, program, &text)], None)),
             }
         }
         self.out.cuda_source =
@@ -114,5 +114,30 @@ impl Run<'_> {
         let none: Vec<Measured> = Vec::new();
         self.finish_points(points, &measured, &none);
         Ok(())
+    }
+
+    /// `e` rendered against the cell where it points into the statements
+    /// as joined for the driver (it named `statement:L:C` on that text,
+    /// whose lines are not the cell's).
+    fn program_error(&self, e: &spindle::Error, program: &CellProgram, joined: &str) -> String {
+        let spindle::Error::Statement { diagnostic, text } = e else { return e.render(false) };
+        if text != joined {
+            return e.render(false);
+        }
+        let to_cell = |offset: usize| {
+            let mut start = 0;
+            for s in &program.statements {
+                if offset <= start + s.value.len() {
+                    return s.span.start + (offset - start);
+                }
+                start += s.value.len() + 1;
+            }
+            offset
+        };
+        let shift = |span: Span| Span::new(to_cell(span.start), to_cell(span.end));
+        let mut d = (**diagnostic).clone();
+        d.span = shift(d.span);
+        d.secondary.iter_mut().for_each(|(span, _)| *span = shift(*span));
+        cell::render(&d, self.source, "cell")
     }
 }
