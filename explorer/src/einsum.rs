@@ -163,15 +163,13 @@ pub fn problem(args: &DataArgs) -> Result<Problem> {
         given.push((key, format!("{flag} {arg}")));
         Ok(())
     };
-    // A flag for a tensor the statement never names would be ignored.
-    let words: Vec<&str> = args
-        .statement
-        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .filter(|w| !w.is_empty())
-        .collect();
+    // A flag for a tensor the statement never names would be ignored (a
+    // function's name, a keyword or a dtype is not a tensor). A statement
+    // that does not parse is refused later, with its caret.
+    let names = tensor_names(&args.statement);
     let mut once = |flag: &str, arg: &str, name: &str| -> Result<()> {
         once(flag, arg, name)?;
-        if !name.is_empty() && !words.contains(&name) {
+        if !name.is_empty() && names.as_ref().is_some_and(|names| !names.contains(name)) {
             bail!("{flag} {arg}: the statement has no tensor `{name}`");
         }
         Ok(())
@@ -905,4 +903,31 @@ fn preview(name: &str, a: &ArrayD<f64>) -> String {
     let first: Vec<String> = a.iter().take(8).map(|&x| value_text(x)).collect();
     let more = if a.len() > 8 { ", ..." } else { "" };
     format!("{name}: {} = [{}{more}]", shape_text(a.shape()), first.join(", "))
+}
+
+/// The tensors `text` names (outputs, operands, index tensors inside
+/// subscripts, and those a `where` gives a dtype), or `None` when it does
+/// not parse.
+fn tensor_names(text: &str) -> Option<std::collections::BTreeSet<String>> {
+    use spindle_ir::lang::{Atom, WhereClause};
+    let statements = spindle_ir::program::parse_program(text).ok()?;
+    let mut names = std::collections::BTreeSet::new();
+    for statement in &statements {
+        let mut accesses = vec![&statement.lhs];
+        accesses.extend(statement.rhs.accesses());
+        while let Some(access) = accesses.pop() {
+            names.insert(access.tensor.name.clone());
+            for term in access.subscripts.iter().flat_map(|s| &s.terms) {
+                if let Atom::Indirect(inner) = &term.atom {
+                    accesses.push(inner);
+                }
+            }
+        }
+        for clause in &statement.wheres {
+            if let WhereClause::Dtype { tensor, .. } = clause {
+                names.insert(tensor.name.clone());
+            }
+        }
+    }
+    Some(names)
 }

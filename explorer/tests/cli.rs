@@ -205,6 +205,16 @@ fn user_errors_are_messages_not_panics() {
             "--shape Q=3: the statement has no tensor `Q`",
         ),
         (spmv(["--format", "Q=csr"]), "--format Q=csr: the statement has no tensor `Q`"),
+        // A function's name, a keyword or a dtype is a word of the
+        // statement but no tensor (the data were ignored).
+        (
+            vec!["eval", "y[i] = exp(x[i]) where x: f16", "--rand", "x=4:f32:1", "--rand", "exp=4:f32:2"],
+            "--rand exp=4:f32:2: the statement has no tensor `exp`",
+        ),
+        (
+            vec!["eval", "y[i] = exp(x[i]) where x: f16", "--rand", "x=4:f32:1", "--rand", "where=4:f32:2"],
+            "the statement has no tensor `where`",
+        ),
         (spmv(["--shape", "A=5x5"]), "tensor A: its data is 6x5, but its shape is given as 5x5"),
         (spmv(["--threads", "5000"]), "from 1 to 4096"),
         (spmv(["--shape", "y=:f64"]), "a dtype alone is for a tensor with data"),
