@@ -77,8 +77,9 @@ pub fn expand(assembled: &Assembled) -> Result<ArrayD<f64>> {
     if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
         let dims: Vec<String> = assembled.shape.iter().map(usize::to_string).collect();
         return Err(Error::input(format!(
-            "the sparse output ({}, {} entries) has more than {MAX_DENSE_ELEMENTS} elements dense: \
-             write it with --out NAME=file.mtx (or .tns) instead",
+            "the sparse output ({}, {} entries) has more than {MAX_DENSE_ELEMENTS} elements dense, too many \
+             to compare with the reference (which is dense): run it without a check, and write it with --out \
+             NAME=file.mtx (or .tns)",
             dims.join("x"),
             assembled.nnz()
         )));

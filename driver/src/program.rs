@@ -330,12 +330,14 @@ impl Problem {
         run.notes.splice(0..0, reordered);
         if check {
             // As the output's dtype holds it (see `Compiled::compare`).
-            let dtype = last.output().dtype;
-            let want = self.reference_of(&program, &data)?.mapv(|w| crate::check::as_stored(dtype, w));
+            // The kernel's output first: one too big to compare dense is
+            // refused before the reference builds it (8 GB on ca-CondMat).
             let got = match &run.assembled {
                 Some(a) => expand(a)?,
                 None => run.result.clone(),
             };
+            let dtype = last.output().dtype;
+            let want = self.reference_of(&program, &data)?.mapv(|w| crate::check::as_stored(dtype, w));
             let stored = run.assembled.as_ref().map(Assembled::nnz);
             run.checks = vec![Check {
                 max_rel_error: max_rel_error(&got, &want),
