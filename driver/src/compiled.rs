@@ -279,7 +279,10 @@ impl Prepared {
         let result = tune(&mut tuner.cache, &key, &candidates, |candidate| {
             done += 1;
             if let Some(say) = progress {
-                say(&format!("autotuning {done}/{count}: {candidate}"));
+                match done <= count {
+                    true => say(&format!("autotuning {done}/{count}: {candidate}")),
+                    false => say(&format!("autotuning: timing {candidate} again (one of the closest)")),
+                }
             }
             let schedule: Schedule = candidate.parse().map_err(|e: ScheduleError| e.to_string())?;
             let compiled = self.compile(backend, &schedule).map_err(|e| e.to_string())?;
