@@ -269,6 +269,61 @@ pub fn run_level(
     run_with(&params, start, program_for(&params, printed, work.as_ref()), work.as_ref(), tensors, opts)
 }
 
+/// The emulation's executable for `program` under `opts`' sanitizer,
+/// from the kernel cache (`<cache>/emulate/<hash>`, keyed by the compiler,
+/// its flags and the source) or compiled there once. A sanitized build
+/// takes seconds; every launch of a timed run rebuilt it.
+fn executable(
+    cxx: &str,
+    program: &str,
+    opts: &EmulateOptions,
+    scratch: &Path,
+) -> Result<PathBuf, EmulateError> {
+    // Kernels move 16-byte vectors through `uint4` casts of other types.
+    let mut flags = vec!["-std=c++20", "-O1", "-g", "-pthread", "-w", "-fno-strict-aliasing"];
+    match opts.sanitizer {
+        Sanitizer::None => {}
+        Sanitizer::Address => flags.extend([
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer",
+        ]),
+        Sanitizer::Thread => flags.push("-fsanitize=thread"),
+    }
+    let key = spindle_ir::hash::hash_fields(
+        [cxx.as_bytes()].into_iter().chain(flags.iter().map(|f| f.as_bytes())).chain([program.as_bytes()]),
+    );
+    let cache = spindle_c::compile::cache_dir().join("emulate");
+    let cached = cache.join(&key);
+    if cached.is_file() {
+        return Ok(cached);
+    }
+    let source = scratch.join("kernel.cpp");
+    std::fs::write(&source, program)?;
+    let exe = scratch.join("kernel");
+    let mut cmd = Command::new(cxx);
+    cmd.args(&flags).arg("-o").arg(&exe).arg(&source);
+    let out = cmd
+        .output()
+        .map_err(|e| EmulateError::CompilerMissing { compiler: cxx.to_string(), reason: e.to_string() })?;
+    if !out.status.success() {
+        // Keep the source for a look.
+        let keep = std::env::temp_dir().join(format!("spindle-cuda-emu-failed-{}.cpp", std::process::id()));
+        let _ = std::fs::copy(&source, &keep);
+        return Err(EmulateError::Compile {
+            path: keep,
+            log: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    // Into the cache by a rename (another process may race us to it);
+    // where the cache cannot be written, the scratch copy runs.
+    let staged = cache.join(format!("{key}.{}.tmp", std::process::id()));
+    let stored = std::fs::create_dir_all(&cache).is_ok()
+        && std::fs::copy(&exe, &staged).is_ok()
+        && std::fs::rename(&staged, &cached).is_ok();
+    Ok(if stored { cached } else { exe })
+}
+
 /// Compiles `source` (a [`program`]) and runs it on `tensors` (and the
 /// `work` list it reads), the output (the parameter marked `output`)
 /// starting as `start` says.
@@ -312,38 +367,7 @@ fn run_with(
             _ => return Err(EmulateError::Data(format!("no fitting data for tensor {}", t.name))),
         }
     }
-    let source = dir.0.join("kernel.cpp");
-    std::fs::write(&source, program)?;
-    let exe = dir.0.join("kernel");
-    let mut cmd = Command::new(&cxx);
-    // Kernels move 16-byte vectors through `uint4` casts of other types.
-    cmd.args(["-std=c++20", "-O1", "-g", "-pthread", "-w", "-fno-strict-aliasing"]);
-    match opts.sanitizer {
-        Sanitizer::None => {}
-        Sanitizer::Address => {
-            cmd.args([
-                "-fsanitize=address,undefined",
-                "-fno-sanitize-recover=all",
-                "-fno-omit-frame-pointer",
-            ]);
-        }
-        Sanitizer::Thread => {
-            cmd.args(["-fsanitize=thread"]);
-        }
-    }
-    cmd.arg("-o").arg(&exe).arg(&source);
-    let out = cmd
-        .output()
-        .map_err(|e| EmulateError::CompilerMissing { compiler: cxx.clone(), reason: e.to_string() })?;
-    if !out.status.success() {
-        // Keep the source for a look.
-        let keep = std::env::temp_dir().join(format!("spindle-cuda-emu-failed-{}.cpp", std::process::id()));
-        let _ = std::fs::copy(&source, &keep);
-        return Err(EmulateError::Compile {
-            path: keep,
-            log: String::from_utf8_lossy(&out.stderr).into_owned(),
-        });
-    }
+    let exe = executable(&cxx, &program, opts, &dir.0)?;
     let run = Command::new(&exe)
         .arg(&dir.0)
         .env("ASAN_OPTIONS", "detect_leaks=0")
