@@ -12,6 +12,7 @@ use spindle_ir::lang::{
     Declaration, Declarations, Diagnostic, Einsum, ElemType, Statement, check, declare_output, parse,
     undeclared_operand,
 };
+use spindle_ir::rewrite::Rewritten;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::error::{Error, Result};
@@ -371,15 +372,19 @@ impl Prepared {
     /// Where the tile path refused the formats (CSF, DCSR, CSC): the
     /// statement over its stored inputs' entries in COO, which the
     /// evaluator walks entry by entry, as it does any rewrite's arrays;
-    /// the formats only order the same entries. `None` where the COO
-    /// rewrite does not take the statement either (a sparse output,
-    /// co-iteration, affine subscripts): the dense walk then.
+    /// the formats only order the same entries. A sparse output is
+    /// evaluated dense (the check compares it so). Where the COO rewrite
+    /// does not take every stored input at once (two that share an index,
+    /// an outer-product SpGEMM's), one of them walked by its entries and
+    /// the others read dense, the one that walks the fewest points (the
+    /// dense walk of 4000^3 points was refused). `None` where none of that
+    /// applies (output data in a format, affine subscripts): the dense
+    /// walk then.
     fn reference_over_entries(&self, stored: &Stored) -> Option<Result<ArrayD<f64>>> {
         let output = &stored.original.output().name;
-        if stored.formats.contains_key(output) {
+        if stored.entries.contains_key(output) {
             return None;
         }
-        let coo: FormatSpec = "coo".parse().ok()?;
         // An operand whose levels are all dense (`dd:modes=1-0`) holds every
         // element: read dense, not walked entry by entry beside another
         // operand's entries (SDDMM's reference walked B's entries times
@@ -388,24 +393,46 @@ impl Prepared {
             let shape = &stored.entries[name].shape;
             stored.formats[name].levels(shape).is_ok_and(|l| l.iter().all(|l| l.format == LevelFormat::Dense))
         };
-        let formats: BTreeMap<String, FormatSpec> =
-            stored.formats.keys().filter(|n| !all_dense(n)).map(|name| (name.clone(), coo.clone())).collect();
-        let rewritten = spindle_ir::rewrite::rewrite(&stored.original, &formats, &stored.entries).ok()?;
-        let text = rewritten.statement.to_string();
-        let einsum = check(&parse(&text).ok()?, &rewritten.all_declarations(&stored.original)).ok()?;
+        let walked: Vec<&String> = stored.entries.keys().filter(|n| *n != output && !all_dense(n)).collect();
+        let all = self.over_entries(stored, &walked);
+        let one_each = || {
+            walked.iter().filter_map(|name| self.over_entries(stored, &[*name])).min_by_key(
+                |(einsum, _, _)| einsum.indices.iter().map(|i| i.extent as u128).product::<u128>(),
+            )
+        };
+        let (einsum, text, rewritten) = all.or_else(one_each)?;
+        let names: Vec<&String> = rewritten.replaced.iter().collect();
         let mut data = self.data.clone();
-        for name in stored.formats.keys().filter(|n| all_dense(n)) {
-            let values = match stored.entries[name].to_ndarray() {
-                Ok(values) => values,
+        for name in stored.entries.keys().filter(|n| !names.contains(n)) {
+            let elements = stored.entries[name].shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
+                return None;
+            }
+            match stored.entries[name].to_ndarray() {
+                Ok(values) => data.insert(name.clone(), TensorValue::Values(values)),
                 Err(e) => return Some(Err(e.into())),
             };
-            data.insert(name.clone(), TensorValue::Values(values));
         }
         for name in &rewritten.replaced {
             data.remove(name);
         }
         data.extend(rewritten.tensors);
         Some(spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| Error::statement(d, &text)))
+    }
+
+    /// The statement with `names` rewritten over their entries in COO:
+    /// checked, as text, and the rewrite; `None` where the rewrite does not
+    /// take them.
+    fn over_entries(&self, stored: &Stored, names: &[&String]) -> Option<(Einsum, String, Rewritten)> {
+        if names.is_empty() {
+            return None;
+        }
+        let formats: BTreeMap<String, FormatSpec> =
+            names.iter().map(|n| ((*n).clone(), FormatSpec::Coo)).collect();
+        let rewritten = spindle_ir::rewrite::rewrite(&stored.original, &formats, &stored.entries).ok()?;
+        let text = rewritten.statement.to_string();
+        let einsum = check(&parse(&text).ok()?, &rewritten.all_declarations(&stored.original)).ok()?;
+        Some((einsum, text, rewritten))
     }
 
     /// The kernel IR of the statement under `schedule`.

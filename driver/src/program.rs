@@ -261,7 +261,7 @@ impl Problem {
         let formats = self.formats()?;
         let once = self.input_sensitive(&program, &formats, &data, schedule.fusion).or_else(|| {
             let c = backend.target() == Target::C;
-            c.then(|| self.co_iterating(&program, &formats, &data, schedule)).flatten()
+            c.then(|| self.trie_fallback(&program, &formats, &data, schedule)).flatten()
         });
         let mut run = match (schedule.fusion, once) {
             (Fusion::Maximal, _) => self.run_maximal(self.maximal(&program)?, backend, schedule, opts)?,
@@ -359,7 +359,7 @@ impl Problem {
         let formats = self.formats()?;
         let once = self
             .input_sensitive(&program, &formats, &data, schedule.fusion)
-            .or_else(|| self.co_iterating(&program, &formats, &data, schedule));
+            .or_else(|| self.trie_fallback(&program, &formats, &data, schedule));
         let maximal = match (schedule.fusion, once) {
             (Fusion::Maximal, _) => Some((None, self.maximal(&program)?)),
             (_, Some((why, prepared))) => Some((Some(why), prepared)),
@@ -406,13 +406,14 @@ impl Problem {
         Some((why, self.maximal(program).ok()?))
     }
 
-    /// Trie's fallback where its forest walks two sparse operands in one
-    /// loop (`T[i,j] = A[i,j] * B[i,j]` with both stored), which a program
-    /// kernel cannot: the substituted statement, whose level path
-    /// co-iterates, where the statements substitute into one (with that
-    /// statement, prepared, and the note that says why). `fusion=none`
+    /// Trie's fallback where its forest cannot be lowered but the
+    /// statements substitute into one: a loop that would walk two sparse
+    /// operands together (`T[i,j] = A[i,j] * B[i,j]` with both stored), or
+    /// a sparse output in no operand's pattern, which the substituted
+    /// statement's level path co-iterates or gathers in a workspace (with
+    /// that statement, prepared, and the note that says why). `fusion=none`
     /// keeps its error: the user asked for kernels apart.
-    fn co_iterating(
+    fn trie_fallback(
         &self,
         program: &Program,
         formats: &BTreeMap<String, FormatSpec>,
@@ -425,11 +426,14 @@ impl Problem {
         let forest = fused_forest(program, formats, schedule.fusion, &schedule.order);
         let refused = self.lower_forest(program, &forest, formats, data, schedule).err()?;
         let maximal = self.maximal(program).ok()?;
-        let why = refused.to_string();
-        let why =
-            why.lines().find(|l| l.contains("would walk")).unwrap_or("its loops cannot be shared").trim();
-        let why = why.trim_start_matches("Error: ");
-        Some((format!("fusion=trie: {why}; fused maximally, whose level path co-iterates"), maximal))
+        let why = match &refused {
+            Error::Statement { diagnostic, .. } => diagnostic.message.clone(),
+            other => other.to_string(),
+        };
+        Some((
+            format!("fusion=trie: {why}; fused maximally instead (one statement on the level path)"),
+            maximal,
+        ))
     }
 
     /// `fusion=maximal`'s statement: the program's statements substituted

@@ -458,3 +458,25 @@ fn a_dense_output_beyond_the_array_limit_is_refused_before_compiling() {
     let err = program.run_program(&CBackend::new(), &Schedule::default(), opts, false).unwrap_err();
     assert!(err.render(false).contains("dense output `z`"), "{}", err.render(false));
 }
+
+/// Outer-product SpGEMM (DCSC x DCSR into CSR) is checked over one
+/// operand's entries with the other read dense: the dense walk of its
+/// 2000^3 points was refused as past the evaluator's limit.
+#[test]
+fn an_outer_product_spgemm_is_checked_over_one_operands_entries() {
+    let spec = |seed: u64| -> spindle_formats::generate::GeneratorSpec {
+        format!("uniform:rows=2000,cols=2000,nnz=3000,seed={seed}").parse().unwrap()
+    };
+    let problem = Problem::new("C[i,j] = A[i,k] * B[k,j]")
+        .tensor("A", spec(1).generate::<f64, i64>().unwrap())
+        .format("A", "dcsc")
+        .tensor("B", spec(2).generate::<f64, i64>().unwrap())
+        .format("B", "dcsr")
+        .tensor("C", Input::shape(&[2000, 2000], ElemType::Value(DType::F64)))
+        .format("C", "csr");
+    let prepared = problem.prepare().unwrap();
+    let compiled = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap();
+    let (got, _) = compiled.assemble_and_time(TimingOptions { warmup: 0, repeats: 1 }).unwrap();
+    let check = compiled.compare_assembled(&got).unwrap();
+    assert!(check.passed() && check.stored.is_some_and(|n| n > 0), "{check:?}");
+}

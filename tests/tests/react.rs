@@ -545,7 +545,8 @@ fn programs_over_levels_whose_rows_repeat() {
 }
 
 /// Two sparse operands in one loop need co-iteration, which program
-/// kernels do not do: refused with the way out; maximal fusion takes it.
+/// kernels do not do: `fusion=none` is refused with the way out; maximal
+/// fusion takes it, and so does trie, the default, saying why.
 #[test]
 fn co_iteration_is_refused_with_a_way_out() {
     let p = problem(
@@ -554,21 +555,35 @@ fn co_iteration_is_refused_with_a_way_out() {
         &[("B", &[6, 7], 0.3, "csr"), ("E", &[6, 7], 0.3, "csr")],
         &[],
     );
-    let schedule: Schedule = "fusion=trie".parse().unwrap();
+    let schedule: Schedule = "fusion=none".parse().unwrap();
     let err = p
         .run_program(&CBackend::new(), &schedule, TimingOptions { warmup: 0, repeats: 1 }, true)
         .unwrap_err()
         .render(false);
     assert!(err.contains("one sparse operand per loop") && err.contains("fusion=maximal"), "{err}");
     assert!(run(&p, "maximal").checks[0].passed());
-    // A sparse output takes the pattern of a masking operand, or is refused.
+    let trie = run(&p, "trie");
+    assert!(
+        trie.checks[0].passed() && trie.notes.iter().any(|n| n.contains("fused maximally")),
+        "{:?}",
+        trie.notes
+    );
+    // A sparse output takes the pattern of a masking operand, or is
+    // refused; trie then fuses maximally, gathering it in a workspace.
     let p = gnn1().format("Z", "csr");
-    let schedule: Schedule = "fusion=trie".parse().unwrap();
+    let schedule: Schedule = "fusion=none".parse().unwrap();
     let err = p
         .run_program(&CBackend::new(), &schedule, TimingOptions { warmup: 0, repeats: 1 }, true)
         .unwrap_err()
         .render(false);
     assert!(err.contains("takes the pattern") && err.contains("no pattern"), "{err}");
+    let trie = run(&p, "trie");
+    assert!(trie.checks[0].passed(), "{:?}", trie.checks);
+    assert!(
+        trie.notes.iter().any(|n| n.contains("takes the pattern") && n.contains("fused maximally")),
+        "{:?}",
+        trie.notes
+    );
 }
 
 /// Input-sensitive fusion (§4.3.3): where the sum a temporary holds runs
