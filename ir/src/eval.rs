@@ -83,15 +83,21 @@ fn walk(
         why.unwrap_or_else(|| Diagnostic::new("the evaluator's plan and its walk disagree here", st.span))
     };
     // Pass 1: check every access at every point; nothing is evaluated.
+    // Only a read through an index tensor can fail: the walk is skipped
+    // where there is none (half of a convolution's reference time).
     let accesses: Vec<&Access> = std::iter::once(&st.lhs).chain(st.rhs.accesses()).collect();
     let mut reads = vec![lhs];
     rhs.reads(&mut reads);
-    plan::each_point(extents, |point| {
-        match reads.iter().zip(&accesses).find(|(read, _)| read.offset(point).is_err()) {
-            Some((_, access)) => Err(explained(point, Some(access))),
-            None => Ok(()),
-        }
-    })?;
+    let fallible: Vec<(&&plan::Read<'_>, &&Access)> =
+        reads.iter().zip(&accesses).filter(|(r, _)| r.fallible()).collect();
+    if !fallible.is_empty() {
+        plan::each_point(extents, |point| {
+            match fallible.iter().find(|(read, _)| read.offset(point).is_err()) {
+                Some((_, access)) => Err(explained(point, Some(access))),
+                None => Ok(()),
+            }
+        })?;
+    }
     // Pass 2: evaluate and combine. `fresh` marks max= / min= entries
     // without data that no contribution has reached yet.
     let no_data = !tensors.contains_key(&st.lhs.tensor.name);

@@ -38,8 +38,8 @@ pub(super) struct Read<'t> {
 }
 
 struct Dim<'t> {
-    terms: Vec<(i128, Atom2<'t>)>,
-    offset: i128,
+    terms: Vec<(i64, Atom2<'t>)>,
+    offset: i64,
     extent: usize,
     stride: usize,
     /// A whole-subscript indirect read (`B[X[p], i]`): out of range is an
@@ -151,16 +151,17 @@ impl<'s, 't> Resolver<'_, 's, 't> {
                         Atom2::Indirect(Box::new(read))
                     }
                 };
-                Some((i128::from(t.coeff), atom))
+                Some((t.coeff, atom))
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(Dim { terms, offset: i128::from(s.offset), extent, stride, whole })
+        Some(Dim { terms, offset: s.offset, extent, stride, whole })
     }
 }
 
 impl Read<'_> {
     /// The element's offset in row-major order at `point`; `None` outside
     /// the tensor (the fill value). Gives up where `At` reports an error.
+    /// (In 64 bits: the checker refuses subscripts that can leave them.)
     pub(super) fn offset(&self, point: &[usize]) -> Result<Option<usize>, GiveUp> {
         let mut at = 0;
         let mut inside = true;
@@ -168,10 +169,10 @@ impl Read<'_> {
             let mut v = d.offset;
             for (coeff, atom) in &d.terms {
                 let x = match atom {
-                    Atom2::Slot(k) => point[*k] as i128,
-                    Atom2::Indirect(r) => i128::from(r.index(point)?),
+                    Atom2::Slot(k) => point[*k] as i64,
+                    Atom2::Indirect(r) => r.index(point)?,
                 };
-                v = v.checked_add(coeff * x).ok_or(GiveUp)?;
+                v = coeff.checked_mul(x).and_then(|t| v.checked_add(t)).ok_or(GiveUp)?;
             }
             match usize::try_from(v).ok().filter(|&u| u < d.extent) {
                 Some(u) => at += u * d.stride,
@@ -180,6 +181,13 @@ impl Read<'_> {
             }
         }
         Ok(inside.then_some(at))
+    }
+
+    /// Whether the read can give up: only an integer read can (out of
+    /// its tensor, or a whole subscript out of its target's range); the
+    /// checker keeps affine subscripts inside 64 bits.
+    pub(super) fn fallible(&self) -> bool {
+        self.dims.iter().any(|d| d.whole || d.terms.iter().any(|(_, a)| matches!(a, Atom2::Indirect(_))))
     }
 
     /// The integer at `point`; gives up outside the tensor (an error).
