@@ -503,6 +503,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         }
         if !self.threads {
             let why = match (k.parallel, &k.assembly) {
+                (false, _) if k.idle() => "the product is 0, so the loops have nothing to do",
                 (false, Some(a)) if a.levels.first().is_some_and(|l| !l.format.locate()) => {
                     "the sparse output's first level is compressed, so its entries are appended in order; \
                      a dense first level, as CSR's, fills its rows on threads"

@@ -480,3 +480,32 @@ fn an_outer_product_spgemm_is_checked_over_one_operands_entries() {
     let check = compiled.compare_assembled(&got).unwrap();
     assert!(check.passed() && check.stored.is_some_and(|n| n > 0), "{check:?}");
 }
+
+/// A product that folds to 0 over a compressed outermost level, on two
+/// threads: its walk has nothing to do and prints no loop, so nothing is
+/// shared out (the parallel-for pragma stood before a bare block, which
+/// the C compiler refused), and the note says why it runs on one thread.
+#[test]
+fn a_product_folding_to_zero_runs_on_one_thread_and_says_why() {
+    let a = Coo::<f64, i64>::from_triplets(6, 5, &[(0, 1, 1.0), (3, 4, 2.0), (5, 0, 3.0)]).unwrap();
+    for (statement, output) in [("y[i] = A[i,j] * 0", None), ("C[i,j] = A[i,j] * 0.0", Some("cc"))] {
+        let mut problem = Problem::new(statement).tensor("A", a.clone()).format("A", "dcsr");
+        if let Some(format) = output {
+            problem =
+                problem.tensor("C", Input::shape(&[6, 5], ElemType::Value(DType::F64))).format("C", format);
+        }
+        let prepared = problem.prepare().unwrap();
+        let compiled = prepared.compile(&CBackend::new(), &"threads=2".parse().unwrap()).unwrap();
+        assert!(
+            compiled.report().one_thread.as_deref().is_some_and(|w| w.contains("product is 0")),
+            "{statement}"
+        );
+        let check = match compiled.assembles() {
+            true => compiled.compare_assembled(
+                &compiled.assemble_and_time(TimingOptions { warmup: 0, repeats: 1 }).unwrap().0,
+            ),
+            false => compiled.compare(&compiled.run().unwrap()),
+        };
+        assert!(check.unwrap().passed(), "{statement}");
+    }
+}

@@ -163,7 +163,7 @@ pub fn lower(
         gathered: assembly.as_ref().map_or(0, |a| a.gathered),
     };
     kernel.body = lowerer.at(0, &rhs, false)?;
-    kernel.parallel = owns_its_outputs(&kernel.body, &stored, &out_at);
+    kernel.parallel = !kernel.idle() && owns_its_outputs(&kernel.body, &stored, &out_at);
     if let Some(a) = &mut assembly {
         // Rows fill from their own offsets only when the outermost loop
         // walks the output's first level and that level is dense.

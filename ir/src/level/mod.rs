@@ -520,6 +520,12 @@ pub struct LevelKernel {
 }
 
 impl LevelKernel {
+    /// Whether the outermost walk has nothing to do (a product that folds
+    /// to 0): no loop is printed, so none is shared out.
+    pub fn idle(&self) -> bool {
+        self.body.iter().all(|n| matches!(n, Node::Merge { points, .. } if points.is_empty()))
+    }
+
     pub fn var(&self, v: VarId) -> &Var {
         &self.vars[v]
     }
