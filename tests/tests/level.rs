@@ -249,6 +249,18 @@ fn a_given_loop_order_is_kept_or_refused_with_a_caret() {
         let text = err.render(c.statement, false);
         assert!(text.contains("no loop order walks both in their storage order"), "{order}: {text}");
     }
+    // One of them in dense levels alone: it needs no format (the note sent
+    // the user to "both csr, or both csc").
+    c.statement = "C[i,j] = A[i,j] * B[j,i]";
+    c.formats = vec![("A", "csr"), ("B", "dense")];
+    let mut tensors = c.tensors.clone();
+    tensors[2].1 = vec![12, 10];
+    c.tensors = tensors;
+    c.schedule = "";
+    let (einsum, _, entries, formats) = prepare(&c);
+    let err = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap_err();
+    let text = err.render(c.statement, false);
+    assert!(text.contains("`B` is stored in dense levels: give it no format"), "{text}");
 }
 
 #[test]

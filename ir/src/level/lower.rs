@@ -896,6 +896,15 @@ fn concordant(
                 // Another operand storing the two the other way round: no
                 // order serves both, and naming one would send the user
                 // round in a circle.
+                // An operand in dense levels alone needs no format: read
+                // as a plain dense operand, it is read in any order.
+                let all_dense =
+                    |name: &str| stored[name].levels.iter().all(|l| matches!(l.reach, Reach::Dense));
+                let dense_note = |name: &str| {
+                    format!(
+                        "`{name}` is stored in dense levels: give it no format, and it is read in any order"
+                    )
+                };
                 let level_of = |s: &Stored, v: VarId| s.levels.iter().position(|l| l.var == v);
                 let crossed = stored.iter().find(|(_, o)| {
                     level_of(o, below.var).zip(level_of(o, above.var)).is_some_and(|(b, a)| b < a)
@@ -909,9 +918,22 @@ fn concordant(
                         span,
                         "stored the other way round",
                     )
-                    .with_note(format!(
-                        "store `{tname}` and `{other}` with their levels in the same order (both csr, or both csc)"
-                    )));
+                    .with_note(match [tname.as_str(), other.as_str()].into_iter().find(|n| all_dense(n)) {
+                        Some(dense) => dense_note(dense),
+                        None => format!(
+                            "store `{tname}` and `{other}` with their levels in the same order (both csr, or both csc)"
+                        ),
+                    }));
+                }
+                if all_dense(tname) {
+                    return Err(refuse(
+                        format!(
+                            "the loop order visits `{b}` before `{a}`, but `{tname}` stores `{a}` above `{b}`"
+                        ),
+                        span,
+                        "discordant index",
+                    )
+                    .with_note(dense_note(tname)));
                 }
                 return Err(refuse(
                     format!(
