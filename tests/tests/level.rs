@@ -276,6 +276,11 @@ fn what_the_level_path_refuses_it_says_where_and_why() {
     let ab: &[(&str, &[usize], f64)] = &[("C", &[6, 6], 1.0), ("A", &[6, 6], 0.3), ("B", &[6, 6], 0.3)];
     refused("C[i,j] max= A[i,j] * B[i,j]", ab, &[("A", "csr")], "iteration skips zeros");
     refused("C[i,j] = A[i,j] / B[i,j]", ab, &[("B", "csr")], "divides by its zeros");
+    refused("C[i,j] = A[i,j] / (B[i,j] * 2)", ab, &[("B", "csr")], "divides by its zeros");
+    // A divisor that is not 0 where B has no entry runs (it was refused).
+    for statement in ["C[i,j] = A[i,j] / (B[i,j] + 3)", "C[i,j] = 1 / (1 + B[i,j])"] {
+        runs(&case(statement, ab, &[("B", "csr")]));
+    }
     refused("C[i,j] = A[i,j] + B[i,j]", ab, &[("A", "coo"), ("B", "csr")], "ordered and unique");
     refused("C[i,j] = A[i,j] * B[i,j]", ab, &[("A", "csr"), ("C", "ell")], "cannot be appended to");
     refused("C[i,j] = A[i,j] * B[i,j]", ab, &[("A", "csr"), ("C", "dense")], "every level is dense");

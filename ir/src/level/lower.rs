@@ -736,14 +736,18 @@ fn symbolic(
         Ast::Access(a) => Sym::Dense { tensor: dense[&a.tensor.name], at: plain(a)? },
         Ast::Neg { expr, .. } => Sym::Neg(Box::new(go(expr)?)),
         Ast::Binary { op, lhs, rhs, span } => {
-            if *op == BinOp::Div && mentions_stored(rhs, stored) {
+            let divisor = go(rhs)?;
+            // A divisor that is 0 where its stored operands have no entry
+            // divides by zeros the iteration skips; one that is not there
+            // (`1 + A[i,j]`) is iterated as any other value.
+            if *op == BinOp::Div && restrict(&divisor, &|_| true).is_none() && mentions_stored(rhs, stored) {
                 return Err(refuse(
                     "dividing by a stored operand divides by its zeros, which iteration skips".to_string(),
                     rhs.span().to(*span),
                     "a stored divisor",
                 ));
             }
-            Sym::Binary { op: *op, lhs: Box::new(go(lhs)?), rhs: Box::new(go(rhs)?) }
+            Sym::Binary { op: *op, lhs: Box::new(go(lhs)?), rhs: Box::new(divisor) }
         }
         Ast::Call { func, args, .. } => {
             Sym::Call { func: *func, args: args.iter().map(go).collect::<Result<_, _>>()? }
