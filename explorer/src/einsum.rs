@@ -303,8 +303,19 @@ fn check_out(out: Option<&str>, args: &DataArgs) -> Result<()> {
             bail!("--out {out}: the statement's output is `{output}`");
         }
         let with_data = |a: &String| a.split_once('=').is_some_and(|(n, _)| n == output);
-        let sparse =
-            args.formats.iter().any(with_data) && !args.tensors.iter().chain(&args.rand).any(with_data);
+        // A format in dense levels alone keeps the output dense (the run
+        // then says to drop it).
+        let rank = vec![1; last.lhs.subscripts.len()];
+        let sparse_format = |a: &&String| {
+            a.split_once('=').and_then(|(_, f)| f.parse::<spindle::formats::FormatSpec>().ok()).is_none_or(
+                |f| {
+                    f.levels(&rank)
+                        .is_ok_and(|l| l.iter().any(|l| l.format != spindle::formats::LevelFormat::Dense))
+                },
+            )
+        };
+        let sparse = args.formats.iter().filter(|a| with_data(a)).any(|a| sparse_format(&a))
+            && !args.tensors.iter().chain(&args.rand).any(with_data);
         match (sparse, extension) {
             (false, Some("mtx" | "tns")) => bail!(
                 "--out {out}: `{name}` is dense, written as .npy (.mtx and .tns are for an output given a sparse \

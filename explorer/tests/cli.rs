@@ -221,6 +221,25 @@ fn user_errors_are_messages_not_panics() {
         // Refused before the run (they were refused after it).
         (spmv(["--out", "y=y.mtx"]), "`y` is dense, written as .npy"),
         (spmv(["--out", "z=z.npy"]), "the statement's output is `y`"),
+        // A format in dense levels alone is no sparse output to write as
+        // .mtx: the run says what to do with it.
+        (
+            vec![
+                "run",
+                "C[i,j] = A[i,j] + B[i,j]",
+                "--rand",
+                "A=3x4:f32:1",
+                "--rand",
+                "B=3x4:f32:2",
+                "--format",
+                "A=csr",
+                "--format",
+                "C=dense",
+                "--out",
+                "C=c.npy",
+            ],
+            "every level is dense",
+        ),
     ] {
         let out = spindle(&args);
         assert_eq!(out.status.code().map(|c| c > 0), Some(true), "{args:?}");
