@@ -571,6 +571,27 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A candidate whose first median a busy machine inflated is timed
+    /// again with the closest and wins on its best (it lost for good).
+    #[test]
+    fn the_closest_candidates_are_timed_again_and_keep_their_best() {
+        let candidates = tile_space("", &[("p", &[1, 2, 4])]);
+        let mut calls = std::collections::BTreeMap::<String, usize>::new();
+        let (tuned, _) = tune(&mut TuneCache::in_memory(), &key("x"), &candidates, |s| {
+            let n = calls.entry(s.to_string()).or_default();
+            *n += 1;
+            Ok(match (s, *n) {
+                ("tile.p=4", 1) => 3.0,
+                ("tile.p=4", _) => 1.0,
+                ("tile.p=2", _) => 2.0,
+                _ => 1.5,
+            })
+        })
+        .unwrap();
+        assert_eq!((tuned.schedule.as_str(), tuned.median_ms), ("tile.p=4", 1.0));
+        assert!(calls.values().all(|&n| n == 1 + FINAL_ROUNDS), "{calls:?}");
+    }
+
     #[test]
     fn all_failing_is_an_error_naming_each() {
         let mut cache = TuneCache::in_memory();

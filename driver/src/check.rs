@@ -73,6 +73,13 @@ pub fn entries(assembled: &Assembled) -> Result<Coo<f64, i64>> {
 
 /// A sparse output as a dense array, where that fits.
 pub fn expand(assembled: &Assembled) -> Result<ArrayD<f64>> {
+    fits_dense(assembled)?;
+    Ok(entries(assembled)?.to_ndarray()?)
+}
+
+/// Whether a sparse output fits a dense array ([`expand`]), as an error
+/// that says why not: asked before a dense reference is built for it.
+pub fn fits_dense(assembled: &Assembled) -> Result<()> {
     let elements = assembled.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
     if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
         let dims: Vec<String> = assembled.shape.iter().map(usize::to_string).collect();
@@ -84,7 +91,7 @@ pub fn expand(assembled: &Assembled) -> Result<ArrayD<f64>> {
             assembled.nnz()
         )));
     }
-    Ok(entries(assembled)?.to_ndarray()?)
+    Ok(())
 }
 
 /// `x` as a tensor of `dtype` stores it: rounded to it (beyond its range,

@@ -107,14 +107,7 @@ impl Problem {
         let Checked { original, data, mut sparse, formats } = self.load()?;
         let src = self.statement.as_str();
         if formats.is_empty() {
-            return Ok(Prepared {
-                einsum: original,
-                stored: None,
-                tile_refusal: None,
-                data,
-                text: src.to_string(),
-                rewritten: false,
-            });
+            return Prepared::rewrite(&original, src, data, &sparse, &formats);
         }
         let output = &original.output().name;
         if let Some(name) = formats.keys().find(|name| !original.tensors.contains_key(*name)) {
@@ -195,9 +188,6 @@ impl Problem {
         }
         let original = check(&parsed, &declarations).map_err(|d| Error::statement(d, src))?;
         round_inputs([&original], &mut data, &mut sparse)?;
-        check_dense_output(&original, &formats)?;
-        spindle_ir::lang::check_subscript_reach(&original, &|x| largest_index(&data, x))
-            .map_err(|d| Error::statement(d, src))?;
         Ok(Checked { original, data, sparse, formats })
     }
 }
@@ -287,6 +277,11 @@ impl Prepared {
         sparse: &BTreeMap<String, Coo<f64, i64>>,
         formats: &BTreeMap<String, FormatSpec>,
     ) -> Result<Prepared> {
+        // What would fail in a kernel, refused before one is built (every
+        // front end prepares through here; `check` only types).
+        check_dense_output(original, formats)?;
+        spindle_ir::lang::check_subscript_reach(original, &|x| largest_index(&data, x))
+            .map_err(|d| Error::statement(d, text))?;
         if formats.is_empty() {
             return Ok(Prepared {
                 einsum: original.clone(),
@@ -394,20 +389,26 @@ impl Prepared {
             stored.formats[name].levels(shape).is_ok_and(|l| l.iter().all(|l| l.format == LevelFormat::Dense))
         };
         let walked: Vec<&String> = stored.entries.keys().filter(|n| *n != output && !all_dense(n)).collect();
+        // Walking one operand, the others are read dense: only where they
+        // fit (an operand in dense levels holds every element already).
+        let fits = |name: &String| {
+            let elements = stored.entries[name].shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            all_dense(name) || elements.is_some_and(|n| n <= MAX_DENSE_ELEMENTS)
+        };
         let all = self.over_entries(stored, &walked);
         let one_each = || {
-            walked.iter().filter_map(|name| self.over_entries(stored, &[*name])).min_by_key(
-                |(einsum, _, _)| einsum.indices.iter().map(|i| i.extent as u128).product::<u128>(),
-            )
+            walked
+                .iter()
+                .filter(|one| walked.iter().all(|n| n == *one || fits(n)))
+                .filter_map(|name| self.over_entries(stored, &[*name]))
+                .min_by_key(|(einsum, _, _)| {
+                    einsum.indices.iter().map(|i| i.extent as u128).product::<u128>()
+                })
         };
         let (einsum, text, rewritten) = all.or_else(one_each)?;
         let names: Vec<&String> = rewritten.replaced.iter().collect();
         let mut data = self.data.clone();
         for name in stored.entries.keys().filter(|n| !names.contains(n)) {
-            let elements = stored.entries[name].shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-            if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
-                return None;
-            }
             match stored.entries[name].to_ndarray() {
                 Ok(values) => data.insert(name.clone(), TensorValue::Values(values)),
                 Err(e) => return Some(Err(e.into())),

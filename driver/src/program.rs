@@ -156,9 +156,6 @@ impl Problem {
         }
         let program = split_program(&statements, &data.declarations).map_err(|d| Error::statement(d, src))?;
         round_inputs(&program.statements, &mut data.dense, &mut data.sparse)?;
-        if let Some(last) = program.statements.last() {
-            crate::problem::check_dense_output(last, &self.formats()?)?;
-        }
         for einsum in &program.statements {
             spindle_ir::lang::check_subscript_reach(einsum, &|x| {
                 crate::problem::largest_index(&data.dense, x)
@@ -218,8 +215,10 @@ impl Problem {
     pub fn is_program(&self) -> bool {
         let Ok(statements) = parse_program(self.statement()) else {
             // Several pieces are a program with a mistake, which its parser
-            // reports where it is (as one statement, at the first `;`).
-            return self.statement().split([';', '\n']).filter(|piece| !piece.trim().is_empty()).count() > 1;
+            // reports where it is (as one statement, at the first `;`); a
+            // statement written over several lines parses whole.
+            let pieces = self.statement().split([';', '\n']).filter(|piece| !piece.trim().is_empty()).count();
+            return pieces > 1 && spindle_ir::lang::parse(self.statement()).is_err();
         };
         match &statements[..] {
             [one] => {
@@ -259,10 +258,8 @@ impl Problem {
         let (program, reordered) = self.split_noted(&mut data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
-        let once = self.input_sensitive(&program, &formats, &data, schedule.fusion).or_else(|| {
-            let c = backend.target() == Target::C;
-            c.then(|| self.trie_fallback(&program, &formats, &data, schedule)).flatten()
-        });
+        crate::problem::check_dense_output(&last, &formats)?;
+        let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
         let mut run = match (schedule.fusion, once) {
             (Fusion::Maximal, _) => self.run_maximal(self.maximal(&program)?, backend, schedule, opts)?,
             (Fusion::Trie, Some((why, prepared))) => {
@@ -295,7 +292,17 @@ impl Problem {
             }
             (fusion, _) => {
                 let forest = fused_forest(&program, &formats, fusion, &schedule.order);
-                let (lowered, notes) = self.lower_forest(&program, &forest, &formats, &data, schedule)?;
+                let lowered = self.lower_forest(&program, &forest, &formats, &data, schedule);
+                let (lowered, notes) = match self.or_maximal(&program, lowered, fusion)? {
+                    Ok(lowered) => lowered,
+                    Err((why, prepared)) => {
+                        let mut run = self.run_maximal(prepared, backend, schedule, opts)?;
+                        run.fusion = Fusion::Trie;
+                        run.notes.splice(0..0, reordered.iter().cloned());
+                        run.notes.push(why);
+                        return self.checked(run, &program, &data, check);
+                    }
+                };
                 let executable = backend.compile_levels(&lowered, schedule)?;
                 let mut uploaded = executable.upload(&data.dense)?;
                 uploaded.launch()?;
@@ -328,23 +335,36 @@ impl Problem {
             }
         };
         run.notes.splice(0..0, reordered);
-        if check {
-            // As the output's dtype holds it (see `Compiled::compare`).
-            // The kernel's output first: one too big to compare dense is
-            // refused before the reference builds it (8 GB on ca-CondMat).
-            let got = match &run.assembled {
-                Some(a) => expand(a)?,
-                None => run.result.clone(),
-            };
-            let dtype = last.output().dtype;
-            let want = self.reference_of(&program, &data)?.mapv(|w| crate::check::as_stored(dtype, w));
-            let stored = run.assembled.as_ref().map(Assembled::nnz);
-            run.checks = vec![Check {
-                max_rel_error: max_rel_error(&got, &want),
-                tolerance: tolerance_of(&program.statements),
-                stored,
-            }];
+        self.checked(run, &program, &data, check)
+    }
+
+    /// `run`, with `check`, compared with the reference evaluator's run of
+    /// the program, as the output's dtype holds it (see
+    /// `Compiled::compare`).
+    fn checked(
+        &self,
+        mut run: ProgramRun,
+        program: &Program,
+        data: &ProgramData,
+        check: bool,
+    ) -> Result<ProgramRun> {
+        if !check {
+            return Ok(run);
         }
+        // The kernel's output first: one too big to compare dense is
+        // refused before the reference builds it (8 GB on ca-CondMat).
+        let got = match &run.assembled {
+            Some(a) => expand(a)?,
+            None => run.result.clone(),
+        };
+        let dtype = program.statements.last().expect("a program has a statement").output().dtype;
+        let want = self.reference_of(program, data)?.mapv(|w| crate::check::as_stored(dtype, w));
+        let stored = run.assembled.as_ref().map(Assembled::nnz);
+        run.checks = vec![Check {
+            max_rel_error: max_rel_error(&got, &want),
+            tolerance: tolerance_of(&program.statements),
+            stored,
+        }];
         Ok(run)
     }
 
@@ -357,9 +377,7 @@ impl Problem {
         let mut data = self.program_data()?;
         let (program, reordered) = self.split_noted(&mut data)?;
         let formats = self.formats()?;
-        let once = self
-            .input_sensitive(&program, &formats, &data, schedule.fusion)
-            .or_else(|| self.trie_fallback(&program, &formats, &data, schedule));
+        let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
         let maximal = match (schedule.fusion, once) {
             (Fusion::Maximal, _) => Some((None, self.maximal(&program)?)),
             (_, Some((why, prepared))) => Some((Some(why), prepared)),
@@ -370,8 +388,14 @@ impl Problem {
             return Ok((prepared.lower_levels(&levels)?, reordered.into_iter().chain(why).collect()));
         }
         let forest = fused_forest(&program, &formats, schedule.fusion, &schedule.order);
-        let (lowered, notes) = self.lower_forest(&program, &forest, &formats, &data, schedule)?;
-        Ok((lowered, reordered.into_iter().chain(notes).collect()))
+        let lowered = self.lower_forest(&program, &forest, &formats, &data, schedule);
+        match self.or_maximal(&program, lowered, schedule.fusion)? {
+            Ok((lowered, notes)) => Ok((lowered, reordered.into_iter().chain(notes).collect())),
+            Err((why, (_, prepared))) => {
+                let levels = Schedule { path: Path::Levels, ..schedule.clone() };
+                Ok((prepared.lower_levels(&levels)?, reordered.into_iter().chain([why]).collect()))
+            }
+        }
     }
 
     /// The forest's kernel, its rows in strips as `schedule`'s `strip=`
@@ -406,34 +430,41 @@ impl Problem {
         Some((why, self.maximal(program).ok()?))
     }
 
-    /// Trie's fallback where its forest cannot be lowered but the
-    /// statements substitute into one: a loop that would walk two sparse
-    /// operands together (`T[i,j] = A[i,j] * B[i,j]` with both stored), or
-    /// a sparse output in no operand's pattern, which the substituted
-    /// statement's level path co-iterates or gathers in a workspace (with
-    /// that statement, prepared, and the note that says why). `fusion=none`
-    /// keeps its error: the user asked for kernels apart.
-    fn trie_fallback(
+    /// The forest's kernel as lowered, or under trie, where the forest was
+    /// refused for one of two things a program kernel does not do — a loop
+    /// that walks two stored operands together (`T[i,j] = A[i,j] *
+    /// B[i,j]`), or a sparse output in no operand's pattern — and the
+    /// statements substitute into one, that statement (prepared, as
+    /// `Err`), whose level path co-iterates or gathers the output in a
+    /// workspace, with the note that says why. Any other refusal, and any
+    /// refusal under `fusion=none` (kernels apart, as asked), stands.
+    #[allow(clippy::type_complexity)]
+    fn or_maximal(
         &self,
         program: &Program,
-        formats: &BTreeMap<String, FormatSpec>,
-        data: &ProgramData,
-        schedule: &Schedule,
-    ) -> Option<(String, (String, Prepared))> {
-        if schedule.fusion != Fusion::Trie || program.statements.iter().any(|e| affine(&e.statement)) {
-            return None;
-        }
-        let forest = fused_forest(program, formats, schedule.fusion, &schedule.order);
-        let refused = self.lower_forest(program, &forest, formats, data, schedule).err()?;
-        let maximal = self.maximal(program).ok()?;
-        let why = match &refused {
-            Error::Statement { diagnostic, .. } => diagnostic.message.clone(),
-            other => other.to_string(),
+        lowered: Result<(Lowered, Vec<String>)>,
+        fusion: Fusion,
+    ) -> Result<std::result::Result<(Lowered, Vec<String>), (String, (String, Prepared))>> {
+        let refused = match lowered {
+            Ok(lowered) => return Ok(Ok(lowered)),
+            Err(e) => e,
         };
-        Some((
-            format!("fusion=trie: {why}; fused maximally instead (one statement on the level path)"),
-            maximal,
-        ))
+        let why = match &refused {
+            Error::Statement { diagnostic, .. }
+                if fusion == Fusion::Trie
+                    && ["co-iteration", "no pattern"].contains(&diagnostic.label.as_str()) =>
+            {
+                diagnostic.message.clone()
+            }
+            _ => return Err(refused),
+        };
+        match self.maximal(program) {
+            Ok(maximal) => Ok(Err((
+                format!("fusion=trie: {why}; fused maximally instead (one statement on the level path)"),
+                maximal,
+            ))),
+            Err(_) => Err(refused),
+        }
     }
 
     /// `fusion=maximal`'s statement: the program's statements substituted
@@ -934,5 +965,7 @@ mod tests {
         let Err(Error::Statement { diagnostic, .. }) = p.program() else { panic!("a statement error") };
         assert_eq!(diagnostic.span.start, src.find("* x").unwrap(), "{diagnostic:?}");
         assert!(!Problem::new("y[i] = x[i] +* 2").is_program());
+        // One statement over two lines is one statement.
+        assert!(!Problem::new("y[i] = A[i,j] *\n x[j]").is_program());
     }
 }

@@ -310,7 +310,7 @@ fn check_out(out: Option<&str>, args: &DataArgs) -> Result<()> {
             a.split_once('=').and_then(|(_, f)| f.parse::<spindle::formats::FormatSpec>().ok()).is_none_or(
                 |f| {
                     f.levels(&rank)
-                        .is_ok_and(|l| l.iter().any(|l| l.format != spindle::formats::LevelFormat::Dense))
+                        .map_or(true, |l| l.iter().any(|l| l.format != spindle::formats::LevelFormat::Dense))
                 },
             )
         };

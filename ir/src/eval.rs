@@ -404,4 +404,34 @@ mod tests {
             assert!(planned.iter().any(|&v| v != 0.0), "{statement}");
         }
     }
+
+    /// A subscript that an index tensor's value carries past 64 bits is
+    /// outside its tensor (the fill value), in the planned walk as in the
+    /// plain one's 128 bits (the plan gave up, and the user read "the
+    /// evaluator's plan and its walk disagree").
+    #[test]
+    fn an_index_value_past_64_bits_reads_the_fill_value() {
+        let mut decls = Declarations::new();
+        decls.insert(
+            "y".into(),
+            Declaration { shape: vec![2], dtype: ElemType::Value(crate::formats::DType::F64) },
+        );
+        decls.insert(
+            "x".into(),
+            Declaration { shape: vec![4], dtype: ElemType::Value(crate::formats::DType::F64) },
+        );
+        decls.insert(
+            "X".into(),
+            Declaration { shape: vec![2], dtype: ElemType::Index(crate::formats::IType::I64) },
+        );
+        let einsum = check(&parse("y[i] = x[2*X[i]]").unwrap(), &decls).unwrap();
+        let mut tensors = Tensors::new();
+        tensors.insert("x".into(), TensorValue::Values(ArrayD::from_elem(IxDyn(&[4]), 1.5)));
+        tensors.insert(
+            "X".into(),
+            TensorValue::Indices(ArrayD::from_shape_vec(IxDyn(&[2]), vec![1i64 << 62, 1]).unwrap()),
+        );
+        let planned = evaluate(&einsum, &tensors).unwrap();
+        assert_eq!(planned.as_slice().unwrap(), [0.0, 1.5]);
+    }
 }

@@ -290,8 +290,14 @@ fn executable(
         ]),
         Sanitizer::Thread => flags.push("-fsanitize=thread"),
     }
+    // The compiler's version is part of the key: a sanitized executable
+    // links its runtime, which an upgrade replaces.
+    let version = Command::new(cxx).arg("--version").output().map(|o| o.stdout).unwrap_or_default();
     let key = spindle_ir::hash::hash_fields(
-        [cxx.as_bytes()].into_iter().chain(flags.iter().map(|f| f.as_bytes())).chain([program.as_bytes()]),
+        [cxx.as_bytes(), &version]
+            .into_iter()
+            .chain(flags.iter().map(|f| f.as_bytes()))
+            .chain([program.as_bytes()]),
     );
     let cache = spindle_c::compile::cache_dir().join("emulate");
     let cached = cache.join(&key);
@@ -315,12 +321,18 @@ fn executable(
             log: String::from_utf8_lossy(&out.stderr).into_owned(),
         });
     }
-    // Into the cache by a rename (another process may race us to it);
+    // Into the cache by a rename from a name of this process and call
+    // alone (another thread or process may race us to the same key);
     // where the cache cannot be written, the scratch copy runs.
-    let staged = cache.join(format!("{key}.{}.tmp", std::process::id()));
+    static STAGED: AtomicU64 = AtomicU64::new(0);
+    let n = STAGED.fetch_add(1, Ordering::Relaxed);
+    let staged = cache.join(format!("{key}.{}-{n}.tmp", std::process::id()));
     let stored = std::fs::create_dir_all(&cache).is_ok()
         && std::fs::copy(&exe, &staged).is_ok()
         && std::fs::rename(&staged, &cached).is_ok();
+    if !stored {
+        let _ = std::fs::remove_file(&staged);
+    }
     Ok(if stored { cached } else { exe })
 }
 

@@ -161,20 +161,22 @@ impl<'s, 't> Resolver<'_, 's, 't> {
 impl Read<'_> {
     /// The element's offset in row-major order at `point`; `None` outside
     /// the tensor (the fill value). Gives up where `At` reports an error.
-    /// (In 64 bits: the checker refuses subscripts that can leave them.)
+    /// (In 64 bits: a subscript of indices alone stays inside them, which
+    /// the checker ensures; one that an index tensor's value carries past
+    /// them is outside the tensor, as it is in [`super::At`]'s 128 bits.)
     pub(super) fn offset(&self, point: &[usize]) -> Result<Option<usize>, GiveUp> {
         let mut at = 0;
         let mut inside = true;
         for d in &self.dims {
-            let mut v = d.offset;
+            let mut v = Some(d.offset);
             for (coeff, atom) in &d.terms {
                 let x = match atom {
                     Atom2::Slot(k) => point[*k] as i64,
                     Atom2::Indirect(r) => r.index(point)?,
                 };
-                v = coeff.checked_mul(x).and_then(|t| v.checked_add(t)).ok_or(GiveUp)?;
+                v = v.and_then(|v| coeff.checked_mul(x).and_then(|t| v.checked_add(t)));
             }
-            match usize::try_from(v).ok().filter(|&u| u < d.extent) {
+            match v.and_then(|v| usize::try_from(v).ok()).filter(|&u| u < d.extent) {
                 Some(u) => at += u * d.stride,
                 None if d.whole => return Err(GiveUp),
                 None => inside = false,
@@ -183,9 +185,9 @@ impl Read<'_> {
         Ok(inside.then_some(at))
     }
 
-    /// Whether the read can give up: only an integer read can (out of
-    /// its tensor, or a whole subscript out of its target's range); the
-    /// checker keeps affine subscripts inside 64 bits.
+    /// Whether the read can give up: only one through an index tensor can
+    /// (a read out of the index tensor, or a whole subscript out of its
+    /// target's range); a subscript past 64 bits is outside, not an error.
     pub(super) fn fallible(&self) -> bool {
         self.dims.iter().any(|d| d.whole || d.terms.iter().any(|(_, a)| matches!(a, Atom2::Indirect(_))))
     }

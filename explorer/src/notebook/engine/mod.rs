@@ -669,6 +669,18 @@ z[i] = y[i] * q[i]
         assert!(error.contains("unknown tensor `q`") && error.contains("cell:6:15"), "{error}");
     }
 
+    /// A cell is checked as the command line is before a kernel is built:
+    /// a dense output past the array limit (it aborted the process) and
+    /// an index tensor's term past 64 bits (it wrapped in the kernel).
+    #[test]
+    fn a_cell_refuses_what_would_fail_in_its_kernel() {
+        let big = run("y[i,j] = 1 where i < 100000, j < 100000\n");
+        assert!(big.error.as_deref().is_some_and(|e| e.contains("GiB limit")), "{big:?}");
+        let wide =
+            run("x = rand 4 seed=1\nX = rand 4 i32 max=3 seed=2\ny[i] = x[X[i]*4611686018427387904]\n");
+        assert!(wide.error.as_deref().is_some_and(|e| e.contains("beyond 64-bit integers")), "{wide:?}");
+    }
+
     /// A program's points take their `sweep format.A` values (they ran
     /// every point dense, whatever the label said).
     #[test]

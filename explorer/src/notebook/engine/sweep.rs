@@ -291,8 +291,13 @@ impl Run<'_> {
         };
         if reference.dense.is_none() && reference.first.is_none() {
             // The driver's reference: over the stored operands' entries
-            // where the level path runs them as written.
-            match r.reference() {
+            // where the level path runs them as written; not built for a
+            // sparse output too big to compare with it dense.
+            let reference_of = || match &result {
+                Ran::Sparse(assembled) => spindle::check::fits_dense(assembled).and_then(|()| r.reference()),
+                _ => r.reference(),
+            };
+            match reference_of() {
                 Ok(want) => reference.dense = Some(want),
                 Err(e) => {
                     let message = match e {
