@@ -509,3 +509,35 @@ fn a_product_folding_to_zero_runs_on_one_thread_and_says_why() {
         assert!(check.unwrap().passed(), "{statement}");
     }
 }
+
+/// SpTTM over a CSF in its declared mode order gathers its output in a
+/// workspace over every level; the advice names the CSF whose levels
+/// follow the output, which then needs none of that advice.
+#[test]
+fn a_stored_operand_in_another_order_than_the_output_is_named_with_the_order_that_fits() {
+    let t = Coo::new(
+        vec![4, 3, 5],
+        vec![vec![0, 1, 3, 3], vec![2, 0, 1, 2], vec![4, 1, 0, 3]],
+        vec![1.0, 2.0, 3.0, 4.0],
+    )
+    .unwrap();
+    let problem = |format: &str| {
+        Problem::new("A[i,j,l] = T[k,i,j] * M[k,l]")
+            .tensor("T", t.clone())
+            .format("T", format)
+            .tensor("M", Input::random(&[4, 2], DType::F64, 1))
+            .tensor("A", Input::shape(&[3, 5, 2], ElemType::Value(DType::F64)))
+            .format("A", "coo")
+    };
+    let prepared = problem("csf").prepare().unwrap();
+    let compiled = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap();
+    let advice = compiled.level_order_advice().expect("advice");
+    assert!(advice.contains("(k, i, j)") && advice.contains("--format T=csf:modes=1-2-0"), "{advice}");
+    let (got, _) = compiled.assemble_and_time(TimingOptions { warmup: 0, repeats: 1 }).unwrap();
+    assert!(compiled.compare_assembled(&got).unwrap().passed());
+    let prepared = problem("csf:modes=1-2-0").prepare().unwrap();
+    let compiled = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap();
+    assert_eq!(compiled.level_order_advice(), None);
+    let (got, _) = compiled.assemble_and_time(TimingOptions { warmup: 0, repeats: 1 }).unwrap();
+    assert!(compiled.compare_assembled(&got).unwrap().passed());
+}

@@ -710,6 +710,9 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
     if let (Some(asked @ 2..), Some(why)) = (compiled.schedule.threads, &report.one_thread) {
         eprintln!("note: threads={asked} changes nothing here; the kernel runs on one thread: {why}");
     }
+    if let Some(advice) = compiled.level_order_advice() {
+        eprintln!("note: {advice}");
+    }
     let path = match compiled.kernel {
         spindle::Lowering::Tiles(_) => SchedulePath::Tiles,
         spindle::Lowering::Levels(_) => SchedulePath::Levels,
