@@ -205,6 +205,12 @@ fn user_errors_are_messages_not_panics() {
             "--shape Q=3: the statement has no tensor `Q`",
         ),
         (spmv(["--format", "Q=csr"]), "--format Q=csr: the statement has no tensor `Q`"),
+        // Value data for an index dtype: refused once, under the `where`
+        // (each of six autotuning candidates failed with it).
+        (
+            vec!["run", "y[i] = x[i] * 2 where x: i32", "--rand", "x=4:f32:1"],
+            "`x` is an index tensor, but its data are values",
+        ),
         // A function's name, a keyword or a dtype is a word of the
         // statement but no tensor (the data were ignored).
         (

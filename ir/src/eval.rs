@@ -204,11 +204,38 @@ fn check_data(einsum: &Einsum, tensors: &Tensors) -> Result<(), Diagnostic> {
             let (shape, checked) = (data.shape(), &info.shape);
             return fail(format!("data for {name} has shape {shape:?} but {checked:?} was checked"), st.span);
         }
-        let is_index = matches!(data, TensorValue::Indices(_));
-        // Integer data may be read as values; value data cannot index.
-        if info.dtype.is_index() && !is_index {
-            return fail(format!("{name} holds indices but its data are values"), st.span);
+    }
+    check_index_data(einsum, tensors)
+}
+
+/// Every index tensor (by its dtype) given integer data: integer data may
+/// be read as values, value data cannot index. The diagnostic points at
+/// the `where` that gives the dtype, else at the tensor's first read.
+pub fn check_index_data(einsum: &Einsum, tensors: &Tensors) -> Result<(), Diagnostic> {
+    let st = &einsum.statement;
+    for (name, info) in &einsum.tensors {
+        if !info.dtype.is_index() || !matches!(tensors.get(name), Some(TensorValue::Values(_))) {
+            continue;
         }
+        let said = st.wheres.iter().find_map(|w| match w {
+            crate::lang::WhereClause::Dtype { tensor, span, .. } if tensor.name == *name => Some(*span),
+            _ => None,
+        });
+        let mut reads: Vec<&Access> = std::iter::once(&st.lhs).chain(st.rhs.accesses()).collect();
+        let mut first = None;
+        while let Some(a) = reads.pop() {
+            if a.tensor.name == *name {
+                first = Some(first.map_or(a.span, |f: Span| if a.span.start < f.start { a.span } else { f }));
+            }
+            reads.extend(a.subscripts.iter().flat_map(|s| &s.terms).filter_map(|t| match &t.atom {
+                Atom::Indirect(x) => Some(&**x),
+                Atom::Index(_) => None,
+            }));
+        }
+        let span = said.or(first).unwrap_or(st.span);
+        return Err(Diagnostic::new(format!("`{name}` is an index tensor, but its data are values"), span)
+            .with_label(format!("{name} is {}", info.dtype.name()))
+            .with_note(format!("give `{name}` integer data, or a value dtype")));
     }
     Ok(())
 }
