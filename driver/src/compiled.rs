@@ -329,7 +329,8 @@ impl Prepared {
         let searched = tuner.cache.get(&key, &candidates).is_none();
         let tiled = schedules.iter().filter(|s| s.path == Path::Tiles).count();
         if searched && tiled > 1 {
-            tuner.say(&format!("autotuning: compiling {tiled} candidates"));
+            // (The level path's candidates compile as they are timed.)
+            tuner.say(&format!("autotuning: compiling {tiled} tile-path candidates of {}", candidates.len()));
             self.precompile(backend, &schedules);
         }
         let count = candidates.len();

@@ -16,6 +16,19 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
     for clause in &statement.wheres {
         match clause {
             WhereClause::Dtype { tensor, dtype, .. } => {
+                let an_index = std::iter::once(&statement.lhs)
+                    .chain(statement.rhs.accesses())
+                    .any(|a| a.index_uses().iter().any(|u| u.ident.name == tensor.name));
+                if !declarations.contains_key(&tensor.name) && an_index {
+                    return Err(Diagnostic::new(
+                        format!("`{}` is an index, not a tensor: it has no dtype", tensor.name),
+                        tensor.span,
+                    )
+                    .with_label("an index")
+                    .with_note(
+                        "a `where` gives tensors dtypes (`where A: f16`) and indices extents (`where i < 8`)",
+                    ));
+                }
                 if !declarations.contains_key(&tensor.name) {
                     return Err(unknown_tensor(&tensor.name, tensor.span, declarations));
                 }
@@ -77,8 +90,9 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
                 access.span,
             )
             .with_label(format!(
-                "{} subscripts here, {} expected",
+                "{} subscript{} here, {} expected",
                 access.subscripts.len(),
+                if access.subscripts.len() == 1 { "" } else { "s" },
                 decl.shape.len()
             )));
         }
@@ -569,5 +583,17 @@ mod tests {
         assert_eq!(&src[e.secondary[0].0.start..e.secondary[0].0.end], "n");
         let text = e.render(src, false);
         assert!(text.contains("16 here") && text.contains("4 here"), "{text}");
+    }
+
+    /// A `where` giving an index a dtype names it an index ("unknown
+    /// tensor `j`" said it was a tensor nobody declared); a rank mismatch
+    /// counts one subscript in the singular.
+    #[test]
+    fn a_dtype_on_an_index_and_one_subscript_are_said_as_they_are() {
+        let d = decls(&[("y", &[3], "f32"), ("A", &[3, 4], "f32"), ("x", &[4], "f32")]);
+        let err = check(&parse("y[i] = A[i,j] * x[j] where j: f16").unwrap(), &d).unwrap_err();
+        assert_eq!(err.message, "`j` is an index, not a tensor: it has no dtype");
+        let err = check(&parse("y[i] = A[i] * 2").unwrap(), &d).unwrap_err();
+        assert_eq!(err.label, "1 subscript here, 2 expected");
     }
 }
