@@ -497,6 +497,18 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
 mod tests {
     use super::*;
 
+    /// Dense and ELL count their rows' entries in place, as CSR does.
+    #[test]
+    fn occupancy_is_the_same_in_every_format() {
+        let coo = Coo::<f32, i32>::from_triplets(4, 6, &[(0, 1, 1.0), (3, 5, 2.0), (3, 0, 3.0)]).unwrap();
+        let of =
+            |spec: &str| SparseTensor::from_coo(&coo, &spec.parse().unwrap()).unwrap().occupancy().unwrap();
+        for spec in ["dense", "ell", "coo"] {
+            assert_eq!(of(spec), of("csr"), "{spec}");
+        }
+        assert_eq!(of("csr").2, [1, 0, 0, 2]);
+    }
+
     #[test]
     fn level_formats_of_each_format() {
         let coo = Coo::<f32, i32>::from_triplets(4, 6, &[(0, 1, 1.0), (3, 5, 2.0), (3, 0, 3.0)]).unwrap();
