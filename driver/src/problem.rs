@@ -104,12 +104,26 @@ impl Problem {
     /// Loads the data, checks the statement, and rewrites it over the
     /// format arrays when formats were given.
     pub fn prepare(&self) -> Result<Prepared> {
-        let Checked { original, data, mut sparse, formats } = self.load()?;
+        let Checked { original, data, mut sparse, mut formats } = self.load()?;
         let src = self.statement.as_str();
+        let output = &original.output().name;
+        // An output given no data in dense levels, in its own order, is a
+        // dense output: what the kernel writes without a format (it was
+        // refused with "drop the format").
+        if !data.contains_key(output)
+            && let Some(spec) = formats.get(output)
+            && spec.levels(&original.output().shape).is_ok_and(|levels| {
+                levels
+                    .iter()
+                    .enumerate()
+                    .all(|(l, level)| level.format == LevelFormat::Dense && level.dim == l)
+            })
+        {
+            formats.remove(output);
+        }
         if formats.is_empty() {
             return Prepared::rewrite(&original, src, data, &sparse, &formats);
         }
-        let output = &original.output().name;
         if let Some(name) = formats.keys().find(|name| !original.tensors.contains_key(*name)) {
             let known: Vec<&str> = original.tensors.keys().map(String::as_str).collect();
             return Err(Error::input(format!(
