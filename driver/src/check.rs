@@ -80,8 +80,7 @@ pub fn expand(assembled: &Assembled) -> Result<ArrayD<f64>> {
 /// Whether a sparse output fits a dense array ([`expand`]), as an error
 /// that says why not: asked before a dense reference is built for it.
 pub fn fits_dense(assembled: &Assembled) -> Result<()> {
-    let elements = assembled.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-    if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
+    if !crate::problem::fits_dense(&assembled.shape) {
         let dims: Vec<String> = assembled.shape.iter().map(usize::to_string).collect();
         return Err(Error::input(format!(
             "the sparse output ({}, {} entries) has more than {MAX_DENSE_ELEMENTS} elements dense, too many \

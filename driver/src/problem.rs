@@ -184,8 +184,7 @@ impl Problem {
                     sparse.insert(name.clone(), coo);
                 }
                 Loaded::Sparse(coo) => {
-                    let elements = coo.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-                    if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
+                    if !fits_dense(&coo.shape) {
                         return Err(dense_copy_refused(&parsed, src, name, &coo.shape));
                     }
                     let dense = coo.to_ndarray().map_err(|e| Error::input(format!("tensor {name}: {e}")))?;
@@ -210,6 +209,11 @@ impl Problem {
 /// this many elements the copy is refused (a 10^5 x 10^5 matrix would take
 /// 80 GB) and the user is asked for a format instead.
 pub const MAX_DENSE_ELEMENTS: usize = 1 << 24;
+
+/// Whether a tensor of `shape` has at most [`MAX_DENSE_ELEMENTS`] elements.
+pub(crate) fn fits_dense(shape: &[usize]) -> bool {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_some_and(|n| n <= MAX_DENSE_ELEMENTS)
+}
 
 /// Why a sparse tensor without a format is not made dense, pointing at
 /// where the statement reads it.
@@ -367,8 +371,7 @@ impl Prepared {
         // evaluated dense, where that fits.
         let mut data = self.data.clone();
         for (name, coo) in &stored.entries {
-            let elements = coo.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-            if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
+            if !fits_dense(&coo.shape) {
                 return Err(Error::input(format!(
                     "the reference evaluator would need `{name}` dense (more than {MAX_DENSE_ELEMENTS} elements); \
                      check on a smaller problem"
@@ -406,10 +409,7 @@ impl Prepared {
         let walked: Vec<&String> = stored.entries.keys().filter(|n| *n != output && !all_dense(n)).collect();
         // Walking one operand, the others are read dense: only where they
         // fit (an operand in dense levels holds every element already).
-        let fits = |name: &String| {
-            let elements = stored.entries[name].shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-            all_dense(name) || elements.is_some_and(|n| n <= MAX_DENSE_ELEMENTS)
-        };
+        let fits = |name: &String| all_dense(name) || fits_dense(&stored.entries[name].shape);
         let all = self.over_entries(stored, &walked);
         let one_each = || {
             walked

@@ -708,8 +708,7 @@ fn points(p: &Prepared) -> u128 {
 
 /// A sparse tensor's dense copy, refused past [`MAX_DENSE_ELEMENTS`].
 fn dense_copy(name: &str, coo: &Coo<f64, i64>) -> Result<ArrayD<f64>> {
-    let elements = coo.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-    if elements.is_none_or(|n| n > MAX_DENSE_ELEMENTS) {
+    if !crate::problem::fits_dense(&coo.shape) {
         return Err(Error::input(format!(
             "`{name}` would need a dense copy of more than {MAX_DENSE_ELEMENTS} elements; give it a format, or check a smaller problem"
         )));

@@ -923,20 +923,11 @@ fn preview(name: &str, a: &ArrayD<f64>) -> String {
 /// subscripts, and those a `where` gives a dtype), or `None` when it does
 /// not parse.
 fn tensor_names(text: &str) -> Option<std::collections::BTreeSet<String>> {
-    use spindle_ir::lang::{Atom, WhereClause};
+    use spindle_ir::lang::WhereClause;
     let statements = spindle_ir::program::parse_program(text).ok()?;
     let mut names = std::collections::BTreeSet::new();
     for statement in &statements {
-        let mut accesses = vec![&statement.lhs];
-        accesses.extend(statement.rhs.accesses());
-        while let Some(access) = accesses.pop() {
-            names.insert(access.tensor.name.clone());
-            for term in access.subscripts.iter().flat_map(|s| &s.terms) {
-                if let Atom::Indirect(inner) = &term.atom {
-                    accesses.push(inner);
-                }
-            }
-        }
+        names.extend(statement.all_accesses().into_iter().map(|a| a.tensor.name.clone()));
         for clause in &statement.wheres {
             if let WhereClause::Dtype { tensor, .. } = clause {
                 names.insert(tensor.name.clone());

@@ -221,17 +221,12 @@ pub fn check_index_data(einsum: &Einsum, tensors: &Tensors) -> Result<(), Diagno
             crate::lang::WhereClause::Dtype { tensor, span, .. } if tensor.name == *name => Some(*span),
             _ => None,
         });
-        let mut reads: Vec<&Access> = std::iter::once(&st.lhs).chain(st.rhs.accesses()).collect();
-        let mut first = None;
-        while let Some(a) = reads.pop() {
-            if a.tensor.name == *name {
-                first = Some(first.map_or(a.span, |f: Span| if a.span.start < f.start { a.span } else { f }));
-            }
-            reads.extend(a.subscripts.iter().flat_map(|s| &s.terms).filter_map(|t| match &t.atom {
-                Atom::Indirect(x) => Some(&**x),
-                Atom::Index(_) => None,
-            }));
-        }
+        let first = st
+            .all_accesses()
+            .into_iter()
+            .filter(|a| a.tensor.name == *name)
+            .map(|a| a.span)
+            .min_by_key(|s| s.start);
         let span = said.or(first).unwrap_or(st.span);
         return Err(Diagnostic::new(format!("`{name}` is an index tensor, but its data are values"), span)
             .with_label(format!("{name} is {}", info.dtype.name()))

@@ -124,6 +124,24 @@ pub struct Statement {
     pub span: Span,
 }
 
+impl Statement {
+    /// Every access of the statement: the output, the right-hand side's,
+    /// and the index tensors read inside any subscript (recursively).
+    pub fn all_accesses(&self) -> Vec<&Access> {
+        let mut out: Vec<&Access> = std::iter::once(&self.lhs).chain(self.rhs.accesses()).collect();
+        let mut next = 0;
+        while let Some(&access) = out.get(next) {
+            next += 1;
+            for term in access.subscripts.iter().flat_map(|s| &s.terms) {
+                if let Atom::Indirect(inner) = &term.atom {
+                    out.push(inner);
+                }
+            }
+        }
+        out
+    }
+}
+
 /// `A[s0, s1, ...]`; a tensor of rank 0 has no subscripts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Access {

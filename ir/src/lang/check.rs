@@ -274,15 +274,8 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
 pub fn check_subscript_reach(einsum: &Einsum, largest: &dyn Fn(&str) -> i128) -> Result<(), Diagnostic> {
     let statement = &einsum.statement;
     let extent_of = |name: &str| einsum.index(name).map_or(0, |i| i.extent);
-    let mut accesses: Vec<&Access> = vec![&statement.lhs];
-    accesses.extend(statement.rhs.accesses());
-    while let Some(access) = accesses.pop() {
+    for access in statement.all_accesses() {
         subscripts_reach(access, &extent_of, largest)?;
-        for t in access.subscripts.iter().flat_map(|s| &s.terms) {
-            if let Atom::Indirect(inner) = &t.atom {
-                accesses.push(inner);
-            }
-        }
     }
     Ok(())
 }
