@@ -16,7 +16,7 @@ fn spmm(format: &str) -> Problem {
 #[test]
 fn every_format_matches_the_reference() {
     let backend = CBackend::new();
-    for format in ["coo", "csr", "ell", "groupcoo:dim=0,g=2", "groupcoo:dim=0,g=auto"] {
+    for format in ["coo", "csr", "ell", "groupcoo:dim=0,g=2", "groupcoo:dim=0,g=auto", "bcsr:bm=3,bk=4"] {
         let prepared = spmm(format).prepare().unwrap();
         // ELL's rows are the matrix's own `m`; the others iterate entries `p`.
         let rows = if format == "ell" { "m" } else { "p" };

@@ -17,6 +17,7 @@
 //! | `groupcoo:dim=0` | `C[A_grp[p],n] += A_val[p,q] * B[A_crd[p,q],n]` (Insum §4.1) |
 //! | `groupcoo:dim=1` | `C[A_crd[p,q],n] += A_val[p,q] * B[A_grp[p],n]` |
 //! | `blockgroupcoo:bm=32,bk=32,dim=0` | `C[32*A_grp[p]+bi,n] += A_val[p,q,bi,bj] * B[32*A_crd[p,q]+bj,n]` (Figure 6) |
+//! | `bcsr:bm=32,bk=32` | `C[32*A_row[p]+bi,n] += A_val[p,bi,bj] * B[32*A_crd[p]+bj,n]` (`A_row` expanded from `pos`) |
 //!
 //! Tensors of any order work in COO (`T_crd0`, `T_crd1`, …) and GroupCOO
 //! grouped along any dimension (`T_grp` for the grouped one, `T_crd{d}` for
@@ -73,12 +74,13 @@
 //! - Two sparse tensors must not share an index: the second one's subscripts
 //!   are no longer plain once the first is rewritten (co-iterating two sparse
 //!   operands needs a workspace, DESIGN.md §6).
-//! - The formats are COO, CSR, ELL, GroupCOO and BlockGroupCOO, the
-//!   fixed-length forms an Einsum can loop over (Insum §4); CSC, DCSR, DCSC,
-//!   CSF, BCSR and dense are refused.
+//! - The formats are COO, CSR, ELL, GroupCOO, BlockGroupCOO and BCSR, the
+//!   fixed-length forms an Einsum can loop over (Insum §4; CSR and BCSR once
+//!   their row pointers are expanded to a row per entry or block); CSC, DCSR,
+//!   DCSC, CSF and dense are refused (the level path walks them).
 //!
 //! Padding entries (GroupCOO, BlockGroupCOO, ELL) hold value 0 at an in-range
-//! coordinate, so they add nothing. BlockGroupCOO blocks overrunning a ragged
+//! coordinate, so they add nothing. Blocks (BlockGroupCOO, BCSR) overrunning a ragged
 //! edge rely on the affine rules of §3: a right-hand read out of bounds reads
 //! 0 and a left-hand write out of bounds is dropped, and the block holds 0
 //! there anyway. As with any sparse kernel, IEEE special values in the other
@@ -87,7 +89,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ndarray::{ArrayD, IxDyn};
-use spindle_formats::{BlockGroupCoo, Compressed, Coo, Ell, FormatSpec, GroupCoo, IType};
+use spindle_formats::{Bcsr, BlockGroupCoo, Compressed, Coo, Ell, FormatSpec, GroupCoo, IType};
 
 use crate::lang::{
     Access, AssignOp, Atom, BinOp, Declaration, Declarations, Diagnostic, Einsum, ElemType, Expr, Role, Span,
@@ -96,7 +98,7 @@ use crate::lang::{
 use crate::tensor::{TensorValue, Tensors};
 
 /// The formats [`rewrite`] supports, as listed in its messages.
-pub const SUPPORTED_FORMATS: &str = "coo, csr, ell, groupcoo and blockgroupcoo";
+pub const SUPPORTED_FORMATS: &str = "coo, csr, ell, groupcoo, blockgroupcoo and bcsr";
 
 /// The result of [`rewrite`].
 #[derive(Clone, Debug, PartialEq)]
@@ -266,6 +268,7 @@ fn validate(
             | FormatSpec::Ell
             | FormatSpec::GroupCoo { .. }
             | FormatSpec::BlockGroupCoo { .. }
+            | FormatSpec::Bcsr { .. }
     );
     if !supported {
         let bounds = "its loops have data-dependent bounds, which an Einsum cannot express";
@@ -275,11 +278,6 @@ fn validate(
             }
             FormatSpec::Csc | FormatSpec::Dcsc => {
                 format!("{bounds}; to group by columns, use groupcoo:dim=1")
-            }
-            FormatSpec::Bcsr { bm, bk } => {
-                format!(
-                    "{bounds}; blockgroupcoo:bm={bm},bk={bk},dim=0 stores the same blocks with fixed bounds"
-                )
             }
             _ => format!("{bounds}; coo and groupcoo store the same entries with fixed bounds"),
         };
@@ -505,8 +503,14 @@ fn rewrite_one(
             let b = BlockGroupCoo::from_coo(coo, *bm, *bk, *dim, *g).map_err(format_error)?;
             let (p, q) = (fresh("p"), fresh("q"));
             let (bi, bj) = (fresh("bi"), fresh("bj"));
-            ragged_block_check(st, name, &indices, &b)?;
+            ragged_block_check(st, name, &indices, b.shape, [b.bm, b.bk])?;
             block_layout(&b, &array, [&p, &q, &bi, &bj])
+        }
+        FormatSpec::Bcsr { bm, bk } => {
+            let b = Bcsr::from_coo(coo, *bm, *bk).map_err(format_error)?;
+            let (p, bi, bj) = (fresh("p"), fresh("bi"), fresh("bj"));
+            ragged_block_check(st, name, &indices, b.shape, [b.bm, b.bk])?;
+            bcsr_layout(&b, &array, [&p, &bi, &bj])
         }
         _ => unreachable!("validated before"),
     };
@@ -654,19 +658,19 @@ fn substitute_access(
     Ok(())
 }
 
-/// BlockGroupCOO blocks overrun a ragged edge, where the rewrite relies on
-/// out-of-bounds reads giving 0. Reads of index tensors must stay in
-/// bounds, so an index of `T` used inside an indirect access needs an
+/// Blocks (BlockGroupCOO, BCSR) overrun a ragged edge, where the rewrite
+/// relies on out-of-bounds reads giving 0. Reads of index tensors must stay
+/// in bounds, so an index of `T` used inside an indirect access needs an
 /// extent that is a multiple of its block size.
 fn ragged_block_check(
     st: &Statement,
     name: &str,
     indices: &[String],
-    b: &BlockGroupCoo<f64, i64>,
+    shape: [usize; 2],
+    block: [usize; 2],
 ) -> Result<(), Diagnostic> {
-    let block = [b.bm, b.bk];
     for (dim, index) in indices.iter().enumerate() {
-        if b.shape[dim].is_multiple_of(block[dim]) {
+        if shape[dim].is_multiple_of(block[dim]) {
             continue;
         }
         // Past the edge every read is the fill value 0: fine for products,
@@ -676,11 +680,11 @@ fn ragged_block_check(
                 format!(
                     "blocks of {} overrun the extent {} of `{name}` (a ragged edge), where reads give 0 and {what} \
                      could turn that into inf or NaN",
-                    block[dim], b.shape[dim]
+                    block[dim], shape[dim]
                 ),
                 span,
             )
-            .with_note(format!("use a block size that divides {}, or groupcoo", b.shape[dim])));
+            .with_note(format!("use a block size that divides {}, or groupcoo", shape[dim])));
         }
         let mut inside: Vec<&Access> = Vec::new();
         for a in std::iter::once(&st.lhs).chain(st.rhs.accesses()) {
@@ -692,11 +696,11 @@ fn ragged_block_check(
                 format!(
                     "`{index}` is used inside the index tensor `{}`, whose reads must stay in bounds, but blocks of {} \
                      overrun its extent {} at the ragged edge of `{name}`",
-                    x.tensor.name, block[dim], b.shape[dim]
+                    x.tensor.name, block[dim], shape[dim]
                 ),
                 x.span,
             )
-            .with_note(format!("use a block size that divides {}, or groupcoo", b.shape[dim])));
+            .with_note(format!("use a block size that divides {}, or groupcoo", shape[dim])));
         }
     }
     Ok(())
@@ -841,5 +845,28 @@ fn block_layout(b: &BlockGroupCoo<f64, i64>, array: &dyn Fn(&str) -> String, nam
         ],
         dims,
         val: [p, q, bi, bj].iter().map(|i| Subscript::index(i)).collect(),
+    }
+}
+
+/// BCSR as block COO: `pos` expanded to the block row of every block, as
+/// [`csr_layout`] expands CSR's.
+fn bcsr_layout(b: &Bcsr<f64, i64>, array: &dyn Fn(&str) -> String, names: [&str; 3]) -> Layout {
+    let [p, bi, bj] = names;
+    let blocks = b.blocks();
+    let mut row = Vec::with_capacity(blocks);
+    for (r, w) in b.pos.windows(2).enumerate() {
+        row.extend(std::iter::repeat_n(r as i64, (w[1] - w[0]) as usize));
+    }
+    Layout {
+        arrays: vec![
+            ("row".into(), indices_array(&[blocks], row)),
+            ("crd".into(), indices_array(&[blocks], b.crd.clone())),
+            ("val".into(), values_array(&[blocks, b.bm, b.bk], b.val.clone())),
+        ],
+        dims: vec![
+            Some(scaled_plus(b.bm, read(&array("row"), &[p]), bi)),
+            Some(scaled_plus(b.bk, read(&array("crd"), &[p]), bj)),
+        ],
+        val: [p, bi, bj].iter().map(|i| Subscript::index(i)).collect(),
     }
 }

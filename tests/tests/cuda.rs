@@ -847,7 +847,7 @@ fn block_problem(n: usize, operands: DType, output: DType, g: &str, c_data: bool
 }
 
 /// `C[m,n] += A[m,k] * B[k,n]` with A of `coo` in 32x32 BlockGroupCOO over
-/// rows (`g`), B and C seeded: operands of `operands`, C of `output` with
+/// rows (`g`; or BCSR where `g` is "bcsr"), B and C seeded: operands of `operands`, C of `output` with
 /// `n` columns; with `c_data` C holds values that `+=` adds to.
 fn block_spmm(
     coo: spindle_formats::Coo<f64, i64>,
@@ -870,7 +870,14 @@ fn block_spmm(
         .tensor("A", Input::from(coo).with_dtype(ElemType::Value(operands)))
         .tensor("B", Input::from(b).with_dtype(ElemType::Value(operands)))
         .tensor("C", c)
-        .format("A", format!("blockgroupcoo:bm=32,bk=32,dim=0,{g}"))
+        .format(
+            "A",
+            if g == "bcsr" {
+                "bcsr:bm=32,bk=32".into()
+            } else {
+                format!("blockgroupcoo:bm=32,bk=32,dim=0,{g}")
+            },
+        )
         .prepare()
         .unwrap_or_else(|e| panic!("{}", e.render(false)))
 }
@@ -903,6 +910,9 @@ fn block_rows_compute_block_sparse_spmm_on_the_emulated_gpu() {
         (32, DType::F32, DType::F32, "g=2", false, "tile.n=32 block=96 tf32=on"),
         (32, DType::Bf16, DType::F32, "g=1", true, "tile.n=32 block=192"),
         (16, DType::F16, DType::F16, "g=3", false, "tile.n=256 block=512"),
+        // BCSR: blocks one at a time, the same kernel.
+        (64, DType::F16, DType::F16, "bcsr", true, "tile.n=64"),
+        (32, DType::Bf16, DType::F32, "bcsr", false, "tile.n=32 block=128"),
     ];
     for (n, operands, output, g, c_data, items) in cases {
         let what = format!("{} -> {} n={n} {g} C data {c_data} [{items}]", operands.name(), output.name());
@@ -978,6 +988,7 @@ fn block_rows_split_heavy_rows_on_the_emulated_gpu() {
         (32, DType::F32, DType::F32, "g=1", true, "tile.n=32 tf32=on", &address),
         (48, DType::F16, DType::F16, "g=1", true, "tile.n=32", &thread),
         (64, DType::F16, DType::F16, "g=1", true, "tile.n=32 split=off", &address),
+        (64, DType::F16, DType::F32, "bcsr", false, "tile.n=32", &address),
     ];
     for (n, operands, output, g, c_data, items, backend) in cases {
         let what = format!("{} -> {} n={n} {g} C data {c_data} [{items}]", operands.name(), output.name());

@@ -1,6 +1,6 @@
 //! The block-row mapping (`map=rows`) of block-sparse SpMM,
 //! `C[bm*R[p]+bi,n] += V[p,q,bi,bj] * B[bk*K[p,q]+bj,n]` (BlockGroupCOO
-//! grouped over rows):
+//! grouped over rows; BCSR's `V[p,bi,bj]` and `K[p]` are its groups of one):
 //!
 //! - a block owns an entry of a work list built on the host from `R`
 //!   (sorted) and a slab of `tile.n` columns: a block row `r` of C and its
@@ -93,7 +93,7 @@ pub(super) fn recognise(k: &Kernel) -> Result<Rows, String> {
             Op::Load { tensor, index, .. } => match index[..] {
                 [kx, nx] if range(k, nx) == Some(n) => gather = Some((*tensor, kx)),
                 _ => match load_at(k, id) {
-                    Some((t, axes)) if axes.len() == 4 => values = Some((t, axes)),
+                    Some((t, axes)) if matches!(axes.len(), 3 | 4) => values = Some((t, axes)),
                     _ => {
                         return Err(format!(
                             "it reads {} otherwise than V[p,q,bi,bj] or B[bk*K[p,q]+bj,n]",
@@ -112,11 +112,18 @@ pub(super) fn recognise(k: &Kernel) -> Result<Rows, String> {
     };
     let (bk, crd_load, bj) = scaled_plus_range(k, kx).ok_or("B's row is not bk*K[p,q]+bj")?;
     let (crd, crd_axes) = load_at(k, crd_load).ok_or("B's block row is not an index tensor K[p,q]")?;
-    let &[cp, q] = &crd_axes[..] else { return Err("B's block row is not K[p,q]".into()) };
-    if cp != p || axes != [p, q, bi, bj] {
-        return Err("the values are not V[p,q,bi,bj] beside K[p,q] and C[bm*R[p]+bi,n]".into());
-    }
     let extent = |a: AxisId| k.axis(a).extent;
+    // Blocks in groups of g (BlockGroupCOO), or one at a time (BCSR: K[p],
+    // V[p,bi,bj]), which is the same layout with g = 1.
+    let group = match crd_axes[..] {
+        [cp, q] if cp == p && axes == [p, q, bi, bj] => extent(q),
+        [cp] if cp == p && axes == [p, bi, bj] => 1,
+        _ => {
+            return Err("the values are not V[p,q,bi,bj] beside K[p,q] and C[bm*R[p]+bi,n] (or V[p,bi,bj] \
+                        beside K[p], BCSR)"
+                .into());
+        }
+    };
     let (bm, bk) = (bm as usize, bk as usize);
     if (extent(bi), extent(bj)) != (bm, bk) {
         return Err(format!("the blocks are {}x{}, not the stride's {bm}x{bk}", extent(bi), extent(bj)));
@@ -158,7 +165,7 @@ pub(super) fn recognise(k: &Kernel) -> Result<Rows, String> {
         dense,
         out: s.tensor,
         groups: extent(p),
-        group: extent(q),
+        group,
         bm,
         bk,
         m,
