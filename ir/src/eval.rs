@@ -84,15 +84,22 @@ fn walk(
     };
     // Pass 1: check every access at every point; nothing is evaluated.
     // Only a read through an index tensor can fail: the walk is skipped
-    // where there is none (half of a convolution's reference time).
+    // where there is none (half of a convolution's reference time), and
+    // walks only the indices such reads depend on, the others at 0 (where
+    // each has a point): the first point that fails in that walk is the
+    // first in the whole walk, since a failing point with its other
+    // indices at 0 still fails and comes no later.
     let accesses: Vec<&Access> = std::iter::once(&st.lhs).chain(st.rhs.accesses()).collect();
     let mut reads = vec![lhs];
     rhs.reads(&mut reads);
     let fallible: Vec<(&&plan::Read<'_>, &&Access)> =
         reads.iter().zip(&accesses).filter(|(r, _)| r.fallible()).collect();
-    if !fallible.is_empty() {
-        plan::each_point(extents, |point| {
-            match fallible.iter().find(|(read, _)| read.offset(point).is_err()) {
+    if !fallible.is_empty() && !extents.contains(&0) {
+        let mut used = vec![false; extents.len()];
+        fallible.iter().for_each(|(read, _)| read.slots(&mut used));
+        let walked: Vec<usize> = extents.iter().zip(&used).map(|(&n, &u)| if u { n } else { 1 }).collect();
+        plan::each_point(&walked, |point, moved| {
+            match fallible.iter().find(|(read, _)| read.offset_after(point, moved).is_err()) {
                 Some((_, access)) => Err(explained(point, Some(access))),
                 None => Ok(()),
             }
@@ -104,9 +111,9 @@ fn walk(
     let mut out = out.as_standard_layout().into_owned();
     let mut fresh = vec![no_data; out.len()];
     let slots = out.as_slice_mut().expect("a standard layout");
-    plan::each_point(extents, |point| {
-        let value = rhs.at(point).map_err(|_| explained(point, None))?;
-        if let Some(o) = lhs.offset(point).map_err(|_| explained(point, Some(&st.lhs)))? {
+    plan::each_point(extents, |point, moved| {
+        let value = rhs.at(point, moved).map_err(|_| explained(point, None))?;
+        if let Some(o) = lhs.offset_after(point, moved).map_err(|_| explained(point, Some(&st.lhs)))? {
             let first = std::mem::replace(&mut fresh[o], false);
             slots[o] = combine(st.op, first, slots[o], value);
         }

@@ -302,3 +302,30 @@ fn index_spaces_too_large_to_walk_are_refused() {
     let d = check(&parse("y[i] = A[i+p] where p < 18446744073709551615").unwrap(), &decls).unwrap_err();
     assert!(d.message.contains("beyond 64-bit integers"), "{}", d.message);
 }
+
+/// The check walks only the indices index tensors are read at (the others
+/// at 0), and still reports the first bad read of the whole walk: here `X`
+/// fails at j = 2 and `Y` at k = 1, with i before j before k, so the first
+/// failing point is (i 0, j 0, k 1), `Y`'s.
+#[test]
+fn the_first_bad_read_in_walk_order_is_reported() {
+    let stmt = "O[i] += A[i,X[j]] * B[Y[k],i]";
+    let data = vec![
+        ("A", values(ndarray::Array2::<f64>::ones((3, 4)))),
+        ("B", values(ndarray::Array2::<f64>::ones((5, 3)))),
+        ("X", indices(array![0, 1, 9])),
+        ("Y", indices(array![0, 7])),
+    ];
+    let d = err(stmt, data, &[("O", &[3])]);
+    assert_eq!(d.message, "Y[1] = 7 is out of range for dimension 0 of B (extent 5)");
+    assert_eq!(d.span, span_of(stmt, "Y[k]"));
+    // With Y in range, X's bad value at j = 2 is the first.
+    let data = vec![
+        ("A", values(ndarray::Array2::<f64>::ones((3, 4)))),
+        ("B", values(ndarray::Array2::<f64>::ones((5, 3)))),
+        ("X", indices(array![0, 1, 9])),
+        ("Y", indices(array![0, 4])),
+    ];
+    let d = err(stmt, data, &[("O", &[3])]);
+    assert_eq!(d.message, "X[2] = 9 is out of range for dimension 1 of A (extent 4)");
+}

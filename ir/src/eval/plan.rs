@@ -4,8 +4,17 @@
 //! and allocations. It computes exactly what [`super::At`] computes; where
 //! `At` would report a diagnostic, a step here gives up ([`GiveUp`]) and
 //! the caller asks `At` at that point for the diagnostic.
+//!
+//! The walk is an odometer over the indices (the last fastest), and a step
+//! says which digit it moved; a read, and every sub-expression, keeps its
+//! last result and computes again only where a digit it depends on moved
+//! (the odometer's digits after the moved one reset, so "depends on a digit
+//! at or after the moved one"). The same arithmetic in the same order, not
+//! done twice: `W[Map_grp[p],c,m]` at fixed `p` and `c` does not re-read
+//! `Map_grp[p]` at every `m`.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 
 use ndarray::ArrayD;
 
@@ -35,6 +44,11 @@ fn row_major<T: Clone>(a: &ArrayD<T>) -> Cow<'_, [T]> {
 pub(super) struct Read<'t> {
     data: &'t Data<'t>,
     dims: Vec<Dim<'t>>,
+    /// The last digit of the point (an index's slot) the offset depends on,
+    /// through its indirect reads too; `None` for none.
+    depth: Option<usize>,
+    /// The offset last computed ([`Read::offset_after`]).
+    memo: Cell<Option<Option<usize>>>,
 }
 
 struct Dim<'t> {
@@ -53,13 +67,39 @@ enum Atom2<'t> {
     Indirect(Box<Read<'t>>),
 }
 
-/// A right-hand side with its reads resolved.
-pub(super) enum Value<'t> {
+/// A right-hand side with its reads resolved, keeping its last result.
+pub(super) struct Value<'t> {
+    kind: Kind<'t>,
+    /// The last digit of the point it depends on (`None`: none).
+    depth: Option<usize>,
+    memo: Cell<Option<f64>>,
+}
+
+enum Kind<'t> {
     Literal(f64),
     Read(Read<'t>),
     Neg(Box<Value<'t>>),
     Binary(BinOp, Box<Value<'t>>, Box<Value<'t>>),
     Call(Func, Vec<Value<'t>>),
+}
+
+impl<'t> Value<'t> {
+    fn new(kind: Kind<'t>) -> Self {
+        let depth = match &kind {
+            Kind::Literal(_) => None,
+            Kind::Read(r) => r.depth,
+            Kind::Neg(e) => e.depth,
+            Kind::Binary(_, lhs, rhs) => lhs.depth.max(rhs.depth),
+            Kind::Call(_, args) => args.iter().filter_map(|a| a.depth).max(),
+        };
+        Value { kind, depth, memo: Cell::new(None) }
+    }
+}
+
+/// Whether a result that depends on digits up to `depth` still holds after
+/// a step that moved digit `moved` (and reset those after it).
+fn holds(depth: Option<usize>, moved: usize) -> bool {
+    depth.is_none_or(|d| d < moved)
 }
 
 /// The tensors' data in row-major order, by name.
@@ -97,19 +137,19 @@ pub(super) struct Resolver<'e, 's, 't> {
 
 impl<'s, 't> Resolver<'_, 's, 't> {
     pub(super) fn value(&self, e: &Expr) -> Option<Value<'s>> {
-        Some(match e {
-            Expr::Literal { value, .. } => Value::Literal(*value),
-            Expr::Access(a) => Value::Read(self.read(a, None)?),
-            Expr::Neg { expr, .. } => Value::Neg(Box::new(self.value(expr)?)),
+        Some(Value::new(match e {
+            Expr::Literal { value, .. } => Kind::Literal(*value),
+            Expr::Access(a) => Kind::Read(self.read(a, None)?),
+            Expr::Neg { expr, .. } => Kind::Neg(Box::new(self.value(expr)?)),
             Expr::Binary { op, lhs, rhs, .. } => {
-                Value::Binary(*op, Box::new(self.value(lhs)?), Box::new(self.value(rhs)?))
+                Kind::Binary(*op, Box::new(self.value(lhs)?), Box::new(self.value(rhs)?))
             }
             Expr::Call { func, args, .. } => {
                 let args = args.iter().map(|a| self.value(a)).collect::<Option<Vec<_>>>()?;
                 (args.len() == func.arity()).then_some(())?;
-                Value::Call(*func, args)
+                Kind::Call(*func, args)
             }
-        })
+        }))
     }
 
     /// An access's read, against the data's shape (or `shape`, the
@@ -130,9 +170,17 @@ impl<'s, 't> Resolver<'_, 's, 't> {
             stride *= extent;
         }
         dims.reverse();
+        let depth = dims
+            .iter()
+            .flat_map(|d| &d.terms)
+            .filter_map(|(_, atom)| match atom {
+                Atom2::Slot(k) => Some(*k),
+                Atom2::Indirect(r) => r.depth,
+            })
+            .max();
         // The left-hand side reads no data: a placeholder it never loads.
         static NONE: Data<'static> = Data::Values(Cow::Borrowed(&[]));
-        Some(Read { data: data.unwrap_or(&NONE), dims })
+        Some(Read { data: data.unwrap_or(&NONE), dims, depth, memo: Cell::new(None) })
     }
 
     fn dim(&self, s: &Subscript, extent: usize, stride: usize) -> Option<Dim<'s>> {
@@ -161,22 +209,37 @@ impl<'s, 't> Resolver<'_, 's, 't> {
 impl Read<'_> {
     /// The element's offset in row-major order at `point`; `None` outside
     /// the tensor (the fill value). Gives up where `At` reports an error.
-    /// (In 64 bits: a subscript of indices alone stays inside them, which
-    /// the checker ensures; one that an index tensor's value carries past
-    /// them is outside the tensor, as it is in [`super::At`]'s 128 bits.)
-    pub(super) fn offset(&self, point: &[usize]) -> Result<Option<usize>, GiveUp> {
+    /// (In 128 bits, as in [`super::At`]: a subscript that an index
+    /// tensor's value carries past 64 bits is outside the tensor.)
+    ///
+    /// `moved` is the digit the step to `point` moved (0 for a point on its
+    /// own): the last offset is kept where it still holds.
+    pub(super) fn offset_after(&self, point: &[usize], moved: usize) -> Result<Option<usize>, GiveUp> {
+        if let Some(at) = self.memo.get()
+            && holds(self.depth, moved)
+        {
+            return Ok(at);
+        }
+        let at = self.compute_offset(point, moved)?;
+        self.memo.set(Some(at));
+        Ok(at)
+    }
+
+    fn compute_offset(&self, point: &[usize], moved: usize) -> Result<Option<usize>, GiveUp> {
         let mut at = 0;
         let mut inside = true;
         for d in &self.dims {
-            let mut v = Some(d.offset);
+            // In 128 bits, as `At` sums: a product of two 64-bit integers
+            // fits; a sum past 128 bits is `At`'s overflow error.
+            let mut v = i128::from(d.offset);
             for (coeff, atom) in &d.terms {
                 let x = match atom {
-                    Atom2::Slot(k) => point[*k] as i64,
-                    Atom2::Indirect(r) => r.index(point)?,
+                    Atom2::Slot(k) => point[*k] as i128,
+                    Atom2::Indirect(r) => i128::from(r.index(point, moved)?),
                 };
-                v = v.and_then(|v| coeff.checked_mul(x).and_then(|t| v.checked_add(t)));
+                v = v.checked_add(i128::from(*coeff) * x).ok_or(GiveUp)?;
             }
-            match v.and_then(|v| usize::try_from(v).ok()).filter(|&u| u < d.extent) {
+            match usize::try_from(v).ok().filter(|&u| u < d.extent) {
                 Some(u) => at += u * d.stride,
                 None if d.whole => return Err(GiveUp),
                 None => inside = false,
@@ -187,19 +250,31 @@ impl Read<'_> {
 
     /// Whether the read can give up: only one through an index tensor can
     /// (a read out of the index tensor, or a whole subscript out of its
-    /// target's range); a subscript past 64 bits is outside, not an error.
+    /// target's range, or a sum past 128 bits); a subscript past 64 bits is
+    /// outside, not an error.
     pub(super) fn fallible(&self) -> bool {
         self.dims.iter().any(|d| d.whole || d.terms.iter().any(|(_, a)| matches!(a, Atom2::Indirect(_))))
     }
 
-    /// The integer at `point`; gives up outside the tensor (an error).
-    fn index(&self, point: &[usize]) -> Result<i64, GiveUp> {
-        let Data::Indices(x) = self.data else { return Err(GiveUp) };
-        self.offset(point)?.map(|o| x[o]).ok_or(GiveUp)
+    /// The digits of the point the offset depends on, through its indirect
+    /// reads too.
+    pub(super) fn slots(&self, used: &mut [bool]) {
+        for (_, atom) in self.dims.iter().flat_map(|d| &d.terms) {
+            match atom {
+                Atom2::Slot(k) => used[*k] = true,
+                Atom2::Indirect(r) => r.slots(used),
+            }
+        }
     }
 
-    fn load(&self, point: &[usize]) -> Result<f64, GiveUp> {
-        Ok(match (self.offset(point)?, self.data) {
+    /// The integer at `point`; gives up outside the tensor (an error).
+    fn index(&self, point: &[usize], moved: usize) -> Result<i64, GiveUp> {
+        let Data::Indices(x) = self.data else { return Err(GiveUp) };
+        self.offset_after(point, moved)?.map(|o| x[o]).ok_or(GiveUp)
+    }
+
+    fn load(&self, point: &[usize], moved: usize) -> Result<f64, GiveUp> {
+        Ok(match (self.offset_after(point, moved)?, self.data) {
             (None, _) => 0.0,
             (Some(o), Data::Values(v)) => v[o],
             (Some(o), Data::Indices(x)) => x[o] as f64,
@@ -208,62 +283,67 @@ impl Read<'_> {
 }
 
 impl Value<'_> {
-    pub(super) fn at(&self, point: &[usize]) -> Result<f64, GiveUp> {
-        Ok(match self {
-            Value::Literal(v) => *v,
-            Value::Read(r) => r.load(point)?,
-            Value::Neg(e) => -e.at(point)?,
-            Value::Binary(op, lhs, rhs) => op.apply(lhs.at(point)?, rhs.at(point)?),
-            Value::Call(func, args) => match &args[..] {
-                [x] => func.apply(&[x.at(point)?]),
-                [x, y] => func.apply(&[x.at(point)?, y.at(point)?]),
+    /// The value at `point`, reached by a step that moved digit `moved`
+    /// (0 for a point on its own).
+    pub(super) fn at(&self, point: &[usize], moved: usize) -> Result<f64, GiveUp> {
+        if let Some(v) = self.memo.get()
+            && holds(self.depth, moved)
+        {
+            return Ok(v);
+        }
+        let v = match &self.kind {
+            Kind::Literal(v) => *v,
+            Kind::Read(r) => r.load(point, moved)?,
+            Kind::Neg(e) => -e.at(point, moved)?,
+            Kind::Binary(op, lhs, rhs) => op.apply(lhs.at(point, moved)?, rhs.at(point, moved)?),
+            Kind::Call(func, args) => match &args[..] {
+                [x] => func.apply(&[x.at(point, moved)?]),
+                [x, y] => func.apply(&[x.at(point, moved)?, y.at(point, moved)?]),
                 _ => {
-                    let args = args.iter().map(|a| a.at(point)).collect::<Result<Vec<f64>, _>>()?;
+                    let args = args.iter().map(|a| a.at(point, moved)).collect::<Result<Vec<f64>, _>>()?;
                     func.apply(&args)
                 }
             },
-        })
+        };
+        self.memo.set(Some(v));
+        Ok(v)
     }
 
     /// Every read of this value, in [`Expr::accesses`] order.
     pub(super) fn reads<'a>(&'a self, out: &mut Vec<&'a Read<'a>>) {
-        match self {
-            Value::Literal(_) => {}
-            Value::Read(r) => out.push(r),
-            Value::Neg(e) => e.reads(out),
-            Value::Binary(_, lhs, rhs) => {
+        match &self.kind {
+            Kind::Literal(_) => {}
+            Kind::Read(r) => out.push(r),
+            Kind::Neg(e) => e.reads(out),
+            Kind::Binary(_, lhs, rhs) => {
                 lhs.reads(out);
                 rhs.reads(out);
             }
-            Value::Call(_, args) => args.iter().for_each(|a| a.reads(out)),
+            Kind::Call(_, args) => args.iter().for_each(|a| a.reads(out)),
         }
     }
 }
 
 /// Calls `f` at every point of the index space over `extents`, the last
-/// index fastest (as `ndarray::indices`), until it fails.
+/// index fastest (as `ndarray::indices`), with the digit the step to it
+/// moved (0 for the first), until it fails.
 pub(super) fn each_point<E>(
     extents: &[usize],
-    mut f: impl FnMut(&[usize]) -> Result<(), E>,
+    mut f: impl FnMut(&[usize], usize) -> Result<(), E>,
 ) -> Result<(), E> {
     if extents.contains(&0) {
         return Ok(());
     }
     let mut point = vec![0; extents.len()];
+    let mut moved = 0;
     loop {
-        f(&point)?;
+        f(&point, moved)?;
         // The odometer: the last digit that can still move moves.
-        let mut moved = false;
-        for (p, &n) in point.iter_mut().zip(extents).rev() {
-            *p += 1;
-            if *p < n {
-                moved = true;
-                break;
-            }
-            *p = 0;
-        }
-        if !moved {
+        let Some(digit) = (0..point.len()).rev().find(|&d| point[d] + 1 < extents[d]) else {
             return Ok(());
-        }
+        };
+        point[digit] += 1;
+        point[digit + 1..].fill(0);
+        moved = digit;
     }
 }
