@@ -16,8 +16,7 @@ pub fn run(input: &str, format: &str, json: bool, types: &Types) -> Result<()> {
 
 fn print_stats<V: Value, I: Index>(input: &str, spec: &FormatSpec, json: bool) -> Result<()> {
     let loaded = load::<V, I>(input)?;
-    let tensor = SparseTensor::from_coo(&loaded.coo, spec)?;
-    let stats = tensor.stats()?;
+    let stats = SparseTensor::stats_of(&loaded.coo, spec)?;
     if json {
         let mut value = serde_json::to_value(&stats)?;
         value["input"] = loaded.name.clone().into();

@@ -140,8 +140,8 @@ pub(super) fn format_stats(
         coo: &Coo<f64, i64>,
         spec: &FormatSpec,
     ) -> spindle_formats::Result<(FormatSpec, spindle_formats::Stats)> {
-        let t = SparseTensor::<V, i32>::from_coo(&coo.cast::<V, i32>()?, spec)?;
-        Ok((t.spec(), t.stats()?))
+        let stats = SparseTensor::<V, i32>::stats_of(&coo.cast::<V, i32>()?, spec)?;
+        Ok((stats.format.parse()?, stats))
     }
     match dtype {
         DType::F64 => go::<f64>(coo, spec),
