@@ -859,27 +859,7 @@ fn check_dims_refer_back(binding: &Binding, bound: &BTreeMap<String, Span>) -> R
 /// The diagnostic with the cell's excerpt and a caret under its span, no
 /// colour; the header names the cell's line and column (`cell:3:7`).
 pub fn render(d: &Diagnostic, source: &str, name: &str) -> String {
-    use ariadne::{Config, IndexType, Label, Report, ReportKind, Source};
-    let clamp = |s: Span| {
-        let end = s.end.min(source.len());
-        let start = s.start.min(end);
-        start..end.max(start)
-    };
-    let mut report = Report::build(ReportKind::Error, (name, clamp(d.span)))
-        .with_config(Config::default().with_color(false).with_index_type(IndexType::Byte))
-        .with_message(&d.message)
-        .with_label(Label::new((name, clamp(d.span))).with_message(&d.label));
-    for (span, label) in &d.secondary {
-        report = report.with_label(Label::new((name, clamp(*span))).with_message(label));
-    }
-    for note in &d.notes {
-        report = report.with_note(note);
-    }
-    let mut out = Vec::new();
-    match report.finish().write((name, Source::from(source)), &mut out) {
-        Ok(()) => String::from_utf8_lossy(&out).into_owned(),
-        Err(_) => format!("error: {}", d.message),
-    }
+    d.render_named(source, name, false)
 }
 
 #[cfg(test)]
@@ -1013,6 +993,12 @@ threads 2
 
         let e = err("A = rand 4x4\nsweep g in [1]\nsweep g in [2]\nC[i] = A[i,j]\n");
         assert!(e.contains("`g` is swept twice"), "{e}");
+        // One excerpt, headed by the second sweep's line, showing both lines
+        // in order (a label above the one before it opened a second excerpt
+        // headed by the wrong line).
+        assert_eq!(e.matches("[ cell:").count(), 1, "{e}");
+        assert!(e.contains("[ cell:3:7 ]"), "{e}");
+        assert!(e.find("first sweep").unwrap() < e.find("second sweep").unwrap(), "{e}");
 
         let e = err("A = load x.mtx else nothing\nC[i] = A[i,j]\n");
         assert!(e.contains("`nothing` is not a generator spec"), "{e}");

@@ -43,24 +43,36 @@ impl Diagnostic {
     /// The diagnostic with the statement excerpt and carets, as a terminal
     /// shows it. `color` adds ANSI colours.
     pub fn render(&self, source: &str, color: bool) -> String {
+        self.render_named(source, "statement", color)
+    }
+
+    /// [`Diagnostic::render`] of a source called `name` (`cell` in a
+    /// notebook).
+    pub fn render_named(&self, source: &str, name: &str, color: bool) -> String {
         use ariadne::{Config, IndexType, Label, Report, ReportKind, Source};
         let clamp = |s: Span| {
             let end = s.end.min(source.len());
             let start = s.start.min(end);
             start..end.max(start)
         };
-        let mut report = Report::build(ReportKind::Error, ("statement", clamp(self.span)))
+        // In the order they stand in the source: ariadne starts a new
+        // excerpt, headed with the wrong line, at a label above the one
+        // before it.
+        let mut labels: Vec<(Span, &str)> = std::iter::once((self.span, self.label.as_str()))
+            .chain(self.secondary.iter().map(|(span, label)| (*span, label.as_str())))
+            .collect();
+        labels.sort_by_key(|(span, _)| span.start);
+        let mut report = Report::build(ReportKind::Error, (name, clamp(self.span)))
             .with_config(Config::default().with_color(color).with_index_type(IndexType::Byte))
-            .with_message(&self.message)
-            .with_label(Label::new(("statement", clamp(self.span))).with_message(&self.label));
-        for (span, label) in &self.secondary {
-            report = report.with_label(Label::new(("statement", clamp(*span))).with_message(label));
+            .with_message(&self.message);
+        for (span, label) in labels {
+            report = report.with_label(Label::new((name, clamp(span))).with_message(label));
         }
         for note in &self.notes {
             report = report.with_note(note);
         }
         let mut out = Vec::new();
-        let written = report.finish().write(("statement", Source::from(source)), &mut out);
+        let written = report.finish().write((name, Source::from(source)), &mut out);
         match written {
             Ok(()) => String::from_utf8_lossy(&out).into_owned(),
             Err(_) => format!("error: {}", self.message),
