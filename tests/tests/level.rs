@@ -997,3 +997,22 @@ fn a_hash_workspace_gathers_rows_too_wide_for_a_dense_one() {
         (vec![vec![0, 2], vec![7, wide as i64 - 1]], vec![3.0, 8.0])
     );
 }
+
+/// A stored operand read at two subscripts walks a copy for the second
+/// (`A[i,k] * A2[j,k]`): the Gram matrix by rows and A squared, which were
+/// refused ("read at two subscripts"); the same subscripts twice stay one
+/// operand.
+#[test]
+fn a_stored_operand_read_at_two_subscripts_walks_a_copy() {
+    let a: &[(&str, &[usize], f64)] = &[("C", &[9, 9], 1.0), ("A", &[9, 9], 0.3)];
+    for (statement, format) in [
+        ("C[i,j] = A[i,k] * A[j,k]", "csr"),
+        ("C[i,j] = A[i,k] * A[k,j]", "csr"),
+        ("C[i,j] = A[i,k] * A[j,k]", "dcsr"),
+    ] {
+        let tree = runs(&case(statement, a, &[("A", format)]));
+        assert!(tree.contains("A2"), "{statement} over {format}:\n{tree}");
+    }
+    let tree = runs(&case("C[i,j] = A[i,j] * A[i,j]", a, &[("A", "csr")]));
+    assert!(!tree.contains("A2"), "{tree}");
+}

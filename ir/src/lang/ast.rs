@@ -289,6 +289,21 @@ impl Expr {
         out
     }
 
+    /// Calls `f` on every tensor access in the expression, outermost first,
+    /// as [`Expr::accesses`] lists them.
+    pub fn for_each_access_mut(&mut self, f: &mut impl FnMut(&mut Access)) {
+        match self {
+            Expr::Literal { .. } => {}
+            Expr::Access(a) => f(a),
+            Expr::Neg { expr, .. } => expr.for_each_access_mut(f),
+            Expr::Binary { lhs, rhs, .. } => {
+                lhs.for_each_access_mut(f);
+                rhs.for_each_access_mut(f);
+            }
+            Expr::Call { args, .. } => args.iter_mut().for_each(|a| a.for_each_access_mut(f)),
+        }
+    }
+
     fn visit_accesses<'a>(&'a self, f: &mut impl FnMut(&'a Access)) {
         match self {
             Expr::Literal { .. } => {}

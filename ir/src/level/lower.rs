@@ -74,6 +74,11 @@ pub fn lower(
     schedule: &Schedule,
     name: &str,
 ) -> Result<Lowered, Diagnostic> {
+    let aliased = alias_rereads(einsum, formats, sparse);
+    let (einsum, formats, sparse) = match &aliased {
+        Some((einsum, formats, sparse)) => (einsum, formats, sparse),
+        None => (einsum, formats, sparse),
+    };
     let st = &einsum.statement;
     let (reduction, init) = match st.op {
         AssignOp::Assign => (Reduction::Sum, OutputInit::Zero),
@@ -270,6 +275,60 @@ pub fn plain_indices(access: &Access, var_of: &BTreeMap<String, VarId>) -> Resul
             ))),
         })
         .collect()
+}
+
+/// `einsum` with a stored operand read at several subscripts (the Gram
+/// matrix `A[i,k] * A[j,k]`) read once per subscript: each further
+/// subscript reads a copy, `{A}2`, `{A}3`, ..., in the same format with
+/// the same entries, which the loops walk by its own indices. `None` where
+/// every stored operand is read at one subscript.
+#[allow(clippy::type_complexity)]
+fn alias_rereads(
+    einsum: &Einsum,
+    formats: &BTreeMap<String, FormatSpec>,
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+) -> Option<(Einsum, BTreeMap<String, FormatSpec>, BTreeMap<String, Coo<f64, i64>>)> {
+    let subscripts = |a: &Access| a.subscripts.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // Per stored tensor, its distinct subscripts in reading order.
+    let mut seen: BTreeMap<&str, Vec<Vec<String>>> = BTreeMap::new();
+    for a in einsum.statement.rhs.accesses() {
+        if formats.contains_key(&a.tensor.name) && sparse.contains_key(&a.tensor.name) {
+            let reads = seen.entry(a.tensor.name.as_str()).or_default();
+            if !reads.contains(&subscripts(a)) {
+                reads.push(subscripts(a));
+            }
+        }
+    }
+    if seen.values().all(|reads| reads.len() < 2) {
+        return None;
+    }
+    let taken = |n: &str| einsum.tensors.contains_key(n) || einsum.index(n).is_some();
+    let mut renames: BTreeMap<(String, Vec<String>), String> = BTreeMap::new();
+    let mut used: BTreeSet<String> = BTreeSet::new();
+    for (tensor, reads) in &seen {
+        for read in reads.iter().skip(1) {
+            let alias = (2..)
+                .map(|n| format!("{tensor}{n}"))
+                .find(|n| !taken(n) && !used.contains(n))
+                .expect("a free name");
+            used.insert(alias.clone());
+            renames.insert((tensor.to_string(), read.clone()), alias);
+        }
+    }
+    let (mut einsum, mut formats, mut sparse) = (einsum.clone(), formats.clone(), sparse.clone());
+    for ((tensor, _), alias) in &renames {
+        let mut info = einsum.tensors[tensor].clone();
+        info.name = alias.clone();
+        einsum.tensors.insert(alias.clone(), info);
+        formats.insert(alias.clone(), formats[tensor].clone());
+        sparse.insert(alias.clone(), sparse[tensor].clone());
+    }
+    einsum.statement.rhs.for_each_access_mut(&mut |a| {
+        if let Some(alias) = renames.get(&(a.tensor.name.clone(), subscripts(a))) {
+            a.tensor.name = alias.clone();
+        }
+    });
+    Some((einsum, formats, sparse))
 }
 
 /// The stored operand `access` reads, where it has a format and is not
