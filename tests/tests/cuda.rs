@@ -275,7 +275,8 @@ fn a_program_under_path_levels_runs_its_dense_statement_on_tiles() {
 /// block where its iteration space is empty (a grid of 0, which the runtime
 /// skips; one block ran a tile of unmasked loads past the arrays' ends) and
 /// the harness reads and writes empty arrays; the output is the reference's
-/// zeros under the tile path, the warp walk and the level path.
+/// zeros under the tile path, the warp walk, the row walk (which writes
+/// every row: one run launches) and the level path.
 #[test]
 fn empty_operands_launch_nothing_on_the_emulated_gpu() {
     use spindle::Input;
@@ -301,6 +302,10 @@ fn empty_operands_launch_nothing_on_the_emulated_gpu() {
         (spmm(50, 40, "coo"), "map=walk"),
         (spmm(50, 40, "groupcoo:dim=0,g=2"), "tile.p=4"),
         (spmm(50, 40, "csr"), "path=levels"),
+        // The row walk writes every row (C is not zeroed first), so it
+        // launches one run even with no groups.
+        (spmm(50, 40, "coo"), "map=rows tile.p=2"),
+        (spmm(50, 40, "groupcoo:dim=0,g=2"), "map=rows tile.p=8"),
         (spmm(0, 0, "csr"), "tile.p=16"),
         (
             spindle::Problem::new("y[i] = A[i,j] * x[j]")

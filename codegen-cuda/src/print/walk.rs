@@ -206,7 +206,9 @@ pub(super) fn print(
     // L2 policies where B is read in 16-byte vectors (`l2hints=on`).
     let hints = opts.l2_hints && sixteen_byte_rows(k, &w);
     let (lanes, split) = sub_warps(w.columns, vec, w.group);
-    let runs = w.groups.div_ceil(w.run.max(1));
+    // The row walk writes every row, so one run at least: with no groups,
+    // warp 0 of each column chunk writes the zero rows.
+    let runs = w.groups.div_ceil(w.run.max(1)).max(usize::from(owned));
     let block = opts.threads.unwrap_or(BLOCK);
     let warps_per_block = (block / 32) as usize;
     let warps = runs * chunks;
