@@ -247,19 +247,24 @@ impl Prepared {
     /// `backend`.
     pub fn compile(&self, backend: &dyn Backend, schedule: &Schedule) -> Result<Compiled<'_>> {
         let levels = schedule.path == Path::Levels || self.tile_refusal.is_some();
+        let mut schedule = schedule.clone();
         let (kernel, executable) = match levels {
             false => {
-                let kernel = self.lower(schedule)?;
-                let executable = backend.compile(&kernel, schedule)?;
+                let mut kernel = self.lower(&schedule)?;
+                if let Some(columns) = block_row_columns(&kernel, &schedule) {
+                    schedule = columns;
+                    kernel = self.lower(&schedule)?;
+                }
+                let executable = backend.compile(&kernel, &schedule)?;
                 (Lowering::Tiles(kernel), executable)
             }
             true => {
-                let lowered = self.lower_levels(schedule)?;
-                let executable = backend.compile_levels(&lowered, schedule)?;
+                let lowered = self.lower_levels(&schedule)?;
+                let executable = backend.compile_levels(&lowered, &schedule)?;
                 (Lowering::Levels(lowered.kernel), executable)
             }
         };
-        Ok(Compiled { prepared: self, schedule: schedule.clone(), kernel, tuned: None, executable })
+        Ok(Compiled { prepared: self, schedule, kernel, tuned: None, executable })
     }
 
     /// Compiles the tile-path kernels of `schedules` at once, in parallel
@@ -439,6 +444,26 @@ impl Tuner {
     fn save(&self) {
         let _ = self.cache.save();
     }
+}
+
+/// `schedule` with a column tile where it says `map=rows` over
+/// block-sparse SpMM and leaves the column tile to the default, which
+/// block rows do not print (16; they take 32 to 256): the smallest of 32,
+/// 64 and 128 that covers the output's columns. `None` otherwise.
+fn block_row_columns(kernel: &Kernel, schedule: &Schedule) -> Option<Schedule> {
+    use spindle_ir::kernel::schedule::Mapping;
+    if schedule.map != Mapping::Rows {
+        return None;
+    }
+    let columns = spindle_cuda::print::rows_printable(kernel, schedule.tf32).ok()?;
+    if schedule.tiles.contains_key(&columns) {
+        return None;
+    }
+    let extent = kernel.axes.values().find(|a| a.name == columns)?.extent;
+    let tile = [32, 64, 128].into_iter().find(|&t| t >= extent).unwrap_or(128);
+    let mut given = schedule.clone();
+    given.tiles.insert(columns, tile);
+    Some(given)
 }
 
 #[cfg(test)]

@@ -704,7 +704,13 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         None if run.target == Target::Emulate && run.schedule.trim().is_empty() => {
             "the default: emulated times say nothing of a GPU's, so nothing is tuned".to_string()
         }
-        None => "as given".to_string(),
+        None => match run.schedule.parse::<Schedule>() {
+            // Block rows given no column tile take one they print.
+            Ok(given) if given.tiles != compiled.schedule.tiles => {
+                "as given, with a column tile block rows print".to_string()
+            }
+            _ => "as given".to_string(),
+        },
     };
     eprintln!("schedule: {} ({how})", compiled.schedule);
     if let (Some(asked @ 2..), Some(why)) = (compiled.schedule.threads, &report.one_thread) {

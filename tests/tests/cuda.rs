@@ -937,6 +937,15 @@ fn block_rows_compute_block_sparse_spmm_on_the_emulated_gpu() {
         let tolerance = if items.contains("tf32") { 1e-2 } else { check.tolerance };
         assert!(check.max_rel_error <= tolerance, "{what}: error {:.2e}", check.max_rel_error);
     }
+    // `map=rows` alone takes the smallest column tile of 32, 64 and 128
+    // that covers C's columns (the default 16 does not print).
+    for (n, tile) in [(48, 64), (208, 128)] {
+        let prepared = block_problem(n, DType::F16, DType::F16, "g=2", false);
+        let compiled = prepared.compile(&backend, &"map=rows".parse().unwrap()).unwrap();
+        assert_eq!(compiled.schedule.tiles.get("n"), Some(&tile), "n={n}");
+        let (_, check) = compiled.check().unwrap();
+        assert!(check.max_rel_error <= check.tolerance, "n={n}: error {:.2e}", check.max_rel_error);
+    }
     // Threads that are not a whole number of block rows are refused.
     let schedule: Schedule = "map=rows tile.n=64 block=96".parse().unwrap();
     let kernel = block_problem(64, DType::F16, DType::F16, "g=1", false).lower(&schedule).unwrap();
