@@ -275,7 +275,7 @@ impl Problem {
                     run.notes.push(format!(
                         "fusion={fusion}: on {} each statement runs as its own kernel, its temporaries dense \
                          (program kernels with temporaries run on the C backend only so far; fusion=maximal \
-                         runs one)",
+                         substitutes the statements into one, which runs where that one statement prints)",
                         backend.target().title()
                     ));
                 }
