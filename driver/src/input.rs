@@ -153,8 +153,17 @@ impl Loaded {
 pub(crate) fn kernel_dtype(input: &Input, loaded: &Loaded) -> ElemType {
     input.dtype.unwrap_or(match loaded {
         Loaded::Dense(TensorValue::Indices(_)) => ElemType::Index(spindle_formats::IType::I32),
-        _ => ElemType::Value(spindle_formats::DType::F32),
+        // A float `.npy` file's own type (f64, f32, f16), as NumPy holds it.
+        _ => ElemType::Value(npy_dtype(input).unwrap_or(spindle_formats::DType::F32)),
     })
+}
+
+/// The float type of a `.npy` input's file (read before, so its header is
+/// valid).
+fn npy_dtype(input: &Input) -> Option<spindle_formats::DType> {
+    let InputData::File(path) = &input.data else { return None };
+    let npy = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("npy"));
+    npy.then(|| spindle_formats::io::npy_value_dtype(path).ok().flatten()).flatten()
 }
 
 /// Tensor `name`'s values as a kernel in `dtype` holds them, in place:

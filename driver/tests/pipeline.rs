@@ -541,3 +541,26 @@ fn a_stored_operand_in_another_order_than_the_output_is_named_with_the_order_tha
     let (got, _) = compiled.assemble_and_time(TimingOptions { warmup: 0, repeats: 1 }).unwrap();
     assert!(compiled.compare_assembled(&got).unwrap().passed());
 }
+
+/// A float `.npy` input keeps its file's type in the kernel (f64, f16: it
+/// ran as f32 whatever the file held); `--shape X=:f32` still says otherwise.
+#[test]
+fn a_npy_input_keeps_its_files_float_type() {
+    use spindle_formats::io::write_npy_values;
+    let dir = std::env::temp_dir().join(format!("spindle-npy-dtype-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, x) = (dir.join("a.npy"), dir.join("x.npy"));
+    let values: Vec<f64> = (0..12).map(|v| v as f64 / 7.0 + 0.1).collect();
+    write_npy_values(&a, &[4, 3], &values).unwrap();
+    let halves: Vec<half::f16> = values[..3].iter().map(|&v| half::f16::from_f64(v)).collect();
+    write_npy_values(&x, &[3], &halves).unwrap();
+    let problem = Problem::new("y[i] = A[i,j] * x[j]").file("A", &a).file("x", &x);
+    let einsum = problem.check().unwrap();
+    assert_eq!(einsum.tensors["A"].dtype, ElemType::Value(DType::F64));
+    assert_eq!(einsum.tensors["x"].dtype, ElemType::Value(DType::F16));
+    // NumPy's promotion: f64.
+    assert_eq!(einsum.tensors["y"].dtype, ElemType::Value(DType::F64));
+    let told = problem.dtype("x", ElemType::Value(DType::F32)).check().unwrap();
+    assert_eq!(told.tensors["x"].dtype, ElemType::Value(DType::F32));
+    std::fs::remove_dir_all(&dir).ok();
+}

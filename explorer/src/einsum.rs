@@ -103,8 +103,8 @@ pub struct DataArgs {
     /// their shapes from their indices) and fused as the schedule's
     /// fusion=none|maximal|trie says (trie unless told).
     pub statement: String,
-    /// Data for a tensor: NAME=file.npy (dense values, or integer
-    /// indices), NAME=file.mtx or NAME=file.tns (sparse),
+    /// Data for a tensor: NAME=file.npy (dense values in the file's float
+    /// type, or integer indices), NAME=file.mtx or NAME=file.tns (sparse),
     /// NAME=gen:SPEC, a generated sparse matrix (as `spindle stats gen:...`,
     /// e.g. gen:uniform:rows=999,cols=999,nnz=9980,seed=1) or tensor of any
     /// rank (gen:uniform:shape=1x34x34x16,density=0.1,seed=1), or

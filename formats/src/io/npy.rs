@@ -52,6 +52,23 @@ pub fn read_npy_dense<V: Value>(path: &Path) -> Result<ArrayD<V>> {
     }
 }
 
+/// The value type a float `.npy` file holds (`f8`, `f4`, `f2`), read from
+/// its header alone; `None` for other dtypes (integers are indices).
+pub fn npy_value_dtype(path: &Path) -> Result<Option<DType>> {
+    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
+    let header = NpyHeader::from_reader(std::io::BufReader::new(file))
+        .map_err(|e| bad(path, format!("not a valid npy file: {e}")))?;
+    Ok(match header.dtype() {
+        NpyDType::Plain(ts) if ts.type_char() == TypeChar::Float => match ts.size_field() {
+            8 => Some(DType::F64),
+            4 => Some(DType::F32),
+            2 => Some(DType::F16),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
 /// Reads an integer array (`i1`..`i8`, `u1`..`u8`) as `i64`. Float dtypes
 /// are refused, as are `u8` values above `i64::MAX`.
 pub fn read_npy_index(path: &Path) -> Result<ArrayD<i64>> {
