@@ -376,7 +376,7 @@ mod tests {
     /// reads, reads outside (the fill), max=, functions.
     #[test]
     fn the_planned_walk_computes_what_the_plain_walk_does() {
-        let cases: [(&str, &[Operand]); 3] = [
+        let cases: [(&str, &[Operand]); 6] = [
             (
                 "C[AM[p],n] += AV[p,q] * B[AK[p,q],n]",
                 &[
@@ -394,6 +394,25 @@ mod tests {
             (
                 "y[i] = exp(A[i,X[j]]) + max(x[j], 0.3)",
                 &[("y", &[3], false), ("A", &[3, 4], false), ("X", &[4], true), ("x", &[4], false)],
+            ),
+            // The last index stepping in and out of a read's range (the
+            // offset moved, not summed again), at two dimensions at once,
+            // with a negative coefficient, and beside an index read.
+            (
+                "O[i,j] += I[i+2*q-2,j-q+1] * F[q] * W[X[i],q]",
+                &[
+                    ("O", &[4, 3], false),
+                    ("I", &[5, 4], false),
+                    ("F", &[4], false),
+                    ("W", &[3, 4], false),
+                    ("X", &[4], true),
+                ],
+            ),
+            // One index: every step is of the last digit.
+            ("y[i] = x[2*i-1] + x[X[i]]", &[("y", &[5], false), ("x", &[6], false), ("X", &[5], true)]),
+            (
+                "C[m,n] += A[m,k] * B[k,n] + A[n,m+k]",
+                &[("C", &[4, 4], false), ("A", &[4, 5], false), ("B", &[5, 4], false)],
             ),
         ];
         for (statement, shapes) in cases {

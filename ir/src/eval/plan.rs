@@ -11,10 +11,13 @@
 //! (the odometer's digits after the moved one reset, so "depends on a digit
 //! at or after the moved one"). The same arithmetic in the same order, not
 //! done twice: `W[Map_grp[p],c,m]` at fixed `p` and `c` does not re-read
-//! `Map_grp[p]` at every `m`.
+//! `Map_grp[p]` at every `m`. Where the last index moves by one and a
+//! read holds it only as itself, its subscripts' values move by their
+//! coefficients of it, not summed again (the point-cloud layer's reference,
+//! 227M points: 27.9 s before either, 10.9 s after both).
 
 use std::borrow::Cow;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use ndarray::ArrayD;
 
@@ -49,6 +52,16 @@ pub(super) struct Read<'t> {
     depth: Option<usize>,
     /// The offset last computed ([`Read::offset_after`]).
     memo: Cell<Option<Option<usize>>>,
+    /// Where the last digit appears, and only as itself (not inside an
+    /// indirect read): per dimension, its coefficient there. A step of the
+    /// last digit then moves those dimensions' values by their
+    /// coefficients ([`Read::stepped`]) instead of summing every subscript.
+    step: Option<Vec<(usize, i64)>>,
+    /// Per dimension, its value at the last point; how many of them are
+    /// outside their extent, and the offset of those inside.
+    values: RefCell<Vec<i128>>,
+    outside: Cell<usize>,
+    inside_offset: Cell<usize>,
 }
 
 struct Dim<'t> {
@@ -59,6 +72,13 @@ struct Dim<'t> {
     /// A whole-subscript indirect read (`B[X[p], i]`): out of range is an
     /// error, not the fill value.
     whole: bool,
+}
+
+impl Dim<'_> {
+    /// `v` as a position in this dimension, if inside it.
+    fn inside(&self, v: i128) -> Option<usize> {
+        usize::try_from(v).ok().filter(|&u| u < self.extent)
+    }
 }
 
 /// A subscript's atom: an index's slot in the point, or an integer read.
@@ -178,9 +198,19 @@ impl<'s, 't> Resolver<'_, 's, 't> {
                 Atom2::Indirect(r) => r.depth,
             })
             .max();
+        let step = self.einsum.indices.len().checked_sub(1).and_then(|last| step_of(&dims, last));
         // The left-hand side reads no data: a placeholder it never loads.
         static NONE: Data<'static> = Data::Values(Cow::Borrowed(&[]));
-        Some(Read { data: data.unwrap_or(&NONE), dims, depth, memo: Cell::new(None) })
+        Some(Read {
+            data: data.unwrap_or(&NONE),
+            values: RefCell::new(vec![0; dims.len()]),
+            dims,
+            depth,
+            memo: Cell::new(None),
+            step,
+            outside: Cell::new(0),
+            inside_offset: Cell::new(0),
+        })
     }
 
     fn dim(&self, s: &Subscript, extent: usize, stride: usize) -> Option<Dim<'s>> {
@@ -206,6 +236,28 @@ impl<'s, 't> Resolver<'_, 's, 't> {
     }
 }
 
+/// Where digit `last` appears in `dims`, with its coefficient per
+/// dimension, when it appears there only as itself; `None` where it does
+/// not appear, or appears inside an indirect read.
+fn step_of(dims: &[Dim<'_>], last: usize) -> Option<Vec<(usize, i64)>> {
+    let mut step = Vec::new();
+    for (d, dim) in dims.iter().enumerate() {
+        let mut coeff = 0i64;
+        for (c, atom) in &dim.terms {
+            match atom {
+                Atom2::Slot(k) if *k == last => coeff = coeff.checked_add(*c)?,
+                Atom2::Slot(_) => {}
+                Atom2::Indirect(r) if r.depth.is_some_and(|k| k >= last) => return None,
+                Atom2::Indirect(_) => {}
+            }
+        }
+        if coeff != 0 {
+            step.push((d, coeff));
+        }
+    }
+    (!step.is_empty()).then_some(step)
+}
+
 impl Read<'_> {
     /// The element's offset in row-major order at `point`; `None` outside
     /// the tensor (the fill value). Gives up where `At` reports an error.
@@ -220,32 +272,73 @@ impl Read<'_> {
         {
             return Ok(at);
         }
-        let at = self.compute_offset(point, moved)?;
+        // A step of the last digit (the last one moved, by one, from the
+        // point before, where this read was read too: a read that depends
+        // on the last digit is read at every point) moves the offset. (At
+        // a walk's first point every digit is 0; after a step of the last
+        // digit it is not.)
+        let last = point.len().wrapping_sub(1);
+        let stepped = match (&self.step, self.memo.get()) {
+            (Some(step), Some(_)) if moved == last && point[last] > 0 => self.stepped(step),
+            _ => None,
+        };
+        let at = match stepped {
+            Some(at) => at,
+            None => self.compute_offset(point, moved)?,
+        };
         self.memo.set(Some(at));
         Ok(at)
     }
 
+    /// The offset after the last digit moved by one, from the values at
+    /// the point before; `None` where a value leaves 128 bits (then summed
+    /// afresh, as `At` would report it).
+    fn stepped(&self, step: &[(usize, i64)]) -> Option<Option<usize>> {
+        let mut values = self.values.borrow_mut();
+        let (mut outside, mut at) = (self.outside.get(), self.inside_offset.get());
+        for &(d, coeff) in step {
+            let dim = &self.dims[d];
+            let (old, new) = (values[d], values[d].checked_add(i128::from(coeff))?);
+            match dim.inside(old) {
+                Some(u) => at -= u * dim.stride,
+                None => outside -= 1,
+            }
+            match dim.inside(new) {
+                Some(u) => at += u * dim.stride,
+                None => outside += 1,
+            }
+            values[d] = new;
+        }
+        self.outside.set(outside);
+        self.inside_offset.set(at);
+        Some((outside == 0).then_some(at))
+    }
+
     fn compute_offset(&self, point: &[usize], moved: usize) -> Result<Option<usize>, GiveUp> {
         let mut at = 0;
-        let mut inside = true;
-        for d in &self.dims {
+        let mut outside = 0;
+        let mut values = self.values.borrow_mut();
+        for (d, dim) in self.dims.iter().enumerate() {
             // In 128 bits, as `At` sums: a product of two 64-bit integers
             // fits; a sum past 128 bits is `At`'s overflow error.
-            let mut v = i128::from(d.offset);
-            for (coeff, atom) in &d.terms {
+            let mut v = i128::from(dim.offset);
+            for (coeff, atom) in &dim.terms {
                 let x = match atom {
                     Atom2::Slot(k) => point[*k] as i128,
                     Atom2::Indirect(r) => i128::from(r.index(point, moved)?),
                 };
                 v = v.checked_add(i128::from(*coeff) * x).ok_or(GiveUp)?;
             }
-            match usize::try_from(v).ok().filter(|&u| u < d.extent) {
-                Some(u) => at += u * d.stride,
-                None if d.whole => return Err(GiveUp),
-                None => inside = false,
+            match dim.inside(v) {
+                Some(u) => at += u * dim.stride,
+                None if dim.whole => return Err(GiveUp),
+                None => outside += 1,
             }
+            values[d] = v;
         }
-        Ok(inside.then_some(at))
+        self.outside.set(outside);
+        self.inside_offset.set(at);
+        Ok((outside == 0).then_some(at))
     }
 
     /// Whether the read can give up: only one through an index tensor can
