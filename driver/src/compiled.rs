@@ -251,7 +251,9 @@ impl Prepared {
         let (kernel, executable) = match levels {
             false => {
                 let mut kernel = self.lower(&schedule)?;
-                if let Some(columns) = block_row_columns(&kernel, &schedule) {
+                if backend.target() != Target::C
+                    && let Some(columns) = block_row_columns(&kernel, &schedule)
+                {
                     schedule = columns;
                     kernel = self.lower(&schedule)?;
                 }

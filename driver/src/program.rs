@@ -209,7 +209,7 @@ impl Problem {
     /// in the format of an operand. (A convolution's product runs as one
     /// statement: subsection loops walk the stored operand's windows, which
     /// the program path's plain loops cannot.) A product over grouped operands alone
-    /// (GroupCOO, BlockGroupCOO) is Insum's one fused kernel instead, as in
+    /// (GroupCOO, BlockGroupCOO, BCSR) is Insum's one fused kernel instead, as in
     /// the notebook: the point-cloud layer
     /// `Out[x,m] += Map[x,y,z] * In[y,c] * W[z,c,m]` with Map in GroupCOO.
     pub fn is_program(&self) -> bool {
@@ -230,7 +230,12 @@ impl Problem {
                 // of the operand that masks it (SDDMM's).
                 let output_fits = format_of(output).is_none_or(|f| inputs.contains(&f));
                 let grouped = |f: &&String| {
-                    matches!(f.parse(), Ok(FormatSpec::GroupCoo { .. } | FormatSpec::BlockGroupCoo { .. }))
+                    matches!(
+                        f.parse(),
+                        Ok(FormatSpec::GroupCoo { .. }
+                            | FormatSpec::BlockGroupCoo { .. }
+                            | FormatSpec::Bcsr { .. })
+                    )
                 };
                 !inputs.is_empty()
                     && !inputs.iter().all(grouped)

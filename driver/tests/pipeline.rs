@@ -564,3 +564,23 @@ fn a_npy_input_keeps_its_files_float_type() {
     assert_eq!(told.tensors["x"].dtype, ElemType::Value(DType::F32));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A compound product over BCSR is Insum's one fused tile kernel, as over
+/// BlockGroupCOO (it went to the program path, which refused its blocked
+/// levels); `map=rows` on the C backend adds no column tile.
+#[test]
+fn bcsr_products_fuse_on_tiles_and_map_rows_leaves_c_tiles_alone() {
+    let backend = CBackend::new();
+    let problem = Problem::new("C[i,j] = A[i,j] * X[i,k] * Y[j,k]")
+        .tensor("A", Input::random(&[12, 10], DType::F32, 1))
+        .tensor("X", Input::random(&[12, 4], DType::F32, 2))
+        .tensor("Y", Input::random(&[10, 4], DType::F32, 3))
+        .format("A", "bcsr:bm=4,bk=4");
+    assert!(!problem.is_program());
+    let (_, check) =
+        problem.prepare().unwrap().compile(&backend, &Schedule::default()).unwrap().check().unwrap();
+    assert!(check.passed(), "{check:?}");
+    let prepared = spmm("blockgroupcoo:bm=4,bk=4,dim=0,g=1").prepare().unwrap();
+    let compiled = prepared.compile(&backend, &"map=rows".parse().unwrap()).unwrap();
+    assert!(compiled.schedule.tiles.is_empty(), "{}", compiled.schedule);
+}

@@ -125,7 +125,7 @@ pub struct DataArgs {
     #[arg(long = "shape", value_name = "NAME=DIMS[:DTYPE]")]
     pub shapes: Vec<String>,
     /// Store a tensor in a format (coo, csr, csc, dcsr, dcsc, csf, ell,
-    /// groupcoo, blockgroupcoo, or a d/c level list such as dddc), e.g.
+    /// groupcoo, blockgroupcoo, bcsr, or a d/c level list such as dddc), e.g.
     /// A=groupcoo:dim=0,g=8: the statement is rewritten over the format's
     /// arrays, or iterated over its levels where the rewrite cannot express
     /// it; read at affine subscripts (I[i+p,j+q], a convolution), its levels
@@ -699,7 +699,10 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
             spindle::Lowering::Levels(k) if !k.affine.is_empty() => {
                 "the level path: subsection loops walk the affine subscripts of stored operands".to_string()
             }
-            _ => "the level path: the tile path cannot take these formats".to_string(),
+            _ => format!(
+                "the level path: the tile path cannot take it, {}",
+                compiled.prepared.tile_refusal.as_deref().unwrap_or("")
+            ),
         },
         None if run.target == Target::Emulate && run.schedule.trim().is_empty() => {
             "the default: emulated times say nothing of a GPU's, so nothing is tuned".to_string()

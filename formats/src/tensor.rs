@@ -491,7 +491,7 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
                 let canonical = coo.clone().canonicalize();
                 let rows = nonzero_rows(&canonical);
                 let stored = coo.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-                let stored = check_array::<V>("dense val", stored)?;
+                let stored = check_array::<V>(&format!("dense storage of shape {:?}", coo.shape), stored)?;
                 let format =
                     Counted { spec: spec.clone(), shape: coo.shape.clone(), nnz: rows.iter().sum(), stored };
                 let arrays = vec![value_array::<V>("val", stored)];
@@ -501,7 +501,8 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
                 let (rows, _) = coo.expect_matrix("ELL")?;
                 let csr = Compressed::from_coo(coo, 0)?;
                 let width = (0..rows).map(|i| csr.slice(i).len()).max().unwrap_or(0);
-                let stored = check_array::<V>("ELL val", rows.checked_mul(width))?;
+                let stored =
+                    check_array::<V>(&format!("ELL val ({rows} rows of {width})"), rows.checked_mul(width))?;
                 let occupancy: Vec<usize> = (0..rows)
                     .map(|i| csr.val[csr.slice(i)].iter().filter(|v| !v.is_zero()).count())
                     .collect();

@@ -1016,3 +1016,18 @@ fn a_stored_operand_read_at_two_subscripts_walks_a_copy() {
     let tree = runs(&case("C[i,j] = A[i,j] * A[i,j]", a, &[("A", "csr")]));
     assert!(!tree.contains("A2"), "{tree}");
 }
+
+/// Where the copy of a second read cannot be walked either (`A[j,i]` in
+/// CSR against `A[i,j]`: no loop order fits both), the refusal names the
+/// reads as written, not the copy.
+#[test]
+fn a_reread_that_no_loop_order_fits_is_refused_in_the_users_names() {
+    let a: &[(&str, &[usize], f64)] = &[("C", &[6, 6], 1.0), ("A", &[6, 6], 0.3)];
+    let c = case("C[i,j] = A[i,j] + A[j,i]", a, &[("A", "csr")]);
+    let (einsum, _, entries, formats) = prepare(&c);
+    let err = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap_err();
+    let text = err.render(c.statement, false);
+    assert!(text.contains("`A` is read at two subscripts"), "{text}");
+    assert!(text.contains("`A` as read at [j,i] stores `j` above `i`"), "{text}");
+    assert!(!text.contains("A2"), "{text}");
+}

@@ -258,7 +258,7 @@ pub enum PrintError {
     Walk { kernel: String, reason: String },
     #[error(
         "cannot print kernel `{kernel}` with map=rows: {reason} (map=rows prints C[bm*R[p]+bi,n] += \
-         V[p,q,bi,bj] * B[bk*K[p,q]+bj,n] on Tensor Cores, BlockGroupCOO SpMM over block rows, and \
+         V[p,q,bi,bj] * B[bk*K[p,q]+bj,n] on Tensor Cores, BlockGroupCOO or BCSR SpMM over block rows, and \
          C[R[p],n] += V[p,q] * B[K[p,q],n] by warps over whole rows, GroupCOO and COO SpMM; use map=tiles)"
     )]
     Rows { kernel: String, reason: String },

@@ -73,8 +73,8 @@ pub(super) fn recognise(k: &Kernel) -> Result<Rows, String> {
         return Err("the output is not a matrix C[bm*R[p]+bi,n]".into());
     };
     let n = range(k, col_ix).ok_or("the output's column is not an index n")?;
-    let (bm, row_load, bi) =
-        scaled_plus_range(k, row_ix).ok_or("the output's row is not bm*R[p]+bi (BlockGroupCOO over rows)")?;
+    let (bm, row_load, bi) = scaled_plus_range(k, row_ix)
+        .ok_or("the output's row is not bm*R[p]+bi (BlockGroupCOO over rows, or BCSR)")?;
     let (rows, by) = load_at(k, row_load).ok_or("the output's block row is not an index tensor R[p]")?;
     let &[p] = &by[..] else { return Err("the output's block row is not R[p]".into()) };
     if s.reduction != Reduction::Sum {

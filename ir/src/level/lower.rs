@@ -74,11 +74,32 @@ pub fn lower(
     schedule: &Schedule,
     name: &str,
 ) -> Result<Lowered, Diagnostic> {
-    let aliased = alias_rereads(einsum, formats, sparse);
-    let (einsum, formats, sparse) = match &aliased {
-        Some((einsum, formats, sparse)) => (einsum, formats, sparse),
-        None => (einsum, formats, sparse),
+    let Some((aliased, formats_, sparse_, renames)) = alias_rereads(einsum, formats, sparse) else {
+        return lower_as_read(einsum, formats, sparse, schedule, name);
     };
+    lower_as_read(&aliased, &formats_, &sparse_, schedule, name).map_err(|copies| {
+        // Where the copies do not lower either, the statement as written
+        // says why, with the copies' reason beside it in the user's names.
+        let mut why = copies.message.clone();
+        for ((tensor, read), alias) in &renames {
+            why = why.replace(&format!("`{alias}`"), &format!("`{tensor}` as read at [{}]", read.join(",")));
+        }
+        // (As written, a reread operand always fails to lower.)
+        match lower_as_read(einsum, formats, sparse, schedule, name) {
+            Err(d) => d.with_note(format!("walked as a copy for each further read, it cannot either: {why}")),
+            Ok(_) => copies,
+        }
+    })
+}
+
+/// [`lower`] of `einsum` with its stored operands read as written.
+fn lower_as_read(
+    einsum: &Einsum,
+    formats: &BTreeMap<String, FormatSpec>,
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+    schedule: &Schedule,
+    name: &str,
+) -> Result<Lowered, Diagnostic> {
     let st = &einsum.statement;
     let (reduction, init) = match st.op {
         AssignOp::Assign => (Reduction::Sum, OutputInit::Zero),
@@ -287,7 +308,12 @@ fn alias_rereads(
     einsum: &Einsum,
     formats: &BTreeMap<String, FormatSpec>,
     sparse: &BTreeMap<String, Coo<f64, i64>>,
-) -> Option<(Einsum, BTreeMap<String, FormatSpec>, BTreeMap<String, Coo<f64, i64>>)> {
+) -> Option<(
+    Einsum,
+    BTreeMap<String, FormatSpec>,
+    BTreeMap<String, Coo<f64, i64>>,
+    BTreeMap<(String, Vec<String>), String>,
+)> {
     let subscripts = |a: &Access| a.subscripts.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     // Per stored tensor, its distinct subscripts in reading order.
     let mut seen: BTreeMap<&str, Vec<Vec<String>>> = BTreeMap::new();
@@ -328,7 +354,7 @@ fn alias_rereads(
             a.tensor.name = alias.clone();
         }
     });
-    Some((einsum, formats, sparse))
+    Some((einsum, formats, sparse, renames))
 }
 
 /// The stored operand `access` reads, where it has a format and is not
@@ -360,7 +386,8 @@ pub(super) fn store_operand(
         }
         return Err(refuse(
             format!(
-                "`{tname}` is read at two subscripts; the level path walks each stored operand by one set of indices"
+                "`{tname}` is read at two subscripts; a kernel walks each stored operand by one set of indices \
+             (a statement alone walks a copy for the second read where the copy lowers)"
             ),
             access.span,
             "a second read",
@@ -462,7 +489,7 @@ pub fn store_levels(
             return Err(refuse(
                 format!(
                     "`{tname}` in {} has blocked levels, which the level path does not walk \
-                     (block-sparse products run on the tile path, in blockgroupcoo:bm=..,bk=..)",
+                     (block-sparse products run on the tile path)",
                     spec.name()
                 ),
                 access.span,
