@@ -105,6 +105,14 @@ pub trait Dialect {
         }
     }
 
+    /// `target op= value` as one atomic read-modify-write of an element of
+    /// type `dtype` that other threads update too; `None` where the
+    /// language has no atomics (C: its threads own their output elements).
+    fn atomic_fold(&self, r: Reduction, dtype: ElemType, target: &str, value: &str) -> Option<String> {
+        let _ = (r, dtype, target, value);
+        None
+    }
+
     /// `target op= value` for a reduction, as a statement.
     fn fold(&self, r: Reduction, target: &str, value: &str) -> String {
         let s = self.math_suffix();

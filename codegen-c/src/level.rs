@@ -109,7 +109,16 @@ pub fn print_level_warps<D: Dialect>(
             "subsection loops (affine subscripts on stored operands) run on the C backend only so far",
         ));
     }
-    if !kernel.parallel {
+    if kernel.body.len() > 1 {
+        return Err(refuse(
+            "a warp per iteration of the outermost loop needs one loop there; this kernel has several",
+        ));
+    }
+    // Where iterations share output elements (COO's or GroupCOO's rows
+    // repeat; a sum outermost), warps update them atomically: Sgap's
+    // atomic strategy, with no memset beyond the output's initial value.
+    let out_type = kernel.tensor(kernel.output).dtype;
+    if !kernel.parallel && dialect.atomic_fold(kernel.reduction, out_type, "", "").is_none() {
         return Err(refuse(
             "a warp per row needs an outermost loop whose iterations own their output rows (CSR, DCSR, CSF \
              rows); this one's do not",
@@ -120,6 +129,7 @@ pub fn print_level_warps<D: Dialect>(
     let vars = kernel.vars.iter().map(|(_, v)| namer.fresh("i_", &v.name)).collect();
     let mut p = Printer::new(kernel, dialect, tensors.clone(), vars);
     p.split = Some(split);
+    p.atomic = !kernel.parallel;
     p.warps(1);
     Ok((tensors, p.out))
 }
@@ -275,6 +285,9 @@ struct Printer<'k, D: Dialect> {
     one_pass: bool,
     /// On a GPU: how lanes split each row; `None` on CPU threads.
     split: Option<LaneSplit>,
+    /// On a GPU whose warps' iterations share output elements: updates of
+    /// the output are atomic.
+    atomic: bool,
     /// The outermost loop runs on OpenMP threads.
     threads: bool,
     /// The tensors are `restrict` parameters of a body function (else
@@ -406,6 +419,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             threads: k.parallel,
             restrict_params: false,
             split: None,
+            atomic: false,
             in_split: None,
             bound: Vec::new(),
             lanes_outside: None,
@@ -442,7 +456,40 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 points[0].body.iter().for_each(|b| self.node(b, depth + 1));
                 self.line(depth, "}");
             }
-            _ => unreachable!("a parallel kernel has one outermost loop"),
+            [Node::Merge { var, levels, points, .. }] => {
+                // Several levels co-iterated (or one beside a dense
+                // operand): a warp per coordinate of the index, each level
+                // found in its sorted coordinates by binary search.
+                let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
+                self.line(depth, &format!("if (warp < {extent}) {{"));
+                let d = depth + 1;
+                self.line(d, &format!("const int64_t {v} = warp;"));
+                let ps: Vec<String> = levels.iter().map(|l| Self::position(&l.position())).collect();
+                for (l, p) in levels.iter().zip(&ps) {
+                    let ((begin, end), crd) = (self.range(l), self.crd(l).to_string());
+                    self.line(d, &format!("int64_t {p} = {begin};"));
+                    self.line(d, &format!("const int64_t {p}_end = {end};"));
+                    self.line(d, &format!("for (int64_t hi = {p}_end; {p} < hi;) {{"));
+                    self.line(d + 1, &format!("const int64_t mid = ({p} + hi) >> 1;"));
+                    self.line(d + 1, &format!("if ({crd}[mid] < {v}) {p} = mid + 1; else hi = mid;"));
+                    self.line(d, "}");
+                    self.line(d, &format!("const int m_{p} = {p} < {p}_end && {crd}[{p}] == {v};"));
+                }
+                self.cases(&ps, &vec![true; levels.len()], points, d);
+                self.line(depth, "}");
+            }
+            [] => {}
+            _ => unreachable!("print_level_warps takes one outermost loop"),
+        }
+    }
+
+    /// `target op= value` on an element of the output: atomic where
+    /// warps share output elements.
+    fn fold_out(&self, target: &str, value: &str) -> String {
+        let (r, dtype) = (self.k.reduction, self.k.tensor(self.k.output).dtype);
+        match self.atomic {
+            true => self.d.atomic_fold(r, dtype, target, value).expect("checked by print_level_warps"),
+            false => self.d.fold(r, target, value),
         }
     }
 
@@ -1339,7 +1386,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 match (self.split, self.in_split) {
                     (_, Some(LaneSplit::Positions(_))) => self.line(depth, &format!("acc += {value};")),
                     (Some(_), None) => {
-                        let fold = self.d.fold(self.k.reduction, &format!("{out}[{address}]"), &value);
+                        let fold = self.fold_out(&format!("{out}[{address}]"), &value);
                         self.line(depth, &format!("if (lane == 0) {fold}"));
                     }
                     _ => {
@@ -1347,7 +1394,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                             Some(row) if row == at => format!("o_row[{}]", self.var(at[at.len() - 1])),
                             _ => format!("{out}[{address}]"),
                         };
-                        let fold = self.d.fold(self.k.reduction, &target, &value);
+                        let fold = self.fold_out(&target, &value);
                         self.line(depth, &fold);
                         if let Some(hits) = &self.hits {
                             let line = format!("{hits}++;");
@@ -1641,7 +1688,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(d, "for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, offset);");
         let out = self.tensor(self.k.output).to_string();
         let address = self.dense_address(self.k.output, update);
-        let fold = self.d.fold(self.k.reduction, &format!("{out}[{address}]"), "acc");
+        let fold = self.fold_out(&format!("{out}[{address}]"), "acc");
         self.line(d, &format!("if (lane == 0) {fold}"));
         self.line(depth, "}");
     }

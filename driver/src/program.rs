@@ -457,7 +457,8 @@ impl Problem {
         let why = match &refused {
             Error::Statement { diagnostic, .. }
                 if fusion == Fusion::Trie
-                    && ["co-iteration", "no pattern"].contains(&diagnostic.label.as_str()) =>
+                    && ["co-iteration", "no pattern", "a second read"]
+                        .contains(&diagnostic.label.as_str()) =>
             {
                 diagnostic.message.clone()
             }
@@ -935,6 +936,39 @@ mod tests {
         let none: Schedule = "fusion=none".parse().unwrap();
         let err = p.run_program(&crate::CBackend::new(), &none, opts, true).unwrap_err();
         assert!(err.render(false).contains("co-iteration"), "{}", err.render(false));
+    }
+
+    /// A compound product that reads one stored operand at several
+    /// subscripts (triangles per vertex, `A[i,j] * A[j,k] * A[i,k]`; a
+    /// Gram product masked by a dense `D`): the default `fusion=trie`
+    /// cannot walk `A` twice in one program kernel, so it runs the
+    /// substituted statement, whose level path walks a copy of `A` for
+    /// each further read, and says so (it was refused). `fusion=none`,
+    /// asked for, is refused, with the way out in a note.
+    #[test]
+    fn a_compound_product_reading_an_operand_twice_fuses_maximally() {
+        let a: Vec<(usize, usize, f64)> = (0..14).map(|e| (e / 2, (e * 3 + 1) % 7, 1.0 + e as f64)).collect();
+        let a = Coo::<f64, i64>::from_triplets(7, 7, &a).unwrap();
+        let d = ArrayD::from_shape_fn(vec![7, 7], |ix| 0.5 + ix[0] as f64 - ix[1] as f64);
+        let opts = TimingOptions { warmup: 0, repeats: 1 };
+        for (statement, dense) in
+            [("t[i] = A[i,j] * A[j,k] * A[i,k]", false), ("C[i,j] = A[i,k] * A[j,k] * D[i,j]", true)]
+        {
+            let mut p = Problem::new(statement).tensor("A", a.clone()).format("A", "csr");
+            if dense {
+                p = p.tensor("D", d.clone());
+            }
+            assert!(p.is_program(), "{statement}");
+            let run = p.run_program(&crate::CBackend::new(), &Schedule::default(), opts, true).unwrap();
+            assert!(run.checks.iter().all(Check::passed), "{statement}: {:?}", run.checks);
+            assert!(run.result.iter().any(|&x| x != 0.0), "{statement}");
+            let note = run.notes.iter().find(|n| n.contains("fused maximally")).expect("a note says why");
+            assert!(note.contains("`A` is read at two subscripts"), "{note}");
+            let none: Schedule = "fusion=none".parse().unwrap();
+            let text = p.run_program(&crate::CBackend::new(), &none, opts, true).unwrap_err().render(false);
+            assert!(text.contains("a program kernel walks each stored operand by one set"), "{text}");
+            assert!(text.contains("fusion=maximal (which the default fusion=trie falls back to)"), "{text}");
+        }
     }
 
     /// A statement that writes a tensor an earlier one read (`x`, given

@@ -702,9 +702,10 @@ fn workspaces_too_large_to_label_are_refused_with_a_caret() {
     assert_eq!(&c.statement[err.span.start..err.span.end], "C[i,j]", "{text}");
 }
 
-/// A warp per row on the GPU: printed as CUDA, run in the CPU emulation
-/// (under AddressSanitizer) against the reference, and compiled by NVRTC
-/// for sm_80 and sm_90 where the toolchain is installed.
+/// A warp per row (or per iteration of the outermost loop) on the GPU:
+/// printed as CUDA, run in the CPU emulation (under AddressSanitizer)
+/// against the reference, and compiled by NVRTC for sm_80 and sm_90 where
+/// the toolchain is installed.
 #[test]
 fn cuda_rows_per_warp_compute_spmv_and_spmm() {
     use spindle_cuda::emulate::{EmulateOptions, run_level};
@@ -757,6 +758,54 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
             ),
             "if (lane == 0)",
         ),
+        // Iterations that share output rows update them atomically: a
+        // column of CSC per warp (a sum outermost), an entry of COO per
+        // warp (its rows repeat), and a GroupCOO fallback.
+        (
+            case(
+                "y[i] = A[i,j] * x[j]",
+                &[("y", &[40], 1.0), ("A", &[40, 35], 0.2), ("x", &[35], 1.0)],
+                &[("A", "csc")],
+            ),
+            "atomicAdd(&",
+        ),
+        (
+            case(
+                "C[i,j] = relu(A[i,k] * B[k,j])",
+                &[("C", &[19, 33], 1.0), ("A", &[19, 25], 0.3), ("B", &[25, 33], 1.0)],
+                &[("A", "coo")],
+            ),
+            "atomicAdd(&",
+        ),
+        (
+            case(
+                "C[i,j] = relu(A[i,k]) * B[k,j]",
+                &[("C", &[17, 9], 1.0), ("A", &[17, 12], 0.3), ("B", &[12, 9], 1.0)],
+                &[("A", "groupcoo:dim=0,g=4")],
+            ),
+            "atomicAdd(&",
+        ),
+        // The trace: the identity walked beside A's rows, each warp
+        // adding its row's diagonal entry to the one output atomically.
+        (case("s = A[i,i]", &[("s", &[], 1.0), ("A", &[23, 23], 0.5)], &[("A", "csr")]), "t_Eye_crd"),
+        // A union at the top (DCSR beside a dense operand, CSR beside
+        // DCSR): a warp per row, each level's row found by binary search.
+        (
+            case(
+                "C[i,j] = A[i,j] + D[i,j]",
+                &[("C", &[30, 20], 1.0), ("A", &[30, 20], 0.1), ("D", &[30, 20], 1.0)],
+                &[("A", "dcsr")],
+            ),
+            "else hi = mid;",
+        ),
+        (
+            case(
+                "C[i,j] = A[i,j] + B[i,j]",
+                &[("C", &[30, 20], 1.0), ("A", &[30, 20], 0.1), ("B", &[30, 20], 0.05)],
+                &[("A", "csr"), ("B", "dcsr")],
+            ),
+            "else hi = mid;",
+        ),
     ];
     for (c, needle) in &cases {
         let (einsum, data, entries, formats) = prepare(c);
@@ -791,7 +840,7 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
             }
         }
     }
-    // Sparse outputs and column-first walks stay on the CPU, saying why.
+    // Sparse outputs stay on the CPU, saying why.
     let c = case(
         "C[i,j] = A[i,j] * B[i,j]",
         &[("C", &[6, 6], 1.0), ("A", &[6, 6], 0.3), ("B", &[6, 6], 0.3)],
@@ -801,15 +850,6 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
     let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
     let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
     assert!(err.contains("sparse outputs are assembled on the C backend only"), "{err}");
-    let c = case(
-        "y[i] = A[i,j] * x[j]",
-        &[("y", &[6], 1.0), ("A", &[6, 6], 0.3), ("x", &[6], 1.0)],
-        &[("A", "csc")],
-    );
-    let (einsum, _, entries, formats) = prepare(&c);
-    let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
-    let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
-    assert!(err.contains("own their output rows"), "{err}");
 }
 
 /// TTV, TTM and MTTKRP over a FROSTT tensor of the shared data folder in
@@ -1015,6 +1055,35 @@ fn a_stored_operand_read_at_two_subscripts_walks_a_copy() {
     }
     let tree = runs(&case("C[i,j] = A[i,j] * A[i,j]", a, &[("A", "csr")]));
     assert!(!tree.contains("A2"), "{tree}");
+}
+
+/// A stored operand read with an index repeated (its diagonal) is walked
+/// as a product with the identity, `A[i,i2] * Eye[i,i2]`: the trace, the
+/// diagonal, a function of it, rows scaled by it, in row- and
+/// column-major formats, and beside a second read of the same operand
+/// (they were refused: "`i` indexes two dimensions of `A`"). Under `max=`
+/// the identity's zeros would count, so the refusal stands.
+#[test]
+fn a_diagonal_read_walks_the_identity_beside_the_operand() {
+    let a = ("A", &[12usize, 12][..], 0.6);
+    type Operands<'a> = Vec<(&'a str, &'a [usize], f64)>;
+    let cases: [(&str, Operands, &str); 7] = [
+        ("s = A[i,i]", vec![("s", &[], 1.0), a], "csr"),
+        ("y[i] = A[i,i]", vec![("y", &[12], 1.0), a], "csr"),
+        ("y[i] = A[i,i]", vec![("y", &[12], 1.0), a], "csc"),
+        ("y[i] = A[i,i]", vec![("y", &[12], 1.0), a], "dcsr"),
+        ("y[i] = exp(A[i,i]) + x[i]", vec![("y", &[12], 1.0), a, ("x", &[12], 1.0)], "csr"),
+        ("C[i,j] = A[i,i] * D[i,j]", vec![("C", &[12, 5], 1.0), a, ("D", &[12, 5], 1.0)], "csr"),
+        ("C[i,j] = A[i,i] * A[i,j]", vec![("C", &[12, 12], 1.0), a], "csr"),
+    ];
+    for (statement, tensors, format) in &cases {
+        let tree = runs(&case(statement, tensors, &[("A", format)]));
+        assert!(tree.contains("Eye"), "{statement} over {format}:\n{tree}");
+    }
+    let c = case("y[i] max= A[i,i]", &[("y", &[12], 1.0), a], &[("A", "csr")]);
+    let (einsum, _, entries, formats) = prepare(&c);
+    let err = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap_err();
+    assert!(err.render(c.statement, false).contains("iteration skips zeros"), "{err:?}");
 }
 
 /// Where the copy of a second read cannot be walked either (`A[j,i]` in

@@ -5,6 +5,7 @@
 
 use spindle_c::dialect::Dialect;
 use spindle_ir::formats::DType;
+use spindle_ir::kernel::Reduction;
 use spindle_ir::lang::ElemType;
 
 #[derive(Clone, Copy, Debug)]
@@ -67,5 +68,16 @@ impl Dialect for Cuda {
 
     fn scaled(&self, index: &str, stride: usize) -> String {
         if self.wide { format!("(long long){index} * {stride}") } else { format!("{index} * {stride}") }
+    }
+
+    /// Sums by `atomicAdd`; max and min by the compare-and-swap loops of
+    /// `sink::atomic_helper`, which the kernel must define.
+    fn atomic_fold(&self, r: Reduction, dtype: ElemType, target: &str, value: &str) -> Option<String> {
+        let v = self.store_as(dtype, value);
+        Some(match r {
+            Reduction::Sum => format!("atomicAdd(&{target}, {v});"),
+            Reduction::Max => format!("spindle_atomic_max(&{target}, {v});"),
+            Reduction::Min => format!("spindle_atomic_min(&{target}, {v});"),
+        })
     }
 }

@@ -1,17 +1,22 @@
 //! CUDA C++ of the level path's loop trees: a warp per iteration of the
-//! outermost loop (a CSR, DCSR or CSF row, which owns its output rows, so
-//! no atomics), its lanes splitting the row: SpMM's dense columns (each
+//! outermost loop, its lanes splitting the row: SpMM's dense columns (each
 //! lane its own output elements, reads of B coalesced across the warp) or
-//! SpMV's positions (a register per lane, added with shuffles). The loops
-//! are the C backend's ([`spindle_c::level`]), spelled in CUDA's dialect.
+//! SpMV's positions (a register per lane, added with shuffles). Where the
+//! iteration is a CSR, DCSR or CSF row, it owns its output rows, so no
+//! atomics; where iterations share output elements (COO's or GroupCOO's
+//! repeated rows, a sum outermost), the warps update them atomically (Sgap's
+//! atomic strategy). The loops are the C backend's ([`spindle_c::level`]),
+//! spelled in CUDA's dialect.
 
 use spindle_c::level::{LaneSplit, lane_split, print_level_warps};
 use spindle_c::namer;
 use spindle_ir::formats::DType;
+use spindle_ir::kernel::Reduction;
 use spindle_ir::lang::ElemType;
 use spindle_ir::level::LevelKernel;
 
 use super::dialect::Cuda;
+use super::sink::atomic_helper;
 use super::{CudaKernel, LaunchGeometry, PrintError, cuda_type};
 
 /// Warps per block: 256 threads.
@@ -70,8 +75,12 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         src += &format!("// {line}\n");
     }
     src += &format!(
-        "// launch: grid {grid}, block {} threads: a warp per row, {}\n",
+        "// launch: grid {grid}, block {} threads: a warp per {}, {}\n",
         launch.block,
+        match kernel.parallel {
+            true => "row",
+            false => "iteration of the outermost loop, updating the output atomically",
+        },
         match split {
             LaneSplit::Dense(_) => "lanes over the dense columns",
             LaneSplit::Positions(_) => "lanes over the row's positions, added with shuffles",
@@ -81,6 +90,10 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     // NVRTC has no <stdint.h>; the CPU emulation has.
     src += "#ifdef __CUDACC_RTC__\ntypedef long long int64_t;\n#endif\n";
     src += "#ifndef INT64_MAX\n#define INT64_MAX 0x7fffffffffffffffLL\n#endif\n\n";
+    if !kernel.parallel && kernel.reduction != Reduction::Sum {
+        src += &atomic_helper(kernel.tensor(kernel.output).dtype, kernel.reduction);
+        src += "\n";
+    }
     let params: Vec<String> = kernel
         .tensors
         .values()
@@ -103,11 +116,13 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
 }
 
 /// Iterations of the outermost loop (at most: a compressed root level's
-/// coordinates).
+/// coordinates), or the coordinates of its index where it merges several
+/// levels (or one with a dense operand), a warp each.
 fn rows(kernel: &LevelKernel) -> usize {
     use spindle_ir::level::{Node, Reach};
     match kernel.body.first() {
         Some(Node::Dense { var, .. }) => kernel.var(*var).extent,
+        Some(Node::Merge { var, levels, full, .. }) if *full || levels.len() > 1 => kernel.var(*var).extent,
         Some(Node::Merge { levels, .. }) => match levels.first().map(|l| &l.kind) {
             Some(Reach::Compressed { len, .. }) => *len,
             _ => levels.first().map_or(1, |l| l.extent),

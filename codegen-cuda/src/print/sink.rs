@@ -65,12 +65,7 @@ impl Printer<'_> {
             };
             format!("{target} = {};", self.d.store_as(t.dtype, &combined))
         } else {
-            let v = self.d.store_as(t.dtype, value);
-            match s.reduction {
-                Reduction::Sum => format!("atomicAdd(&{target}, {v});"),
-                Reduction::Max => format!("spindle_atomic_max(&{target}, {v});"),
-                Reduction::Min => format!("spindle_atomic_min(&{target}, {v});"),
-            }
+            self.d.atomic_fold(s.reduction, t.dtype, &target, value).expect("CUDA has atomics")
         }
     }
 
@@ -161,36 +156,45 @@ impl Printer<'_> {
         self.line(depth, "}");
     }
 
-    /// Atomic max / min by compare-and-swap, for the output's type. The
-    /// first read bypasses L1 (`__ldcg`): other blocks update the element
-    /// through L2.
+    /// The compare-and-swap helper of the output's atomic max or min,
+    /// where the sink needs one.
     pub(super) fn atomic_helpers(&mut self) {
         let s = &self.k.sink;
         if s.exclusive || s.reduction == Reduction::Sum {
             return;
         }
-        let (ty, bits, to_bits, from_bits, widen) = match self.k.tensor(s.tensor).dtype {
-            ElemType::Value(DType::F64) => {
-                ("double", "unsigned long long", "__double_as_longlong", "__longlong_as_double", "")
-            }
-            ElemType::Value(DType::F16) => {
-                ("__half", "unsigned short", "__half_as_ushort", "__ushort_as_half", "__half2float")
-            }
-            ElemType::Value(DType::Bf16) => (
-                "__nv_bfloat16",
-                "unsigned short",
-                "__bfloat16_as_ushort",
-                "__ushort_as_bfloat16",
-                "__bfloat162float",
-            ),
-            _ => ("float", "unsigned int", "__float_as_uint", "__uint_as_float", ""),
-        };
-        let (name, cmp) = match s.reduction {
-            Reduction::Max => ("max", ">"),
-            _ => ("min", "<"),
-        };
-        let text = format!(
-            "__device__ __forceinline__ void spindle_atomic_{name}({ty} *p, {ty} v) {{
+        let text = atomic_helper(self.k.tensor(s.tensor).dtype, s.reduction);
+        self.line(0, &text);
+    }
+}
+
+/// Atomic max or min by compare-and-swap on an element of `dtype`
+/// (`spindle_atomic_max` / `_min`, which the CUDA dialect's `atomic_fold`
+/// calls). The first read bypasses L1 (`__ldcg`): other blocks update the
+/// element through L2.
+pub fn atomic_helper(dtype: ElemType, reduction: Reduction) -> String {
+    let (ty, bits, to_bits, from_bits, widen) = match dtype {
+        ElemType::Value(DType::F64) => {
+            ("double", "unsigned long long", "__double_as_longlong", "__longlong_as_double", "")
+        }
+        ElemType::Value(DType::F16) => {
+            ("__half", "unsigned short", "__half_as_ushort", "__ushort_as_half", "__half2float")
+        }
+        ElemType::Value(DType::Bf16) => (
+            "__nv_bfloat16",
+            "unsigned short",
+            "__bfloat16_as_ushort",
+            "__ushort_as_bfloat16",
+            "__bfloat162float",
+        ),
+        _ => ("float", "unsigned int", "__float_as_uint", "__uint_as_float", ""),
+    };
+    let (name, cmp) = match reduction {
+        Reduction::Max => ("max", ">"),
+        _ => ("min", "<"),
+    };
+    format!(
+        "__device__ __forceinline__ void spindle_atomic_{name}({ty} *p, {ty} v) {{
   {bits} *bits = reinterpret_cast<{bits} *>(p);
   {bits} old = __ldcg(bits);
   while ({widen}(v) {cmp} {widen}({from_bits}(old))) {{
@@ -200,7 +204,5 @@ impl Printer<'_> {
   }}
 }}
 "
-        );
-        self.line(0, &text);
-    }
+    )
 }

@@ -74,6 +74,31 @@ pub fn lower(
     schedule: &Schedule,
     name: &str,
 ) -> Result<Lowered, Diagnostic> {
+    let Some((diagonal, formats_, sparse_)) = diagonal_reads(einsum, formats, sparse) else {
+        return lower_rereads(einsum, formats, sparse, schedule, name);
+    };
+    lower_rereads(&diagonal, &formats_, &sparse_, schedule, name).map_err(|walked| {
+        // As written, a repeated index always fails to lower: that says
+        // where, with the identity's reason beside it.
+        match lower_rereads(einsum, formats, sparse, schedule, name) {
+            Err(d) => d.with_note(format!(
+                "walked as a product with the identity (`{}`), it cannot either: {}",
+                diagonal.statement, walked.message
+            )),
+            Ok(_) => walked,
+        }
+    })
+}
+
+/// [`lower`] of `einsum` with its stored operands' rereads walked as
+/// copies ([`alias_rereads`]).
+fn lower_rereads(
+    einsum: &Einsum,
+    formats: &BTreeMap<String, FormatSpec>,
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+    schedule: &Schedule,
+    name: &str,
+) -> Result<Lowered, Diagnostic> {
     let Some((aliased, formats_, sparse_, renames)) = alias_rereads(einsum, formats, sparse) else {
         return lower_as_read(einsum, formats, sparse, schedule, name);
     };
@@ -357,6 +382,98 @@ fn alias_rereads(
     Some((einsum, formats, sparse, renames))
 }
 
+/// A stored operand read with an index repeated (its diagonal: `A[i,i]`)
+/// as a sum over a fresh index times the identity, stored in CSR (CSC
+/// beside a CSC or DCSC operand):
+/// `y[i] = f(A[i,i], ..)` is `y[i] += f(A[i,i2], ..) * Eye[i,i2]`, exact
+/// for any `f`, since only `i2 = i` is not multiplied by 0. The level
+/// path then walks `A`'s row and `Eye`'s together (an intersection: a
+/// row's entries up to its diagonal). Each repeat gets its own identity
+/// (one identity read twice would be a reread). Only for sums: under
+/// `max=` the zeros would count. `None` where no stored operand repeats
+/// an index.
+#[allow(clippy::type_complexity)]
+fn diagonal_reads(
+    einsum: &Einsum,
+    formats: &BTreeMap<String, FormatSpec>,
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+) -> Option<(Einsum, BTreeMap<String, FormatSpec>, BTreeMap<String, Coo<f64, i64>>)> {
+    if !matches!(einsum.statement.op, AssignOp::Assign | AssignOp::AddAssign) {
+        return None;
+    }
+    let mut names: BTreeSet<String> = einsum.tensors.keys().cloned().collect();
+    names.extend(einsum.indices.iter().map(|i| i.name.clone()));
+    let mut fresh = |base: &str, first: usize| {
+        let name = (first..)
+            .map(|n| if n == 1 { base.to_string() } else { format!("{base}{n}") })
+            .find(|n| !names.contains(n))
+            .expect("a free name");
+        names.insert(name.clone());
+        name
+    };
+    // (index, its fresh copy, extent, the access's span, the identity's
+    // format: column-major beside a column-major operand) per repeat.
+    let mut repeats: Vec<(String, String, usize, Span, FormatSpec)> = Vec::new();
+    let mut statement = einsum.statement.clone();
+    statement.rhs.for_each_access_mut(&mut |a| {
+        if !formats.contains_key(&a.tensor.name) || !sparse.contains_key(&a.tensor.name) {
+            return;
+        }
+        let mut seen = BTreeSet::new();
+        for s in &mut a.subscripts {
+            if let ([t], 0) = (&mut s.terms[..], s.offset)
+                && t.coeff == 1
+                && let Atom::Index(id) = &mut t.atom
+                && !seen.insert(id.name.clone())
+            {
+                let extent = einsum.index(&id.name).map_or(0, |i| i.extent);
+                let copy = fresh(&id.name, 2);
+                let eye = match formats[&a.tensor.name] {
+                    FormatSpec::Csc | FormatSpec::Dcsc => FormatSpec::Csc,
+                    _ => FormatSpec::Csr,
+                };
+                repeats.push((id.name.clone(), copy.clone(), extent, a.span, eye));
+                id.name = copy;
+            }
+        }
+    });
+    if repeats.is_empty() {
+        return None;
+    }
+    let dtype = einsum.output().dtype;
+    let mut declarations: crate::lang::einsum::Declarations = einsum
+        .tensors
+        .iter()
+        .map(|(n, t)| {
+            (n.clone(), crate::lang::einsum::Declaration { shape: t.shape.clone(), dtype: t.dtype })
+        })
+        .collect();
+    let (mut formats, mut sparse) = (formats.clone(), sparse.clone());
+    for (index, copy, extent, span, format) in repeats {
+        let eye = fresh("Eye", 1);
+        let ident = |name: &str| crate::lang::ast::Ident { name: name.to_string(), span };
+        let subscript = |name: &str| crate::lang::ast::Subscript {
+            terms: vec![crate::lang::ast::Term { coeff: 1, atom: Atom::Index(ident(name)), span }],
+            offset: 0,
+            span,
+        };
+        let read = Ast::Access(Access {
+            tensor: ident(&eye),
+            subscripts: vec![subscript(&index), subscript(&copy)],
+            span,
+        });
+        let rhs = std::mem::replace(&mut statement.rhs, Ast::Literal { value: 0.0, span });
+        statement.rhs = Ast::Binary { op: BinOp::Mul, lhs: Box::new(rhs), rhs: Box::new(read), span };
+        declarations
+            .insert(eye.clone(), crate::lang::einsum::Declaration { shape: vec![extent, extent], dtype });
+        let diagonal: Vec<(usize, usize, f64)> = (0..extent).map(|i| (i, i, 1.0)).collect();
+        sparse.insert(eye.clone(), Coo::from_triplets(extent, extent, &diagonal).ok()?);
+        formats.insert(eye, format);
+    }
+    let einsum = crate::lang::check(&statement, &declarations).ok()?;
+    Some((einsum, formats, sparse))
+}
+
 /// The stored operand `access` reads, where it has a format and is not
 /// stored yet: its arrays become arguments (data in `arrays`) and its
 /// levels go into `stored`. A stored operand is read at one subscript: the
@@ -384,14 +501,20 @@ pub(super) fn store_operand(
         {
             return Ok(());
         }
+        // A statement alone reads a copy instead (`alias_rereads`), so
+        // this is a program kernel's refusal.
         return Err(refuse(
             format!(
-                "`{tname}` is read at two subscripts; a kernel walks each stored operand by one set of indices \
-             (a statement alone walks a copy for the second read where the copy lowers)"
+                "`{tname}` is read at two subscripts; a program kernel walks each stored operand by one set of \
+                 indices"
             ),
             access.span,
             "a second read",
-        ));
+        )
+        .with_note(format!(
+            "fusion=maximal (which the default fusion=trie falls back to) substitutes the statements into one, \
+             whose level path walks a copy of `{tname}` for each further read"
+        )));
     }
     let coo = sparse
         .get(tname)
