@@ -273,18 +273,21 @@ impl Problem {
                 run.notes.push(why);
                 run
             }
-            (fusion, _) if backend.target() != Target::C => {
-                let mut run = self.run_each_statement(&program, backend, schedule, opts, check)?;
-                run.notes.splice(0..0, reordered);
-                if program.statements.len() > 1 {
-                    run.notes.push(format!(
-                        "fusion={fusion}: on {} each statement runs as its own kernel, its temporaries dense \
-                         (program kernels with temporaries run on the C backend only so far; fusion=maximal \
-                         substitutes the statements into one, which runs where that one statement prints)",
-                        backend.target().title()
-                    ));
+            (Fusion::Trie, None) if backend.target() != Target::C && program.statements.len() > 1 => {
+                match self.fewer_products_fused(&program, &data) {
+                    Some((why, prepared)) => {
+                        let mut run = self.run_maximal(prepared, backend, schedule, opts)?;
+                        run.fusion = Fusion::Trie;
+                        run.notes.push(why);
+                        run
+                    }
+                    None => {
+                        return self.statement_kernels(&program, reordered, backend, schedule, opts, check);
+                    }
                 }
-                return Ok(run);
+            }
+            (_, _) if backend.target() != Target::C => {
+                return self.statement_kernels(&program, reordered, backend, schedule, opts, check);
             }
             (fusion, _) if program.statements.iter().any(|e| affine(&e.statement)) => {
                 let mut run = self.run_each_statement(&program, backend, schedule, opts, check)?;
@@ -341,6 +344,63 @@ impl Problem {
         };
         run.notes.splice(0..0, reordered);
         self.checked(run, &program, &data, check)
+    }
+
+    /// Each statement as its own kernel, its temporaries dense, where
+    /// program kernels with temporaries do not print (every target but C).
+    fn statement_kernels(
+        &self,
+        program: &Program,
+        reordered: Vec<String>,
+        backend: &dyn Backend,
+        schedule: &Schedule,
+        opts: TimingOptions,
+        check: bool,
+    ) -> Result<ProgramRun> {
+        let fusion = schedule.fusion;
+        let mut run = self.run_each_statement(program, backend, schedule, opts, check)?;
+        run.notes.splice(0..0, reordered);
+        if program.statements.len() > 1 {
+            run.notes.push(format!(
+                "fusion={fusion}: on {} each statement runs as its own kernel, its temporaries dense \
+                 (program kernels with temporaries run on the C backend only so far; fusion=maximal \
+                 substitutes the statements into one, which runs where that one statement prints)",
+                backend.target().title()
+            ));
+        }
+        Ok(run)
+    }
+
+    /// Where program kernels with temporaries do not print (every target
+    /// but C), whether the statements substituted into one do fewer
+    /// products than the statements one by one with dense temporaries
+    /// (SDDMM's `U[i,k] * V[j,k]` at every (i,j), or its split's
+    /// `T[i,j,k]`, against only A's entries: a dense temporary of M x N x
+    /// K elements), with that statement prepared and the note that says
+    /// so. Products are counted by [`expected_products`].
+    fn fewer_products_fused(
+        &self,
+        program: &Program,
+        data: &ProgramData,
+    ) -> Option<(String, (String, Prepared))> {
+        let density = |name: &str| {
+            data.sparse
+                .get(name)
+                .map(|coo| coo.nnz() as f64 / coo.shape.iter().map(|&d| d as f64).product::<f64>().max(1.0))
+        };
+        let apart: f64 = program.statements.iter().map(|e| expected_products(e, &density)).sum();
+        let (text, prepared) = self.maximal(program).ok()?;
+        let fused = expected_products(&prepared.einsum, &density);
+        (fused <= apart).then(|| {
+            (
+                format!(
+                    "fusion=trie: program kernels with temporaries run on the C backend only so far; the \
+                     statements substituted into one do about {fused:.3e} products, one by one with dense \
+                     temporaries about {apart:.3e}, so fused maximally"
+                ),
+                (text, prepared),
+            )
+        })
     }
 
     /// `run`, with `check`, compared with the reference evaluator's run of
@@ -481,8 +541,11 @@ impl Problem {
         Ok((statement.to_string(), prepared))
     }
 
-    /// Runs the substituted statement (on the level path where operands
-    /// have formats).
+    /// Runs the substituted statement: on C on the level path where
+    /// operands have formats (TACO's one nest, as ReACT compares); on a
+    /// GPU where the schedule puts that statement (the tile path's
+    /// gather–dot–scatter for SDDMM, where the level path's warp would
+    /// walk a row's dot products on one lane).
     fn run_maximal(
         &self,
         (text, prepared): (String, Prepared),
@@ -491,7 +554,7 @@ impl Problem {
         opts: TimingOptions,
     ) -> Result<ProgramRun> {
         let mut schedule = schedule.clone();
-        if !self.formats.is_empty() {
+        if !self.formats.is_empty() && backend.target() == Target::C {
             schedule.path = Path::Levels;
         }
         let compiled = prepared.compile(backend, &schedule)?;
@@ -752,6 +815,15 @@ fn affine(s: &Statement) -> bool {
     std::iter::once(&s.lhs)
         .chain(s.rhs.accesses())
         .any(|a| a.subscripts.iter().any(|x| x.as_index().is_none()))
+}
+
+/// The products a statement is expected to do: its dense iteration space
+/// scaled by the density of each stored operand it reads (`density` of
+/// its name; a dense tensor or temporary is 1), as if their entries fell
+/// independently: SDDMM over A, `nnz(A) * K`; SpGEMM, `M N K dA dB`.
+fn expected_products(einsum: &Einsum, density: &dyn Fn(&str) -> Option<f64>) -> f64 {
+    let space: f64 = einsum.indices.iter().map(|i| i.extent as f64).product();
+    einsum.statement.rhs.accesses().iter().filter_map(|a| density(&a.tensor.name)).fold(space, |w, d| w * d)
 }
 
 /// Whether `s` names tensor `name`.

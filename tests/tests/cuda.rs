@@ -247,9 +247,10 @@ fn walk_cases_agree(backend: &spindle::EmulateBackend, map: &str, inspect: &dyn 
     }
 }
 
-/// A program on the emulated GPU under `path=levels`: SDDMM's dense product
-/// reads no stored operand, so it runs on the tile path and the masked
-/// product on the level path (it was refused: "give an operand a format").
+/// A program on the emulated GPU under `path=levels`, its statements apart
+/// (`fusion=none`): SDDMM's dense product reads no stored operand, so it
+/// runs on the tile path and the masked product on the level path (it was
+/// refused: "give an operand a format").
 #[test]
 fn a_program_under_path_levels_runs_its_dense_statement_on_tiles() {
     use spindle::Input;
@@ -264,11 +265,51 @@ fn a_program_under_path_levels_runs_its_dense_statement_on_tiles() {
         .format("A", "csr")
         .tensor("P", Input::random(&[12, 4], DType::F32, 1))
         .tensor("Q", Input::random(&[4, 10], DType::F32, 2));
-    let schedule: Schedule = "path=levels".parse().unwrap();
+    let schedule: Schedule = "path=levels fusion=none".parse().unwrap();
     let opts = spindle::TimingOptions { warmup: 0, repeats: 1 };
     let ran = problem.run_program(&spindle::EmulateBackend::from_env(), &schedule, opts, true).unwrap();
     assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
     assert!(ran.notes.iter().any(|n| n.contains("reads no stored operand")), "{:?}", ran.notes);
+}
+
+/// On a GPU, where program kernels with temporaries do not print yet, the
+/// default `fusion=trie` runs the statements substituted into one where
+/// that does fewer products than the statements apart with dense
+/// temporaries: SDDMM, 30 entries x 4 against a 12 x 10 x 4 dense product
+/// (it ran the dense product, an M x N temporary). GNN's `A * X * W`, whose
+/// substituted statement multiplies every entry of A by all of X * W,
+/// stays apart.
+#[test]
+fn a_gpu_program_fuses_maximally_where_that_does_fewer_products() {
+    use spindle::Input;
+    if !emulate::compiler_or_skip("a_gpu_program_fuses_maximally_where_that_does_fewer_products") {
+        return;
+    }
+    let entries: Vec<(usize, usize, f64)> =
+        (0..30).map(|e| (e % 12, (e * 7) % 10, 0.5 + e as f64 / 30.0)).collect();
+    let a = spindle_formats::Coo::<f64, i64>::from_triplets(12, 10, &entries).unwrap();
+    let opts = spindle::TimingOptions { warmup: 0, repeats: 1 };
+    let backend = spindle::EmulateBackend::from_env();
+    for sddmm in ["C[i,j] = A[i,j] * (P[i,k] * Q[k,j])", "C[i,j] = A[i,j] * P[i,k] * Q[k,j]"] {
+        let problem = spindle::Problem::new(sddmm)
+            .tensor("A", Input::from(a.clone()))
+            .format("A", "csr")
+            .tensor("P", Input::random(&[12, 4], DType::F32, 1))
+            .tensor("Q", Input::random(&[4, 10], DType::F32, 2));
+        let ran = problem.run_program(&backend, &Schedule::default(), opts, true).unwrap();
+        assert!(ran.checks.iter().all(|c| c.passed()), "{sddmm}: {:?}", ran.checks);
+        assert_eq!(ran.kernels.len(), 1, "{sddmm}: {:?}", ran.notes);
+        let note = ran.notes.iter().find(|n| n.contains("fused maximally")).expect("a note says why");
+        assert!(note.contains("about 1.200e2 products"), "{sddmm}: {note}");
+    }
+    let gnn = spindle::Problem::new("Z[i,h] = A[i,j] * X[j,k] * W[k,h]")
+        .tensor("A", Input::from(a))
+        .format("A", "csr")
+        .tensor("X", Input::random(&[10, 16], DType::F32, 3))
+        .tensor("W", Input::random(&[16, 8], DType::F32, 4));
+    let ran = gnn.run_program(&backend, &Schedule::default(), opts, true).unwrap();
+    assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
+    assert_eq!(ran.kernels.len(), 2, "{:?}", ran.notes);
 }
 
 /// Operands with no entries, or no rows at all: the kernel launches no

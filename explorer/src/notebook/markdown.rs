@@ -78,6 +78,32 @@ fn bare(line: &str) -> &str {
     line.strip_suffix('\r').unwrap_or(line)
 }
 
+/// The fence a line opens or closes, as CommonMark reads one: up to three
+/// spaces, then three or more backticks or tildes (its character and
+/// length), then the info string, which after backticks holds none.
+fn fence(line: &str) -> Option<(char, usize, &str)> {
+    let line = bare(line);
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    let rest = &line[indent..];
+    let c = rest.chars().next().filter(|c| (*c == '`' || *c == '~') && indent <= 3)?;
+    let run = rest.len() - rest.trim_start_matches(c).len();
+    let info = &rest[run..];
+    (run >= 3 && !(c == '`' && info.contains('`'))).then_some((c, run, info))
+}
+
+/// Where line `i` opens a fenced block other than a code cell (```` ```rust ````,
+/// or four backticks around an example notebook), the line after the one
+/// that closes it (the end of the text where none does): its lines are
+/// Markdown, fences of cells inside it included.
+fn past_other_block(lines: &[&str], i: usize) -> Option<usize> {
+    if bare(lines[i]) == OPEN {
+        return None;
+    }
+    let (c, run, _) = fence(lines[i])?;
+    let closes = |l: &&str| fence(l).is_some_and(|(d, n, info)| d == c && n >= run && info.trim().is_empty());
+    Some(lines[i + 1..].iter().position(closes).map_or(lines.len(), |len| i + len + 2))
+}
+
 impl Notebook {
     /// Splits Markdown text into cells.
     pub fn parse(text: &str) -> Notebook {
@@ -86,6 +112,11 @@ impl Notebook {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let mut i = 0;
         while i < lines.len() {
+            if let Some(next) = past_other_block(&lines, i) {
+                markdown.push_str(&lines[i..next].concat());
+                i = next;
+                continue;
+            }
             if bare(lines[i]) == OPEN
                 && let Some(len) = lines[i + 1..].iter().position(|l| bare(l) == CLOSE)
             {
@@ -112,6 +143,10 @@ impl Notebook {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let mut i = 0;
         while i < lines.len() {
+            if let Some(next) = past_other_block(&lines, i) {
+                i = next;
+                continue;
+            }
             if bare(lines[i]) == OPEN {
                 match lines[i + 1..].iter().position(|l| bare(l) == CLOSE) {
                     Some(len) => i += len + 2,
@@ -242,6 +277,30 @@ mod tests {
         assert_eq!(Notebook::unclosed_fence("a\n```spindle\nunclosed\n"), Some(2));
         assert_eq!(Notebook::unclosed_fence("```spindle\nA\n```\n```spindle\nB\n"), Some(4));
         assert_eq!(Notebook::unclosed_fence("```spindle\nA\n```\n"), None);
+        assert_eq!(Notebook::unclosed_fence("````md\n```spindle\nA\n````\n"), None);
+    }
+
+    /// A cell's fences inside another fenced block (four backticks around
+    /// an example notebook, a ```` ```text ```` block, tildes) are that
+    /// block's text: Markdown, not a cell that runs (it ran). The text
+    /// saves back to the same bytes.
+    #[test]
+    fn fences_inside_other_blocks_are_markdown() {
+        for text in [
+            "intro\n````markdown\n```spindle\nA = rand 3\n```\n````\nend\n",
+            "```text\n```spindle\n```\n",
+            "~~~\n```spindle\nA = rand 3\n```\n~~~\n",
+            "  ````\n```spindle\nA\n```\n`````\n",
+            "````\n```spindle\nA\n```\nnever closed\n",
+        ] {
+            let nb = Notebook::parse(text);
+            assert!(nb.iter().all(|c| c.kind == CellKind::Markdown), "{text:?}: {nb:?}");
+            assert_eq!(nb.to_markdown(), text);
+        }
+        // A cell after the block still is one; a ```` ```spindle ```` line is a
+        // cell, not another block's fence.
+        let nb = Notebook::parse("````\n```spindle\nA\n```\n````\n```spindle\nB = rand 2\n```\n");
+        assert_eq!(nb.code_cells().map(|(_, c)| c.source.as_str()).collect::<Vec<_>>(), ["B = rand 2\n"]);
     }
 
     #[test]
