@@ -87,16 +87,25 @@ pub enum LaneSplit {
     None,
 }
 
+/// A level kernel's body for a GPU ([`print_level_warps`]).
+#[derive(Clone, Debug)]
+pub struct Warps {
+    /// The names the body gives the kernel's tensors (its parameters, in
+    /// order).
+    pub tensors: Vec<String>,
+    pub body: String,
+    /// The warps share output elements, so they update them atomically.
+    pub atomic: bool,
+}
+
 /// The body of a level kernel for a GPU, in `dialect`: the warp of each
-/// outermost iteration, its lanes split as `split` says. Returns the
-/// names the body gives the kernel's tensors (its parameters, in order)
-/// and the body. The caller prints the function around it, with `warp`
-/// and `lane` defined.
+/// outermost iteration, its lanes split as `split` says. The caller prints
+/// the function around it, with `warp` and `lane` defined.
 pub fn print_level_warps<D: Dialect>(
     kernel: &LevelKernel,
     dialect: D,
     split: LaneSplit,
-) -> Result<(Vec<String>, String), PrintError> {
+) -> Result<Warps, PrintError> {
     let refuse = |reason: &str| PrintError { kernel: kernel.name.clone(), reason: reason.to_string() };
     if kernel.assembly.is_some() {
         return Err(refuse("sparse outputs are assembled on the C backend only so far"));
@@ -117,8 +126,19 @@ pub fn print_level_warps<D: Dialect>(
     // Where iterations share output elements (COO's or GroupCOO's rows
     // repeat; a sum outermost), warps update them atomically: Sgap's
     // atomic strategy, with no memset beyond the output's initial value.
+    // A warp per coordinate of the outermost index (a dense loop, or a
+    // merge walked as one) owns the elements at it, as on CPU threads a
+    // merge's sequential walk does not.
+    let coordinate = match &kernel.body[..] {
+        [Node::Dense { var, .. }] => Some(*var),
+        [Node::Merge { var, levels, full, .. }] if *full || levels.len() > 1 => Some(*var),
+        _ => None,
+    };
+    let mut updates = Vec::new();
+    updates_under(&kernel.body, &mut updates);
+    let owned = kernel.parallel || coordinate.is_some_and(|v| updates.iter().all(|at| at.contains(&v)));
     let out_type = kernel.tensor(kernel.output).dtype;
-    if !kernel.parallel && dialect.atomic_fold(kernel.reduction, out_type, "", "").is_none() {
+    if !owned && dialect.atomic_fold(kernel.reduction, out_type, "", "").is_none() {
         return Err(refuse(
             "a warp per row needs an outermost loop whose iterations own their output rows (CSR, DCSR, CSF \
              rows); this one's do not",
@@ -129,9 +149,9 @@ pub fn print_level_warps<D: Dialect>(
     let vars = kernel.vars.iter().map(|(_, v)| namer.fresh("i_", &v.name)).collect();
     let mut p = Printer::new(kernel, dialect, tensors.clone(), vars);
     p.split = Some(split);
-    p.atomic = !kernel.parallel;
+    p.atomic = !owned;
     p.warps(1);
-    Ok((tensors, p.out))
+    Ok(Warps { tensors, body: p.out, atomic: !owned })
 }
 
 /// Where lanes split a row of `kernel` (see [`LaneSplit`]): the innermost

@@ -301,7 +301,28 @@ impl Problem {
             (fusion, _) => {
                 let forest = fused_forest(&program, &formats, fusion, &schedule.order);
                 let lowered = self.lower_forest(&program, &forest, &formats, &data, schedule);
-                let (lowered, notes) = match self.or_maximal(&program, lowered, fusion)? {
+                let fused = match self.or_maximal(&program, lowered, fusion) {
+                    Err(Error::Statement { diagnostic, .. })
+                        if APART.contains(&diagnostic.label.as_str()) =>
+                    {
+                        // What no program kernel runs, each statement alone
+                        // may (its level path co-iterates, walks copies).
+                        let mut run = self.run_each_statement(&program, backend, schedule, opts, check)?;
+                        run.notes.splice(0..0, reordered);
+                        run.notes.push(format!(
+                            "fusion={fusion}: {}{}; each statement runs as its own kernel instead, its \
+                             temporaries dense",
+                            diagnostic.message,
+                            match fusion {
+                                Fusion::Trie => ", and the statements substituted into one cannot run either",
+                                _ => "",
+                            }
+                        ));
+                        return Ok(run);
+                    }
+                    other => other?,
+                };
+                let (lowered, notes) = match fused {
                     Ok(lowered) => lowered,
                     Err((why, prepared)) => {
                         let mut run = self.run_maximal(prepared, backend, schedule, opts)?;
@@ -454,7 +475,16 @@ impl Problem {
         }
         let forest = fused_forest(&program, &formats, schedule.fusion, &schedule.order);
         let lowered = self.lower_forest(&program, &forest, &formats, &data, schedule);
-        match self.or_maximal(&program, lowered, schedule.fusion)? {
+        let fused = self.or_maximal(&program, lowered, schedule.fusion).map_err(|e| match e {
+            Error::Statement { diagnostic, text } if APART.contains(&diagnostic.label.as_str()) => Error::Statement {
+                diagnostic: Box::new(diagnostic.with_note(
+                    "no one kernel runs this program: `spindle run` runs each statement as its own kernel",
+                )),
+                text,
+            },
+            other => other,
+        })?;
+        match fused {
             Ok((lowered, notes)) => Ok((lowered, reordered.into_iter().chain(notes).collect())),
             Err((why, (_, prepared))) => {
                 let levels = Schedule { path: Path::Levels, ..schedule.clone() };
@@ -496,13 +526,13 @@ impl Problem {
     }
 
     /// The forest's kernel as lowered, or under trie, where the forest was
-    /// refused for one of two things a program kernel does not do — a loop
-    /// that walks two stored operands together (`T[i,j] = A[i,j] *
-    /// B[i,j]`), or a sparse output in no operand's pattern — and the
-    /// statements substitute into one, that statement (prepared, as
-    /// `Err`), whose level path co-iterates or gathers the output in a
-    /// workspace, with the note that says why. Any other refusal, and any
-    /// refusal under `fusion=none` (kernels apart, as asked), stands.
+    /// refused for one of the things a program kernel does not do
+    /// ([`APART`]: a loop that walks two stored operands together,
+    /// `T[i,j] = A[i,j] * B[i,j]`, ...) and the statements substitute into
+    /// one, that statement (prepared, as `Err`), whose level path
+    /// co-iterates or gathers the output in a workspace, with the note that
+    /// says why. Any other refusal, and any refusal under `fusion=none`,
+    /// stands (`run_program` then runs [`APART`]'s statements apart).
     #[allow(clippy::type_complexity)]
     fn or_maximal(
         &self,
@@ -516,9 +546,7 @@ impl Problem {
         };
         let why = match &refused {
             Error::Statement { diagnostic, .. }
-                if fusion == Fusion::Trie
-                    && ["co-iteration", "no pattern", "a second read"]
-                        .contains(&diagnostic.label.as_str()) =>
+                if fusion == Fusion::Trie && APART.contains(&diagnostic.label.as_str()) =>
             {
                 diagnostic.message.clone()
             }
@@ -817,6 +845,16 @@ fn affine(s: &Statement) -> bool {
         .any(|a| a.subscripts.iter().any(|x| x.as_index().is_none()))
 }
 
+/// The labels of a program kernel's refusals that its statements, each
+/// lowered alone, may not meet: a loop over two stored operands (the
+/// level path's merges), a sparse output in no operand's pattern (a
+/// workspace), a stored operand read at two subscripts (a copy for each
+/// further read), an index repeated (a diagonal, walked with the
+/// identity). Trie fuses maximally where it meets one; where that cannot
+/// run either, and under `fusion=none`, each statement runs as its own
+/// kernel.
+const APART: [&str; 4] = ["co-iteration", "no pattern", "a second read", "a repeated index"];
+
 /// The products a statement is expected to do: its dense iteration space
 /// scaled by the density of each stored operand it reads (`density` of
 /// its name; a dense tensor or temporary is 1), as if their entries fell
@@ -985,8 +1023,8 @@ mod tests {
     /// A program whose loop walks two stored operands together, which a
     /// program kernel cannot: the default `fusion=trie` runs the
     /// substituted statement, whose level path co-iterates, and says why
-    /// (it refused with "run it with fusion=maximal"); `fusion=none`, asked
-    /// for, keeps the refusal.
+    /// (it refused with "run it with fusion=maximal"); `fusion=none` runs
+    /// each statement as its own kernel, and says why.
     #[test]
     fn trie_fuses_maximally_where_its_loop_would_co_iterate() {
         let a: Vec<(usize, usize, f64)> = (0..9).map(|e| (e / 2, (e * 3) % 5, 1.0 + e as f64)).collect();
@@ -1006,8 +1044,33 @@ mod tests {
         let (_, notes) = p.program_kernel(&Schedule::default()).unwrap();
         assert!(notes.iter().any(|n| n.contains("fused maximally")), "{notes:?}");
         let none: Schedule = "fusion=none".parse().unwrap();
-        let err = p.run_program(&crate::CBackend::new(), &none, opts, true).unwrap_err();
-        assert!(err.render(false).contains("co-iteration"), "{}", err.render(false));
+        let run = p.run_program(&crate::CBackend::new(), &none, opts, true).unwrap();
+        assert!(run.checks.iter().all(Check::passed), "{:?}", run.checks);
+        assert_eq!(run.kernels.len(), 2, "{:?}", run.notes);
+        let note = run.notes.iter().find(|n| n.contains("its own kernel")).expect("a note says why");
+        assert!(note.starts_with("fusion=none: "), "{note}");
+    }
+
+    /// Where trie's kernel is refused and the statements substituted into
+    /// one cannot run either (a diagonal beside a sum read outside a
+    /// product), each statement runs as its own kernel (it was refused
+    /// under every fusion, maximal's refusal pointing at trie and none).
+    #[test]
+    fn a_program_no_kernel_fuses_runs_its_statements_apart() {
+        let a: Vec<(usize, usize, f64)> = (0..12).map(|e| (e / 2, (e * 5) % 6, 1.0 + e as f64)).collect();
+        let p = Problem::new("d[i] = A[i,i]; y[i] = A[i,j] * x[j]; z[i] = y[i] - d[i] * x[i]")
+            .tensor("A", Coo::<f64, i64>::from_triplets(6, 6, &a).unwrap())
+            .format("A", "csr")
+            .tensor("x", ArrayD::from_shape_fn(vec![6], |ix| 1.5 - ix[0] as f64));
+        let opts = TimingOptions { warmup: 0, repeats: 1 };
+        for fusion in ["trie", "none"] {
+            let schedule: Schedule = format!("fusion={fusion}").parse().unwrap();
+            let run = p.run_program(&crate::CBackend::new(), &schedule, opts, true).unwrap();
+            assert!(run.checks.iter().all(Check::passed), "fusion={fusion}: {:?}", run.checks);
+            assert!(run.result.iter().any(|&x| x != 0.0), "fusion={fusion}");
+            assert_eq!(run.kernels.len(), 3, "fusion={fusion}: {:?}", run.notes);
+            assert!(run.notes.iter().any(|n| n.contains("indexes two dimensions of `A`")), "{:?}", run.notes);
+        }
     }
 
     /// A compound product that reads one stored operand at several
@@ -1015,8 +1078,9 @@ mod tests {
     /// Gram product masked by a dense `D`): the default `fusion=trie`
     /// cannot walk `A` twice in one program kernel, so it runs the
     /// substituted statement, whose level path walks a copy of `A` for
-    /// each further read, and says so (it was refused). `fusion=none`,
-    /// asked for, is refused, with the way out in a note.
+    /// each further read, and says so (it was refused). Under
+    /// `fusion=none` each statement runs as its own kernel, walking its
+    /// own copies, and a note says why.
     #[test]
     fn a_compound_product_reading_an_operand_twice_fuses_maximally() {
         let a: Vec<(usize, usize, f64)> = (0..14).map(|e| (e / 2, (e * 3 + 1) % 7, 1.0 + e as f64)).collect();
@@ -1037,9 +1101,10 @@ mod tests {
             let note = run.notes.iter().find(|n| n.contains("fused maximally")).expect("a note says why");
             assert!(note.contains("`A` is read at two subscripts"), "{note}");
             let none: Schedule = "fusion=none".parse().unwrap();
-            let text = p.run_program(&crate::CBackend::new(), &none, opts, true).unwrap_err().render(false);
-            assert!(text.contains("a program kernel walks each stored operand by one set"), "{text}");
-            assert!(text.contains("fusion=maximal (which the default fusion=trie falls back to)"), "{text}");
+            let run = p.run_program(&crate::CBackend::new(), &none, opts, true).unwrap();
+            assert!(run.checks.iter().all(Check::passed), "{statement}, fusion=none: {:?}", run.checks);
+            let note = run.notes.iter().find(|n| n.contains("its own kernel")).expect("a note says why");
+            assert!(note.contains("`A` is read at two subscripts"), "{note}");
         }
     }
 

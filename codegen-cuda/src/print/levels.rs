@@ -8,7 +8,7 @@
 //! atomic strategy). The loops are the C backend's ([`spindle_c::level`]),
 //! spelled in CUDA's dialect.
 
-use spindle_c::level::{LaneSplit, lane_split, print_level_warps};
+use spindle_c::level::{LaneSplit, Warps, lane_split, print_level_warps};
 use spindle_c::namer;
 use spindle_ir::formats::DType;
 use spindle_ir::kernel::Reduction;
@@ -65,7 +65,8 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
                 .to_string(),
         ));
     }
-    let (names, body) = print_level_warps(kernel, dialect, split).map_err(|e| refuse(e.reason))?;
+    let Warps { tensors: names, body, atomic } =
+        print_level_warps(kernel, dialect, split).map_err(|e| refuse(e.reason))?;
     let rows = rows(kernel);
     let grid = u32::try_from(rows.div_ceil(LEVEL_WARPS as usize).max(1))
         .map_err(|_| PrintError::Grid { kernel: kernel.name.clone(), programs: rows as u64 })?;
@@ -77,9 +78,9 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     src += &format!(
         "// launch: grid {grid}, block {} threads: a warp per {}, {}\n",
         launch.block,
-        match kernel.parallel {
-            true => "row",
-            false => "iteration of the outermost loop, updating the output atomically",
+        match atomic {
+            false => "row",
+            true => "iteration of the outermost loop, updating the output atomically",
         },
         match split {
             LaneSplit::Dense(_) => "lanes over the dense columns",
@@ -90,7 +91,7 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     // NVRTC has no <stdint.h>; the CPU emulation has.
     src += "#ifdef __CUDACC_RTC__\ntypedef long long int64_t;\n#endif\n";
     src += "#ifndef INT64_MAX\n#define INT64_MAX 0x7fffffffffffffffLL\n#endif\n\n";
-    if !kernel.parallel && kernel.reduction != Reduction::Sum {
+    if atomic && kernel.reduction != Reduction::Sum {
         src += &atomic_helper(kernel.tensor(kernel.output).dtype, kernel.reduction);
         src += "\n";
     }

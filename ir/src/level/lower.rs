@@ -77,16 +77,14 @@ pub fn lower(
     let Some((diagonal, formats_, sparse_)) = diagonal_reads(einsum, formats, sparse) else {
         return lower_rereads(einsum, formats, sparse, schedule, name);
     };
+    // As written, a repeated index never lowers; the walk's own reason is
+    // the one to give, in the names the note explains.
     lower_rereads(&diagonal, &formats_, &sparse_, schedule, name).map_err(|walked| {
-        // As written, a repeated index always fails to lower: that says
-        // where, with the identity's reason beside it.
-        match lower_rereads(einsum, formats, sparse, schedule, name) {
-            Err(d) => d.with_note(format!(
-                "walked as a product with the identity (`{}`), it cannot either: {}",
-                diagonal.statement, walked.message
-            )),
-            Ok(_) => walked,
-        }
+        walked.with_note(format!(
+            "a repeated index reads a diagonal, which the level path walks as a product with the identity: \
+             `{}`",
+            diagonal.statement
+        ))
     })
 }
 
@@ -382,9 +380,9 @@ fn alias_rereads(
     Some((einsum, formats, sparse, renames))
 }
 
-/// A stored operand read with an index repeated (its diagonal: `A[i,i]`)
-/// as a sum over a fresh index times the identity, stored in CSR (CSC
-/// beside a CSC or DCSC operand):
+/// An operand read with an index repeated (its diagonal: `A[i,i]`) as a
+/// sum over a fresh index times the identity, stored in CSR (CSC where the
+/// operand stores the repeat's dimension above the first's, as CSC does):
 /// `y[i] = f(A[i,i], ..)` is `y[i] += f(A[i,i2], ..) * Eye[i,i2]`, exact
 /// for any `f`, since only `i2 = i` is not multiplied by 0. The level
 /// path then walks `A`'s row and `Eye`'s together (an intersection: a
@@ -412,25 +410,31 @@ fn diagonal_reads(
         name
     };
     // (index, its fresh copy, extent, the access's span, the identity's
-    // format: column-major beside a column-major operand) per repeat.
+    // format: column-major where the operand stores the repeat's dimension
+    // above the first's) per repeat.
     let mut repeats: Vec<(String, String, usize, Span, FormatSpec)> = Vec::new();
     let mut statement = einsum.statement.clone();
     statement.rhs.for_each_access_mut(&mut |a| {
-        if !formats.contains_key(&a.tensor.name) || !sparse.contains_key(&a.tensor.name) {
-            return;
-        }
-        let mut seen = BTreeSet::new();
-        for s in &mut a.subscripts {
+        let Some(info) = einsum.tensors.get(&a.tensor.name).filter(|t| !t.dtype.is_index()) else { return };
+        // The level of each dimension (dense tensors: row-major).
+        let levels = formats.get(&a.tensor.name).and_then(|f| f.levels(&info.shape).ok());
+        let level_of =
+            |dim: usize| levels.as_ref().map_or(Some(dim), |ls| ls.iter().position(|l| l.dim == dim));
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for (dim, s) in a.subscripts.iter_mut().enumerate() {
             if let ([t], 0) = (&mut s.terms[..], s.offset)
                 && t.coeff == 1
                 && let Atom::Index(id) = &mut t.atom
-                && !seen.insert(id.name.clone())
             {
+                let Some(&first) = seen.get(&id.name) else {
+                    seen.insert(id.name.clone(), dim);
+                    continue;
+                };
                 let extent = einsum.index(&id.name).map_or(0, |i| i.extent);
                 let copy = fresh(&id.name, 2);
-                let eye = match formats[&a.tensor.name] {
-                    FormatSpec::Csc | FormatSpec::Dcsc => FormatSpec::Csc,
-                    _ => FormatSpec::Csr,
+                let eye = match level_of(dim) < level_of(first) {
+                    true => FormatSpec::Csc,
+                    false => FormatSpec::Csr,
                 };
                 repeats.push((id.name.clone(), copy.clone(), extent, a.span, eye));
                 id.name = copy;
@@ -501,20 +505,13 @@ pub(super) fn store_operand(
         {
             return Ok(());
         }
-        // A statement alone reads a copy instead (`alias_rereads`), so
-        // this is a program kernel's refusal.
         return Err(refuse(
             format!(
-                "`{tname}` is read at two subscripts; a program kernel walks each stored operand by one set of \
-                 indices"
+                "`{tname}` is read at two subscripts; a kernel walks each stored operand by one set of indices"
             ),
             access.span,
             "a second read",
-        )
-        .with_note(format!(
-            "fusion=maximal (which the default fusion=trie falls back to) substitutes the statements into one, \
-             whose level path walks a copy of `{tname}` for each further read"
-        )));
+        ));
     }
     let coo = sparse
         .get(tname)

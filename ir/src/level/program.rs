@@ -181,7 +181,17 @@ pub fn lower_program(
     let mut replaced = Vec::new();
     for e in statements {
         for access in e.statement.rhs.accesses() {
-            store_operand(access, e, formats, sparse, &var_of, &mut tensors, &mut arrays, &mut stored)?;
+            store_operand(access, e, formats, sparse, &var_of, &mut tensors, &mut arrays, &mut stored).map_err(
+                |d| match d.label.as_str() {
+                    // A statement alone walks a copy for a further read.
+                    "a second read" => d.with_note(format!(
+                        "fusion=maximal (which the default fusion=trie falls back to) substitutes the statements \
+                         into one, whose level path walks a copy of `{}` for each further read",
+                        access.tensor.name
+                    )),
+                    _ => d,
+                },
+            )?;
         }
     }
     replaced.extend(stored.keys().cloned());
