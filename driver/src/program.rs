@@ -268,21 +268,26 @@ impl Problem {
         let mut run = match (schedule.fusion, once) {
             (Fusion::Maximal, _) => self.run_maximal(self.maximal(&program)?, backend, schedule, opts)?,
             (Fusion::Trie, Some((why, prepared))) => {
-                let mut run = self.run_maximal(prepared, backend, schedule, opts)?;
-                run.fusion = Fusion::Trie;
-                run.notes.push(why);
-                run
+                match self.maximal_or_apart(prepared, why, &program, backend, schedule, opts, check)? {
+                    Ok(run) => run,
+                    Err(apart) => return Ok(with_notes(apart, reordered)),
+                }
             }
             (Fusion::Trie, None) if backend.target() != Target::C && program.statements.len() > 1 => {
                 match self.fewer_products_fused(&program, &data) {
-                    Some((why, prepared)) => {
-                        let mut run = self.run_maximal(prepared, backend, schedule, opts)?;
-                        run.fusion = Fusion::Trie;
-                        run.notes.push(why);
-                        run
+                    Ok((why, prepared)) => {
+                        match self
+                            .maximal_or_apart(prepared, why, &program, backend, schedule, opts, check)?
+                        {
+                            Ok(run) => run,
+                            Err(apart) => return Ok(with_notes(apart, reordered)),
+                        }
                     }
-                    None => {
-                        return self.statement_kernels(&program, reordered, backend, schedule, opts, check);
+                    Err(why) => {
+                        let mut run =
+                            self.statement_kernels(&program, reordered, backend, schedule, opts, check)?;
+                        run.notes.extend(why);
+                        return Ok(run);
                     }
                 }
             }
@@ -325,11 +330,12 @@ impl Problem {
                 let (lowered, notes) = match fused {
                     Ok(lowered) => lowered,
                     Err((why, prepared)) => {
-                        let mut run = self.run_maximal(prepared, backend, schedule, opts)?;
-                        run.fusion = Fusion::Trie;
-                        run.notes.splice(0..0, reordered.iter().cloned());
-                        run.notes.push(why);
-                        return self.checked(run, &program, &data, check);
+                        return match self
+                            .maximal_or_apart(prepared, why, &program, backend, schedule, opts, check)?
+                        {
+                            Ok(run) => self.checked(with_notes(run, reordered), &program, &data, check),
+                            Err(apart) => Ok(with_notes(apart, reordered)),
+                        };
                     }
                 };
                 let executable = backend.compile_levels(&lowered, schedule)?;
@@ -397,31 +403,67 @@ impl Problem {
     /// products than the statements one by one with dense temporaries
     /// (SDDMM's `U[i,k] * V[j,k]` at every (i,j), or its split's
     /// `T[i,j,k]`, against only A's entries: a dense temporary of M x N x
-    /// K elements), with that statement prepared and the note that says
-    /// so. Products are counted by [`expected_products`].
+    /// K elements): that statement prepared and the note that says so, or
+    /// (`Err`) the note that says why not, where the counts say. Products
+    /// are counted by [`expected_products`], over the statement as written
+    /// (a format's rewrite renames its operands).
+    #[allow(clippy::type_complexity)]
     fn fewer_products_fused(
         &self,
         program: &Program,
         data: &ProgramData,
-    ) -> Option<(String, (String, Prepared))> {
+    ) -> std::result::Result<(String, (String, Prepared)), Option<String>> {
         let density = |name: &str| {
             data.sparse
                 .get(name)
                 .map(|coo| coo.nnz() as f64 / coo.shape.iter().map(|&d| d as f64).product::<f64>().max(1.0))
         };
         let apart: f64 = program.statements.iter().map(|e| expected_products(e, &density)).sum();
-        let (text, prepared) = self.maximal(program).ok()?;
-        let fused = expected_products(&prepared.einsum, &density);
-        (fused <= apart).then(|| {
-            (
-                format!(
-                    "fusion=trie: program kernels with temporaries run on the C backend only so far; the \
-                     statements substituted into one do about {fused:.3e} products, one by one with dense \
-                     temporaries about {apart:.3e}, so fused maximally"
-                ),
-                (text, prepared),
-            )
-        })
+        let (text, prepared) = self.maximal(program).map_err(|_| None)?;
+        let written = prepared.stored.as_ref().map_or(&prepared.einsum, |s| &s.original);
+        let fused = expected_products(written, &density);
+        let counts = format!(
+            "the statements substituted into one do about {fused:.3e} products, one by one with dense \
+             temporaries about {apart:.3e}"
+        );
+        match fused <= apart {
+            true => Ok((format!("fusion=trie: {counts}, so fused maximally"), (text, prepared))),
+            false => Err(Some(format!("fusion=trie: {counts}, so they run apart"))),
+        }
+    }
+
+    /// The substituted statement run (`why` fuses it maximally), or where
+    /// it cannot run on `backend` (16-bit operands on the GPU's level
+    /// path, say), each statement as its own kernel (as `Err`), with a
+    /// note that says why. Only a failure of both is an error.
+    #[allow(clippy::too_many_arguments)]
+    fn maximal_or_apart(
+        &self,
+        prepared: (String, Prepared),
+        why: String,
+        program: &Program,
+        backend: &dyn Backend,
+        schedule: &Schedule,
+        opts: TimingOptions,
+        check: bool,
+    ) -> Result<std::result::Result<ProgramRun, ProgramRun>> {
+        match self.run_maximal(prepared, backend, schedule, opts) {
+            Ok(mut run) => {
+                run.fusion = Fusion::Trie;
+                run.notes.push(why);
+                Ok(Ok(run))
+            }
+            Err(e) => {
+                let mut run = self.run_each_statement(program, backend, schedule, opts, check)?;
+                run.notes.push(format!(
+                    "{why}; but the substituted statement cannot run on {} ({}), so each statement runs as its \
+                     own kernel instead, its temporaries dense",
+                    backend.target().title(),
+                    e.render(false).lines().next().unwrap_or_default().trim_start_matches("error: ")
+                ));
+                Ok(Err(run))
+            }
+        }
     }
 
     /// `run`, with `check`, compared with the reference evaluator's run of
@@ -843,6 +885,12 @@ fn affine(s: &Statement) -> bool {
     std::iter::once(&s.lhs)
         .chain(s.rhs.accesses())
         .any(|a| a.subscripts.iter().any(|x| x.as_index().is_none()))
+}
+
+/// `run` with `notes` before its own.
+fn with_notes(mut run: ProgramRun, notes: Vec<String>) -> ProgramRun {
+    run.notes.splice(0..0, notes);
+    run
 }
 
 /// The labels of a program kernel's refusals that its statements, each

@@ -310,6 +310,24 @@ fn a_gpu_program_fuses_maximally_where_that_does_fewer_products() {
     let ran = gnn.run_program(&backend, &Schedule::default(), opts, true).unwrap();
     assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
     assert_eq!(ran.kernels.len(), 2, "{:?}", ran.notes);
+    assert!(ran.notes.iter().any(|n| n.contains("so they run apart")), "{:?}", ran.notes);
+    // Where the substituted statement cannot run on the GPU (16-bit
+    // operands on its level path), the statements run apart (it failed).
+    let f16 = spindle::Problem::new("t[i] = A[i,j] * x[j]; y[i] = t[i] * A[i,k] * z[k]")
+        .tensor("A", Input::from(a_square()))
+        .format("A", "csr")
+        .tensor("x", Input::random(&[10], DType::F16, 5))
+        .tensor("z", Input::random(&[10], DType::F16, 6));
+    let ran = f16.run_program(&backend, &Schedule::default(), opts, true).unwrap();
+    assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
+    assert!(ran.notes.iter().any(|n| n.contains("cannot run on CUDA emulation")), "{:?}", ran.notes);
+}
+
+/// A 10 x 10 matrix of 30 entries, every row and column stored.
+fn a_square() -> spindle_formats::Coo<f64, i64> {
+    let entries: Vec<(usize, usize, f64)> =
+        (0..30).map(|e| (e % 10, (e * 7) % 10, 0.5 + e as f64 / 30.0)).collect();
+    spindle_formats::Coo::<f64, i64>::from_triplets(10, 10, &entries).unwrap()
 }
 
 /// Operands with no entries, or no rows at all: the kernel launches no

@@ -85,11 +85,24 @@ pub fn read(file: &Path) -> Result<Notebook> {
         );
     }
     let notebook = Notebook::parse(&text);
-    if !has_code(&notebook) {
-        bail!(
-            "{}: the notebook has no code cells to run: write a statement between a line ```spindle and a line ```",
+    let fenced_in = Notebook::fenced_in(&text).map(|(line, block)| {
+        format!(
+            "{}:{line}: this ```spindle fence is inside the fenced block opened at line {block}, so it is that \
+             block's text, not a cell",
             file.display()
-        );
+        )
+    });
+    if !has_code(&notebook) {
+        match fenced_in {
+            Some(why) => bail!("{why}: close the block before the cell"),
+            None => bail!(
+                "{}: the notebook has no code cells to run: write a statement between a line ```spindle and a line ```",
+                file.display()
+            ),
+        }
+    }
+    if let Some(why) = fenced_in {
+        eprintln!("note: {why}");
     }
     Ok(notebook)
 }

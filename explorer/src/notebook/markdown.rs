@@ -92,16 +92,18 @@ fn fence(line: &str) -> Option<(char, usize, &str)> {
 }
 
 /// Where line `i` opens a fenced block other than a code cell (```` ```rust ````,
-/// or four backticks around an example notebook), the line after the one
-/// that closes it (the end of the text where none does): its lines are
-/// Markdown, fences of cells inside it included.
+/// or four backticks around an example notebook) that a later line
+/// closes, the line after that one: its lines are Markdown, fences of
+/// cells inside it included. A fence never closed is not taken for a
+/// block (CommonMark would run it to the end of the text): a stray one
+/// would swallow every cell after it.
 fn past_other_block(lines: &[&str], i: usize) -> Option<usize> {
     if bare(lines[i]) == OPEN {
         return None;
     }
     let (c, run, _) = fence(lines[i])?;
     let closes = |l: &&str| fence(l).is_some_and(|(d, n, info)| d == c && n >= run && info.trim().is_empty());
-    Some(lines[i + 1..].iter().position(closes).map_or(lines.len(), |len| i + len + 2))
+    lines[i + 1..].iter().position(closes).map(|len| i + len + 2)
 }
 
 impl Notebook {
@@ -152,6 +154,24 @@ impl Notebook {
                     Some(len) => i += len + 2,
                     None => return Some(i + 1),
                 }
+                continue;
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// The first ```` ```spindle ```` line inside another fenced block (its line
+    /// and the block's, from 1): Markdown, so its cell never runs.
+    pub fn fenced_in(text: &str) -> Option<(usize, usize)> {
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let mut i = 0;
+        while i < lines.len() {
+            if let Some(next) = past_other_block(&lines, i) {
+                if let Some(at) = lines[i + 1..next].iter().position(|l| bare(l) == OPEN) {
+                    return Some((i + at + 2, i + 1));
+                }
+                i = next;
                 continue;
             }
             i += 1;
@@ -291,7 +311,6 @@ mod tests {
             "```text\n```spindle\n```\n",
             "~~~\n```spindle\nA = rand 3\n```\n~~~\n",
             "  ````\n```spindle\nA\n```\n`````\n",
-            "````\n```spindle\nA\n```\nnever closed\n",
         ] {
             let nb = Notebook::parse(text);
             assert!(nb.iter().all(|c| c.kind == CellKind::Markdown), "{text:?}: {nb:?}");
@@ -301,6 +320,12 @@ mod tests {
         // cell, not another block's fence.
         let nb = Notebook::parse("````\n```spindle\nA\n```\n````\n```spindle\nB = rand 2\n```\n");
         assert_eq!(nb.code_cells().map(|(_, c)| c.source.as_str()).collect::<Vec<_>>(), ["B = rand 2\n"]);
+        assert_eq!(Notebook::fenced_in("x\n````\n```spindle\nA\n```\n````\n"), Some((3, 2)));
+        // A fence never closed opens no block: a stray one swallows no
+        // cell after it.
+        let nb = Notebook::parse("intro\n````\nstray\n```spindle\nA = rand 3\n```\n");
+        assert_eq!(nb.code_cells().count(), 1);
+        assert_eq!(Notebook::fenced_in("intro\n````\nstray\n```spindle\nA = rand 3\n```\n"), None);
     }
 
     #[test]

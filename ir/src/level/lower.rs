@@ -383,7 +383,8 @@ fn alias_rereads(
 /// An operand read with an index repeated (its diagonal: `A[i,i]`) as a
 /// sum over a fresh index times the identity, stored in CSR (CSC where the
 /// operand stores the repeat's dimension above the first's, as CSC does):
-/// `y[i] = f(A[i,i], ..)` is `y[i] += f(A[i,i2], ..) * Eye[i,i2]`, exact
+/// `y[i] = f(A[i,i], ..)` is `y[i] = f(A[i,i2], ..) * Eye[i,i2]` (summed
+/// over `i2`, as every index missing from the output is), exact
 /// for any `f`, since only `i2 = i` is not multiplied by 0. The level
 /// path then walks `A`'s row and `Eye`'s together (an intersection: a
 /// row's entries up to its diagonal). Each repeat gets its own identity

@@ -185,8 +185,8 @@ pub fn lower_program(
                 |d| match d.label.as_str() {
                     // A statement alone walks a copy for a further read.
                     "a second read" => d.with_note(format!(
-                        "fusion=maximal (which the default fusion=trie falls back to) substitutes the statements \
-                         into one, whose level path walks a copy of `{}` for each further read",
+                        "a statement alone walks a copy of `{}` for each further read: fusion=maximal substitutes \
+                         the statements into one, and where that cannot run, each statement runs as its own kernel",
                         access.tensor.name
                     )),
                     _ => d,
