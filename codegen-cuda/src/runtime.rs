@@ -35,7 +35,8 @@ use spindle_ir::tensor::{TensorValue, Tensors};
 use crate::cubin_cache::{self, CacheEntry};
 use crate::nvrtc::{self, Arch, CompileError, Resources};
 use crate::print::{
-    CudaKernel, LaunchGeometry, PrintError, ROUND_BLOCK, RoundKernel, RowSplit, device_kernel, widened_output,
+    CudaKernel, LaunchGeometry, PrintError, ROUND_BLOCK, RoundKernel, RowSplit, device_kernel,
+    device_level_kernel, widened_level_output, widened_output,
 };
 
 /// Why a kernel could not run on the GPU.
@@ -858,10 +859,11 @@ impl DeviceArgs for Kernel {
 }
 
 /// A level kernel's arguments are its format arrays and dense tensors as
-/// they are (its coordinates are checked when its formats are built).
+/// they are (its coordinates are checked when its formats are built), a
+/// 16-bit output held in f32 ([`device_level_kernel`]).
 impl DeviceArgs for LevelKernel {
     fn device_params(&self) -> Vec<TensorParam> {
-        self.tensors.values().cloned().collect()
+        device_level_kernel(self).tensors.values().cloned().collect()
     }
 
     fn output_init(&self) -> OutputInit {
@@ -873,7 +875,7 @@ impl DeviceArgs for LevelKernel {
     }
 
     fn rounded_output(&self) -> Option<(ElemType, usize)> {
-        None
+        widened_level_output(self).map(|d| (d, self.tensor(self.output).shape.iter().product()))
     }
 }
 

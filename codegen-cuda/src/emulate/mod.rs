@@ -27,7 +27,9 @@ use spindle_ir::lang::ElemType;
 use spindle_ir::level::LevelKernel;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
-use crate::print::{CudaKernel, PrintError, ROUND_BLOCK, SplitWork, cuda_type, device_kernel};
+use crate::print::{
+    CudaKernel, PrintError, ROUND_BLOCK, SplitWork, cuda_type, device_kernel, device_level_kernel,
+};
 
 /// The emulation of the CUDA built-ins the printer uses.
 pub const EMULATION_HEADER: &str = include_str!("cuda_emu.h");
@@ -263,7 +265,7 @@ pub fn run_level(
     tensors: &Tensors,
     opts: &EmulateOptions,
 ) -> Result<ArrayD<f64>, EmulateError> {
-    let params: Vec<TensorParam> = kernel.tensors.values().cloned().collect();
+    let params: Vec<TensorParam> = device_level_kernel(kernel).tensors.values().cloned().collect();
     let start = if printed.writes_output { Start::Poisoned } else { Start::As(kernel.init) };
     let work = work_list(printed, tensors)?;
     run_with(&params, start, program_for(&params, printed, work.as_ref()), work.as_ref(), tensors, opts)

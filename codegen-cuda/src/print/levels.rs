@@ -17,6 +17,7 @@ use spindle_ir::level::LevelKernel;
 
 use super::dialect::Cuda;
 use super::sink::atomic_helper;
+use super::wide::{device_level_kernel, round_level_kernel};
 use super::{CudaKernel, LaunchGeometry, PrintError, cuda_type};
 
 /// Warps per block: 256 threads.
@@ -49,11 +50,12 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         return Err(PrintError::Symbol { symbol: symbol.to_string() });
     }
     let refuse = |reason: String| PrintError::Levels { kernel: kernel.name.clone(), reason };
-    if let Some(t) =
-        kernel.tensors.values().find(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)))
-    {
-        return Err(refuse(format!("`{}` is 16-bit; the GPU level path takes f32 and f64 so far", t.name)));
-    }
+    // 16-bit operands are read into the compute type; a 16-bit output is
+    // held in f32 and rounded once by a second kernel ([`super::wide`]).
+    let round = round_level_kernel(kernel, symbol);
+    let kernel = &*device_level_kernel(kernel);
+    let sixteen =
+        kernel.tensors.values().any(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)));
     let double = kernel.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
     let dialect = Cuda { real: if double { "double" } else { "float" }, wide: true };
     let split = lane_split(kernel);
@@ -88,8 +90,19 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
             LaneSplit::None => "lane 0 walks the row",
         }
     );
+    if let Some(round) = &round {
+        src += &format!(
+            "// output: `{}` is {}, held in f32 here and rounded once by `{}`\n",
+            kernel.tensor(kernel.output).name,
+            round.0.dtype.name(),
+            round.0.symbol
+        );
+    }
     // NVRTC has no <stdint.h>; the CPU emulation has.
     src += "#ifdef __CUDACC_RTC__\ntypedef long long int64_t;\n#endif\n";
+    if sixteen {
+        src += "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n";
+    }
     src += "#ifndef INT64_MAX\n#define INT64_MAX 0x7fffffffffffffffLL\n#endif\n\n";
     if atomic && kernel.reduction != Reduction::Sum {
         src += &atomic_helper(kernel.tensor(kernel.output).dtype, kernel.reduction);
@@ -113,7 +126,12 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     src += "    const int lane = threadIdx.x & 31;\n";
     src += &body;
     src += "}\n";
-    Ok(CudaKernel::plain(symbol, src, launch))
+    let mut printed = CudaKernel::plain(symbol, src, launch);
+    if let Some((round, source)) = round {
+        printed.source += &source;
+        printed.round = Some(round);
+    }
+    Ok(printed)
 }
 
 /// Iterations of the outermost loop (at most: a compressed root level's

@@ -73,7 +73,9 @@ mod walk;
 mod wide;
 pub use rows::STAGES;
 pub use split::{RowSplit, SplitWork};
-pub use wide::{ROUND_BLOCK, RoundKernel, device_kernel, widened_output};
+pub use wide::{
+    ROUND_BLOCK, RoundKernel, device_kernel, device_level_kernel, widened_level_output, widened_output,
+};
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;

@@ -9,6 +9,10 @@
 //! error of one f16 rounding, whatever the row length. Exclusive sinks (one
 //! write per element, already summed in f32 registers) and `max=` / `min=`
 //! (exact in any type) keep the output's own type.
+//!
+//! The level path's warps fold every term into the output in global memory
+//! (a row's positions one after another), so a 16-bit output of a level
+//! kernel is always held in f32 and rounded once, whatever the reduction.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -16,6 +20,7 @@ use std::fmt::Write as _;
 use spindle_ir::formats::DType;
 use spindle_ir::kernel::{Kernel, Reduction};
 use spindle_ir::lang::ElemType;
+use spindle_ir::level::LevelKernel;
 
 use super::cuda_type;
 
@@ -61,11 +66,41 @@ pub fn device_kernel(kernel: &Kernel) -> Cow<'_, Kernel> {
     Cow::Owned(wide)
 }
 
+/// Whether `kernel`'s output is 16-bit, which the level path holds in f32
+/// ([`device_level_kernel`]): its type, if so.
+pub fn widened_level_output(kernel: &LevelKernel) -> Option<ElemType> {
+    let dtype = kernel.tensor(kernel.output).dtype;
+    matches!(dtype, ElemType::Value(DType::F16 | DType::Bf16)).then_some(dtype)
+}
+
+/// The level kernel as the device runs it: with an f32 output where
+/// [`widened_level_output`] says so, else unchanged. The printer, the
+/// runtime's buffers and the emulation all go through this one function.
+pub fn device_level_kernel(kernel: &LevelKernel) -> Cow<'_, LevelKernel> {
+    if widened_level_output(kernel).is_none() {
+        return Cow::Borrowed(kernel);
+    }
+    let mut wide = kernel.clone();
+    wide.tensors[kernel.output].dtype = ElemType::Value(DType::F32);
+    Cow::Owned(wide)
+}
+
 /// The rounding kernel for `kernel`'s output, if it is widened, and its
 /// source (appended to the main kernel's).
 pub(super) fn round_kernel(kernel: &Kernel, symbol: &str) -> Option<(RoundKernel, String)> {
     let dtype = widened_output(kernel)?;
-    let len = kernel.tensor(kernel.sink.tensor).shape.iter().product();
+    Some(rounding(dtype, kernel.tensor(kernel.sink.tensor).shape.iter().product(), symbol))
+}
+
+/// The rounding kernel of a level kernel's 16-bit output and its source.
+pub(super) fn round_level_kernel(kernel: &LevelKernel, symbol: &str) -> Option<(RoundKernel, String)> {
+    let dtype = widened_level_output(kernel)?;
+    Some(rounding(dtype, kernel.tensor(kernel.output).shape.iter().product(), symbol))
+}
+
+/// The kernel `{symbol}_round` that rounds `len` f32 elements into `dtype`,
+/// and its source.
+fn rounding(dtype: ElemType, len: usize, symbol: &str) -> (RoundKernel, String) {
     let round = RoundKernel { symbol: format!("{symbol}_round"), dtype, len };
     let ty = cuda_type(dtype);
     // Both round to nearest, ties to even.
@@ -74,7 +109,7 @@ pub(super) fn round_kernel(kernel: &Kernel, symbol: &str) -> Option<(RoundKernel
         _ => "__float2half",
     };
     let mut src = String::new();
-    let _ = writeln!(src, "\n// The output was summed in f32 (`acc`); one rounding into its own type.");
+    let _ = writeln!(src, "\n// The output was held in f32 (`acc`); one rounding into its own type.");
     src.push_str("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n");
     let _ = writeln!(
         src,
@@ -85,5 +120,5 @@ pub(super) fn round_kernel(kernel: &Kernel, symbol: &str) -> Option<(RoundKernel
     src.push_str("  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
     let _ = writeln!(src, "  if (i < len) out[i] = {convert}(acc[i]);");
     src.push_str("}\n");
-    Some((round, src))
+    (round, src)
 }
