@@ -433,8 +433,8 @@ impl Problem {
     }
 
     /// The substituted statement run (`why` fuses it maximally), or where
-    /// it cannot run on `backend` (16-bit operands on the GPU's level
-    /// path, say), each statement as its own kernel (as `Err`), with a
+    /// it cannot run on `backend` (a kernel the GPU's level path does not
+    /// print yet, say), each statement as its own kernel (as `Err`), with a
     /// note that says why. Only a failure of both is an error.
     #[allow(clippy::too_many_arguments)]
     fn maximal_or_apart(
