@@ -118,6 +118,12 @@ pub fn print_level_warps<D: Dialect>(
             "subsection loops (affine subscripts on stored operands) run on the C backend only so far",
         ));
     }
+    if Node::any(&kernel.body, &|n| matches!(n, Node::Fill { .. })) {
+        return Err(refuse(
+            "`max=` / `min=` over stored operands (counting the zeros the walk skips) run on the C backend \
+             only so far",
+        ));
+    }
     if kernel.body.len() > 1 {
         return Err(refuse(
             "a warp per iteration of the outermost loop needs one loop there; this kernel has several",
@@ -574,6 +580,10 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 (false, Some(a)) if a.levels.first().is_some_and(|l| !l.format.locate()) => {
                     "the sparse output's first level is compressed, so its entries are appended in order; \
                      a dense first level, as CSR's, fills its rows on threads"
+                }
+                (false, _) if matches!(k.body[..], [Node::Fill { .. }]) => {
+                    "under max= / min= the outermost loop may skip output rows, so the zeros skipped are \
+                     counted per output element, in one array"
                 }
                 (false, _) => {
                     "the outermost loop's iterations may write the same output element (a level whose \

@@ -74,12 +74,12 @@ pub fn lower(
     schedule: &Schedule,
     name: &str,
 ) -> Result<Lowered, Diagnostic> {
-    let Some((diagonal, formats_, sparse_)) = diagonal_reads(einsum, formats, sparse) else {
-        return lower_rereads(einsum, formats, sparse, schedule, name);
+    let Some((diagonal, formats_, sparse_, copies)) = diagonal_reads(einsum, formats, sparse) else {
+        return lower_rereads(einsum, formats, sparse, schedule, name, &BTreeSet::new());
     };
     // As written, a repeated index never lowers; the walk's own reason is
     // the one to give, in the names the note explains.
-    lower_rereads(&diagonal, &formats_, &sparse_, schedule, name).map_err(|walked| {
+    lower_rereads(&diagonal, &formats_, &sparse_, schedule, name, &copies).map_err(|walked| {
         walked.with_note(format!(
             "a repeated index reads a diagonal, which the level path walks as a product with the identity: \
              `{}`",
@@ -89,18 +89,19 @@ pub fn lower(
 }
 
 /// [`lower`] of `einsum` with its stored operands' rereads walked as
-/// copies ([`alias_rereads`]).
+/// copies ([`alias_rereads`]); `pinned` as [`lower_as_read`]'s.
 fn lower_rereads(
     einsum: &Einsum,
     formats: &BTreeMap<String, FormatSpec>,
     sparse: &BTreeMap<String, Coo<f64, i64>>,
     schedule: &Schedule,
     name: &str,
+    pinned: &BTreeSet<String>,
 ) -> Result<Lowered, Diagnostic> {
     let Some((aliased, formats_, sparse_, renames)) = alias_rereads(einsum, formats, sparse) else {
-        return lower_as_read(einsum, formats, sparse, schedule, name);
+        return lower_as_read(einsum, formats, sparse, schedule, name, pinned);
     };
-    lower_as_read(&aliased, &formats_, &sparse_, schedule, name).map_err(|copies| {
+    lower_as_read(&aliased, &formats_, &sparse_, schedule, name, pinned).map_err(|copies| {
         // Where the copies do not lower either, the statement as written
         // says why, with the copies' reason beside it in the user's names.
         let mut why = copies.message.clone();
@@ -108,7 +109,7 @@ fn lower_rereads(
             why = why.replace(&format!("`{alias}`"), &format!("`{tensor}` as read at [{}]", read.join(",")));
         }
         // (As written, a reread operand always fails to lower.)
-        match lower_as_read(einsum, formats, sparse, schedule, name) {
+        match lower_as_read(einsum, formats, sparse, schedule, name, pinned) {
             Err(d) => d.with_note(format!("walked as a copy for each further read, it cannot either: {why}")),
             Ok(_) => copies,
         }
@@ -116,30 +117,37 @@ fn lower_rereads(
 }
 
 /// [`lower`] of `einsum` with its stored operands read as written.
+/// `pinned`: indices a rewrite made that equal another at every point the
+/// walk visits (a diagonal's copy `i2` of `i`), which are not points of
+/// their own under `max=` / `min=`.
 fn lower_as_read(
     einsum: &Einsum,
     formats: &BTreeMap<String, FormatSpec>,
     sparse: &BTreeMap<String, Coo<f64, i64>>,
     schedule: &Schedule,
     name: &str,
+    pinned: &BTreeSet<String>,
 ) -> Result<Lowered, Diagnostic> {
     let st = &einsum.statement;
     let (reduction, init) = match st.op {
         AssignOp::Assign => (Reduction::Sum, OutputInit::Zero),
         AssignOp::AddAssign => (Reduction::Sum, OutputInit::Keep),
-        AssignOp::MaxAssign | AssignOp::MinAssign => {
-            return Err(refuse(
-                format!(
-                    "`{}` over stored operands: iteration skips zeros, but the reduction sees them",
-                    st.op.as_str()
-                ),
-                st.op_span,
-                "a max/min reduction",
-            ));
-        }
+        AssignOp::MaxAssign => (Reduction::Max, OutputInit::Identity(Reduction::Max)),
+        AssignOp::MinAssign => (Reduction::Min, OutputInit::Identity(Reduction::Min)),
     };
     let out_name = &st.lhs.tensor.name;
     let out_spec = formats.get(out_name);
+    if reduction != Reduction::Sum && out_spec.is_some() {
+        return Err(refuse(
+            format!(
+                "`{}` into sparse `{out_name}`: sparse outputs are assembled by sums only",
+                st.op.as_str()
+            ),
+            st.op_span,
+            "a max/min reduction",
+        )
+        .with_note(format!("drop `{out_name}`'s format to reduce into a dense output")));
+    }
     if out_spec.is_some() && sparse.contains_key(out_name) {
         return Err(refuse(
             format!(
@@ -213,6 +221,19 @@ fn lower_as_read(
     };
     kernel.body = lowerer.at(0, &rhs, false)?;
     kernel.parallel = !kernel.idle() && owns_its_outputs(&kernel.body, &stored, &out_at);
+    if reduction != Reduction::Sum {
+        let body = std::mem::take(&mut kernel.body);
+        let points = kernel
+            .vars
+            .iter()
+            .filter(|(v, var)| !out_at.contains(v) && !pinned.contains(&var.name))
+            .map(|(_, var)| var.extent)
+            .product();
+        let (body, at_top) = count_skipped_zeros(body, &out_at, points);
+        kernel.body = body;
+        // The counts of the elements of a fill at the top are shared.
+        kernel.parallel &= !at_top;
+    }
     if let Some(a) = &mut assembly {
         // Rows fill from their own offsets only when the outermost loop
         // walks the output's first level and that level is dense.
@@ -388,18 +409,16 @@ fn alias_rereads(
 /// for any `f`, since only `i2 = i` is not multiplied by 0. The level
 /// path then walks `A`'s row and `Eye`'s together (an intersection: a
 /// row's entries up to its diagonal). Each repeat gets its own identity
-/// (one identity read twice would be a reread). Only for sums: under
-/// `max=` the zeros would count. `None` where no stored operand repeats
-/// an index.
+/// (one identity read twice would be a reread). Under `max=` / `min=`
+/// each copy (returned last) is pinned to its index: the walk visits only
+/// `i2 = i`, and the zeros it skips are counted over the other indices.
+/// `None` where no stored operand repeats an index.
 #[allow(clippy::type_complexity)]
 fn diagonal_reads(
     einsum: &Einsum,
     formats: &BTreeMap<String, FormatSpec>,
     sparse: &BTreeMap<String, Coo<f64, i64>>,
-) -> Option<(Einsum, BTreeMap<String, FormatSpec>, BTreeMap<String, Coo<f64, i64>>)> {
-    if !matches!(einsum.statement.op, AssignOp::Assign | AssignOp::AddAssign) {
-        return None;
-    }
+) -> Option<(Einsum, BTreeMap<String, FormatSpec>, BTreeMap<String, Coo<f64, i64>>, BTreeSet<String>)> {
     let mut names: BTreeSet<String> = einsum.tensors.keys().cloned().collect();
     names.extend(einsum.indices.iter().map(|i| i.name.clone()));
     let mut fresh = |base: &str, first: usize| {
@@ -454,6 +473,7 @@ fn diagonal_reads(
         })
         .collect();
     let (mut formats, mut sparse) = (formats.clone(), sparse.clone());
+    let copies = repeats.iter().map(|r| r.1.clone()).collect();
     for (index, copy, extent, span, format) in repeats {
         let eye = fresh("Eye", 1);
         let ident = |name: &str| crate::lang::ast::Ident { name: name.to_string(), span };
@@ -476,7 +496,7 @@ fn diagonal_reads(
         formats.insert(eye, format);
     }
     let einsum = crate::lang::check(&statement, &declarations).ok()?;
-    Some((einsum, formats, sparse))
+    Some((einsum, formats, sparse, copies))
 }
 
 /// The stored operand `access` reads, where it has a format and is not
@@ -921,6 +941,49 @@ fn owns_its_outputs(body: &[Node], stored: &BTreeMap<String, Stored>, out_at: &[
         }
         _ => false,
     }
+}
+
+/// Under `max=` / `min=` the walk skips points where a stored operand is
+/// zero, and there the value is zero too (the lattice skips only those),
+/// which the reduction must see: wraps the loops in a [`Node::Fill`] that
+/// counts each output element's updates and folds in zero where they were
+/// fewer than its points. The fill goes below the loops that bind output
+/// variables at every coordinate (dense loops, full merges), so a row's
+/// count is a register; a loop that may skip an output coordinate (a
+/// compressed level's rows: all zero) stays inside, counted per element.
+/// `points`: an element's points. Whether the fill is at the top.
+fn count_skipped_zeros(body: Vec<Node>, out_at: &[VarId], points: usize) -> (Vec<Node>, bool) {
+    fn wrap(nodes: Vec<Node>, out_at: &[VarId], points: usize) -> Vec<Node> {
+        let loops = nodes.iter().filter(|n| !matches!(n, Node::Locate { .. })).count();
+        let descends = |n: &Node| match n {
+            Node::Dense { var, .. } | Node::Merge { var, full: true, .. } => out_at.contains(var),
+            _ => false,
+        };
+        if loops != 1 || !nodes.iter().any(descends) {
+            return vec![Node::Fill { at: out_at.to_vec(), points, body: nodes }];
+        }
+        nodes
+            .into_iter()
+            .map(|n| match n {
+                Node::Dense { var, body } => Node::Dense { var, body: wrap(body, out_at, points) },
+                Node::Merge { var, levels, full, points: cases } => Node::Merge {
+                    var,
+                    levels,
+                    full,
+                    points: cases
+                        .into_iter()
+                        .map(|c| Point { present: c.present, body: wrap(c.body, out_at, points) })
+                        .collect(),
+                },
+                other => other,
+            })
+            .collect()
+    }
+    let at_top = {
+        let loops: Vec<&Node> = body.iter().filter(|n| !matches!(n, Node::Locate { .. })).collect();
+        !matches!(&loops[..], [Node::Dense { var, .. } | Node::Merge { var, full: true, .. }] if out_at.contains(var))
+    };
+    (wrap(body, out_at, points), at_top)
 }
 
 /// Why a statement cannot take the level path, at `span`.

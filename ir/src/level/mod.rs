@@ -239,8 +239,9 @@ pub enum Node {
     /// a second stored operand of a product, intersected with the one the
     /// loop walks.
     Find { operand: usize, level: usize, body: Vec<Node> },
-    /// A `max=` / `min=` over a stored operand's windows (pooling): the
-    /// updates of the output at `at` in `body` visit only stored entries,
+    /// A `max=` / `min=` over stored operands (pooling's windows, a row's
+    /// maximum): the updates of the output at `at` in `body` visit only
+    /// stored entries,
     /// so where they were fewer than the window's `points`, a skipped point
     /// was a zero, and zero is folded into the output too. The variables of
     /// `at` bound around the fill fix one element, counted in a register;

@@ -135,7 +135,7 @@ impl LevelKernel {
                 let vars: Vec<&str> = at.iter().map(|&v| self.var(v).name.as_str()).collect();
                 let _ = writeln!(
                     out,
-                    "{pad}window of {}[{}]: zero folded in where fewer than {points} points are stored",
+                    "{pad}count the updates of {}[{}]: zero folded in where fewer than {points} points are stored",
                     self.tensor(self.output).name,
                     vars.join(",")
                 );
