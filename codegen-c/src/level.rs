@@ -118,12 +118,6 @@ pub fn print_level_warps<D: Dialect>(
             "subsection loops (affine subscripts on stored operands) run on the C backend only so far",
         ));
     }
-    if Node::any(&kernel.body, &|n| matches!(n, Node::Fill { .. })) {
-        return Err(refuse(
-            "`max=` / `min=` over stored operands (counting the zeros the walk skips) run on the C backend \
-             only so far",
-        ));
-    }
     if kernel.body.len() > 1 {
         return Err(refuse(
             "a warp per iteration of the outermost loop needs one loop there; this kernel has several",
@@ -144,6 +138,15 @@ pub fn print_level_warps<D: Dialect>(
     updates_under(&kernel.body, &mut updates);
     let owned = kernel.parallel || coordinate.is_some_and(|v| updates.iter().all(|at| at.contains(&v)));
     let out_type = kernel.tensor(kernel.output).dtype;
+    // `max=` / `min=` count each output element's updates (a fill): in a
+    // register of the warp that owns the element.
+    if let Some(why) = fill_on_warps(kernel, owned) {
+        return Err(refuse(&format!(
+            "`{}` over stored operands counts the zeros the walk skips per output element, on a GPU in the \
+             registers of the warp that owns the element; {why}. Such a kernel runs on the C backend only so far",
+            if kernel.reduction == Reduction::Max { "max=" } else { "min=" }
+        )));
+    }
     if !owned && dialect.atomic_fold(kernel.reduction, out_type, "", "").is_none() {
         return Err(refuse(
             "a warp per row needs an outermost loop whose iterations own their output rows (CSR, DCSR, CSF \
@@ -158,6 +161,45 @@ pub fn print_level_warps<D: Dialect>(
     p.atomic = !owned;
     p.warps(1);
     Ok(Warps { tensors, body: p.out, atomic: !owned })
+}
+
+/// Why the fills of `kernel` ([`Node::Fill`]) cannot be counted in a
+/// warp's registers, if they cannot: a fill around the outermost loop (its
+/// rows may be skipped), one that binds an output index inside it (a
+/// count per element), or warps that share output elements.
+fn fill_on_warps(kernel: &LevelKernel, owned: bool) -> Option<&'static str> {
+    fn check(nodes: &[Node], bound: &mut Vec<VarId>, top: bool) -> Option<&'static str> {
+        for n in nodes {
+            if let Node::Fill { at, .. } = n {
+                if top {
+                    return Some(
+                        "here the outermost loop does not bind an output index at every coordinate (as CSR's \
+                         rows do), so the counts are one array",
+                    );
+                }
+                if !at.iter().all(|v| bound.contains(v)) {
+                    return Some("here an output index is bound inside the count (order it outside)");
+                }
+            }
+            let var = match n {
+                Node::Dense { var, .. } | Node::Merge { var, .. } => Some(*var),
+                _ => None,
+            };
+            bound.extend(var);
+            let found = n.bodies().find_map(|b| check(b, bound, false));
+            if var.is_some() {
+                bound.pop();
+            }
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+    if !Node::any(&kernel.body, &|n| matches!(n, Node::Fill { .. })) {
+        return None;
+    }
+    check(&kernel.body, &mut Vec::new(), true).or((!owned).then_some("here warps share output elements"))
 }
 
 /// Where lanes split a row of `kernel` (see [`LaneSplit`]): the innermost
@@ -278,7 +320,7 @@ fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
                     return Some(v);
                 }
             }
-            Node::Dense { body, .. } => {
+            Node::Dense { body, .. } | Node::Fill { body, .. } => {
                 if let Some(v) = find_positions(body, kernel) {
                     return Some(v);
                 }
@@ -468,6 +510,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 self.line(depth, &format!("if (warp < {extent}) {{"));
                 self.line(depth + 1, &format!("const int64_t {v} = warp;"));
+                self.bound.push(*var);
                 body.iter().for_each(|b| self.node(b, depth + 1));
                 self.line(depth, "}");
             }
@@ -479,6 +522,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 self.line(depth, &format!("if ({p} < {end}) {{"));
                 let line = format!("const int64_t {} = {}[{p}];", self.var(*var), self.crd(l));
                 self.line(depth + 1, &line);
+                self.bound.push(*var);
                 points[0].body.iter().for_each(|b| self.node(b, depth + 1));
                 self.line(depth, "}");
             }
@@ -487,6 +531,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 // operand): a warp per coordinate of the index, each level
                 // found in its sorted coordinates by binary search.
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
+                self.bound.push(*var);
                 self.line(depth, &format!("if (warp < {extent}) {{"));
                 let d = depth + 1;
                 self.line(d, &format!("const int64_t {v} = warp;"));
@@ -506,6 +551,14 @@ impl<'k, D: Dialect> Printer<'k, D> {
             }
             [] => {}
             _ => unreachable!("print_level_warps takes one outermost loop"),
+        }
+    }
+
+    /// Inside a [`Node::Fill`], one more update of its element.
+    fn count_hit(&mut self, depth: usize) {
+        if let Some(hits) = &self.hits {
+            let line = format!("{hits}++;");
+            self.line(depth, &line);
         }
     }
 
@@ -1353,7 +1406,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 if self.split == Some(LaneSplit::Dense(*var)) {
                     self.line(depth, &format!("for (int64_t {v} = lane; {v} < {extent}; {v} += 32) {{"));
                     let was = self.in_split.replace(LaneSplit::Dense(*var));
+                    self.bound.push(*var);
                     body.iter().for_each(|b| self.node(b, depth + 1));
+                    self.bound.pop();
                     self.in_split = was;
                 } else {
                     // Each iteration updates its own output element (or
@@ -1414,10 +1469,16 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 let address = self.dense_address(self.k.output, at);
                 let value = self.expr(value);
                 match (self.split, self.in_split) {
-                    (_, Some(LaneSplit::Positions(_))) => self.line(depth, &format!("acc += {value};")),
+                    (_, Some(LaneSplit::Positions(_))) => {
+                        let fold = self.d.fold(self.k.reduction, "acc", &value);
+                        self.line(depth, &fold);
+                        self.count_hit(depth);
+                    }
                     (Some(_), None) => {
                         let fold = self.fold_out(&format!("{out}[{address}]"), &value);
                         self.line(depth, &format!("if (lane == 0) {fold}"));
+                        // Every lane walks the row: each counts it all.
+                        self.count_hit(depth);
                     }
                     _ => {
                         let target = match &self.out_row {
@@ -1426,10 +1487,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                         };
                         let fold = self.fold_out(&target, &value);
                         self.line(depth, &fold);
-                        if let Some(hits) = &self.hits {
-                            let line = format!("{hits}++;");
-                            self.line(depth, &line);
-                        }
+                        self.count_hit(depth);
                     }
                 }
             }
@@ -1707,7 +1765,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let update = find_update(body).expect("a split position loop holds one update");
         self.line(depth, "{");
         let d = depth + 1;
-        self.line(d, &format!("{} acc = 0;", self.d.real()));
+        let r = self.k.reduction;
+        self.line(d, &format!("{} acc = {};", self.d.real(), self.d.float(r.identity())));
         self.line(d, &format!("for (int64_t {p} = {begin} + lane; {p} < {end}; {p} += 32) {{"));
         let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
         self.line(d + 1, &line);
@@ -1715,7 +1774,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
         body.iter().for_each(|b| self.node(b, d + 1));
         self.in_split = was;
         self.line(d, "}");
-        self.line(d, "for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, offset);");
+        let add = self.d.fold(r, "acc", "__shfl_down_sync(0xffffffffu, acc, offset)");
+        self.line(d, &format!("for (int offset = 16; offset > 0; offset >>= 1) {add}"));
         let out = self.tensor(self.k.output).to_string();
         let address = self.dense_address(self.k.output, update);
         let fold = self.fold_out(&format!("{out}[{address}]"), "acc");

@@ -806,10 +806,42 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
             ),
             "else hi = mid;",
         ),
+        // `max=` / `min=` count a row's updates in the warp's registers and
+        // fold zero in where some point was skipped: summed over the lanes
+        // where they split the row's positions, each lane's own where they
+        // split the output's columns (into data, random signs).
+        (
+            case(
+                "y[i] max= A[i,j] * x[j]",
+                &[("y", &[37], 1.0), ("A", &[37, 90], 0.2), ("x", &[90], 1.0)],
+                &[("A", "csr")],
+            ),
+            "f0_hits += __shfl_down_sync",
+        ),
+        (
+            Case {
+                schedule: "order=m+n+k",
+                ..case(
+                    "C[m,n] min= A[m,k] * B[k,n]",
+                    &[("C", &[21, 40], 1.0), ("A", &[21, 30], 0.2), ("B", &[30, 40], 1.0)],
+                    &[("A", "csr")],
+                )
+            },
+            "if (f0_hits < 30)",
+        ),
+        (
+            case(
+                "y[i] max= A[i,j] + B[i,j]",
+                &[("y", &[12], 1.0), ("A", &[12, 30], 0.2), ("B", &[12, 30], 0.2)],
+                &[("A", "csr"), ("B", "csr")],
+            ),
+            "if (lane == 0 && f0_hits < 30)",
+        ),
     ];
     for (c, needle) in &cases {
         let (einsum, data, entries, formats) = prepare(c);
-        let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
+        let schedule: Schedule = c.schedule.parse().unwrap();
+        let lowered = lower(&einsum, &formats, &entries, &schedule, "k").unwrap();
         let printed =
             print_level(&lowered.kernel, "spindle_level").unwrap_or_else(|e| panic!("{}: {e}", c.statement));
         assert!(printed.source.contains(needle), "{}: {needle}\n{}", c.statement, printed.source);
@@ -854,12 +886,13 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
     let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
     let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
     assert!(err.contains("sparse outputs are assembled on the C backend only"), "{err}");
-    // So are the counts of the zeros `max=` skips.
-    let c = case("y[i] max= A[i,j]", &[("y", &[6], 1.0), ("A", &[6, 6], 0.3)], &[("A", "csr")]);
+    // So are the counts of the zeros `max=` skips where they are an array
+    // (DCSR's rows may be skipped).
+    let c = case("y[i] max= A[i,j]", &[("y", &[6], 1.0), ("A", &[6, 6], 0.3)], &[("A", "dcsr")]);
     let (einsum, _, entries, formats) = prepare(&c);
     let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
     let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
-    assert!(err.contains("run on the C backend only so far"), "{err}");
+    assert!(err.contains("the counts are one array"), "{err}");
 }
 
 /// TTV, TTM and MTTKRP over a FROSTT tensor of the shared data folder in

@@ -15,7 +15,7 @@
 
 use spindle_ir::level::{AffineOperand, Expr, Node, Position, Reach, VarId, taps_order};
 
-use super::Printer;
+use super::{LaneSplit, Printer};
 use crate::dialect::Dialect;
 use crate::print::c_type;
 
@@ -699,7 +699,26 @@ impl<D: Dialect> Printer<'_, D> {
             let extent = self.k.var(v).extent;
             self.line(depth + 1 + k, &format!("for (int64_t {name} = 0; {name} < {extent}; {name}++) {{"));
         }
-        self.line(d, &format!("if ({hits} < {points}) {fold}"));
+        // A GPU warp's lanes (its updates are lane 0's, or each lane's own
+        // elements inside a split over the output's columns): where they
+        // split the row's positions, each counted its own; else each
+        // counted the whole row.
+        let check = match (self.split, self.in_split) {
+            (Some(split), None) => {
+                if let LaneSplit::Positions(_) = split {
+                    self.line(
+                        d,
+                        &format!(
+                            "for (int offset = 16; offset > 0; offset >>= 1) {hits} += \
+                             __shfl_down_sync(0xffffffffu, {hits}, offset);"
+                        ),
+                    );
+                }
+                format!("lane == 0 && {hits} < {points}")
+            }
+            _ => format!("{hits} < {points}"),
+        };
+        self.line(d, &format!("if ({check}) {fold}"));
         for k in (0..inner.len()).rev() {
             self.line(depth + 1 + k, "}");
         }
