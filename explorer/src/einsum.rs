@@ -232,13 +232,18 @@ pub fn reported(e: spindle::Error) -> anyhow::Error {
     }
 }
 
-/// Checks, rewrites (printing the rewritten statement) and loads the data.
+/// Checks, rewrites and loads the data.
 pub fn prepare(args: &DataArgs) -> Result<Prepared> {
-    let prepared = problem(args)?.prepare().map_err(reported)?;
+    problem(args)?.prepare().map_err(reported)
+}
+
+/// Prints the statement the tile path runs, where it rewrote the user's
+/// (over the formats' arrays): only where a tile kernel is what is shown
+/// or run, since the level path walks the statement as written.
+fn print_rewritten(prepared: &Prepared) {
     if prepared.rewritten {
         println!("rewritten: {}", prepared.text);
     }
-    Ok(prepared)
 }
 
 pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
@@ -258,6 +263,7 @@ pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
         return emit_evaluated(args, last, &result, out);
     }
     let prepared = prepare(args)?;
+    print_rewritten(&prepared);
     let start = std::time::Instant::now();
     let result = prepared.reference().map_err(reported)?;
     let points: u128 = prepared.einsum.indices.iter().map(|i| i.extent as u128).product();
@@ -531,6 +537,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         return Ok(());
     }
     let prepared = prepared.expect("a statement");
+    print_rewritten(&prepared);
     let kernel = prepared.lower(&schedule).map_err(reported)?;
     note_unread(c.schedule, KernelKind { path: SchedulePath::Tiles, cuda: c.emits_cuda() });
     let source = |target| spindle::print(&kernel, &schedule, target).map_err(reported);
@@ -662,6 +669,9 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         prepared.compile(backend.as_ref(), &schedule)
     }
     .map_err(reported)?;
+    if compiled.kernel.tiles().is_some() {
+        print_rewritten(&prepared);
+    }
     let opts = timing_options(run);
     let (result, timing) = match compiled.assembles() {
         true => compiled.assemble_and_time(opts).map(|(a, t)| (Produced::Sparse(a), t)),
