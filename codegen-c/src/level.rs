@@ -156,29 +156,58 @@ pub fn print_level_warps<D: Dialect>(
     let mut namer = Namer::default();
     let tensors: Vec<String> = kernel.tensors.iter().map(|(_, t)| namer.fresh("t_", &t.name)).collect();
     let vars = kernel.vars.iter().map(|(_, v)| namer.fresh("i_", &v.name)).collect();
+    let mut owners = false;
+    if kernel.lanes < 32 {
+        owners = grouped_rows(kernel, split).map_err(|why| {
+            refuse(&format!(
+                "reduce=parallel({}) puts {} rows in a warp, whose lanes must all reach the shuffles that add a \
+                 row's sums; {why}: use reduce=parallel (a warp per row)",
+                kernel.lanes,
+                32 / kernel.lanes
+            ))
+        })?;
+    }
     let mut p = Printer::new(kernel, dialect, tensors.clone(), vars);
     p.split = Some(split);
     p.atomic = !owned;
+    p.lanes = kernel.lanes;
+    p.owners = owners;
     p.warps(1);
     Ok(Warps { tensors, body: p.out, atomic: !owned })
 }
 
 /// Why the fills of `kernel` ([`Node::Fill`]) cannot be counted in a
 /// warp's registers, if they cannot: a fill around the outermost loop (its
-/// rows may be skipped), one that binds an output index inside it (a
-/// count per element), or warps that share output elements.
-fn fill_on_warps(kernel: &LevelKernel, owned: bool) -> Option<&'static str> {
-    fn check(nodes: &[Node], bound: &mut Vec<VarId>, top: bool) -> Option<&'static str> {
+/// rows may be skipped, or the output is a scalar), one that binds an
+/// output index inside it (a count per element), or warps that share
+/// output elements.
+fn fill_on_warps(kernel: &LevelKernel, owned: bool) -> Option<String> {
+    fn check(k: &LevelKernel, nodes: &[Node], bound: &mut Vec<VarId>, top: bool) -> Option<String> {
         for n in nodes {
-            if let Node::Fill { at, .. } = n {
+            if let Node::Fill { at, body, .. } = n {
+                if top && at.is_empty() {
+                    return Some("here the output is a scalar, whose count every warp shares".into());
+                }
                 if top {
                     return Some(
                         "here the outermost loop does not bind an output index at every coordinate (as CSR's \
-                         rows do), so the counts are one array",
+                         rows do), so the counts are one array"
+                            .into(),
                     );
                 }
-                if !at.iter().all(|v| bound.contains(v)) {
-                    return Some("here an output index is bound inside the count (order it outside)");
+                if let Some(&v) = at.iter().find(|v| !bound.contains(v)) {
+                    let name = &k.var(v).name;
+                    let dense = Node::any(body, &|n| matches!(n, Node::Dense { var, .. } if *var == v));
+                    return Some(match dense {
+                        true => format!(
+                            "here the output index `{name}` is bound inside the count, so the counts are an \
+                             array: order `{name}` before the summed indices (order=)"
+                        ),
+                        false => format!(
+                            "here the output index `{name}` is walked over stored coordinates, which may skip \
+                             some, so the counts are an array"
+                        ),
+                    });
                 }
             }
             let var = match n {
@@ -186,7 +215,7 @@ fn fill_on_warps(kernel: &LevelKernel, owned: bool) -> Option<&'static str> {
                 _ => None,
             };
             bound.extend(var);
-            let found = n.bodies().find_map(|b| check(b, bound, false));
+            let found = n.bodies().find_map(|b| check(k, b, bound, false));
             if var.is_some() {
                 bound.pop();
             }
@@ -199,7 +228,41 @@ fn fill_on_warps(kernel: &LevelKernel, owned: bool) -> Option<&'static str> {
     if !Node::any(&kernel.body, &|n| matches!(n, Node::Fill { .. })) {
         return None;
     }
-    check(&kernel.body, &mut Vec::new(), true).or((!owned).then_some("here warps share output elements"))
+    check(kernel, &kernel.body, &mut Vec::new(), true)
+        .or((!owned).then(|| "here warps share output elements".into()))
+}
+
+/// Whether groups of fewer than 32 lanes split `kernel`'s rows with
+/// owners ([`Printer::owners`]: there are rows), or why they cannot: the
+/// groups of a warp walk different rows, so every lane reaches the
+/// shuffles of the split position loop only where the path to it from the
+/// row has the same trip counts in every group (dense loops, fills), under
+/// a row of a dense loop or of a root level of known length.
+fn grouped_rows(kernel: &LevelKernel, split: LaneSplit) -> Result<bool, &'static str> {
+    let LaneSplit::Positions(var) = split else {
+        return Err("no loop over a row's positions holds one update at an output element fixed outside it");
+    };
+    let (row, rows) = match &kernel.body[..] {
+        [Node::Dense { var, body }] => (body, kernel.var(*var).extent),
+        [Node::Merge { levels, full: false, points, .. }] if levels.len() == 1 && points.len() == 1 => {
+            match levels[0].kind {
+                Reach::Compressed { pos: None, len, .. } => (&points[0].body, len),
+                _ => return Err("the outermost loop's rows are not known before the launch"),
+            }
+        }
+        _ => return Err("the outermost loop is neither a dense loop nor one stored level"),
+    };
+    fn below(nodes: &[Node], var: VarId) -> bool {
+        nodes.iter().any(|n| match n {
+            Node::Merge { var: v, .. } => *v == var,
+            Node::Fill { body, .. } | Node::Dense { body, .. } => below(body, var),
+            _ => false,
+        })
+    }
+    match below(row, var) {
+        true => Ok(rows > 0),
+        false => Err("the loop over the row's positions is inside a loop over stored entries or a branch"),
+    }
 }
 
 /// Where lanes split a row of `kernel` (see [`LaneSplit`]): the innermost
@@ -356,6 +419,12 @@ struct Printer<'k, D: Dialect> {
     /// On a GPU whose warps' iterations share output elements: updates of
     /// the output are atomic.
     atomic: bool,
+    /// On a GPU: the lanes of a row's group ([`LevelKernel::lanes`]).
+    lanes: u32,
+    /// On a GPU with groups of fewer than 32 lanes: the groups past the
+    /// last row walk the last one too, so every lane of a warp reaches its
+    /// shuffles, and only the row's owners write.
+    owners: bool,
     /// The outermost loop runs on OpenMP threads.
     threads: bool,
     /// The tensors are `restrict` parameters of a body function (else
@@ -488,6 +557,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
             restrict_params: false,
             split: None,
             atomic: false,
+            lanes: 32,
+            owners: false,
             in_split: None,
             bound: Vec::new(),
             lanes_outside: None,
@@ -506,6 +577,16 @@ impl<'k, D: Dialect> Printer<'k, D> {
     /// iteration, and warps past the last do nothing.
     fn warps(&mut self, depth: usize) {
         match &self.k.body[..] {
+            [Node::Dense { var, body }] if self.owners => {
+                // (`grouped_rows`: at least one row.)
+                let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
+                self.line(depth, "{");
+                self.line(depth + 1, &format!("const bool owner = warp < {extent};"));
+                self.line(depth + 1, &format!("const int64_t {v} = owner ? warp : {};", extent - 1));
+                self.bound.push(*var);
+                body.iter().for_each(|b| self.node(b, depth + 1));
+                self.line(depth, "}");
+            }
             [Node::Dense { var, body }] => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 self.line(depth, &format!("if (warp < {extent}) {{"));
@@ -518,8 +599,18 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 let l = &levels[0];
                 let p = Self::position(&l.position());
                 let (begin, end) = self.range(l);
-                self.line(depth, &format!("const int64_t {p} = {begin} + warp;"));
-                self.line(depth, &format!("if ({p} < {end}) {{"));
+                match self.owners {
+                    // (`grouped_rows`: a root level of known, non-zero length.)
+                    true => {
+                        self.line(depth, &format!("const bool owner = warp < {end};"));
+                        self.line(depth, &format!("const int64_t {p} = owner ? warp : {end} - 1;"));
+                        self.line(depth, "{");
+                    }
+                    false => {
+                        self.line(depth, &format!("const int64_t {p} = {begin} + warp;"));
+                        self.line(depth, &format!("if ({p} < {end}) {{"));
+                    }
+                }
                 let line = format!("const int64_t {} = {}[{p}];", self.var(*var), self.crd(l));
                 self.line(depth + 1, &line);
                 self.bound.push(*var);
@@ -552,6 +643,23 @@ impl<'k, D: Dialect> Printer<'k, D> {
             [] => {}
             _ => unreachable!("print_level_warps takes one outermost loop"),
         }
+    }
+
+    /// The condition of the lane that writes a row's result: lane 0 (of
+    /// a group that owns its row, where groups past the last row repeat it).
+    fn writer(&self) -> &'static str {
+        if self.owners { "lane == 0 && owner" } else { "lane == 0" }
+    }
+
+    /// `x op= ` the value of lane `x + offset` of the group, for offsets
+    /// halving from half the group's lanes: the group's fold in its lane 0.
+    fn fold_lanes(&mut self, r: Reduction, x: &str, depth: usize) {
+        if self.lanes == 1 {
+            return;
+        }
+        let width = if self.lanes < 32 { format!(", {}", self.lanes) } else { String::new() };
+        let fold = self.d.fold(r, x, &format!("__shfl_down_sync(0xffffffffu, {x}, offset{width})"));
+        self.line(depth, &format!("for (int offset = {}; offset > 0; offset >>= 1) {fold}", self.lanes / 2));
     }
 
     /// Inside a [`Node::Fill`], one more update of its element.
@@ -1404,7 +1512,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 let outside = self.lanes_outside.take();
                 if self.split == Some(LaneSplit::Dense(*var)) {
-                    self.line(depth, &format!("for (int64_t {v} = lane; {v} < {extent}; {v} += 32) {{"));
+                    let lanes = self.lanes;
+                    self.line(depth, &format!("for (int64_t {v} = lane; {v} < {extent}; {v} += {lanes}) {{"));
                     let was = self.in_split.replace(LaneSplit::Dense(*var));
                     self.bound.push(*var);
                     body.iter().for_each(|b| self.node(b, depth + 1));
@@ -1476,7 +1585,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                     }
                     (Some(_), None) => {
                         let fold = self.fold_out(&format!("{out}[{address}]"), &value);
-                        self.line(depth, &format!("if (lane == 0) {fold}"));
+                        self.line(depth, &format!("if ({}) {fold}", self.writer()));
                         // Every lane walks the row: each counts it all.
                         self.count_hit(depth);
                     }
@@ -1767,19 +1876,19 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let d = depth + 1;
         let r = self.k.reduction;
         self.line(d, &format!("{} acc = {};", self.d.real(), self.d.float(r.identity())));
-        self.line(d, &format!("for (int64_t {p} = {begin} + lane; {p} < {end}; {p} += 32) {{"));
+        let lanes = self.lanes;
+        self.line(d, &format!("for (int64_t {p} = {begin} + lane; {p} < {end}; {p} += {lanes}) {{"));
         let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
         self.line(d + 1, &line);
         let was = self.in_split.replace(LaneSplit::Positions(var));
         body.iter().for_each(|b| self.node(b, d + 1));
         self.in_split = was;
         self.line(d, "}");
-        let add = self.d.fold(r, "acc", "__shfl_down_sync(0xffffffffu, acc, offset)");
-        self.line(d, &format!("for (int offset = 16; offset > 0; offset >>= 1) {add}"));
+        self.fold_lanes(r, "acc", d);
         let out = self.tensor(self.k.output).to_string();
         let address = self.dense_address(self.k.output, update);
         let fold = self.fold_out(&format!("{out}[{address}]"), "acc");
-        self.line(d, &format!("if (lane == 0) {fold}"));
+        self.line(d, &format!("if ({}) {fold}", self.writer()));
         self.line(depth, "}");
     }
 

@@ -227,6 +227,7 @@ pub fn lower(
         init,
         parallel,
         lanes_over_positions: false,
+        lanes: 32,
         locals: PrimaryMap::new(),
         affine,
         body,

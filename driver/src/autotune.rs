@@ -314,6 +314,29 @@ pub fn space(kernel: &Kernel, target: Target, max_threads: usize) -> Vec<String>
     }
 }
 
+/// The level path's candidates on `target` (`path=levels`), for a
+/// statement with stored operands: on the CPU on one thread and on
+/// `max_threads`; on a GPU, a warp per row with its lanes over the row's
+/// columns or positions, or groups of 8 and 4 lanes over its positions
+/// (paper 004's group sizes: short rows leave most of a warp idle). Where
+/// the statement does not lower or print under one, the search goes on
+/// without it.
+pub fn level_candidates(target: Target, max_threads: usize) -> Vec<String> {
+    match target {
+        Target::C => {
+            let mut c = vec!["path=levels threads=1".to_string()];
+            if max_threads > 1 {
+                c.push(format!("path=levels threads={max_threads}"));
+            }
+            c
+        }
+        Target::Cuda => ["", " reduce=parallel", " reduce=parallel(8)", " reduce=parallel(4)"]
+            .map(|r| format!("path=levels{r}"))
+            .to_vec(),
+        Target::Emulate => Vec::new(),
+    }
+}
+
 /// The walks' candidates over the walked index `walked`: the warp walk
 /// (`map=walk`) over [`WALK_RUNS`], the row walk (`map=rows`) over
 /// [`ROW_WALK_RUNS`], each also with L2 policies (`l2hints=on`: B kept, C

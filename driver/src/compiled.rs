@@ -293,7 +293,8 @@ impl Prepared {
     /// The fastest schedule of the driver's search space
     /// ([`autotune::space`](crate::autotune::space)): tiles, and CPU
     /// threads on the C backend, where the level path (`path=levels`) also
-    /// competes when the statement lowers to it. The winner is cached per (statement,
+    /// competes when the statement lowers to it, as it does on a GPU under
+    /// several lane splits of its rows. The winner is cached per (statement,
     /// shapes, device), so the search runs once per problem and machine. On
     /// the emulated GPU nothing is searched: the default schedule.
     pub fn autotune(&self, backend: &dyn Backend, tuner: &mut Tuner) -> Result<Compiled<'_>> {
@@ -304,25 +305,24 @@ impl Prepared {
             let path = if self.tile_refusal.is_some() { Path::Levels } else { Path::Tiles };
             return self.compile(backend, &Schedule { path, ..Schedule::default() });
         }
-        if self.tile_refusal.is_some() {
+        if self.tile_refusal.is_some() && backend.target() != Target::Cuda {
             // Only the level path applies; its loop order is chosen from
             // the levels, so there are no tiles to search.
             let threads = tuner.threads;
             return self.compile(backend, &Schedule { path: Path::Levels, threads, ..Schedule::default() });
         }
-        let default = self.lower(&Schedule::default())?;
         let max_threads = crate::backend::CBackend::max_threads();
-        let mut candidates = space(&default, backend.target(), max_threads);
+        let mut candidates = match &self.tile_refusal {
+            None => space(&self.lower(&Schedule::default())?, backend.target(), max_threads),
+            Some(_) => Vec::new(),
+        };
         // On the CPU, the level path's loops over the stored levels: CSR
         // SpMM's row loops beat the tile path's expanded rows on every
         // shared matrix (`bench rows`, 2026-11-26: 1.43x geomean on one
-        // thread, 1.7x on bcsstk13). Where the statement does not lower to
-        // them, the candidate fails and the search goes on without it.
-        if backend.target() == Target::C && self.stored.is_some() && !tuner.tile_path_only {
-            candidates.push("path=levels threads=1".to_string());
-            if max_threads > 1 {
-                candidates.push(format!("path=levels threads={max_threads}"));
-            }
+        // thread, 1.7x on bcsstk13); on a GPU, its rows under several lane
+        // splits.
+        if self.stored.is_some() && !tuner.tile_path_only {
+            candidates.extend(crate::autotune::level_candidates(backend.target(), max_threads));
         }
         if let Some(threads) = tuner.threads.filter(|_| backend.target() == Target::C) {
             candidates.retain(|c| c.ends_with("threads=1"));

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use ndarray::ArrayD;
 use spindle_formats::{Coo, FormatSpec, LevelFormat};
 use spindle_ir::kernel::schedule::{Path, Schedule};
-use spindle_ir::kernel::{Kernel, OutputInit};
+use spindle_ir::kernel::{Kernel, OutputInit, Strategy};
 use spindle_ir::lang::{
     Declaration, Declarations, Diagnostic, Einsum, ElemType, Statement, check, declare_output, parse,
     undeclared_operand,
@@ -458,8 +458,23 @@ impl Prepared {
                 "the tile path cannot take this statement ({refusal}); use path=levels"
             )));
         }
-        let mut kernel = spindle_ir::kernel::lower::lower(&self.einsum, schedule, "spindle")
-            .map_err(|d| Error::statement(d, &self.text))?;
+        let mut kernel =
+            spindle_ir::kernel::lower::lower(&self.einsum, schedule, "spindle").map_err(|d| {
+                // The tile path reduces over the rewritten statement's indices;
+                // the level path's rows split as `reduce=parallel` says.
+                let d = match (&self.stored, schedule.strategy) {
+                (Some(stored), Strategy::Parallel(lanes)) if self.rewritten => d.with_note(format!(
+                    "the tile path runs the statement rewritten over the formats' arrays, `{}`; on the level \
+                     path (path=levels) reduce={} splits each row of `{}` over {} lanes of a GPU warp",
+                    self.text,
+                    schedule.strategy,
+                    stored.text,
+                    lanes.unwrap_or(32)
+                )),
+                _ => d,
+            };
+                Error::statement(d, &self.text)
+            })?;
         // `+=` into an output given no data sums into zeros: as `=`, so a
         // kernel that writes each element once need not read it first.
         if kernel.init == OutputInit::Keep && !self.output_has_data() {

@@ -470,6 +470,12 @@ pub fn inline(program: &Program) -> Result<Statement, Diagnostic> {
                 .with_label("not substituted")
                 .with_note("run the program with fusion=trie or fusion=none")
         };
+        if matches!(st.op, AssignOp::MaxAssign | AssignOp::MinAssign) {
+            return Err(refuse(&format!(
+                "it is written with `{}`, which a product with the statements that read it cannot hold",
+                st.op.as_str()
+            )));
+        }
         if st.op != AssignOp::Assign || bodies.contains_key(name) {
             return Err(refuse("it is written more than once, or with `+=`"));
         }

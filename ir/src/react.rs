@@ -293,8 +293,11 @@ pub fn propagate(
                     else {
                         continue;
                     };
-                    // The producer writes that dimension with its own index.
-                    let Some(own) = index_at(lhs, at) else { continue };
+                    // The producer writes that dimension with the same
+                    // index: the mask's level is found by the index's name,
+                    // so another name (`t[i] = ...` read as `t[k]` beside
+                    // `B[i,k]`) would walk another level of the mask.
+                    let Some(own) = index_at(lhs, at).filter(|own| own == index) else { continue };
                     if let Some(l) =
                         trees[p].loops.iter_mut().find(|l| l.index == own && l.space == Space::Dense)
                     {
@@ -325,6 +328,8 @@ pub fn propagate(
                     continue;
                 }
                 // The consumer walks the same coordinates.
+                // (At the producer's index: a read by another name walks
+                // other coordinates.)
                 let reads: Vec<(String, Space)> = program.statements[c]
                     .statement
                     .rhs
@@ -332,7 +337,10 @@ pub fn propagate(
                     .iter()
                     .filter(|a| a.tensor.name == name)
                     .flat_map(|a| {
-                        sparse_dims.iter().filter_map(|(d, sp)| Some((index_at(a, *d)?, sp.clone())))
+                        sparse_dims.iter().filter_map(|(d, sp)| {
+                            let i = index_at(a, *d).filter(|i| index_at(lhs, *d).as_ref() == Some(i))?;
+                            Some((i, sp.clone()))
+                        })
                     })
                     .collect();
                 // (Likewise a consumer that reads the walked operand itself.)

@@ -837,6 +837,74 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
             ),
             "if (lane == 0 && f0_hits < 30)",
         ),
+        // Full merges over output indices (exp(0) = 1): a register count
+        // below them (an array in the kernel did not compile).
+        (
+            case(
+                "Y[i,j] min= exp(T[i,j,k])",
+                &[("Y", &[7, 8], 1.0), ("T", &[7, 8, 9], 0.3)],
+                &[("T", "dcc")],
+            ),
+            "int64_t f0_hits = 0;",
+        ),
+        // reduce=parallel(R): groups of R lanes, 32 / R rows to a warp (37
+        // rows: the last warp's groups past them repeat the last row and
+        // do not write), shuffles of width R; R = 1 walks a row per thread.
+        (
+            Case {
+                schedule: "reduce=parallel(4)",
+                ..case(
+                    "y[i] = A[i,j] * x[j]",
+                    &[("y", &[37], 1.0), ("A", &[37, 90], 0.2), ("x", &[90], 1.0)],
+                    &[("A", "csr")],
+                )
+            },
+            "__shfl_down_sync(0xffffffffu, acc, offset, 4)",
+        ),
+        (
+            Case {
+                schedule: "reduce=parallel(1)",
+                ..case(
+                    "y[i] = A[i,j] * x[j]",
+                    &[("y", &[37], 1.0), ("A", &[37, 90], 0.2), ("x", &[90], 1.0)],
+                    &[("A", "csr")],
+                )
+            },
+            "if (lane == 0 && owner)",
+        ),
+        (
+            Case {
+                schedule: "reduce=parallel(16)",
+                ..case(
+                    "y[i] = A[i,j] * x[j]",
+                    &[("y", &[50], 1.0), ("A", &[50, 20], 0.05), ("x", &[20], 1.0)],
+                    &[("A", "dcsr")],
+                )
+            },
+            "const bool owner = warp <",
+        ),
+        (
+            Case {
+                schedule: "reduce=parallel(8) order=m+n+k",
+                ..case(
+                    "C[m,n] += A[m,k] * B[k,n]",
+                    &[("C", &[21, 6], 1.0), ("A", &[21, 30], 0.2), ("B", &[30, 6], 1.0)],
+                    &[("A", "csr")],
+                )
+            },
+            "offset, 8)",
+        ),
+        (
+            Case {
+                schedule: "reduce=parallel(8)",
+                ..case(
+                    "y[i] max= A[i,j] * x[j]",
+                    &[("y", &[37], 1.0), ("A", &[37, 90], 0.2), ("x", &[90], 1.0)],
+                    &[("A", "csr")],
+                )
+            },
+            "f0_hits += __shfl_down_sync(0xffffffffu, f0_hits, offset, 8)",
+        ),
     ];
     for (c, needle) in &cases {
         let (einsum, data, entries, formats) = prepare(c);
@@ -893,6 +961,20 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
     let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
     let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
     assert!(err.contains("the counts are one array"), "{err}");
+    // Groups of lanes whose rows walk loops of their own before the split
+    // (CSF's fibres) would reach the shuffles apart.
+    let c = Case {
+        schedule: "reduce=parallel(8)",
+        ..case(
+            "Y[i,j] = T[i,j,k] * v[k]",
+            &[("Y", &[7, 8], 1.0), ("T", &[7, 8, 9], 0.3), ("v", &[9], 1.0)],
+            &[("T", "csf")],
+        )
+    };
+    let (einsum, _, entries, formats) = prepare(&c);
+    let lowered = lower(&einsum, &formats, &entries, &c.schedule.parse().unwrap(), "k").unwrap();
+    let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
+    assert!(err.contains("must all reach the shuffles"), "{err}");
 }
 
 /// TTV, TTM and MTTKRP over a FROSTT tensor of the shared data folder in
@@ -1179,6 +1261,18 @@ fn max_and_min_over_stored_operands_see_the_zeros_they_skip() {
             vec![("T", "csf")],
             "f0_hits[",
         ),
+        // Where the value at a zero is not zero (exp, a dense addend), a
+        // full walk visits every point: nothing to fold, counted in a
+        // register below the full merges (their rows were counted in an
+        // array shadowing the row's index, folding zero into every other).
+        ("y[i] min= exp(A[i,j])", vec![y, a], vec![("A", "dcsr")], "f0_hits <"),
+        (
+            "Y[i,j] min= exp(T[i,j,k])",
+            vec![("Y", &[6, 7], 1.0), ("T", &[6, 7, 8], 0.2)],
+            vec![("T", "csf")],
+            "f0_hits <",
+        ),
+        ("y[i] max= A[i,j] + D[i,j]", vec![y, a, ("D", &[30, 20], 1.0)], vec![("A", "dcsr")], "f0_hits <"),
         // Diagonals: one point per row, and the trace's n.
         ("y[i] max= A[i,i]", vec![y, ("A", &[30, 30], 0.5)], vec![("A", "csr")], "< 1)"),
         ("s min= A[i,i]", vec![("s", &[], 1.0), ("A", &[30, 30], 0.9)], vec![("A", "csr")], "< 30)"),

@@ -665,3 +665,55 @@ fn an_output_no_statement_reads_is_named() {
     );
     assert_eq!(ran.output, "z");
 }
+
+/// Statements index independently: `i` of a consumer `y[i] = B[i,k] *
+/// t[k]` is not the producer's `i` of `t[i] = A[i,j] * x[j]`. Sparsity
+/// propagated from the consumer's `B` at `k` once made the producer's `i`
+/// loop walk B's rows (found by the name `i`), so `t` was computed on B's
+/// stored rows only, under every fusion. Under the same names a mask still
+/// propagates (`programs_over_levels_whose_rows_repeat`).
+#[test]
+fn a_producer_read_at_another_index_walks_its_own_rows() {
+    let statement = "t[i] = A[i,j] * x[j]; y[i] = B[i,k] * t[k]";
+    for format in ["dcsr", "csr", "coo"] {
+        let p = problem(
+            statement,
+            &[("x", &[30])],
+            &[("A", &[30, 30], 0.2, "csr"), ("B", &[30, 30], 0.1, format)],
+            &[],
+        );
+        for fusion in ["none", "trie"] {
+            let ran = run(&p, fusion);
+            assert!(
+                ran.checks.iter().all(|c| c.passed()),
+                "B in {format}, fusion={fusion}: {:?}\n{}",
+                ran.checks,
+                ran.kernels.join("\n")
+            );
+        }
+    }
+}
+
+/// A `max=` statement in a program (its zeros counted, which a program
+/// kernel's sums do not do): each statement runs as its own kernel under
+/// none and trie, saying why; maximal fusion says why it cannot substitute.
+#[test]
+fn a_max_statement_in_a_program_runs_as_its_own_kernel() {
+    let p = problem(
+        "t[i] max= A[i,j] * x[j]; y[i] = t[i] * A[i,k] * z[k]",
+        &[("x", &[30]), ("z", &[30])],
+        &[("A", &[30, 30], 0.2, "csr")],
+        &[],
+    );
+    for fusion in ["none", "trie"] {
+        let ran = run(&p, fusion);
+        assert!(ran.checks.iter().all(|c| c.passed()), "fusion={fusion}: {:?}", ran.checks);
+        assert!(ran.notes.iter().any(|n| n.contains("`max=` in a program kernel")), "{:?}", ran.notes);
+    }
+    let schedule: Schedule = "fusion=maximal".parse().unwrap();
+    let err = p
+        .run_program(&CBackend::new(), &schedule, TimingOptions { warmup: 0, repeats: 1 }, true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("written with `max=`"), "{err}");
+}

@@ -13,6 +13,7 @@
 //! forward only. A resolve loop walks the level's entries under its parent
 //! from the window's start (a binary search) and breaks past its end.
 
+use spindle_ir::kernel::Reduction;
 use spindle_ir::level::{AffineOperand, Expr, Node, Position, Reach, VarId, taps_order};
 
 use super::{LaneSplit, Printer};
@@ -667,7 +668,9 @@ impl<D: Dialect> Printer<'_, D> {
     pub(super) fn fill(&mut self, at: &[VarId], points: usize, body: &[Node], depth: usize) {
         let n = self.ss_next;
         self.ss_next += 1;
-        let inner: Vec<VarId> = at.iter().copied().filter(|v| !self.bound.contains(v)).collect();
+        // (Bound by the loops inside it: the printer does not track every
+        // loop around it, a merge's among them.)
+        let inner: Vec<VarId> = at.iter().copied().filter(|v| super::binds(body, &[*v])).collect();
         let names: Vec<String> = inner.iter().map(|&v| self.var(v).to_string()).collect();
         let element = inner.iter().zip(&names).fold(String::new(), |e, (&v, name)| match e.is_empty() {
             true => name.clone(),
@@ -706,15 +709,9 @@ impl<D: Dialect> Printer<'_, D> {
         let check = match (self.split, self.in_split) {
             (Some(split), None) => {
                 if let LaneSplit::Positions(_) = split {
-                    self.line(
-                        d,
-                        &format!(
-                            "for (int offset = 16; offset > 0; offset >>= 1) {hits} += \
-                             __shfl_down_sync(0xffffffffu, {hits}, offset);"
-                        ),
-                    );
+                    self.fold_lanes(Reduction::Sum, &hits, d);
                 }
-                format!("lane == 0 && {hits} < {points}")
+                format!("{} && {hits} < {points}", self.writer())
             }
             _ => format!("{hits} < {points}"),
         };

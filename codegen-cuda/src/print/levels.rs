@@ -70,7 +70,10 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     let Warps { tensors: names, body, atomic } =
         print_level_warps(kernel, dialect, split).map_err(|e| refuse(e.reason))?;
     let rows = rows(kernel);
-    let grid = u32::try_from(rows.div_ceil(LEVEL_WARPS as usize).max(1))
+    // Groups of `lanes` lanes, 32 / lanes to a warp, a row each.
+    let lanes = kernel.lanes;
+    let per_block = (LEVEL_WARPS * 32 / lanes) as usize;
+    let grid = u32::try_from(rows.div_ceil(per_block).max(1))
         .map_err(|_| PrintError::Grid { kernel: kernel.name.clone(), programs: rows as u64 })?;
     let launch = LaunchGeometry { grid, block: LEVEL_WARPS * 32, shared_bytes: 0, dynamic: false };
     let mut src = format!("// Spindle level kernel `{}`, generated: do not edit.\n", kernel.name);
@@ -78,8 +81,13 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         src += &format!("// {line}\n");
     }
     src += &format!(
-        "// launch: grid {grid}, block {} threads: a warp per {}, {}\n",
+        "// launch: grid {grid}, block {} threads: {} per {}, {}\n",
         launch.block,
+        match lanes {
+            32 => "a warp".to_string(),
+            1 => "a thread".to_string(),
+            r => format!("a group of {r} lanes"),
+        },
         match atomic {
             false => "row",
             true => "iteration of the outermost loop, updating the output atomically",
@@ -122,8 +130,11 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         launch.block,
         params.join(",\n")
     );
-    src += "    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n";
-    src += "    const int lane = threadIdx.x & 31;\n";
+    // (`warp` numbers a row's group of lanes, `lane` a lane in it.)
+    let shift = lanes.trailing_zeros();
+    src +=
+        &format!("    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> {shift};\n");
+    src += &format!("    const int lane = threadIdx.x & {};\n", lanes - 1);
     src += &body;
     src += "}\n";
     let mut printed = CudaKernel::plain(symbol, src, launch);

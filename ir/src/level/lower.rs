@@ -207,7 +207,11 @@ fn lower_as_read(
         reduction,
         init,
         parallel: false,
-        lanes_over_positions: lanes_over_positions(schedule, st.span)?,
+        lanes_over_positions: matches!(schedule.strategy, Strategy::Parallel(_)),
+        lanes: match schedule.strategy {
+            Strategy::Parallel(Some(r)) => r,
+            _ => 32,
+        },
         locals: PrimaryMap::new(),
         affine: Vec::new(),
         body: Vec::new(),
@@ -251,26 +255,6 @@ fn lower_as_read(
     }
     kernel.assembly = assembly;
     Ok(Lowered { kernel, arrays, replaced, pattern: None })
-}
-
-/// Whether the schedule's reduction strategy asks a GPU warp to split its
-/// row's positions over the lanes (`reduce=parallel`, or `parallel(32)`:
-/// the level path's rows are a warp's). Smaller lane groups are refused;
-/// the other strategies name the tile path's effects and leave the level
-/// path's rows as they are (each row its own, no atomics).
-fn lanes_over_positions(schedule: &Schedule, span: Span) -> Result<bool, Diagnostic> {
-    match schedule.strategy {
-        Strategy::Parallel(None | Some(32)) => Ok(true),
-        Strategy::Parallel(Some(r)) => Err(refuse(
-            format!(
-                "reduce=parallel({r}) on the level path: a row's positions are split over a warp's 32 \
-                 lanes, not groups of {r}"
-            ),
-            span,
-            "use reduce=parallel (or parallel(32)), or the tile path",
-        )),
-        _ => Ok(false),
-    }
 }
 
 /// The kernel arguments of the statement's tensors that keep their names

@@ -512,6 +512,9 @@ pub struct LevelKernel {
     /// (paper 004's RB+PR, ⟨1/32 row, 1 col⟩), instead of splitting the
     /// output's columns (RB+SR, the default).
     pub lanes_over_positions: bool,
+    /// The lanes that split a row (`reduce=parallel(R)`: groups of R lanes,
+    /// 32 / R rows to a warp; paper 004's group size): 32 unless told.
+    pub lanes: u32,
     /// A program kernel's temporaries.
     pub locals: PrimaryMap<LocalId, Local>,
     /// The stored operands read at affine subscripts, which

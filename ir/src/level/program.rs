@@ -352,6 +352,7 @@ pub fn lower_program(
         init,
         parallel,
         lanes_over_positions: false,
+        lanes: 32,
         locals,
         affine: Vec::new(),
         body,
