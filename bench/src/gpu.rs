@@ -1257,6 +1257,7 @@ mod tests {
             return;
         }
         let mut kernels: Vec<(String, spindle_cuda::CudaKernel)> = Vec::new();
+        let mut level_kernels: Vec<(String, spindle_cuda::CudaKernel)> = Vec::new();
         let mut add = |what: String, prepared: &Prepared, space: Vec<String>| {
             // A candidate may only fail to print for a tile over the limit
             // (the search then goes on without it).
@@ -1286,6 +1287,17 @@ mod tests {
                 }
                 let prepared = prepare(&coo, &b, n, precision, "csr").unwrap();
                 add(what("csr"), &prepared, default_space(&prepared));
+                // The level path's candidates: a warp's columns print; the
+                // splits of a row's positions need the sum innermost.
+                for schedule in spindle::autotune::level_candidates(Target::Cuda, 1) {
+                    let parsed: Schedule = schedule.parse().unwrap();
+                    let lowered = prepared.lower_levels(&parsed).unwrap();
+                    match spindle_cuda::print::levels::print_level(&lowered.kernel, spindle::backend::SYMBOL)
+                    {
+                        Ok(printed) => level_kernels.push((format!("{} [{schedule}]", what("csr")), printed)),
+                        Err(e) => assert!(e.to_string().contains("reduce=parallel"), "{schedule}: {e}"),
+                    }
+                }
             }
         }
         let spec: GeneratorSpec =
@@ -1296,6 +1308,8 @@ mod tests {
         let prepared = prepare(&blocks, &b, BSR_N, Precision::F16, &format).unwrap();
         add(format.clone(), &prepared, bsr_space());
         add(format!("{format} (driver)"), &prepared, default_space(&prepared));
+        assert!(!level_kernels.is_empty());
+        kernels.extend(level_kernels);
         assert!(kernels.len() > 300, "{} kernels", kernels.len());
         assert!(kernels.iter().any(|(what, _)| what.contains("l2hints=on")));
 
