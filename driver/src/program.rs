@@ -795,7 +795,8 @@ impl Problem {
     ) -> Result<ProgramRun> {
         let mut written: BTreeMap<String, ArrayD<f64>> = BTreeMap::new();
         let mut run = ProgramRun {
-            fusion: Fusion::None,
+            // The fusion asked for; the notes say why it ran apart.
+            fusion: schedule.fusion,
             statements: Vec::new(),
             forest: String::new(),
             kernels: Vec::new(),

@@ -262,8 +262,11 @@ pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
         );
         return emit_evaluated(args, last, &result, out);
     }
-    let prepared = prepare(args)?;
-    print_rewritten(&prepared);
+    // The reference evaluates the dense tensors: formats say how a kernel
+    // stores them (and that an output is printed as entries), so a
+    // statement no kernel takes in them (csc beside csr) evaluates too.
+    let dense = DataArgs { formats: Vec::new(), ..args.clone() };
+    let prepared = prepare(&dense)?;
     let start = std::time::Instant::now();
     let result = prepared.reference().map_err(reported)?;
     let points: u128 = prepared.einsum.indices.iter().map(|i| i.extent as u128).product();
