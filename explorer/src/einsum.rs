@@ -265,6 +265,12 @@ pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
     // The reference evaluates the dense tensors: formats say how a kernel
     // stores them (and that an output is printed as entries), so a
     // statement no kernel takes in them (csc beside csr) evaluates too.
+    // (Where a kernel would take the formats, the statement it would run.)
+    if !args.formats.is_empty()
+        && let Ok(stored) = problem(args)?.prepare()
+    {
+        print_rewritten(&stored);
+    }
     let dense = DataArgs { formats: Vec::new(), ..args.clone() };
     let prepared = prepare(&dense)?;
     let start = std::time::Instant::now();
