@@ -267,7 +267,7 @@ pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
     // statement no kernel takes in them (csc beside csr) evaluates too.
     // (Where a kernel would take the formats, the statement it would run.)
     if !args.formats.is_empty()
-        && let Ok(stored) = problem(args)?.prepare()
+        && let Ok(stored) = problem.prepare()
     {
         print_rewritten(&stored);
     }
