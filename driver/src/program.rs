@@ -899,10 +899,20 @@ fn with_notes(mut run: ProgramRun, notes: Vec<String>) -> ProgramRun {
 /// level path's merges), a sparse output in no operand's pattern (a
 /// workspace), a stored operand read at two subscripts (a copy for each
 /// further read), an index repeated (a diagonal, walked with the
-/// identity), a statement that is not a sum (`max=`: its zeros counted).
-/// Trie fuses maximally where it meets one; where that cannot run either,
-/// and under `fusion=none`, each statement runs as its own kernel.
-const APART: [&str; 5] = ["co-iteration", "no pattern", "a second read", "a repeated index", "not a sum"];
+/// identity), a statement that is not a sum (`max=`: its zeros counted),
+/// an index name with another extent or storage order in another statement
+/// (a program kernel gives a name one loop; statements alone name their
+/// own). Trie fuses maximally where it meets one; where that cannot run
+/// either, and under `fusion=none`, each statement runs as its own kernel.
+const APART: [&str; 7] = [
+    "co-iteration",
+    "no pattern",
+    "a second read",
+    "a repeated index",
+    "not a sum",
+    "another extent",
+    "discordant",
+];
 
 /// The products a statement is expected to do: its dense iteration space
 /// scaled by the density of each stored operand it reads (`density` of

@@ -459,6 +459,29 @@ pub fn inline(program: &Program) -> Result<Statement, Diagnostic> {
         let st = &e.statement;
         let mut used: BTreeSet<String> = indices_of(&st.rhs);
         used.extend(lhs_indices(&st.lhs));
+        // A sum distributes over a product, not over `max=`: max over k of
+        // (sum over j) is not the max over (k, j) of the terms.
+        if matches!(st.op, AssignOp::MaxAssign | AssignOp::MinAssign) {
+            for a in st.rhs.accesses() {
+                let Some((free, body)) = bodies.get(&a.tensor.name) else { continue };
+                let summed: Vec<String> =
+                    ordered_indices(body).into_iter().filter(|i| !free.contains(i)).collect();
+                if !summed.is_empty() {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "maximal fusion cannot substitute `{}` into a `{}` statement: it sums over {}, and a \
+                             sum does not distribute over a maximum",
+                            a.tensor.name,
+                            st.op.as_str(),
+                            summed.join(", ")
+                        ),
+                        a.span,
+                    )
+                    .with_label("a sum under max=")
+                    .with_note("run the program with fusion=trie or fusion=none"));
+                }
+            }
+        }
         let substituted = substitute(&st.rhs, &bodies, true, &mut used)?;
         if s + 1 == statements.len() {
             rhs = substituted;

@@ -811,7 +811,7 @@ fn sgap_spmm_algorithms_are_schedules() {
     // other than the warp.
     let prepared = walk_problem("csr", DType::F32, 24);
     for (schedule, reason) in [
-        ("path=levels reduce=parallel", "no loop over a row's positions holds one update"),
+        ("path=levels reduce=parallel", "positions holds one update at an output element"),
         ("path=levels order=m+n+k reduce=parallel(4)", "not groups of 4"),
     ] {
         let err = match prepared.compile(&backend, &schedule.parse().unwrap()) {

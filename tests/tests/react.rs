@@ -717,3 +717,48 @@ fn a_max_statement_in_a_program_runs_as_its_own_kernel() {
         .to_string();
     assert!(err.contains("written with `max=`"), "{err}");
 }
+
+/// A sum does not distribute over a maximum: maximal fusion refuses to
+/// substitute a summing temporary into a `max=` statement (it took the max
+/// over the sum's terms), and trie, the default, runs the statements apart.
+/// Index names that a program kernel cannot give one loop (another extent,
+/// another storage order) run the statements apart too (they were refused
+/// under every fusion).
+#[test]
+fn statements_that_one_kernel_cannot_hold_run_apart() {
+    let p = problem(
+        "t[i] = A[i,j] * x[j]; y[i] max= B[i,k] * t[k]",
+        &[("x", &[30])],
+        &[("A", &[30, 30], 0.2, "csr"), ("B", &[30, 30], 0.2, "csr")],
+        &[],
+    );
+    for fusion in ["none", "trie"] {
+        let ran = run(&p, fusion);
+        assert!(ran.checks.iter().all(|c| c.passed()), "fusion={fusion}: {:?}", ran.checks);
+        assert_eq!(ran.kernels.len(), 2, "fusion={fusion}: {:?}", ran.notes);
+    }
+    let schedule: Schedule = "fusion=maximal".parse().unwrap();
+    let err = p
+        .run_program(&CBackend::new(), &schedule, TimingOptions { warmup: 0, repeats: 1 }, true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not distribute over a maximum"), "{err}");
+    let extents = problem(
+        "t[i] = A[i,j] * x[j]; y[i] = B[i,k] * t[k]",
+        &[("x", &[40])],
+        &[("A", &[25, 40], 0.2, "csr"), ("B", &[17, 25], 0.2, "csr")],
+        &[],
+    );
+    let orders = problem(
+        "t[j] = A[j,i] * x[i]; y[i] = B[i,j] * t[j]",
+        &[("x", &[30])],
+        &[("A", &[30, 30], 0.2, "csc"), ("B", &[30, 30], 0.2, "csc")],
+        &[],
+    );
+    for (p, what) in [(&extents, "another extent"), (&orders, "storage order")] {
+        for fusion in ["none", "trie"] {
+            let ran = run(p, fusion);
+            assert!(ran.checks.iter().all(|c| c.passed()), "{what}, fusion={fusion}: {:?}", ran.checks);
+        }
+    }
+}

@@ -61,9 +61,10 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     let split = lane_split(kernel);
     if kernel.lanes_over_positions && !matches!(split, LaneSplit::Positions(_)) {
         return Err(refuse(
-            "reduce=parallel splits a row's positions over the lanes, but no loop over a row's \
-             positions holds one update at an output element fixed outside it; put the summed index \
-             innermost with order= (order=m+n+k for C[m,n] += A[m,k] * B[k,n])"
+            "reduce=parallel splits a row's positions over the lanes, but no loop over one stored level's \
+             positions holds one update at an output element fixed outside it (a co-iteration of two \
+             operands, a dense level, or an output index bound inside the sum have none); where the summed \
+             index is not innermost, order= can put it there (order=m+n+k for C[m,n] += A[m,k] * B[k,n])"
                 .to_string(),
         ));
     }
