@@ -140,7 +140,7 @@ pub fn print_level_warps<D: Dialect>(
     let out_type = kernel.tensor(kernel.output).dtype;
     // `max=` / `min=` count each output element's updates (a fill): in a
     // register of the warp that owns the element.
-    if let Some(why) = fill_on_warps(kernel, owned) {
+    if let Some(why) = fill_on_warps(kernel, owned, split) {
         return Err(refuse(&format!(
             "`{}` over stored operands counts the zeros the walk skips per output element, on a GPU in the \
              registers of the warp that owns the element; {why}. Such a kernel runs on the C backend only so far",
@@ -181,7 +181,7 @@ pub fn print_level_warps<D: Dialect>(
 /// rows may be skipped, or the output is a scalar), one that binds an
 /// output index inside it (a count per element), or warps that share
 /// output elements.
-fn fill_on_warps(kernel: &LevelKernel, owned: bool) -> Option<String> {
+fn fill_on_warps(kernel: &LevelKernel, owned: bool, split: LaneSplit) -> Option<String> {
     fn check(k: &LevelKernel, nodes: &[Node], bound: &mut Vec<VarId>, top: bool) -> Option<String> {
         for n in nodes {
             if let Node::Fill { at, body, .. } = n {
@@ -227,6 +227,24 @@ fn fill_on_warps(kernel: &LevelKernel, owned: bool) -> Option<String> {
     }
     if !Node::any(&kernel.body, &|n| matches!(n, Node::Fill { .. })) {
         return None;
+    }
+    // Lanes over a row's positions add their counts: every update counted
+    // must be one of the split loop's (one outside it is every lane's).
+    if let LaneSplit::Positions(v) = split {
+        fn inside(nodes: &[Node], v: VarId, out: &mut Vec<Vec<VarId>>) {
+            for n in nodes {
+                match n {
+                    Node::Merge { var, .. } if *var == v => updates_under(std::slice::from_ref(n), out),
+                    _ => n.bodies().for_each(|b| inside(b, v, out)),
+                }
+            }
+        }
+        let (mut all, mut split_loop) = (Vec::new(), Vec::new());
+        updates_under(&kernel.body, &mut all);
+        inside(&kernel.body, v, &mut split_loop);
+        if all.len() != split_loop.len() {
+            return Some("here an update lies outside the loop the lanes split".into());
+        }
     }
     check(kernel, &kernel.body, &mut Vec::new(), true)
         .or((!owned).then(|| "here warps share output elements".into()))

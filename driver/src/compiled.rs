@@ -305,7 +305,10 @@ impl Prepared {
             let path = if self.tile_refusal.is_some() { Path::Levels } else { Path::Tiles };
             return self.compile(backend, &Schedule { path, ..Schedule::default() });
         }
-        if self.tile_refusal.is_some() && backend.target() != Target::Cuda {
+        // (On a GPU the level path's lane splits are searched, where there
+        // are stored operands and the level path is not left out.)
+        let level_search = backend.target() == Target::Cuda && self.stored.is_some() && !tuner.tile_path_only;
+        if self.tile_refusal.is_some() && !level_search {
             // Only the level path applies; its loop order is chosen from
             // the levels, so there are no tiles to search.
             let threads = tuner.threads;
