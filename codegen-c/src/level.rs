@@ -595,20 +595,20 @@ impl<'k, D: Dialect> Printer<'k, D> {
     /// iteration, and warps past the last do nothing.
     fn warps(&mut self, depth: usize) {
         match &self.k.body[..] {
-            [Node::Dense { var, body }] if self.owners => {
-                // (`grouped_rows`: at least one row.)
-                let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
-                self.line(depth, "{");
-                self.line(depth + 1, &format!("const bool owner = warp < {extent};"));
-                self.line(depth + 1, &format!("const int64_t {v} = owner ? warp : {};", extent - 1));
-                self.bound.push(*var);
-                body.iter().for_each(|b| self.node(b, depth + 1));
-                self.line(depth, "}");
-            }
             [Node::Dense { var, body }] => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
-                self.line(depth, &format!("if (warp < {extent}) {{"));
-                self.line(depth + 1, &format!("const int64_t {v} = warp;"));
+                match self.owners {
+                    // (`grouped_rows`: at least one row.)
+                    true => {
+                        self.line(depth, "{");
+                        self.line(depth + 1, &format!("const bool owner = warp < {extent};"));
+                        self.line(depth + 1, &format!("const int64_t {v} = owner ? warp : {};", extent - 1));
+                    }
+                    false => {
+                        self.line(depth, &format!("if (warp < {extent}) {{"));
+                        self.line(depth + 1, &format!("const int64_t {v} = warp;"));
+                    }
+                }
                 self.bound.push(*var);
                 body.iter().for_each(|b| self.node(b, depth + 1));
                 self.line(depth, "}");
