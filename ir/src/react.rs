@@ -234,11 +234,12 @@ fn factors(e: &crate::lang::Expr) -> Vec<&crate::lang::Access> {
 /// Sparse iteration-space propagation (paper 003 §4.2), masks combined by
 /// `∧` through products (a sum, `∨`, needs every entry and stops it):
 ///
-/// - backward: in a product, a factor walked sparse (an operand stored
-///   sparse, or a temporary already sparsified) decides where the other
-///   factors are needed; a temporary among them is needed only at that
-///   factor's stored coordinates, so its producer's loop over the index
-///   they share walks that factor's coordinates too;
+/// - backward: a factor walked sparse (an operand stored sparse, or a
+///   temporary already sparsified) decides where the rest of a statement
+///   is evaluated (`A[i,j] * exp(T[i,j])` too); a temporary read there is
+///   needed only at that factor's stored coordinates, so where every read
+///   of it agrees, its producer's loop over the index they share walks
+///   that factor's coordinates too;
 /// - forward: a temporary whose producer walks sparse coordinates in some
 ///   of its dimensions holds entries only there, and its consumers' dense
 ///   loops over those dimensions walk the same coordinates.
@@ -263,47 +264,51 @@ pub fn propagate(
     };
     loop {
         let mut changed = false;
-        // Backward, consumers first.
-        for s in (0..trees.len()).rev() {
-            if !products[s] {
+        // Backward, consumers first: a producer's loop walks a mask only
+        // where every read of its temporary needs it there alone (a second
+        // reader that walks every coordinate, `Z = Y + T` beside `Y = A *
+        // T`, needs all of them).
+        for p in (0..trees.len()).rev() {
+            if !products[p] {
                 continue;
             }
-            let masks: Vec<(String, String)> = trees[s]
-                .loops
-                .iter()
-                .filter_map(|l| match &l.space {
-                    Space::Sparse(t) => Some((l.index.clone(), t.clone())),
-                    Space::Dense => None,
-                })
-                .collect();
-            for access in program.statements[s].statement.rhs.accesses() {
-                let Some(p) = writer(&access.tensor.name, s).filter(|&p| products[p]) else { continue };
-                let lhs = &program.statements[p].statement.lhs;
-                // (A producer that reads the mask itself walks it at its own
-                // levels: `y[i] = A[i,j] * x[j]` before `z[i] = A[i,j] *
-                // y[j]` walks A's rows by i, not by the consumer's j.)
-                let reads = |m: &str| {
-                    program.statements[p].statement.rhs.accesses().iter().any(|a| a.tensor.name == m)
-                };
-                for (index, mask) in
-                    masks.iter().filter(|(i, m)| *m != access.tensor.name && once(m, i) && !reads(m))
+            let lhs = &program.statements[p].statement.lhs;
+            let name = &lhs.tensor.name;
+            // (A producer that reads the mask itself walks it at its own
+            // levels: `y[i] = A[i,j] * x[j]` before `z[i] = A[i,j] *
+            // y[j]` walks A's rows by i, not by the consumer's j.)
+            let reads =
+                |m: &str| program.statements[p].statement.rhs.accesses().iter().any(|a| a.tensor.name == m);
+            let readers: Vec<usize> = (p + 1..trees.len()).filter(|&c| writer(name, c) == Some(p)).collect();
+            for d in 0..lhs.subscripts.len() {
+                let Some(own) = index_at(lhs, d) else { continue };
+                // The mask each read of dimension `d` needs, `None` for
+                // every coordinate: a read by another index name (`t[i] =
+                // ...` read as `t[k]` beside `B[i,k]`) would need another
+                // level of the mask, since the level is found by the name.
+                let mut needs = readers.iter().flat_map(|&c| {
+                    let walked =
+                        trees[c].loops.iter().find(|l| l.index == own).and_then(|l| match &l.space {
+                            Space::Sparse(m) if m != name && once(m, &own) && !reads(m) => Some(m.clone()),
+                            _ => None,
+                        });
+                    program.statements[c]
+                        .statement
+                        .rhs
+                        .accesses()
+                        .into_iter()
+                        .filter(|a| a.tensor.name == *name)
+                        .map(|a| walked.clone().filter(|_| index_at(a, d).as_ref() == Some(&own)))
+                        .collect::<Vec<_>>()
+                });
+                let Some(Some(mask)) = needs.next() else { continue };
+                if !needs.all(|m| m.as_ref() == Some(&mask)) {
+                    continue;
+                }
+                if let Some(l) = trees[p].loops.iter_mut().find(|l| l.index == own && l.space == Space::Dense)
                 {
-                    let Some(at) =
-                        (0..access.subscripts.len()).find(|&d| index_at(access, d).as_ref() == Some(index))
-                    else {
-                        continue;
-                    };
-                    // The producer writes that dimension with the same
-                    // index: the mask's level is found by the index's name,
-                    // so another name (`t[i] = ...` read as `t[k]` beside
-                    // `B[i,k]`) would walk another level of the mask.
-                    let Some(own) = index_at(lhs, at).filter(|own| own == index) else { continue };
-                    if let Some(l) =
-                        trees[p].loops.iter_mut().find(|l| l.index == own && l.space == Space::Dense)
-                    {
-                        l.space = Space::Sparse(mask.clone());
-                        changed = true;
-                    }
+                    l.space = Space::Sparse(mask);
+                    changed = true;
                 }
             }
         }

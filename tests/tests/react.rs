@@ -762,3 +762,46 @@ fn statements_that_one_kernel_cannot_hold_run_apart() {
         }
     }
 }
+
+/// Dead values under a function: `Y = A * exp(T)` needs `T` only where `A`
+/// has entries, though exp(0) is 1 (the product with `A` is zero there),
+/// so the producer walks A (it computed `T` at every (i,j): 146x slower
+/// on cora).
+#[test]
+fn a_temporary_read_under_a_function_is_computed_where_the_mask_has_entries() {
+    let p = problem(
+        "T[i,j] = U[i,k] * V[j,k]; Y[i,j] = A[i,j] * exp(T[i,j])",
+        &[("U", &[20, 6]), ("V", &[24, 6])],
+        &[("A", &[20, 24], 0.2, "csr")],
+        &[],
+    );
+    for fusion in ["none", "trie"] {
+        let ran = run(&p, fusion);
+        assert!(ran.checks.iter().all(|c| c.passed()), "fusion={fusion}: {:?}", ran.checks);
+        let walks = enclosing(&ran.kernels[0], "(U[i,k] * V[j,k])");
+        assert!(walks.iter().any(|l| l.starts_with("merge j over pA1 = A")), "{fusion}: {}", ran.kernels[0]);
+    }
+}
+
+/// A temporary with a second reader that needs every coordinate (`Z = Y +
+/// T` beside `Y = A * T`, or `T[j,i]` beside `A[i,j] * T[i,j]`) is computed
+/// at every coordinate: one reader's mask made the producer walk A, and
+/// the other read zeros, under every fusion.
+#[test]
+fn a_temporary_is_masked_only_where_every_read_agrees() {
+    for statement in [
+        "T[i,j] = U[i,k] * V[j,k]; Y[i,j] = A[i,j] * T[i,j]; Z[i,j] = Y[i,j] + T[i,j]",
+        "T[i,j] = U[i,k] * V[j,k]; Y[i,j] = A[i,j] * T[i,j] * T[j,i]",
+    ] {
+        let p = problem(statement, &[("U", &[20, 6]), ("V", &[20, 6])], &[("A", &[20, 20], 0.2, "csr")], &[]);
+        for fusion in ["none", "trie"] {
+            let ran = run(&p, fusion);
+            assert!(
+                ran.checks.iter().all(|c| c.passed()),
+                "{statement}, fusion={fusion}: {:?}\n{}",
+                ran.checks,
+                ran.kernels.join("\n")
+            );
+        }
+    }
+}
