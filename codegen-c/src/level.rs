@@ -14,7 +14,8 @@ use spindle_ir::formats::{Assembled, AssembledLevel, DType, Level, LevelCapabili
 use spindle_ir::kernel::{BinaryOp, Reduction, TensorId};
 use spindle_ir::lang::{BinOp, ElemType, Func};
 use spindle_ir::level::{
-    Assembly, Expr, LevelKernel, LevelRef, Node, Place, Position, Reach, Target, VarId, WorkspaceKind,
+    Assembly, Expr, LevelKernel, LevelRef, LocalId, Node, Place, Position, Reach, Target, VarId,
+    WorkspaceKind,
 };
 
 use ndarray::ArrayD;
@@ -83,6 +84,10 @@ pub enum LaneSplit {
     /// index (SpMV's row): each sums into a register, then the warp adds
     /// them with shuffles and lane 0 updates the output.
     Positions(VarId),
+    /// Lanes take every 32nd position of this position loop over a unique
+    /// level of an output index (SDDMM's entries): each position is its
+    /// own output element, so each lane writes its own, with no shuffles.
+    Entries(VarId),
     /// Lane 0 does the row's work.
     None,
 }
@@ -109,9 +114,6 @@ pub fn print_level_warps<D: Dialect>(
     let refuse = |reason: &str| PrintError { kernel: kernel.name.clone(), reason: reason.to_string() };
     if kernel.assembly.is_some() {
         return Err(refuse("sparse outputs are assembled on the C backend only so far"));
-    }
-    if !kernel.locals.is_empty() {
-        return Err(refuse("program kernels with temporaries run on the C backend only so far"));
     }
     if !kernel.affine.is_empty() {
         return Err(refuse(
@@ -147,6 +149,12 @@ pub fn print_level_warps<D: Dialect>(
             if kernel.reduction == Reduction::Max { "max=" } else { "min=" }
         )));
     }
+    if !matches!(&kernel.body[..], [] | [Node::Dense { .. }] | [Node::Merge { .. }]) {
+        return Err(refuse("a warp per iteration of the outermost loop needs a loop there"));
+    }
+    if let Some(why) = locals_on_warps(kernel, split, owned) {
+        return Err(refuse(&why));
+    }
     if !owned && dialect.atomic_fold(kernel.reduction, out_type, "", "").is_none() {
         return Err(refuse(
             "a warp per row needs an outermost loop whose iterations own their output rows (CSR, DCSR, CSF \
@@ -172,6 +180,8 @@ pub fn print_level_warps<D: Dialect>(
     p.atomic = !owned;
     p.lanes = kernel.lanes;
     p.owners = owners;
+    // A program kernel's temporaries, scalars: each lane's own register.
+    p.declare_locals(1, |_| true);
     p.warps(1);
     Ok(Warps { tensors, body: p.out, atomic: !owned })
 }
@@ -309,10 +319,202 @@ pub fn lane_split(kernel: &LevelKernel) -> LaneSplit {
     if let Some(v) = dense {
         return LaneSplit::Dense(v);
     }
-    match find_positions(inner, kernel) {
-        Some(v) => LaneSplit::Positions(v),
-        None => LaneSplit::None,
+    if let Some(v) = find_positions(inner, kernel) {
+        return LaneSplit::Positions(v);
     }
+    find_entries(inner).map_or(LaneSplit::None, LaneSplit::Entries)
+}
+
+/// The first single-level position loop over a unique level under which
+/// every write of the output is at the loop's own coordinate (an update at
+/// its variable, a store at its level's positions or below them), so that
+/// lanes taking its positions write apart: [`LaneSplit::Entries`].
+fn find_entries(nodes: &[Node]) -> Option<VarId> {
+    for n in nodes {
+        match n {
+            Node::Merge { var, levels, full: false, points } if levels.len() == 1 && points.len() == 1 => {
+                let body = &points[0].body;
+                if levels[0].unique && writes_apart(body, *var, &levels[0]) {
+                    return Some(*var);
+                }
+                if let Some(v) = find_entries(body) {
+                    return Some(v);
+                }
+            }
+            Node::Dense { body, .. } | Node::Fill { body, .. } => {
+                if let Some(v) = find_entries(body) {
+                    return Some(v);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether `nodes` write the output and every write is at `var` (bound by
+/// a walk of `level`): an update whose coordinates hold it, a store at the
+/// positions of `level` or of a level of the same tensor below it (each
+/// under its own parent position), or at coordinates that hold it.
+fn writes_apart(nodes: &[Node], var: VarId, level: &LevelRef) -> bool {
+    let mut writes = Vec::new();
+    output_writes(nodes, &mut writes);
+    !writes.is_empty() && writes.iter().all(|w| own_write(w, var, level))
+}
+
+/// An output write: an update's coordinates, or a store's place.
+enum Write<'a> {
+    Update(&'a [VarId]),
+    Store(&'a Place),
+}
+
+fn output_writes<'a>(nodes: &'a [Node], out: &mut Vec<Write<'a>>) {
+    for n in nodes {
+        match n {
+            Node::Update { at, .. } => out.push(Write::Update(at)),
+            Node::Store { target: Target::Output, at, .. } => out.push(Write::Store(at)),
+            _ => {}
+        }
+        n.bodies().for_each(|b| output_writes(b, out));
+    }
+}
+
+/// Whether write `w` is at `var`, bound by a walk of `level`.
+fn own_write(w: &Write<'_>, var: VarId, level: &LevelRef) -> bool {
+    match w {
+        Write::Update(at) => at.contains(&var),
+        Write::Store(Place::Coords(at)) => at.contains(&var),
+        Write::Store(Place::Position(Position::Level { tensor, level: l }, _)) => {
+            *tensor == level.tensor && *l >= level.level
+        }
+        Write::Store(Place::Position(Position::Root, _)) => false,
+    }
+}
+
+/// The most elements of a temporary that each lane of a GPU kernel keeps
+/// (in registers where its loops unroll): 256 bytes of f32.
+const WARP_LOCAL_ELEMENTS: usize = 64;
+
+/// Why a program kernel's temporaries cannot be its lanes' own, if they
+/// cannot. A temporary (a scalar, or a short slice) is each lane's own, so
+/// one summed inside the loop the lanes split must be cleared and read in
+/// that loop (outside it, each lane would hold only its part); one summed
+/// outside it, every lane sums whole (its reads the same addresses across
+/// the warp). Values per stored entry would be memory the warps share.
+/// Also whether each store into an output held in a pattern is one lane's.
+fn locals_on_warps(kernel: &LevelKernel, split: LaneSplit, owned: bool) -> Option<String> {
+    if let Some(l) = kernel.locals.values().find(|l| !l.private) {
+        return Some(format!(
+            "the temporary `{}` holds a value per stored entry, in memory that a GPU's warps would have to \
+             share; on a GPU a program kernel's temporaries are each lane's own so far",
+            l.name
+        ));
+    }
+    if let Some(l) = kernel.locals.values().find(|l| l.len() > WARP_LOCAL_ELEMENTS) {
+        return Some(format!(
+            "the temporary `{}` holds {} elements, and on a GPU each lane keeps its own copy of a \
+             temporary, of at most {WARP_LOCAL_ELEMENTS} so far",
+            l.name,
+            l.len()
+        ));
+    }
+    #[derive(Clone, Copy, PartialEq)]
+    enum Use {
+        Clear,
+        Store,
+        Read,
+    }
+    struct Walk<'k> {
+        k: &'k LevelKernel,
+        split: LaneSplit,
+        loops: usize,
+        uses: Vec<(LocalId, Use, Option<usize>)>,
+        shared_store: bool,
+    }
+    impl Walk<'_> {
+        fn nodes(&mut self, nodes: &[Node], inside: Option<usize>) {
+            for n in nodes {
+                let splits = match (n, self.split) {
+                    (Node::Dense { var, .. }, LaneSplit::Dense(v))
+                    | (Node::Merge { var, .. }, LaneSplit::Positions(v) | LaneSplit::Entries(v)) => *var == v,
+                    _ => false,
+                };
+                let inside = match splits {
+                    true => {
+                        self.loops += 1;
+                        Some(self.loops)
+                    }
+                    false => inside,
+                };
+                if let Some(value) = n.value() {
+                    let read = std::cell::RefCell::new(Vec::new());
+                    value.any(&|e| {
+                        if let Expr::Local { local, .. } = e {
+                            read.borrow_mut().push((*local, Use::Read, inside));
+                        }
+                        false
+                    });
+                    self.uses.extend(read.into_inner());
+                }
+                match n {
+                    Node::Clear { local } => self.uses.push((*local, Use::Clear, inside)),
+                    Node::Store { target: Target::Local(l), .. } => self.uses.push((*l, Use::Store, inside)),
+                    Node::Store { target: Target::Output, at, .. } if inside.is_some() => {
+                        let own = match (self.split, at) {
+                            (LaneSplit::Dense(v), Place::Coords(vs) | Place::Position(_, vs)) => {
+                                vs.contains(&v)
+                            }
+                            (LaneSplit::Positions(v) | LaneSplit::Entries(v), _) => {
+                                self.level_of(v).is_some_and(|l| own_write(&Write::Store(at), v, l))
+                            }
+                            (LaneSplit::None, _) => true,
+                        };
+                        self.shared_store |= !own;
+                    }
+                    _ => {}
+                }
+                n.bodies().for_each(|b| self.nodes(b, inside));
+            }
+        }
+
+        /// The level a split position loop over `v` walks.
+        fn level_of(&self, v: VarId) -> Option<&'_ LevelRef> {
+            fn find(nodes: &[Node], v: VarId) -> Option<&LevelRef> {
+                nodes.iter().find_map(|n| match n {
+                    Node::Merge { var, levels, .. } if *var == v && levels.len() == 1 => Some(&levels[0]),
+                    _ => n.bodies().find_map(|b| find(b, v)),
+                })
+            }
+            find(&self.k.body, v)
+        }
+    }
+    let mut walk = Walk { k: kernel, split, loops: 0, uses: Vec::new(), shared_store: false };
+    walk.nodes(&kernel.body, None);
+    if walk.shared_store {
+        return Some(
+            "a store into the output held in a pattern is shared by the lanes that split its loop".into(),
+        );
+    }
+    let stores_output = Node::any(&kernel.body, &|n| matches!(n, Node::Store { target: Target::Output, .. }));
+    if stores_output && !owned {
+        return Some("warps share the elements of the output held in a pattern".into());
+    }
+    for (id, local) in kernel.locals.iter() {
+        let uses: Vec<_> = walk.uses.iter().filter(|(l, ..)| *l == id).map(|&(_, u, at)| (u, at)).collect();
+        let Some(&(_, Some(lanes))) = uses.iter().find(|(u, at)| *u == Use::Store && at.is_some()) else {
+            continue;
+        };
+        let cleared = uses.iter().any(|&(u, at)| u == Use::Clear && at == Some(lanes));
+        if !cleared || uses.iter().any(|&(_, at)| at != Some(lanes)) {
+            return Some(format!(
+                "the temporary `{}` is summed inside the loop the lanes split but {} outside it, where each \
+                 lane would hold only its part",
+                local.name,
+                if cleared { "read" } else { "cleared" }
+            ));
+        }
+    }
+    None
 }
 
 /// Whether a value computed in `nodes` reads a dense array (a dense
@@ -1582,7 +1784,14 @@ impl<'k, D: Dialect> Printer<'k, D> {
             Node::Accumulate { value } => self.accumulate(value, depth),
             Node::Store { target, at, value } => {
                 let line = format!("{} += {};", self.store_target(*target, at), self.expr(value));
-                self.line(depth, &line);
+                // On a GPU every lane walks what its split does not: one
+                // writes the output (a temporary is each lane's own).
+                match (*target, self.split, self.in_split) {
+                    (Target::Output, Some(_), None) => {
+                        self.line(depth, &format!("if ({}) {line}", self.writer()))
+                    }
+                    _ => self.line(depth, &line),
+                }
             }
             Node::Clear { local } => {
                 let (name, len) = (self.local(*local).to_string(), self.k.local(*local).len());
@@ -1622,6 +1831,11 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 if self.split == Some(LaneSplit::Positions(*var)) && levels.len() == 1 =>
             {
                 self.lane_positions(*var, &levels[0], &points[0].body, depth);
+            }
+            Node::Merge { var, levels, full: false, points }
+                if self.split == Some(LaneSplit::Entries(*var)) && levels.len() == 1 =>
+            {
+                self.lane_entries(*var, &levels[0], &points[0].body, depth);
             }
             Node::Merge { var, levels, full, points } => {
                 if let ([level], false, [point]) = (&levels[..], full, &points[..]) {
@@ -1907,6 +2121,26 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let address = self.dense_address(self.k.output, update);
         let fold = self.fold_out(&format!("{out}[{address}]"), "acc");
         self.line(d, &format!("if ({}) {fold}", self.writer()));
+        self.line(depth, "}");
+    }
+
+    /// A position loop split over the lanes, each position its own output
+    /// elements ([`LaneSplit::Entries`]).
+    fn lane_entries(&mut self, var: VarId, l: &LevelRef, body: &[Node], depth: usize) {
+        let p = Self::position(&l.position());
+        let (begin, end) = self.range(l);
+        let lanes = self.lanes;
+        self.line(
+            depth,
+            &format!("for (int64_t {p} = {begin} + lane, {p}_end = {end}; {p} < {p}_end; {p} += {lanes}) {{"),
+        );
+        let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
+        self.line(depth + 1, &line);
+        let was = self.in_split.replace(LaneSplit::Entries(var));
+        self.position_loops += 1;
+        body.iter().for_each(|b| self.node(b, depth + 1));
+        self.position_loops -= 1;
+        self.in_split = was;
         self.line(depth, "}");
     }
 

@@ -274,8 +274,18 @@ impl Problem {
                 }
             }
             (Fusion::Trie, None) if backend.target() != Target::C && program.statements.len() > 1 => {
+                let refused = match self.on_device(&program, &formats, &data, backend, schedule, opts)? {
+                    Ok(run) => return self.checked(with_notes(run, reordered), &program, &data, check),
+                    Err(refused) => {
+                        format!(
+                            "ReACT's program kernel does not run on {}: {refused}",
+                            backend.target().title()
+                        )
+                    }
+                };
                 match self.fewer_products_fused(&program, &data) {
                     Ok((why, prepared)) => {
+                        let why = format!("{refused}; {why}");
                         match self
                             .maximal_or_apart(prepared, why, &program, backend, schedule, opts, check)?
                         {
@@ -284,15 +294,23 @@ impl Problem {
                         }
                     }
                     Err(why) => {
-                        let mut run =
-                            self.statement_kernels(&program, reordered, backend, schedule, opts, check)?;
+                        let mut run = self.statement_kernels(
+                            &program, reordered, &refused, backend, schedule, opts, check,
+                        )?;
                         run.notes.extend(why);
                         return Ok(run);
                     }
                 }
             }
-            (_, _) if backend.target() != Target::C => {
-                return self.statement_kernels(&program, reordered, backend, schedule, opts, check);
+            (fusion, _) if backend.target() != Target::C => {
+                let why = match fusion {
+                    Fusion::None => {
+                        "a GPU's program kernel is one loop nest, a warp per iteration of its outermost \
+                                     loop, and fusion=none gives each statement its own"
+                    }
+                    _ => "one statement",
+                };
+                return self.statement_kernels(&program, reordered, why, backend, schedule, opts, check);
             }
             (fusion, _) if program.statements.iter().any(|e| affine(&e.statement)) => {
                 let mut run = self.run_each_statement(&program, backend, schedule, opts, check)?;
@@ -339,46 +357,103 @@ impl Problem {
                     }
                 };
                 let executable = backend.compile_levels(&lowered, schedule)?;
-                let mut uploaded = executable.upload(&data.dense)?;
-                uploaded.launch()?;
-                let values = uploaded.output()?;
-                let timing = uploaded.time(opts)?;
-                // An output in a sparse operand's pattern: its structure
-                // with the kernel's values.
-                let (result, assembled) = match &lowered.pattern {
-                    None => (values, None),
-                    Some(t) => {
-                        let pattern = SparseTensor::from_coo(&data.sparse[t], &formats[t])?;
-                        let assembled = pattern.with_values(values.iter().copied().collect());
-                        (expand(&assembled).unwrap_or_else(|_| ArrayD::zeros(vec![0])), Some(assembled))
-                    }
-                };
-                ProgramRun {
-                    fusion,
-                    statements: program.statements.iter().map(|e| e.statement.to_string()).collect(),
-                    forest: forest_text(&forest),
-                    kernels: vec![lowered.kernel.to_string()],
-                    sources: vec![executable.source().to_string()],
-                    notes,
-                    timings: vec![timing],
-                    checks: Vec::new(),
-                    output: last.output().name.clone(),
-                    result,
-                    assembled,
-                    last: Some(last.clone()),
-                }
+                self.run_fused(
+                    &program,
+                    (fusion, &forest),
+                    (lowered, notes),
+                    executable,
+                    &formats,
+                    &data,
+                    opts,
+                )?
             }
         };
         run.notes.splice(0..0, reordered);
         self.checked(run, &program, &data, check)
     }
 
-    /// Each statement as its own kernel, its temporaries dense, where
-    /// program kernels with temporaries do not print (every target but C).
+    /// A program kernel (`fusion` over `forest`, lowered, with the notes of
+    /// its lowering) run from `executable`: its output in a sparse
+    /// operand's pattern where it has one.
+    #[allow(clippy::too_many_arguments)]
+    fn run_fused(
+        &self,
+        program: &Program,
+        (fusion, forest): (Fusion, &[spindle_ir::react::Node]),
+        (lowered, notes): (Lowered, Vec<String>),
+        executable: Box<dyn crate::backend::Executable>,
+        formats: &BTreeMap<String, FormatSpec>,
+        data: &ProgramData,
+        opts: TimingOptions,
+    ) -> Result<ProgramRun> {
+        let last = program.statements.last().expect("a program has a statement");
+        let mut uploaded = executable.upload(&data.dense)?;
+        uploaded.launch()?;
+        let values = uploaded.output()?;
+        let timing = uploaded.time(opts)?;
+        // An output in a sparse operand's pattern: its structure with the
+        // kernel's values.
+        let (result, assembled) = match &lowered.pattern {
+            None => (values, None),
+            Some(t) => {
+                let pattern = SparseTensor::from_coo(&data.sparse[t], &formats[t])?;
+                let assembled = pattern.with_values(values.iter().copied().collect());
+                (expand(&assembled).unwrap_or_else(|_| ArrayD::zeros(vec![0])), Some(assembled))
+            }
+        };
+        Ok(ProgramRun {
+            fusion,
+            statements: program.statements.iter().map(|e| e.statement.to_string()).collect(),
+            forest: forest_text(forest),
+            kernels: vec![lowered.kernel.to_string()],
+            sources: vec![executable.source().to_string()],
+            notes,
+            timings: vec![timing],
+            checks: Vec::new(),
+            output: last.output().name.clone(),
+            result,
+            assembled,
+            last: Some(last.clone()),
+        })
+    }
+
+    /// ReACT's program kernel (`fusion=trie`) on a GPU target, where its
+    /// printer takes it (scalar temporaries, one outermost loop); else
+    /// (`Err`) why not.
+    fn on_device(
+        &self,
+        program: &Program,
+        formats: &BTreeMap<String, FormatSpec>,
+        data: &ProgramData,
+        backend: &dyn Backend,
+        schedule: &Schedule,
+        opts: TimingOptions,
+    ) -> Result<std::result::Result<ProgramRun, String>> {
+        if program.statements.iter().any(|e| affine(&e.statement)) {
+            return Ok(Err("a statement reads affine subscripts (a convolution)".into()));
+        }
+        let forest = fused_forest(program, formats, Fusion::Trie, &schedule.order);
+        let lowered = match self.lower_forest(program, &forest, formats, data, schedule) {
+            Ok(lowered) => lowered,
+            Err(e) => return Ok(Err(first_line(&e))),
+        };
+        match backend.compile_levels(&lowered.0, schedule) {
+            Ok(executable) => self
+                .run_fused(program, (Fusion::Trie, &forest), lowered, executable, formats, data, opts)
+                .map(Ok),
+            Err(Error::CudaPrint(spindle_cuda::print::PrintError::Levels { reason, .. })) => Ok(Err(reason)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Each statement as its own kernel, its temporaries dense, where no
+    /// program kernel runs on `backend` (`why` not).
+    #[allow(clippy::too_many_arguments)]
     fn statement_kernels(
         &self,
         program: &Program,
         reordered: Vec<String>,
+        why: &str,
         backend: &dyn Backend,
         schedule: &Schedule,
         opts: TimingOptions,
@@ -389,9 +464,8 @@ impl Problem {
         run.notes.splice(0..0, reordered);
         if program.statements.len() > 1 {
             run.notes.push(format!(
-                "fusion={fusion}: on {} each statement runs as its own kernel, its temporaries dense \
-                 (program kernels with temporaries run on the C backend only so far; fusion=maximal \
-                 substitutes the statements into one, which runs where that one statement prints)",
+                "fusion={fusion}: on {} each statement runs as its own kernel, its temporaries dense ({why}; \
+                 fusion=maximal substitutes the statements into one, which runs where that one statement prints)",
                 backend.target().title()
             ));
         }
@@ -459,7 +533,7 @@ impl Problem {
                     "{why}; but the substituted statement cannot run on {} ({}), so each statement runs as its \
                      own kernel instead, its temporaries dense",
                     backend.target().title(),
-                    e.render(false).lines().next().unwrap_or_default().trim_start_matches("error: ")
+                    first_line(&e)
                 ));
                 Ok(Err(run))
             }
@@ -889,6 +963,11 @@ fn affine(s: &Statement) -> bool {
 }
 
 /// `run` with `notes` before its own.
+/// An error's first line, for a note.
+fn first_line(e: &Error) -> String {
+    e.render(false).lines().next().unwrap_or_default().trim_start_matches("error: ").to_string()
+}
+
 fn with_notes(mut run: ProgramRun, notes: Vec<String>) -> ProgramRun {
     run.notes.splice(0..0, notes);
     run

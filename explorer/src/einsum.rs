@@ -492,11 +492,13 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
         true => {
             let (lowered, notes) = problem.program_kernel(&schedule).map_err(reported)?;
             notes.iter().for_each(|n| eprintln!("note: {n}"));
-            if c.target != Target::C && !lowered.kernel.locals.is_empty() {
+            if c.target != Target::C
+                && let Err(e) = spindle::print_levels_cuda(&lowered.kernel)
+            {
                 eprintln!(
-                    "note: this is the C backend's program kernel: on {} program kernels with temporaries do not \
-                     print yet, and `spindle run` runs the statements substituted into one where that does fewer \
-                     products, else each statement as its own kernel",
+                    "note: this is the C backend's program kernel, which does not print for {} ({e}); there \
+                     `spindle run` runs the statements substituted into one where that does fewer products, else \
+                     each statement as its own kernel",
                     c.target.name()
                 );
             }

@@ -298,7 +298,12 @@ pub fn propagate(
                         .accesses()
                         .into_iter()
                         .filter(|a| a.tensor.name == *name)
-                        .map(|a| walked.clone().filter(|_| index_at(a, d).as_ref() == Some(&own)))
+                        .map(|a| {
+                            walked.clone().filter(|m| {
+                                index_at(a, d).as_ref() == Some(&own)
+                                    && carried(program, formats, c, m, &own, lhs, a)
+                            })
+                        })
                         .collect::<Vec<_>>()
                 });
                 let Some(Some(mask)) = needs.next() else { continue };
@@ -344,7 +349,8 @@ pub fn propagate(
                     .flat_map(|a| {
                         sparse_dims.iter().filter_map(|(d, sp)| {
                             let i = index_at(a, *d).filter(|i| index_at(lhs, *d).as_ref() == Some(i))?;
-                            Some((i, sp.clone()))
+                            let Space::Sparse(m) = sp else { return None };
+                            carried(program, formats, p, m, &i, lhs, a).then(|| (i, sp.clone()))
                         })
                     })
                     .collect();
@@ -365,6 +371,40 @@ pub fn propagate(
             return trees;
         }
     }
+}
+
+/// Whether the levels above mask `m`'s level of `index` (as statement `s`
+/// reads `m`) hold indices that a temporary carries from its producer to
+/// its consumer: both the producer's output `lhs` and the consumer's read
+/// `read` of it hold each at the same dimension. Statements index apart,
+/// so a level under an index the temporary does not carry (`t[j] = w[i] *
+/// x[j]` read as `t[j]` beside `A[i,j]`: the producer's `i` is summed, not
+/// A's row) would walk another row's coordinates.
+fn carried(
+    program: &Program,
+    formats: &BTreeMap<String, FormatSpec>,
+    s: usize,
+    m: &str,
+    index: &str,
+    lhs: &crate::lang::Access,
+    read: &crate::lang::Access,
+) -> bool {
+    let e = &program.statements[s];
+    let (Some(spec), Some(info)) = (formats.get(m), e.tensors.get(m)) else { return false };
+    let Some(access) = e.statement.rhs.accesses().into_iter().find(|a| a.tensor.name == m) else {
+        return false;
+    };
+    let Ok(levels) = spec.levels(&info.shape) else { return false };
+    fn name(a: &crate::lang::Access, d: usize) -> Option<&String> {
+        a.subscripts.get(d).and_then(|x| x.as_index()).map(|i| &i.name)
+    }
+    let Some(at) = levels.iter().position(|l| name(access, l.dim).is_some_and(|n| n == index)) else {
+        return false;
+    };
+    levels[..at].iter().all(|l| {
+        let Some(above) = name(access, l.dim) else { return false };
+        (0..lhs.subscripts.len()).any(|d| name(lhs, d) == Some(above) && name(read, d) == Some(above))
+    })
 }
 
 /// Whether stored operand `t` holds each coordinate of `index` once: the
@@ -633,8 +673,9 @@ fn fuse_level(
     }
     // Algorithm 1, siblings in program order: a group takes a later sibling
     // it depends into unless the edge is fusion-preventing (different
-    // loops) or another path joins them through a sibling outside the
-    // group (fusing would make a cycle).
+    // loops) or the sibling depends on one outside the group that comes
+    // after the group's first (which the group, placed there, would run
+    // before: a cycle where that one depends on the group too).
     let mut head: Vec<usize> = (0..n).collect();
     for x in 0..n {
         let g = head[x];
@@ -646,10 +687,8 @@ fn fuse_level(
             if !group.iter().all(|&m| fusible(m, child) || !linked(m, child)) || !fusible(g, child) {
                 continue;
             }
-            let other_path = (0..n)
-                .filter(|c| head[*c] != g && *c != child)
-                .any(|c| group.iter().any(|&m| reach[m][c]) && reach[c][child]);
-            if !other_path {
+            let after_first = (g + 1..child).any(|c| head[c] != g && reach[c][child]);
+            if !after_first {
                 head[child] = g;
             }
         }

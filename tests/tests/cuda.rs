@@ -272,35 +272,39 @@ fn a_program_under_path_levels_runs_its_dense_statement_on_tiles() {
     assert!(ran.notes.iter().any(|n| n.contains("reads no stored operand")), "{:?}", ran.notes);
 }
 
-/// On a GPU, where program kernels with temporaries do not print yet, the
-/// default `fusion=trie` runs the statements substituted into one where
-/// that does fewer products than the statements apart with dense
-/// temporaries: SDDMM, 30 entries x 4 against a 12 x 10 x 4 dense product
-/// (it ran the dense product, an M x N temporary). GNN's `A * X * W`, whose
-/// substituted statement multiplies every entry of A by all of X * W,
-/// stays apart.
+/// On a GPU, ReACT's program kernel (the default `fusion=trie`) runs
+/// where its temporaries are each lane's own: SDDMM's product reduced to a
+/// scalar per entry, lanes over a row's entries (the statements ran apart,
+/// or substituted into one); the same under a function (`exp`), which no
+/// substitution takes (it ran apart, an M x N dense temporary); GNN's
+/// `A * X * W`, its row of `X * W` a slice of 16 in each lane, lanes over
+/// the output's columns; a 16-bit program (input-sensitive fusion
+/// substitutes its one-term sum) on one kernel.
 #[test]
-fn a_gpu_program_fuses_maximally_where_that_does_fewer_products() {
+fn a_gpu_program_runs_reacts_kernel_where_its_temporaries_are_each_lanes() {
     use spindle::Input;
-    if !emulate::compiler_or_skip("a_gpu_program_fuses_maximally_where_that_does_fewer_products") {
+    if !emulate::compiler_or_skip("a_gpu_program_runs_reacts_kernel_where_its_temporaries_are_each_lanes") {
         return;
     }
-    let entries: Vec<(usize, usize, f64)> =
-        (0..30).map(|e| (e % 12, (e * 7) % 10, 0.5 + e as f64 / 30.0)).collect();
-    let a = spindle_formats::Coo::<f64, i64>::from_triplets(12, 10, &entries).unwrap();
+    let a = a_12x10();
     let opts = spindle::TimingOptions { warmup: 0, repeats: 1 };
     let backend = spindle::EmulateBackend::from_env();
-    for sddmm in ["C[i,j] = A[i,j] * (P[i,k] * Q[k,j])", "C[i,j] = A[i,j] * P[i,k] * Q[k,j]"] {
-        let problem = spindle::Problem::new(sddmm)
+    let sddmm = [
+        "C[i,j] = A[i,j] * (P[i,k] * Q[k,j])",
+        "C[i,j] = A[i,j] * P[i,k] * Q[k,j]",
+        "T[i,j] = P[i,k] * Q[k,j]; C[i,j] = A[i,j] * exp(T[i,j])",
+    ];
+    for program in sddmm {
+        let problem = spindle::Problem::new(program)
             .tensor("A", Input::from(a.clone()))
             .format("A", "csr")
             .tensor("P", Input::random(&[12, 4], DType::F32, 1))
             .tensor("Q", Input::random(&[4, 10], DType::F32, 2));
         let ran = problem.run_program(&backend, &Schedule::default(), opts, true).unwrap();
-        assert!(ran.checks.iter().all(|c| c.passed()), "{sddmm}: {:?}", ran.checks);
-        assert_eq!(ran.kernels.len(), 1, "{sddmm}: {:?}", ran.notes);
-        let note = ran.notes.iter().find(|n| n.contains("fused maximally")).expect("a note says why");
-        assert!(note.contains("about 1.200e2 products"), "{sddmm}: {note}");
+        assert!(ran.checks.iter().all(|c| c.passed()), "{program}: {:?}", ran.checks);
+        assert_eq!(ran.kernels.len(), 1, "{program}: {:?}", ran.notes);
+        assert!(ran.sources[0].contains("lanes over the row's entries"), "{program}: {}", ran.sources[0]);
+        assert!(ran.kernels[0].contains("(a scalar)"), "{program}: {}", ran.kernels[0]);
     }
     let gnn = spindle::Problem::new("Z[i,h] = A[i,j] * X[j,k] * W[k,h]")
         .tensor("A", Input::from(a))
@@ -309,11 +313,8 @@ fn a_gpu_program_fuses_maximally_where_that_does_fewer_products() {
         .tensor("W", Input::random(&[16, 8], DType::F32, 4));
     let ran = gnn.run_program(&backend, &Schedule::default(), opts, true).unwrap();
     assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
-    assert_eq!(ran.kernels.len(), 2, "{:?}", ran.notes);
-    assert!(ran.notes.iter().any(|n| n.contains("so they run apart")), "{:?}", ran.notes);
-    // 16-bit operands on the substituted statement's level path (which
-    // walks a copy of A for its second read): one kernel (it could not
-    // run on the GPU, so the statements ran apart).
+    assert_eq!(ran.kernels.len(), 1, "{:?}", ran.notes);
+    assert!(ran.sources[0].contains("lanes over the dense columns"), "{}", ran.sources[0]);
     let f16 = spindle::Problem::new("t[i] = A[i,j] * x[j]; y[i] = t[i] * A[i,k] * z[k]")
         .tensor("A", Input::from(a_square()))
         .format("A", "csr")
@@ -322,7 +323,52 @@ fn a_gpu_program_fuses_maximally_where_that_does_fewer_products() {
     let ran = f16.run_program(&backend, &Schedule::default(), opts, true).unwrap();
     assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
     assert_eq!(ran.kernels.len(), 1, "{:?}", ran.notes);
-    assert!(ran.notes.iter().any(|n| n.contains("fused maximally")), "{:?}", ran.notes);
+}
+
+/// Where ReACT's program kernel does not print for a GPU, the run says
+/// why, and `fusion=trie` runs the statements substituted into one where
+/// that does fewer products than the statements apart with dense
+/// temporaries: SDDMM over CSC (its columns outermost, the rows of the
+/// product inside), 30 entries x 4 against a 12 x 10 x 4 dense product.
+/// GNN's `A * X * W` with a row of 80 (more than a lane keeps), whose
+/// substituted statement multiplies every entry of A by all of X * W,
+/// stays apart.
+#[test]
+fn where_reacts_kernel_does_not_print_on_a_gpu_the_products_decide() {
+    use spindle::Input;
+    if !emulate::compiler_or_skip("where_reacts_kernel_does_not_print_on_a_gpu_the_products_decide") {
+        return;
+    }
+    let opts = spindle::TimingOptions { warmup: 0, repeats: 1 };
+    let backend = spindle::EmulateBackend::from_env();
+    let problem = spindle::Problem::new("C[i,j] = A[i,j] * (P[i,k] * Q[k,j])")
+        .tensor("A", Input::from(a_12x10()))
+        .format("A", "csc")
+        .tensor("P", Input::random(&[12, 4], DType::F32, 1))
+        .tensor("Q", Input::random(&[4, 10], DType::F32, 2));
+    let ran = problem.run_program(&backend, &Schedule::default(), opts, true).unwrap();
+    assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
+    assert_eq!(ran.kernels.len(), 1, "{:?}", ran.notes);
+    let note = ran.notes.iter().find(|n| n.contains("fused maximally")).expect("a note says why");
+    assert!(note.contains("ReACT's program kernel does not run on CUDA emulation"), "{note}");
+    assert!(note.contains("about 1.200e2 products"), "{note}");
+    let gnn = spindle::Problem::new("Z[i,h] = A[i,j] * X[j,k] * W[k,h]")
+        .tensor("A", Input::from(a_12x10()))
+        .format("A", "csr")
+        .tensor("X", Input::random(&[10, 80], DType::F32, 3))
+        .tensor("W", Input::random(&[80, 8], DType::F32, 4));
+    let ran = gnn.run_program(&backend, &Schedule::default(), opts, true).unwrap();
+    assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
+    assert_eq!(ran.kernels.len(), 2, "{:?}", ran.notes);
+    assert!(ran.notes.iter().any(|n| n.contains("holds 80 elements")), "{:?}", ran.notes);
+    assert!(ran.notes.iter().any(|n| n.contains("so they run apart")), "{:?}", ran.notes);
+}
+
+/// A 12 x 10 matrix of 30 entries.
+fn a_12x10() -> spindle_formats::Coo<f64, i64> {
+    let entries: Vec<(usize, usize, f64)> =
+        (0..30).map(|e| (e % 12, (e * 7) % 10, 0.5 + e as f64 / 30.0)).collect();
+    spindle_formats::Coo::<f64, i64>::from_triplets(12, 10, &entries).unwrap()
 }
 
 /// A 10 x 10 matrix of 30 entries, every row and column stored.

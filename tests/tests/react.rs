@@ -805,3 +805,84 @@ fn a_temporary_is_masked_only_where_every_read_agrees() {
         }
     }
 }
+
+/// A statement joins a fused group only where the statements it depends
+/// on run before the group: `y = s + t` joined `t`'s loop, placed before
+/// `s`'s, and read `s` before it was written (trie).
+#[test]
+fn a_statement_fuses_only_after_what_it_reads() {
+    let p = problem(
+        "t[i] = w[i] * 2; s[i] = x[i] * 3; y[i] = s[i] + t[i]",
+        &[("w", &[5]), ("x", &[5])],
+        &[],
+        &[],
+    );
+    let ran = run(&p, "trie");
+    assert!(ran.checks.iter().all(|c| c.passed()), "{:?}\n{}", ran.checks, ran.forest);
+}
+
+/// Statements index apart: a temporary's producer whose summed index has
+/// the name of the consumer's row (`t[j] = w[i] * x[j]` beside `A[i,j] *
+/// t[j]`) is not masked by A's columns under its own `i` (it summed over
+/// A's entries only), and a consumer is not masked by an operand that its
+/// producer walks under an index the temporary does not carry (`t[i] =
+/// C[j,i]`, read as `t[i]` under `y[j]`'s `j`).
+#[test]
+fn a_mask_propagates_only_through_the_indices_a_temporary_carries() {
+    type Dense<'a> = &'a [(&'a str, &'a [usize])];
+    type Sparse<'a> = &'a [(&'a str, &'a [usize], f64, &'a str)];
+    let cases: [(&str, Dense, Sparse); 3] = [
+        (
+            "t[j] = w[i] * x[j]; y[i] = A[i,j] * t[j]",
+            &[("w", &[6]), ("x", &[5])],
+            &[("A", &[6, 5], 0.3, "csr")],
+        ),
+        (
+            "t[j] = U[i,k] * V[j,k]; y[i] = A[i,j] * t[j]",
+            &[("U", &[6, 3]), ("V", &[5, 3])],
+            &[("A", &[6, 5], 0.3, "csr")],
+        ),
+        (
+            "t[i] = C[j,i]; T1[i,j] = B[i,j] * t[i]; y[j] = T1[i,j] * t[i]",
+            &[],
+            &[("B", &[8, 8], 0.3, "csc"), ("C", &[8, 8], 0.3, "csr")],
+        ),
+    ];
+    for (statement, dense, sparse) in cases {
+        let p = problem(statement, dense, sparse, &[]);
+        for fusion in ["none", "trie"] {
+            let ran = run(&p, fusion);
+            assert!(
+                ran.checks.iter().all(|c| c.passed()),
+                "{statement}, fusion={fusion}: {:?}\n{}",
+                ran.checks,
+                ran.forest
+            );
+        }
+    }
+}
+
+/// A divisor that is not zero where its stored operand has no entry
+/// (`exp(C) + 1`) runs in a program as it does alone (it was refused as
+/// "a stored divisor"); one that is (`C` itself) is still refused.
+#[test]
+fn a_program_divides_by_stored_operands_that_are_not_zero_where_absent() {
+    let p = problem(
+        "T[i,j] = C[i,j] / (exp(C[i,j]) + 1); y[i] = T[i,j]",
+        &[],
+        &[("C", &[6, 5], 0.3, "csr")],
+        &[],
+    );
+    for fusion in ["none", "trie"] {
+        let ran = run(&p, fusion);
+        assert!(ran.checks.iter().all(|c| c.passed()), "fusion={fusion}: {:?}", ran.checks);
+    }
+    let p =
+        problem("T[i,j] = x[j] / C[i,j]; y[i] = T[i,j]", &[("x", &[5])], &[("C", &[6, 5], 0.3, "csr")], &[]);
+    let schedule: Schedule = "fusion=none".parse().unwrap();
+    let err = p
+        .run_program(&CBackend::new(), &schedule, TimingOptions { warmup: 0, repeats: 1 }, true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("divides by its zeros"), "{err}");
+}

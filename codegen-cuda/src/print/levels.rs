@@ -96,6 +96,7 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         match split {
             LaneSplit::Dense(_) => "lanes over the dense columns",
             LaneSplit::Positions(_) => "lanes over the row's positions, added with shuffles",
+            LaneSplit::Entries(_) => "lanes over the row's entries, each its own output elements",
             LaneSplit::None => "lane 0 walks the row",
         }
     );

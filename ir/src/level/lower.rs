@@ -639,6 +639,7 @@ pub fn store_levels(
                 level: levels.len(),
                 extent: shape[level.dim],
                 kind: reach,
+                unique: f.unique(),
             },
             ordered: f.ordered(),
             unique: f.unique(),
@@ -994,7 +995,7 @@ fn symbolic(
             // A divisor that is 0 where its stored operands have no entry
             // divides by zeros the iteration skips; one that is not there
             // (`1 + A[i,j]`) is iterated as any other value.
-            if *op == BinOp::Div && restrict(&divisor, &|_| true).is_none() && mentions_stored(rhs, stored) {
+            if *op == BinOp::Div && zero_where_absent(rhs, stored) && mentions_stored(rhs, stored) {
                 return Err(refuse(
                     "dividing by a stored operand divides by its zeros, which iteration skips".to_string(),
                     rhs.span().to(*span),
@@ -1011,6 +1012,22 @@ fn symbolic(
 
 fn mentions_stored(e: &Ast, stored: &BTreeMap<String, Stored>) -> bool {
     e.accesses().iter().any(|a| stored.contains_key(&a.tensor.name))
+}
+
+/// Whether `e` is 0 where its stored operands have no entry, whatever the
+/// other values ([`restrict`]'s `None` with every stored operand absent):
+/// a divisor whose zeros iteration would skip (`A[i,j]`; not
+/// `exp(A[i,j]) + 1`).
+pub(super) fn zero_where_absent(e: &Ast, stored: &BTreeMap<String, Stored>) -> bool {
+    let zero = |e: &Ast| zero_where_absent(e, stored);
+    match e {
+        Ast::Literal { value, .. } => *value == 0.0,
+        Ast::Access(a) => stored.contains_key(&a.tensor.name),
+        Ast::Neg { expr, .. } => zero(expr),
+        Ast::Binary { op: BinOp::Mul | BinOp::Div, lhs, rhs, .. } => zero(lhs) || zero(rhs),
+        Ast::Binary { lhs, rhs, .. } => zero(lhs) && zero(rhs),
+        Ast::Call { func, args, .. } => keeps_zero(*func) && args.iter().all(zero),
+    }
 }
 
 /// Whether `f(0, 0, ...) = 0`, so a call of absent operands is absent.
@@ -1216,7 +1233,13 @@ struct Lowerer<'a> {
 impl Lowerer<'_> {
     fn level_ref(&self, tensor: &str, level: usize) -> LevelRef {
         let l = &self.stored[tensor].levels[level];
-        LevelRef { tensor: tensor.to_string(), level, extent: l.extent, kind: l.reach.clone() }
+        LevelRef {
+            tensor: tensor.to_string(),
+            level,
+            extent: l.extent,
+            kind: l.reach.clone(),
+            unique: l.unique,
+        }
     }
 
     /// The loops from variable `d` of the order inward, for `e`; `in_ws`

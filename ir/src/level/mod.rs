@@ -124,6 +124,10 @@ pub struct LevelRef {
     /// The extent of the dimension the level stores.
     pub extent: usize,
     pub kind: Reach,
+    /// Each coordinate at most once under a parent position (CSR's
+    /// columns; not COO's rows): the positions of one parent's walk are
+    /// distinct coordinates.
+    pub unique: bool,
 }
 
 /// How the positions of a level are reached from its parent's position.

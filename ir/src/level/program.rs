@@ -46,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cranelift_entity::PrimaryMap;
 use spindle_formats::{Coo, FormatSpec};
 
-use super::lower::{Lowered, Stored, plain_indices, refuse, store_operand};
+use super::lower::{Lowered, Stored, plain_indices, refuse, store_operand, zero_where_absent};
 use super::{
     Expr, LevelKernel, LevelRef, Local, LocalId, Node, Place, Point, Position, Reach, Target, Var, VarId,
 };
@@ -551,7 +551,13 @@ type Reached = BTreeSet<(String, usize)>;
 impl ProgramLowerer<'_> {
     fn level_ref(&self, tensor: &str, level: usize) -> LevelRef {
         let l = &self.stored[tensor].levels[level];
-        LevelRef { tensor: tensor.to_string(), level, extent: l.extent, kind: l.reach.clone() }
+        LevelRef {
+            tensor: tensor.to_string(),
+            level,
+            extent: l.extent,
+            kind: l.reach.clone(),
+            unique: l.unique,
+        }
     }
 
     fn nodes(&self, nodes: &[react::Node], reached: &Reached) -> Result<Vec<Node>, Diagnostic> {
@@ -777,8 +783,11 @@ impl ProgramLowerer<'_> {
             }
             Ast::Neg { expr, .. } => Expr::Neg(Box::new(go(expr)?)),
             Ast::Binary { op, lhs, rhs, span } => {
+                // (A divisor that is not 0 where its stored operands have
+                // no entry, `exp(A[i,j]) + 1`, is a value as any other.)
                 if *op == BinOp::Div
                     && rhs.accesses().iter().any(|a| self.stored.contains_key(&a.tensor.name))
+                    && zero_where_absent(rhs, self.stored)
                 {
                     return Err(refuse(
                         "dividing by a stored operand divides by its zeros, which iteration skips"
