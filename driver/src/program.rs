@@ -897,10 +897,26 @@ impl Problem {
                 _ => schedule.clone(),
             };
             let compiled = prepared.compile(backend, &schedule)?;
-            let (result, timing) = compiled.run_and_time(opts)?;
-            if check {
-                run.checks.push(compiled.compare(&result)?);
-            }
+            // A sparse output (the last statement's, in its format) is
+            // assembled; a later statement reads its dense values.
+            let (result, timing) = match compiled.assembles() {
+                true => {
+                    let (assembled, timing) = compiled.assemble_and_time(opts)?;
+                    if check {
+                        run.checks.push(compiled.compare_assembled(&assembled)?);
+                    }
+                    let result = expand(&assembled).unwrap_or_else(|_| ArrayD::zeros(vec![0]));
+                    run.assembled = Some(assembled);
+                    (result, timing)
+                }
+                false => {
+                    let (result, timing) = compiled.run_and_time(opts)?;
+                    if check {
+                        run.checks.push(compiled.compare(&result)?);
+                    }
+                    (result, timing)
+                }
+            };
             run.statements.push(text);
             run.kernels.push(compiled.kernel.to_string());
             run.sources.push(compiled.source().to_string());

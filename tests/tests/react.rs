@@ -886,3 +886,26 @@ fn a_program_divides_by_stored_operands_that_are_not_zero_where_absent() {
         .to_string();
     assert!(err.contains("divides by its zeros"), "{err}");
 }
+
+/// A sparse output that no operand's pattern holds (`exp(T)` is not zero
+/// where `A` is) runs in the last statement's own kernel, assembled in its
+/// format (it came back dense, the format dropped without a word).
+#[test]
+fn a_sparse_output_of_statements_run_apart_is_assembled() {
+    let p = problem(
+        "T[i,j] = A[i,j] * 2; Y[i,j] = exp(T[i,j])",
+        &[],
+        &[("A", &[6, 5], 0.3, "csr")],
+        &[("Y", "csr")],
+    );
+    for fusion in ["none", "trie"] {
+        let ran = run(&p, fusion);
+        assert!(
+            ran.checks.iter().all(|c| c.passed()) && !ran.checks.is_empty(),
+            "{fusion}: {:?}",
+            ran.checks
+        );
+        let assembled = ran.assembled.as_ref().unwrap_or_else(|| panic!("{fusion}: dense, {:?}", ran.notes));
+        assert_eq!(assembled.nnz(), 30, "{fusion}: exp is never zero");
+    }
+}

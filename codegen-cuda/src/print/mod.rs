@@ -298,7 +298,15 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
             walk::print(&device, symbol, opts, true)?
         }
         // Block rows, or why the kernel is neither.
-        Mapping::Rows => rows::print(&device, symbol, opts)?,
+        Mapping::Rows => match (rows::recognise(&device), walk::recognise(&device)) {
+            (Err(blocks), Err(walk)) => {
+                return Err(PrintError::Rows {
+                    kernel: kernel.name.clone(),
+                    reason: format!("not block rows ({blocks}), nor the row walk ({walk})"),
+                });
+            }
+            _ => rows::print(&device, symbol, opts)?,
+        },
         Mapping::Tiles => Printer::new(&device, opts).print(symbol)?,
     };
     if let Some((round, source)) = wide::round_kernel(&kernel, symbol) {

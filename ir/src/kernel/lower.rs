@@ -241,7 +241,7 @@ fn sink_group(
                 .max();
             let Some(axis) = scattered else {
                 return Err(Diagnostic::new(
-                    format!("reduce={strategy} needs elements that may share an output element, but each element of {output} is written by one element of the iteration"),
+                    format!("reduce={strategy} groups neighbours of the iteration along an index the output is scattered through (read through an index tensor), and no subscript of {output} is"),
                     span,
                 )
                 .with_note("segment reduction groups neighbours along an index read through an index tensor, as `p` in `C[R[p],n]`; use reduce=accumulate"));
