@@ -20,7 +20,7 @@ use spindle_formats::{Coo, FormatSpec};
 use spindle_ir::kernel::schedule::Schedule;
 use spindle_ir::kernel::{OutputInit, Reduction, TensorId, TensorParam};
 use spindle_ir::lang::{
-    Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, ElemType, Expr as Ast, Func, Subscript,
+    Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, ElemType, Expr as Ast, Func, Span, Subscript,
 };
 use spindle_ir::level::{
     Affine, AffineOperand, Expr, LevelKernel, Lowered, Node, Position, Reach, Var, VarId, dense_params,
@@ -235,9 +235,10 @@ pub fn lower(
     Ok(Lowered { kernel, arrays, replaced: vals.keys().cloned().collect(), pattern: None })
 }
 
-/// A subscript as `Σ coeff·var + offset` with positive coefficients.
+/// A subscript as `Σ coeff·var + offset` with positive coefficients, the
+/// terms of one index added (`j+q+q` is `j+2*q`; `q-q` drops `q`).
 fn affine_of(s: &Subscript, var_of: &BTreeMap<String, VarId>) -> Result<Affine, Diagnostic> {
-    let mut terms = Vec::new();
+    let mut terms: Vec<(VarId, i64, &str, Span)> = Vec::new();
     for t in &s.terms {
         let Atom::Index(id) = &t.atom else {
             return Err(refuse(
@@ -247,19 +248,23 @@ fn affine_of(s: &Subscript, var_of: &BTreeMap<String, VarId>) -> Result<Affine, 
                 "an indirect subscript",
             ));
         };
-        if t.coeff <= 0 {
-            return Err(refuse(
-                format!(
-                    "`{}` has coefficient {}; subsection loops walk coordinates upwards, so coefficients are positive",
-                    id.name, t.coeff
-                ),
-                t.span,
-                "a coefficient below 1",
-            ));
+        let v = var_of[&id.name];
+        match terms.iter_mut().find(|(u, ..)| *u == v) {
+            Some((_, coeff, _, span)) => (*coeff, *span) = (*coeff + t.coeff, span.to(t.span)),
+            None => terms.push((v, t.coeff, &id.name, t.span)),
         }
-        terms.push((var_of[&id.name], t.coeff));
     }
-    Ok(Affine { terms, offset: s.offset })
+    terms.retain(|&(_, coeff, ..)| coeff != 0);
+    if let Some(&(_, coeff, name, span)) = terms.iter().find(|&&(_, coeff, ..)| coeff < 0) {
+        return Err(refuse(
+            format!(
+                "`{name}` has coefficient {coeff}; subsection loops walk coordinates upwards, so coefficients are positive"
+            ),
+            span,
+            "a coefficient below 1",
+        ));
+    }
+    Ok(Affine { terms: terms.into_iter().map(|(v, coeff, ..)| (v, coeff)).collect(), offset: s.offset })
 }
 
 /// The right-hand side over the stored operands' values (at their last

@@ -183,6 +183,9 @@ fn strides_dilations_and_intercepts() {
         ("O[i] += I[3*i+2*p+1] * F[p]", &[("O", &[12]), ("I", &[45]), ("F", &[4])]),
         // Zero padding: reads at -1 and past the end are zeros.
         ("O[i] += I[i+p-1] * F[p]", &[("O", &[40]), ("I", &[40]), ("F", &[3])]),
+        // An index written twice is one term, `2*p` (it was refused:
+        // "indexes two dimensions").
+        ("O[i] += I[i+p+p] * F[p]", &[("O", &[30]), ("I", &[34]), ("F", &[3])]),
     ];
     for (statement, shapes) in cases {
         for seed in 0..3 {
@@ -198,6 +201,12 @@ fn strides_dilations_and_intercepts() {
 fn a_subscript_of_three_indices_reduces_twice_on_one_dimension() {
     let shapes: Shapes = &[("O", &[30]), ("I", &[36]), ("F", &[3]), ("G", &[5])];
     let c = case("O[i] += I[i+p+r] * F[p] * G[r]", shapes, 0.2, 4);
+    for format in ["coo", "c", "d"] {
+        assert_eq!(every_order(&c, format, None), (6, 0));
+    }
+    // An index that cancels is no term of the subscript (it was refused:
+    // "coefficient -1"); `p` then sums over F alone.
+    let c = case("O[i] += I[i+p-p+r] * F[p] * G[r]", shapes, 0.2, 4);
     for format in ["coo", "c", "d"] {
         assert_eq!(every_order(&c, format, None), (6, 0));
     }
