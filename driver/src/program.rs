@@ -140,10 +140,11 @@ impl Problem {
         if let Some((last, before)) = statements.split_last() {
             for (n, s) in before.iter().enumerate() {
                 let name = &s.lhs.tensor.name;
-                if !statements[n + 1..]
-                    .iter()
-                    .any(|later| later.rhs.accesses().iter().any(|a| a.tensor.name == *name))
-                {
+                // (A later statement that writes it again, `+=`, keeps it.)
+                if !statements[n + 1..].iter().any(|later| {
+                    later.lhs.tensor.name == *name
+                        || later.rhs.accesses().iter().any(|a| a.tensor.name == *name)
+                }) {
                     notes.push(format!(
                         "`{name}` (statement {}) is read by no later statement: a program's result is its last \
                          statement's output, `{}`, so `{name}` is computed and not kept; run it as a statement of \

@@ -477,7 +477,7 @@ pub fn inline(program: &Program) -> Result<Statement, Diagnostic> {
                         ),
                         a.span,
                     )
-                    .with_label("a sum under max=")
+                    .with_label(format!("a sum under {}", st.op.as_str()))
                     .with_note("run the program with fusion=trie or fusion=none"));
                 }
             }
