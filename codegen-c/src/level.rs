@@ -177,6 +177,7 @@ pub fn print_level_warps<D: Dialect>(
     }
     let mut p = Printer::new(kernel, dialect, tensors.clone(), vars);
     p.split = Some(split);
+    p.split_node = split_loop(kernel).map(|(_, n)| n as *const Node);
     p.atomic = !owned;
     p.lanes = kernel.lanes;
     p.owners = owners;
@@ -299,14 +300,24 @@ fn grouped_rows(kernel: &LevelKernel, split: LaneSplit) -> Result<bool, &'static
 /// `reduce=parallel` ([`LevelKernel::lanes_over_positions`]) only the
 /// position loop will do.
 pub fn lane_split(kernel: &LevelKernel) -> LaneSplit {
-    let Some(row) = kernel.body.first() else { return LaneSplit::None };
-    let inner = match row {
+    split_loop(kernel).map_or(LaneSplit::None, |(split, _)| split)
+}
+
+/// [`lane_split`] and the loop it splits. A program kernel may have
+/// several loops over one index (a row's sum, then the loop that writes
+/// the output), and the lanes split only this one.
+fn split_loop(kernel: &LevelKernel) -> Option<(LaneSplit, &Node)> {
+    let inner = match kernel.body.first()? {
         Node::Dense { body, .. } => body,
         Node::Merge { points, .. } if points.len() == 1 => &points[0].body,
-        _ => return LaneSplit::None,
+        _ => return None,
+    };
+    let var = |n: &Node| match n {
+        Node::Dense { var, .. } | Node::Merge { var, .. } => *var,
+        _ => unreachable!("the lanes split loops"),
     };
     if kernel.lanes_over_positions {
-        return find_positions(inner, kernel).map_or(LaneSplit::None, LaneSplit::Positions);
+        return find_positions(inner, kernel).map(|n| (LaneSplit::Positions(var(n)), n));
     }
     let out = kernel.tensor(kernel.output);
     let last = out.shape.len().checked_sub(1);
@@ -316,34 +327,34 @@ pub fn lane_split(kernel: &LevelKernel) -> LaneSplit {
         &mut dense,
         &|v| matches!(updates_at(kernel), Some(at) if last.is_some_and(|l| at.get(l) == Some(&v))),
     );
-    if let Some(v) = dense {
-        return LaneSplit::Dense(v);
+    if let Some(n) = dense {
+        return Some((LaneSplit::Dense(var(n)), n));
     }
-    if let Some(v) = find_positions(inner, kernel) {
-        return LaneSplit::Positions(v);
+    if let Some(n) = find_positions(inner, kernel) {
+        return Some((LaneSplit::Positions(var(n)), n));
     }
-    find_entries(inner).map_or(LaneSplit::None, LaneSplit::Entries)
+    find_entries(inner).map(|n| (LaneSplit::Entries(var(n)), n))
 }
 
 /// The first single-level position loop over a unique level under which
 /// every write of the output is at the loop's own coordinate (an update at
 /// its variable, a store at its level's positions or below them), so that
 /// lanes taking its positions write apart: [`LaneSplit::Entries`].
-fn find_entries(nodes: &[Node]) -> Option<VarId> {
+fn find_entries(nodes: &[Node]) -> Option<&Node> {
     for n in nodes {
         match n {
             Node::Merge { var, levels, full: false, points } if levels.len() == 1 && points.len() == 1 => {
                 let body = &points[0].body;
                 if levels[0].unique && writes_apart(body, *var, &levels[0]) {
-                    return Some(*var);
+                    return Some(n);
                 }
-                if let Some(v) = find_entries(body) {
-                    return Some(v);
+                if let Some(found) = find_entries(body) {
+                    return Some(found);
                 }
             }
             Node::Dense { body, .. } | Node::Fill { body, .. } => {
-                if let Some(v) = find_entries(body) {
-                    return Some(v);
+                if let Some(found) = find_entries(body) {
+                    return Some(found);
                 }
             }
             _ => {}
@@ -403,6 +414,7 @@ const WARP_LOCAL_ELEMENTS: usize = 64;
 /// the warp). Values per stored entry would be memory the warps share.
 /// Also whether each store into an output held in a pattern is one lane's.
 fn locals_on_warps(kernel: &LevelKernel, split: LaneSplit, owned: bool) -> Option<String> {
+    let split_node = split_loop(kernel).map(|(_, n)| n as *const Node);
     if let Some(l) = kernel.locals.values().find(|l| !l.private) {
         return Some(format!(
             "the temporary `{}` holds a value per stored entry, in memory that a GPU's warps would have to \
@@ -427,6 +439,7 @@ fn locals_on_warps(kernel: &LevelKernel, split: LaneSplit, owned: bool) -> Optio
     struct Walk<'k> {
         k: &'k LevelKernel,
         split: LaneSplit,
+        split_node: Option<*const Node>,
         loops: usize,
         uses: Vec<(LocalId, Use, Option<usize>)>,
         shared_store: bool,
@@ -434,11 +447,7 @@ fn locals_on_warps(kernel: &LevelKernel, split: LaneSplit, owned: bool) -> Optio
     impl Walk<'_> {
         fn nodes(&mut self, nodes: &[Node], inside: Option<usize>) {
             for n in nodes {
-                let splits = match (n, self.split) {
-                    (Node::Dense { var, .. }, LaneSplit::Dense(v))
-                    | (Node::Merge { var, .. }, LaneSplit::Positions(v) | LaneSplit::Entries(v)) => *var == v,
-                    _ => false,
-                };
+                let splits = self.split_node.is_some_and(|s| std::ptr::eq(s, n));
                 let inside = match splits {
                     true => {
                         self.loops += 1;
@@ -488,7 +497,7 @@ fn locals_on_warps(kernel: &LevelKernel, split: LaneSplit, owned: bool) -> Optio
             find(&self.k.body, v)
         }
     }
-    let mut walk = Walk { k: kernel, split, loops: 0, uses: Vec::new(), shared_store: false };
+    let mut walk = Walk { k: kernel, split, split_node, loops: 0, uses: Vec::new(), shared_store: false };
     walk.nodes(&kernel.body, None);
     if walk.shared_store {
         return Some(
@@ -535,13 +544,19 @@ fn updates_at(kernel: &LevelKernel) -> Option<Vec<VarId>> {
     all.iter().all(|a| *a == first).then_some(first)
 }
 
-/// The innermost dense loop whose variable passes `wanted`.
-fn find_dense(nodes: &[Node], found: &mut Option<VarId>, wanted: &dyn Fn(VarId) -> bool) {
+/// The innermost dense loop whose variable passes `wanted` and which
+/// writes the output (not a program kernel's loop over the same index
+/// that sums a temporary).
+fn find_dense<'n>(nodes: &'n [Node], found: &mut Option<&'n Node>, wanted: &dyn Fn(VarId) -> bool) {
     for n in nodes {
-        if let Node::Dense { var, .. } = n
+        if let Node::Dense { var, body } = n
             && wanted(*var)
         {
-            *found = Some(*var);
+            let mut writes = Vec::new();
+            output_writes(body, &mut writes);
+            if !writes.is_empty() {
+                *found = Some(n);
+            }
         }
         n.bodies().for_each(|b| find_dense(b, found, wanted));
     }
@@ -584,7 +599,7 @@ fn updating_loop(nodes: &[Node], var: VarId) -> bool {
 /// The first single-level position loop over a summed index whose subtree
 /// holds exactly one update, at an output element fixed outside the loop
 /// (the lanes' sums all go to it).
-fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
+fn find_positions<'n>(nodes: &'n [Node], kernel: &LevelKernel) -> Option<&'n Node> {
     fn count(nodes: &[Node]) -> usize {
         nodes
             .iter()
@@ -597,15 +612,15 @@ fn find_positions(nodes: &[Node], kernel: &LevelKernel) -> Option<VarId> {
             Node::Merge { var, levels, full: false, points } if levels.len() == 1 && points.len() == 1 => {
                 let body = &points[0].body;
                 if !out.contains(var) && count(body) == 1 && !binds(body, &out) {
-                    return Some(*var);
+                    return Some(n);
                 }
-                if let Some(v) = find_positions(body, kernel) {
-                    return Some(v);
+                if let Some(found) = find_positions(body, kernel) {
+                    return Some(found);
                 }
             }
             Node::Dense { body, .. } | Node::Fill { body, .. } => {
-                if let Some(v) = find_positions(body, kernel) {
-                    return Some(v);
+                if let Some(found) = find_positions(body, kernel) {
+                    return Some(found);
                 }
             }
             _ => {}
@@ -636,6 +651,8 @@ struct Printer<'k, D: Dialect> {
     one_pass: bool,
     /// On a GPU: how lanes split each row; `None` on CPU threads.
     split: Option<LaneSplit>,
+    /// The loop the lanes split ([`split_loop`]), compared by address.
+    split_node: Option<*const Node>,
     /// On a GPU whose warps' iterations share output elements: updates of
     /// the output are atomic.
     atomic: bool,
@@ -776,6 +793,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             threads: k.parallel,
             restrict_params: false,
             split: None,
+            split_node: None,
             atomic: false,
             lanes: 32,
             owners: false,
@@ -1689,6 +1707,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
     }
 
     fn node(&mut self, n: &Node, depth: usize) {
+        if let Some(sums) = self.shared_sums(n) {
+            return self.lanes_summing(n, &sums, depth);
+        }
         match n {
             Node::Subsect { var, operand, level, body } => self.subsect(*var, *operand, *level, body, depth),
             Node::Resolve { var, operand, level, body } => self.resolve(*var, *operand, *level, body, depth),
@@ -1731,7 +1752,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             Node::Dense { var, body } => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 let outside = self.lanes_outside.take();
-                if self.split == Some(LaneSplit::Dense(*var)) {
+                if self.is_split(n) {
                     let lanes = self.lanes;
                     self.line(depth, &format!("for (int64_t {v} = lane; {v} < {extent}; {v} += {lanes}) {{"));
                     let was = self.in_split.replace(LaneSplit::Dense(*var));
@@ -1828,12 +1849,14 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 }
             }
             Node::Merge { var, levels, full: false, points }
-                if self.split == Some(LaneSplit::Positions(*var)) && levels.len() == 1 =>
+                if self.is_split(n)
+                    && self.split == Some(LaneSplit::Positions(*var))
+                    && levels.len() == 1 =>
             {
                 self.lane_positions(*var, &levels[0], &points[0].body, depth);
             }
             Node::Merge { var, levels, full: false, points }
-                if self.split == Some(LaneSplit::Entries(*var)) && levels.len() == 1 =>
+                if self.is_split(n) && self.split == Some(LaneSplit::Entries(*var)) && levels.len() == 1 =>
             {
                 self.lane_entries(*var, &levels[0], &points[0].body, depth);
             }
@@ -2121,6 +2144,114 @@ impl<'k, D: Dialect> Printer<'k, D> {
         let address = self.dense_address(self.k.output, update);
         let fold = self.fold_out(&format!("{out}[{address}]"), "acc");
         self.line(d, &format!("if ({}) {fold}", self.writer()));
+        self.line(depth, "}");
+    }
+
+    /// On a GPU, outside the loop the lanes split (which every lane walks
+    /// whole): the scalar temporaries that loop `n` (a dense loop, or a
+    /// walk of one level) only sums into, reading none of them and writing
+    /// nothing else. Its lanes can then split it and add their sums
+    /// ([`Printer::lanes_summing`]): a row's sum in a program kernel (`t[i]
+    /// = A[i,j] * x[j]` before `y[i,n] = t[i] * B[i,n]`), which each lane
+    /// walked whole.
+    fn shared_sums(&self, n: &Node) -> Option<Vec<LocalId>> {
+        let body = match n {
+            Node::Dense { body, .. } => body,
+            Node::Merge { levels, full: false, points, .. } if levels.len() == 1 && points.len() == 1 => {
+                &points[0].body
+            }
+            _ => return None,
+        };
+        if self.split.is_none()
+            || self.in_split.is_some()
+            || self.lanes != 32
+            || self.owners
+            || self.hits.is_some()
+        {
+            return None;
+        }
+        let mut sums: Vec<LocalId> = Vec::new();
+        let mut plain = !self.is_split(n);
+        let mut visit = |n: &Node| match n {
+            Node::Store { target: Target::Local(l), .. } if self.k.local(*l).shape.is_empty() => {
+                if !sums.contains(l) {
+                    sums.push(*l);
+                }
+            }
+            Node::Dense { .. } | Node::Merge { .. } => plain &= !self.is_split(n),
+            Node::Locate { .. } => {}
+            _ => plain = false,
+        };
+        fn each(nodes: &[Node], f: &mut dyn FnMut(&Node)) {
+            for n in nodes {
+                f(n);
+                n.bodies().for_each(|b| each(b, f));
+            }
+        }
+        each(body, &mut visit);
+        let reads = Node::any(body, &|n| {
+            n.value()
+                .is_some_and(|v| v.any(&|e| matches!(e, Expr::Local { local, .. } if sums.contains(local))))
+        });
+        (plain && !reads && !sums.is_empty()).then_some(sums)
+    }
+
+    /// Whether `n` is the loop the lanes split.
+    fn is_split(&self, n: &Node) -> bool {
+        self.split_node.is_some_and(|s| std::ptr::eq(s, n))
+    }
+
+    /// Loop `n` split over the lanes, each summing its iterations into a
+    /// register per temporary of `sums`, which a butterfly of shuffles adds
+    /// up in every lane before the temporaries take them.
+    fn lanes_summing(&mut self, n: &Node, sums: &[LocalId], depth: usize) {
+        let real = self.d.real();
+        self.line(depth, "{");
+        let d = depth + 1;
+        let mut names = Vec::new();
+        for &l in sums {
+            let lanes = format!("{}_lanes", self.local(l));
+            self.line(d, &format!("{real} {lanes} = 0;"));
+            names.push(std::mem::replace(&mut self.locals[l.as_u32() as usize], lanes));
+        }
+        match n {
+            Node::Dense { var, body } => {
+                let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
+                self.line(d, &format!("for (int64_t {v} = lane; {v} < {extent}; {v} += 32) {{"));
+                self.bound.push(*var);
+                body.iter().for_each(|b| self.node(b, d + 1));
+                self.bound.pop();
+            }
+            Node::Merge { var, levels, points, .. } => {
+                let l = &levels[0];
+                let p = Self::position(&l.position());
+                let (begin, end) = self.range(l);
+                self.line(
+                    d,
+                    &format!(
+                        "for (int64_t {p} = {begin} + lane, {p}_end = {end}; {p} < {p}_end; {p} += 32) {{"
+                    ),
+                );
+                let line = format!("const int64_t {} = {}[{p}];", self.var(*var), self.crd(l));
+                self.line(d + 1, &line);
+                self.position_loops += 1;
+                points[0].body.iter().for_each(|b| self.node(b, d + 1));
+                self.position_loops -= 1;
+            }
+            _ => unreachable!("shared_sums takes loops"),
+        }
+        self.line(d, "}");
+        for (&l, name) in sums.iter().zip(names) {
+            let lanes = std::mem::replace(&mut self.locals[l.as_u32() as usize], name);
+            self.line(
+                d,
+                &format!(
+                    "for (int offset = 16; offset > 0; offset >>= 1) {lanes} += __shfl_xor_sync(0xffffffffu, {lanes}, offset);"
+                ),
+            );
+            let line = format!("{} += {lanes};", self.local(l));
+            self.line(d, &line);
+        }
         self.line(depth, "}");
     }
 

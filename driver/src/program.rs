@@ -897,7 +897,22 @@ impl Problem {
                 }
                 _ => schedule.clone(),
             };
-            let compiled = prepared.compile(backend, &schedule)?;
+            // The schedule's `reduce=` is the program's: a statement it does
+            // not fit (one with no sum, say) runs with the default, saying so.
+            let compiled = match prepared.compile(backend, &schedule) {
+                Err(e) if schedule.strategy != Schedule::default().strategy => {
+                    let default = Schedule { strategy: Schedule::default().strategy, ..schedule.clone() };
+                    let Ok(compiled) = prepared.compile(backend, &default) else { return Err(e) };
+                    run.notes.push(format!(
+                        "`{text}` runs with reduce={}: reduce={} does not fit it ({})",
+                        default.strategy,
+                        schedule.strategy,
+                        first_line(&e)
+                    ));
+                    compiled
+                }
+                other => other?,
+            };
             // A sparse output (the last statement's, in its format) is
             // assembled; a later statement reads its dense values.
             let (result, timing) = match compiled.assembles() {
@@ -982,7 +997,8 @@ fn affine(s: &Statement) -> bool {
 /// `run` with `notes` before its own.
 /// An error's first line, for a note.
 fn first_line(e: &Error) -> String {
-    e.render(false).lines().next().unwrap_or_default().trim_start_matches("error: ").to_string()
+    let line = e.render(false).lines().next().unwrap_or_default().to_string();
+    line.trim_start_matches("error: ").trim_start_matches("Error: ").to_string()
 }
 
 fn with_notes(mut run: ProgramRun, notes: Vec<String>) -> ProgramRun {

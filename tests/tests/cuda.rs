@@ -315,6 +315,34 @@ fn a_gpu_program_runs_reacts_kernel_where_its_temporaries_are_each_lanes() {
     assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
     assert_eq!(ran.kernels.len(), 1, "{:?}", ran.notes);
     assert!(ran.sources[0].contains("lanes over the dense columns"), "{}", ran.sources[0]);
+    // A row's sum into a scalar, outside the loop the lanes split: the
+    // lanes split its entries too and add their sums with shuffles (each
+    // lane walked the row whole).
+    let row_sum = spindle::Problem::new("t[i] = A[i,j] * x[j]; y[i,n] = t[i] * B[i,n]")
+        .tensor("A", Input::from(wide_rows()))
+        .format("A", "csr")
+        .tensor("x", Input::random(&[40], DType::F32, 7))
+        .tensor("B", Input::random(&[12, 8], DType::F32, 8));
+    let ran = row_sum.run_program(&backend, &Schedule::default(), opts, true).unwrap();
+    assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
+    assert_eq!(ran.kernels.len(), 1, "{:?}", ran.notes);
+    assert!(ran.sources[0].contains("__shfl_xor_sync"), "{}", ran.sources[0]);
+    // Two loops over a row's entries, the first summing `t`, the second
+    // writing y: the lanes split the second, each entry its own element,
+    // and add the first's sums (every loop over `j` counted as split, and
+    // the kernel was refused).
+    let siblings = spindle::Problem::new("t[i] = A[i,j] * x[j]; y[i,j] = A[i,j] / t[i]")
+        .tensor("A", Input::from(a_12x10()))
+        .format("A", "csr")
+        .tensor("x", Input::random(&[10], DType::F32, 9));
+    let ran = siblings.run_program(&backend, &Schedule::default(), opts, true).unwrap();
+    assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
+    assert_eq!(ran.kernels.len(), 1, "{:?}", ran.notes);
+    let source = &ran.sources[0];
+    assert!(
+        source.contains("__shfl_xor_sync") && source.contains("lanes over the row's entries"),
+        "{source}"
+    );
     let f16 = spindle::Problem::new("t[i] = A[i,j] * x[j]; y[i] = t[i] * A[i,k] * z[k]")
         .tensor("A", Input::from(a_square()))
         .format("A", "csr")
@@ -362,6 +390,15 @@ fn where_reacts_kernel_does_not_print_on_a_gpu_the_products_decide() {
     assert_eq!(ran.kernels.len(), 2, "{:?}", ran.notes);
     assert!(ran.notes.iter().any(|n| n.contains("holds 80 elements")), "{:?}", ran.notes);
     assert!(ran.notes.iter().any(|n| n.contains("so they run apart")), "{:?}", ran.notes);
+}
+
+/// A 12 x 40 matrix whose rows hold 0 to 39 entries (more than a warp's
+/// lanes in some).
+fn wide_rows() -> spindle_formats::Coo<f64, i64> {
+    let entries: Vec<(usize, usize, f64)> = (0..12)
+        .flat_map(|r| (0..(r * 37) % 40).map(move |c| (r, c, 0.5 + ((r * 7 + c) % 11) as f64 / 11.0)))
+        .collect();
+    spindle_formats::Coo::<f64, i64>::from_triplets(12, 40, &entries).unwrap()
 }
 
 /// A 12 x 10 matrix of 30 entries.
@@ -1065,7 +1102,12 @@ fn block_rows_compute_block_sparse_spmm_on_the_emulated_gpu() {
     let kernel = lower(&spmv, &Schedule::default(), SYMBOL).unwrap();
     let rows = PrintOptions { map: Mapping::Rows, ..PrintOptions::default() };
     let err = print_kernel(&kernel, SYMBOL, &rows).unwrap_err().to_string();
-    assert!(err.contains("map=rows: the output is not a matrix") && err.contains("use map=tiles"), "{err}");
+    assert!(
+        err.contains("map=rows: not block rows (the output is not a matrix")
+            && err.contains("nor the row walk (")
+            && err.contains("use map=tiles"),
+        "{err}"
+    );
 }
 
 /// Block-sparse SpMM whose block row 2 is far heavier than the rest
