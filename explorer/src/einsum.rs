@@ -221,8 +221,11 @@ pub fn problem(args: &DataArgs) -> Result<Problem> {
 /// with its caret (exit code 1 without another line).
 pub fn reported(e: spindle::Error) -> anyhow::Error {
     match e {
-        spindle::Error::Statement { .. } => {
-            eprint!("{}", e.render(std::io::stderr().is_terminal()));
+        spindle::Error::Statement { ref diagnostic, .. } => {
+            let color = std::io::stderr().is_terminal();
+            // A mistake in the schedule is shown in the schedule.
+            let in_schedule = SCHEDULE.get().and_then(|text| diagnostic.render_in_schedule(text, color));
+            eprint!("{}", in_schedule.unwrap_or_else(|| e.render(color)));
             anyhow!(Reported)
         }
         spindle::Error::OutputShape { name } => anyhow!(
@@ -438,7 +441,12 @@ pub enum GpuArch {
     Sm90,
 }
 
+/// The command's `--schedule` text, which errors about one of its items
+/// show ([`reported`]).
+static SCHEDULE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 fn schedule(text: &str) -> Result<Schedule> {
+    let _ = SCHEDULE.set(text.to_string());
     text.parse::<Schedule>().map_err(|e| anyhow!("--schedule: {e}"))
 }
 

@@ -1080,3 +1080,21 @@ fn bench_threads_are_checked_with_the_arguments() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("from 1 to 4096, or 0 for every CPU thread"), "{}", stderr(&out));
 }
+
+/// A mistake in the schedule is shown in the schedule, its item
+/// underlined (the statement was, as if the mistake were there).
+#[test]
+fn schedule_mistakes_point_at_the_schedule_item() {
+    let spmv =
+        ["y[i] += A[i,j] * x[j]", "--rand", "A=20x30:f32:1", "--rand", "x=30:f32:2", "--format", "A=csr"];
+    let out = spindle(&[&["run"][..], &spmv, &["--schedule", "tile.p=16 order=k+p"]].concat());
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("the schedule names `k`"), "{err}");
+    assert!(err.contains("[ schedule:1:11 ]") && err.contains("tile.p=16 order=k+p"), "{err}");
+    let sum = ["s += A[i,j] * x[j]", "--rand", "A=20x30:f32:1", "--rand", "x=30:f32:2", "--format", "A=csr"];
+    let out = spindle(&[&["run"][..], &sum, &["--schedule", "reduce=segment(4)", "--repeats", "1"]].concat());
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("[ schedule:1:1 ]") && err.contains("reduce=segment(4)"), "{err}");
+}

@@ -65,7 +65,10 @@ fn check_tiles(kernel: &Kernel, span: &crate::lang::Span) -> Result<(), Diagnost
                 format!("a tile of {n} elements ({}) is larger than {MAX_TILE_ELEMENTS}", axes.join(" x ")),
                 *span,
             )
-            .with_note("use smaller tiles in the schedule, e.g. tile.n=32"));
+            .with_note("use smaller tiles in the schedule, e.g. tile.n=32")
+            .in_schedule_item(
+                shape.iter().map(|&a| format!("tile.{}", kernel.axis(a).name)).next().unwrap_or_default(),
+            ));
         }
     }
     Ok(())
@@ -96,6 +99,11 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
     for index in named {
         if !axes.values().any(|a| &a.name == index) {
             let used: Vec<&str> = axes.values().map(|a| a.name.as_str()).collect();
+            let item = match () {
+                _ if schedule.tiles.contains_key(index) => format!("tile.{index}"),
+                _ if schedule.parallel.iter().flatten().any(|p| p == index) => "parallel".to_string(),
+                _ => "order".to_string(),
+            };
             return Err(Diagnostic::new(
                 format!("the schedule names `{index}`, which the statement does not use"),
                 st.span,
@@ -104,7 +112,8 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
                 "the statement's indices are {} (a format's rewrite replaces the indices its arrays store by \
                  their position, `p`)",
                 used.join(", ")
-            )));
+            ))
+            .in_schedule_item(item));
         }
     }
     if let Some(reduced) =
@@ -113,7 +122,8 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
         return Err(Diagnostic::new(
             format!("`{reduced}` is reduced: programs can only be spread over the output's indices"),
             st.span,
-        ));
+        )
+        .in_schedule_item("parallel"));
     }
     let tensors: PrimaryMap<TensorId, TensorParam> = einsum
         .tensors
@@ -244,7 +254,8 @@ fn sink_group(
                     format!("reduce={strategy} groups neighbours of the iteration along an index the output is scattered through (read through an index tensor), and no subscript of {output} is"),
                     span,
                 )
-                .with_note("segment reduction groups neighbours along an index read through an index tensor, as `p` in `C[R[p],n]`; use reduce=accumulate"));
+                .with_note("segment reduction groups neighbours along an index read through an index tensor, as `p` in `C[R[p],n]`; use reduce=accumulate")
+                .in_schedule_item("reduce"));
             };
             (GroupKind::Segment, lanes, axis)
         }
@@ -255,7 +266,8 @@ fn sink_group(
                     format!("reduce={strategy} combines contributions along a reduced index, and this statement has none"),
                     span,
                 )
-                .with_note("every index of the right-hand side is on the left; use reduce=accumulate"));
+                .with_note("every index of the right-hand side is on the left; use reduce=accumulate")
+                .in_schedule_item("reduce"));
             };
             let tile = b.axes[axis].tile as u32;
             (GroupKind::Parallel, lanes.unwrap_or(tile.min(Strategy::MAX_LANES)), axis)
@@ -276,7 +288,8 @@ fn sink_group(
             ),
             span,
         )
-        .with_note(format!("set tile.{}={lanes} or more, or use a smaller group", a.name)));
+        .with_note(format!("set tile.{}={lanes} or more, or use a smaller group", a.name))
+        .in_schedule_item("reduce"));
     }
     Ok(Some(SinkGroup { axis, lanes, kind }))
 }

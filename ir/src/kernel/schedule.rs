@@ -351,6 +351,14 @@ fn items(text: &str) -> impl Iterator<Item = &str> {
     text.split([' ', ',', ';']).map(str::trim).filter(|i| !i.is_empty())
 }
 
+/// Where in schedule `text` the item with key `key` stands.
+pub fn item_span(text: &str, key: &str) -> Option<crate::lang::Span> {
+    let item = items(text).find(|i| i.split_once('=').map_or(*i, |(k, _)| k) == key)?;
+    // (`items` yields slices of `text`.)
+    let start = item.as_ptr() as usize - text.as_ptr() as usize;
+    Some(crate::lang::Span { start, end: start + item.len() })
+}
+
 /// The kernel one statement compiled to, as far as the schedule items it
 /// reads go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,12 +17,24 @@ pub struct Diagnostic {
     pub secondary: Vec<(Span, String)>,
     /// Hints after the source excerpt.
     pub notes: Vec<String>,
+    /// The key of the schedule item the mistake is in (`order`,
+    /// `tile.k`, `reduce`), where it is the schedule's, not the
+    /// statement's: a front end that has the schedule's text shows that
+    /// item ([`Diagnostic::render_in_schedule`]).
+    pub schedule_item: Option<Box<String>>,
 }
 
 impl Diagnostic {
     pub fn new(message: impl Into<String>, span: Span) -> Self {
         let message = message.into();
-        Diagnostic { label: message.clone(), message, span, secondary: Vec::new(), notes: Vec::new() }
+        Diagnostic {
+            label: message.clone(),
+            message,
+            span,
+            secondary: Vec::new(),
+            notes: Vec::new(),
+            schedule_item: None,
+        }
     }
 
     pub fn with_label(mut self, label: impl Into<String>) -> Self {
@@ -38,6 +50,26 @@ impl Diagnostic {
     pub fn with_note(mut self, note: impl Into<String>) -> Self {
         self.notes.push(note.into());
         self
+    }
+
+    /// The mistake is in the schedule item with key `key`.
+    pub fn in_schedule_item(mut self, key: impl Into<String>) -> Self {
+        self.schedule_item = Some(Box::new(key.into()));
+        self
+    }
+
+    /// [`Diagnostic::render`] over the schedule's text `schedule`, its
+    /// caret under the item the mistake is in; `None` where the
+    /// diagnostic is not about one, or the text has no such item (a
+    /// schedule the autotuner chose).
+    pub fn render_in_schedule(&self, schedule: &str, color: bool) -> Option<String> {
+        let key = self.schedule_item.as_deref()?.as_str();
+        let at = crate::kernel::schedule::item_span(schedule, key)?;
+        let mut d = self.clone();
+        d.span = at;
+        d.label = "this item".to_string();
+        d.secondary.clear();
+        Some(d.render_named(schedule, "schedule", color))
     }
 
     /// The diagnostic with the statement excerpt and carets, as a terminal
