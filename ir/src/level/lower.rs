@@ -1230,16 +1230,15 @@ struct Lowerer<'a> {
     gathered: usize,
 }
 
+/// Level `level` of stored operand `tensor`, as a kernel reads it.
+pub(super) fn level_ref(stored: &BTreeMap<String, Stored>, tensor: &str, level: usize) -> LevelRef {
+    let l = &stored[tensor].levels[level];
+    LevelRef { tensor: tensor.to_string(), level, extent: l.extent, kind: l.reach.clone(), unique: l.unique }
+}
+
 impl Lowerer<'_> {
     fn level_ref(&self, tensor: &str, level: usize) -> LevelRef {
-        let l = &self.stored[tensor].levels[level];
-        LevelRef {
-            tensor: tensor.to_string(),
-            level,
-            extent: l.extent,
-            kind: l.reach.clone(),
-            unique: l.unique,
-        }
+        level_ref(self.stored, tensor, level)
     }
 
     /// The loops from variable `d` of the order inward, for `e`; `in_ws`
@@ -1302,10 +1301,17 @@ impl Lowerer<'_> {
             for (t, l) in &walks {
                 let level = &self.stored[t].levels[*l];
                 if !(level.ordered && level.unique) {
-                    return Err(refuse(
-                        format!(
-                            "co-iterating `{t}` needs its level {l} ordered and unique; this format's is not"
+                    // (One operand alone is co-iterated with every
+                    // coordinate where the value is not zero without it.)
+                    let why = match full {
+                        true => format!(
+                            "the value is not zero where `{t}` has no entry, so the walk visits every coordinate \
+                             and `{t}`'s entries beside them; that"
                         ),
+                        false => format!("co-iterating `{t}` with another operand"),
+                    };
+                    return Err(refuse(
+                        format!("{why} needs `{t}`'s level {l} ordered and unique; this format's is not"),
                         self.stored[t].access.span,
                         "cannot co-iterate",
                     )

@@ -550,14 +550,7 @@ type Reached = BTreeSet<(String, usize)>;
 
 impl ProgramLowerer<'_> {
     fn level_ref(&self, tensor: &str, level: usize) -> LevelRef {
-        let l = &self.stored[tensor].levels[level];
-        LevelRef {
-            tensor: tensor.to_string(),
-            level,
-            extent: l.extent,
-            kind: l.reach.clone(),
-            unique: l.unique,
-        }
+        super::lower::level_ref(self.stored, tensor, level)
     }
 
     fn nodes(&self, nodes: &[react::Node], reached: &Reached) -> Result<Vec<Node>, Diagnostic> {
