@@ -157,7 +157,9 @@ pub fn lower(
     // `O[i,c] max= I[2*i+p,c]` in CSR binds `p` before `c`), the default
     // order counts them per output element of the loops inside the window's.
     let every: Vec<usize> = (0..affine.len()).collect();
-    if pooling && legal(&order, &every, &affine, &reads, &vars).is_err() {
+    // The loops `order=` names come first; the rest are the default's.
+    let named = named_order(einsum, &var_of, schedule)?.len();
+    if pooling && legal(&order, named, &every, &affine, &reads, &vars).is_err() {
         order = loop_order(einsum, &vars, &var_of, &affine, &out_at, schedule, false)?;
     }
     // A sum of products into a dense output: each product walks its own
@@ -185,7 +187,7 @@ pub fn lower(
                 .with_note("a function of a stored operand must be zero at zero (relu, abs, sqrt)"));
             }
         }
-        legal(&order, &walked, &affine, &reads, &vars)?;
+        legal(&order, named, &walked, &affine, &reads, &vars)?;
         let value = expr(term, &vals, &last_level, &dense, &var_of)?;
         // Pooling visits every output element (its window may be all zeros,
         // whose maximum is a zero, not nothing): dense loops over the output
@@ -409,9 +411,11 @@ fn products(e: &Ast) -> Vec<Ast> {
     }
 }
 
-/// Every stored operand's levels resolve in storage order.
+/// Every stored operand's levels resolve in storage order (the first
+/// `named` loops of `order` are the ones `order=` names).
 fn legal(
     order: &[VarId],
+    named: usize,
     walked: &[usize],
     affine: &[AffineOperand],
     reads: &[(Access, Vec<usize>)],
@@ -424,12 +428,17 @@ fn legal(
         for (l, &dim) in dims.iter().enumerate().skip(1) {
             let (above, below) = (resolver(&operand.subscripts[l - 1]), resolver(&operand.subscripts[l]));
             if rank(below) < rank(above) {
-                let names: Vec<&str> = order.iter().map(|&v| vars[v].name.as_str()).collect();
+                let names =
+                    |vs: &[VarId]| vs.iter().map(|&v| vars[v].name.as_str()).collect::<Vec<_>>().join("+");
+                let order_text = match named {
+                    0 => format!("the default loop order {}", names(order)),
+                    n if n == order.len() => format!("`order={}`", names(order)),
+                    n => format!("`order={}` (then {} by default)", names(&order[..n]), names(&order[n..])),
+                };
                 return Err(refuse(
                     format!(
-                        "order {} resolves level {l} of `{}` (at `{}`) before level {} (at `{}`): a level is \
+                        "{order_text} resolves level {l} of `{}` (at `{}`) before level {} (at `{}`): a level is \
                          reached from its parent's position, so an operand's levels resolve in storage order",
-                        names.join(","),
                         operand.tensor,
                         vars[below].name,
                         l - 1,

@@ -9,8 +9,8 @@ use spindle_formats::{Coo, FormatSpec, LevelFormat};
 use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::kernel::{Kernel, OutputInit, Strategy};
 use spindle_ir::lang::{
-    Declaration, Declarations, Diagnostic, Einsum, ElemType, Statement, check, declare_output, parse,
-    undeclared_operand,
+    Declaration, Declarations, Diagnostic, Einsum, ElemType, Statement, WhereClause, check, declare_output,
+    parse, undeclared_operand,
 };
 use spindle_ir::rewrite::Rewritten;
 use spindle_ir::tensor::{TensorValue, Tensors};
@@ -39,11 +39,20 @@ pub struct Problem {
     pub(crate) formats: Vec<(String, String)>,
     /// Shapes declared for tensors with data ([`Problem::declare`]).
     declared: Vec<(String, Vec<usize>)>,
+    /// Dtypes given from outside the statement ([`Problem::dtype`]): a
+    /// `where` in the statement that gives another is refused.
+    said: Vec<(String, ElemType)>,
 }
 
 impl Problem {
     pub fn new(statement: impl Into<String>) -> Problem {
-        Problem { statement: statement.into(), inputs: Vec::new(), formats: Vec::new(), declared: Vec::new() }
+        Problem {
+            statement: statement.into(),
+            inputs: Vec::new(),
+            formats: Vec::new(),
+            declared: Vec::new(),
+            said: Vec::new(),
+        }
     }
 
     /// Data (or a shape) for a tensor of the statement; a later call for
@@ -70,24 +79,52 @@ impl Problem {
     }
 
     /// The dtype a tensor has in the kernel, whatever its data's own (the
-    /// `where A: f16` of the statement, from outside it).
+    /// `where A: f16` of the statement, from outside it; a `where` giving
+    /// the tensor another dtype is refused when the problem is checked).
     pub fn dtype(mut self, name: impl AsRef<str>, dtype: ElemType) -> Problem {
-        if let Some((_, input)) = self.inputs.iter_mut().find(|(n, _)| n == name.as_ref()) {
+        let name = name.as_ref();
+        if let Some((_, input)) = self.inputs.iter_mut().find(|(n, _)| n == name) {
             input.dtype = Some(dtype);
         }
+        self.said.retain(|(n, _)| n != name);
+        self.said.push((name.to_string(), dtype));
         self
     }
 
-    /// The shape and dtype of a tensor given data elsewhere (the command
-    /// line's `--shape A=DIMS:DTYPE` beside `--tensor A=...`): the dtype is
-    /// the kernel's, as [`Problem::dtype`]; the shape must be the data's,
-    /// which loading checks (a contradiction is refused, not ignored).
-    pub fn declare(self, name: impl AsRef<str>, shape: &[usize], dtype: ElemType) -> Problem {
+    /// Refuses a `where A: DTYPE` in `statement` that contradicts the dtype
+    /// [`Problem::dtype`] gave `A`: neither could win without the user
+    /// losing what they wrote.
+    pub(crate) fn check_wheres(&self, statement: &Statement, src: &str) -> Result<()> {
+        for clause in &statement.wheres {
+            let WhereClause::Dtype { tensor, dtype, .. } = clause else { continue };
+            let Some((_, given)) = self.said.iter().find(|(n, _)| *n == tensor.name) else { continue };
+            if given != dtype {
+                let diagnostic = Diagnostic::new(
+                    format!(
+                        "`where` gives `{}` the dtype {}, but it is given {} outside the statement",
+                        tensor.name,
+                        dtype.name(),
+                        given.name()
+                    ),
+                    tensor.span,
+                )
+                .with_label(format!("{} here", dtype.name()))
+                .with_note("give each tensor one dtype: drop one of the two");
+                return Err(Error::statement(diagnostic, src));
+            }
+        }
+        Ok(())
+    }
+
+    /// The shape of a tensor given data elsewhere (the command line's
+    /// `--shape A=DIMS` beside `--tensor A=...`; its dtype, where given, is
+    /// [`Problem::dtype`]): the shape must be the data's, which loading
+    /// checks (a contradiction is refused, not ignored).
+    pub fn declare(mut self, name: impl AsRef<str>, shape: &[usize]) -> Problem {
         let name = name.as_ref();
-        let mut problem = self.dtype(name, dtype);
-        problem.declared.retain(|(n, _)| n != name);
-        problem.declared.push((name.to_string(), shape.to_vec()));
-        problem
+        self.declared.retain(|(n, _)| n != name);
+        self.declared.push((name.to_string(), shape.to_vec()));
+        self
     }
 
     pub fn statement(&self) -> &str {
@@ -151,6 +188,7 @@ impl Problem {
     fn load(&self) -> Result<Checked> {
         let src = self.statement.as_str();
         let parsed = parse(src).map_err(|d| Error::statement(d, src))?;
+        self.check_wheres(&parsed, src)?;
         let mut formats = BTreeMap::new();
         for (name, spec) in &self.formats {
             let spec =

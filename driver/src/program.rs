@@ -127,6 +127,9 @@ impl Problem {
         let statements: Vec<Statement> = parse_program(src)
             .map_err(|d| Error::statement(d, src))?
             .into_iter()
+            .map(|s| self.check_wheres(&s, src).map(|()| s))
+            .collect::<Result<Vec<Statement>>>()?
+            .into_iter()
             .map(|s| match reorder_products(&s, &formats, &data.declarations) {
                 Some((reordered, note)) => {
                     notes.push(note);

@@ -261,8 +261,12 @@ fn mistakes_say_where_and_why() {
     assert_eq!(err, "format of Q: the statement has no tensor `Q` (its tensors: A, B, C)");
     // A declared shape that contradicts the data is refused, not ignored;
     // one that agrees changes the dtype.
-    let err =
-        spmm("csr").declare("A", &[10, 10], ElemType::Value(DType::F16)).prepare().unwrap_err().to_string();
+    let err = spmm("csr")
+        .declare("A", &[10, 10])
+        .dtype("A", ElemType::Value(DType::F16))
+        .prepare()
+        .unwrap_err()
+        .to_string();
     assert_eq!(err, "tensor A: its data is 40x30, but its shape is given as 10x10");
     // A value the kernel's dtype cannot hold is refused, not made infinite.
     let big = Coo::<f64, i64>::new(vec![2, 2], vec![vec![0, 1], vec![0, 1]], vec![1e10, 0.5]).unwrap();
@@ -277,7 +281,8 @@ fn mistakes_say_where_and_why() {
         err,
         "tensor A: the value 10000000000 does not fit in f16 (it would be infinite in the kernel)"
     );
-    let agreed = spmm("csr").declare("B", &[30, 8], ElemType::Value(DType::F16)).prepare().unwrap();
+    let agreed =
+        spmm("csr").declare("B", &[30, 8]).dtype("B", ElemType::Value(DType::F16)).prepare().unwrap();
     assert_eq!(agreed.einsum.tensors["B"].dtype, ElemType::Value(DType::F16));
 
     // A large sparse tensor read without a format is not made dense (that

@@ -26,13 +26,21 @@ impl std::fmt::Display for Reported {
 
 impl std::error::Error for Reported {}
 
-/// `T=64x32` or `T=64x32:f16`; `T=scalar` for rank 0.
-fn parse_shape(arg: &str) -> Result<(String, Vec<usize>, ElemType)> {
+/// `T=64x32` or `T=64x32:f16`; `T=scalar` for rank 0. The dtype is `None`
+/// where the argument gives none.
+fn parse_shape(arg: &str) -> Result<(String, Vec<usize>, Option<ElemType>)> {
     let (name, rest) =
         arg.split_once('=').ok_or_else(|| anyhow!("--shape {arg}: expected NAME=DIMS[:DTYPE]"))?;
-    let (dims, dtype) = rest.split_once(':').unwrap_or((rest, "f32"));
-    let dtype = ElemType::parse(dtype)
-        .ok_or_else(|| anyhow!("--shape {arg}: unknown dtype `{dtype}` (f64, f32, f16, bf16, i32, i64)"))?;
+    let (dims, dtype) = match rest.split_once(':') {
+        Some((dims, dtype)) => (dims, Some(dtype)),
+        None => (rest, None),
+    };
+    let dtype = dtype
+        .map(|d| {
+            ElemType::parse(d)
+                .ok_or_else(|| anyhow!("--shape {arg}: unknown dtype `{d}` (f64, f32, f16, bf16, i32, i64)"))
+        })
+        .transpose()?;
     Ok((name.to_string(), parse_dims(dims).with_context(|| format!("--shape {arg}"))?, dtype))
 }
 
@@ -193,20 +201,23 @@ pub fn problem(args: &DataArgs) -> Result<Problem> {
         once("--shape", arg, &name)?;
         // `A=:f64` beside A's data gives only its dtype.
         let dtype_only = arg.split_once('=').is_some_and(|(_, rest)| rest.starts_with(':'));
-        if dtype_only && !with_data.contains(&name) {
+        if let Some(dt) = dtype.filter(|_| dtype_only && !with_data.contains(&name)) {
             bail!(
                 "--shape {arg}: a dtype alone is for a tensor with data; give `{name}`'s dims too \
                  ({name}=DIMS:{dt}), or write `where {name}: {dt}` in the statement",
-                dt = dtype.name()
+                dt = dt.name()
             );
         }
-        problem = if with_data.contains(&name) && dtype_only {
-            problem.dtype(name.as_str(), dtype)
-        } else if with_data.contains(&name) {
-            problem.declare(name.as_str(), &shape, dtype)
-        } else {
-            problem.tensor(name.as_str(), Input::shape(&shape, dtype))
-        };
+        if with_data.contains(&name) && !dtype_only {
+            problem = problem.declare(name.as_str(), &shape);
+        } else if !with_data.contains(&name) {
+            let default = ElemType::Value(spindle_formats::DType::F32);
+            problem = problem.tensor(name.as_str(), Input::shape(&shape, dtype.unwrap_or(default)));
+        }
+        // A dtype given here is the kernel's; a `where` giving another is refused.
+        if let Some(dtype) = dtype {
+            problem = problem.dtype(name.as_str(), dtype);
+        }
     }
     for arg in &args.formats {
         let (name, spec) =

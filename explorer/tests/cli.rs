@@ -1098,3 +1098,27 @@ fn schedule_mistakes_point_at_the_schedule_item() {
     let err = stderr(&out);
     assert!(err.contains("[ schedule:1:1 ]") && err.contains("reduce=segment(4)"), "{err}");
 }
+
+/// A dtype given twice, by `--shape` and by the statement's `where`, is
+/// refused at the `where` (either winning would drop what the user wrote);
+/// `--shape` without a dtype leaves the `where` alone.
+#[test]
+fn a_where_dtype_against_the_shapes_is_refused() {
+    let spmv = ["y[i] = A[i,j] * x[j] where y: f16", "--rand", "A=8x8:f32:1", "--rand", "x=8:f32:2"];
+    let out = spindle(&[&["eval"][..], &spmv, &["--shape", "y=8:f64"]].concat());
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("`where` gives `y` the dtype f16, but it is given f64 outside the statement"),
+        "{err}"
+    );
+    assert!(err.contains("[ statement:1:28 ]"), "{err}");
+    let out = spindle(&[&["eval"][..], &spmv, &["--shape", "y=8"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = spindle(&[&["eval"][..], &spmv, &["--shape", "y=8:f16"]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let program = "t[i] = A[i,j] * x[j]; y[i] = t[i] * 2 where t: f64";
+    let out = spindle(&["check", program, "--shape", "A=8x8", "--shape", "x=8", "--shape", "t=8:f32"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("`where` gives `t` the dtype f64"), "{}", stderr(&out));
+}
