@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use ndarray::ArrayD;
-use spindle_formats::{Coo, FormatSpec, LevelFormat};
+use spindle_formats::{Coo, FormatSpec, LevelFormat, SparseTensor};
 use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::kernel::{Kernel, OutputInit, Strategy};
 use spindle_ir::lang::{
@@ -138,6 +138,45 @@ impl Problem {
         Ok(self.load()?.original)
     }
 
+    /// Checks that each format names a tensor of the statement and can
+    /// store it (its order, its modes, its data): what `spindle eval`
+    /// checks, which evaluates the dense tensors but takes no format that a
+    /// run would refuse for the tensor alone.
+    pub fn check_formats(&self) -> Result<()> {
+        let stores = |name: &str, spec: &FormatSpec, coo: &Coo<f64, i64>| {
+            SparseTensor::<f64, i64>::from_coo(coo, spec)
+                .map(|_| ())
+                .map_err(|e| Error::input(format!("format of {name} ({spec}): {e}")))
+        };
+        if self.is_program() {
+            // The inputs' formats (the program's split checks the rest).
+            let data = self.program_data()?;
+            for (name, spec) in &self.formats()? {
+                if let Some(coo) = data.sparse.get(name) {
+                    stores(name, spec, coo)?;
+                }
+            }
+            return Ok(());
+        }
+        let Checked { original, data, sparse, formats } = self.load()?;
+        for (name, spec) in &formats {
+            let Some(declared) = original.tensors.get(name) else {
+                return Err(format_of_no_tensor(&original, name));
+            };
+            let coo = match (sparse.get(name), data.get(name)) {
+                (Some(coo), _) => coo.clone(),
+                (None, Some(TensorValue::Values(dense))) => Coo::from_ndarray(dense)?,
+                (None, Some(TensorValue::Indices(_))) => {
+                    return Err(Error::input(format!("format of {name}: `{name}` needs value data")));
+                }
+                // An output without data: its shape alone.
+                (None, None) => Coo::empty(declared.shape.clone()),
+            };
+            stores(name, spec, &coo)?;
+        }
+        Ok(())
+    }
+
     /// Loads the data, checks the statement, and rewrites it over the
     /// format arrays when formats were given.
     pub fn prepare(&self) -> Result<Prepared> {
@@ -162,11 +201,7 @@ impl Problem {
             return Prepared::rewrite(&original, src, data, &sparse, &formats);
         }
         if let Some(name) = formats.keys().find(|name| !original.tensors.contains_key(*name)) {
-            let known: Vec<&str> = original.tensors.keys().map(String::as_str).collect();
-            return Err(Error::input(format!(
-                "format of {name}: the statement has no tensor `{name}` (its tensors: {})",
-                known.join(", ")
-            )));
+            return Err(format_of_no_tensor(&original, name));
         }
         for name in formats.keys() {
             if name == output && !data.contains_key(name) {
@@ -241,6 +276,15 @@ impl Problem {
         round_inputs([&original], &mut data, &mut sparse)?;
         Ok(Checked { original, data, sparse, formats })
     }
+}
+
+/// A format given for `name`, which `statement` does not have.
+fn format_of_no_tensor(statement: &Einsum, name: &str) -> Error {
+    let known: Vec<&str> = statement.tensors.keys().map(String::as_str).collect();
+    Error::input(format!(
+        "format of {name}: the statement has no tensor `{name}` (its tensors: {})",
+        known.join(", ")
+    ))
 }
 
 /// A sparse tensor read without a format is copied to a dense array; beyond

@@ -97,9 +97,9 @@ impl ProgramRun {
 
 /// A program's inputs: dense values, sparse entries of the tensors with a
 /// format, and every input's declaration.
-struct ProgramData {
+pub(crate) struct ProgramData {
     dense: Tensors,
-    sparse: BTreeMap<String, Coo<f64, i64>>,
+    pub(crate) sparse: BTreeMap<String, Coo<f64, i64>>,
     declarations: Declarations,
 }
 
@@ -169,7 +169,7 @@ impl Problem {
         Ok((program, notes))
     }
 
-    fn program_data(&self) -> Result<ProgramData> {
+    pub(crate) fn program_data(&self) -> Result<ProgramData> {
         let formats = self.formats()?;
         let mut data =
             ProgramData { dense: Tensors::new(), sparse: BTreeMap::new(), declarations: Declarations::new() };

@@ -263,6 +263,9 @@ fn print_rewritten(prepared: &Prepared) {
 pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
     check_out(out, args)?;
     let problem = problem(args)?;
+    // The reference evaluates dense tensors, but a format that cannot store
+    // its tensor is a mistake all the same.
+    problem.check_formats().map_err(reported)?;
     if problem.is_program() {
         let program = problem.program().map_err(reported)?;
         let start = std::time::Instant::now();

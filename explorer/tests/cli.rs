@@ -1122,3 +1122,29 @@ fn a_where_dtype_against_the_shapes_is_refused() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("`where` gives `t` the dtype f64"), "{}", stderr(&out));
 }
+
+/// `eval` evaluates the dense tensors, but refuses a format that cannot
+/// store its tensor as `run` does (it ignored them), in programs too; a
+/// format a kernel would not take (csc) still evaluates.
+#[test]
+fn eval_refuses_a_format_that_cannot_store_its_tensor() {
+    let spmv = ["y[i] = A[i,j] * x[j]", "--rand", "A=4x5:f32:1", "--rand", "x=5:f32:2"];
+    for (format, why) in [
+        ("A=bogus", "unknown format `bogus`"),
+        (
+            "A=ddd",
+            "format of A (ddd): ddd (one d/c letter per dimension) needs a tensor of order 3, got order 2",
+        ),
+        ("x=csr", "format of x (csr): csr needs a tensor of order 2, got order 1"),
+        ("y=csr", "format of y (csr): csr needs a tensor of order 2, got order 1"),
+        ("A=groupcoo:dim=5", "dim=5 but the tensor has order 2"),
+    ] {
+        let out = spindle(&[&["eval"][..], &spmv, &["--format", format]].concat());
+        assert!(!out.status.success(), "{format}");
+        assert!(stderr(&out).contains(why), "{format}: {}", stderr(&out));
+    }
+    assert!(spindle(&[&["eval"][..], &spmv, &["--format", "A=csc"]].concat()).status.success());
+    let program = ["t[i] = A[i,j] * x[j]; y[i] = t[i] * 2", "--rand", "A=4x5:f32:1", "--rand", "x=5:f32:2"];
+    let out = spindle(&[&["eval"][..], &program, &["--format", "A=ddd"]].concat());
+    assert!(stderr(&out).contains("format of A (ddd)"), "{}", stderr(&out));
+}

@@ -106,6 +106,15 @@ fn past_other_block(lines: &[&str], i: usize) -> Option<usize> {
     lines[i + 1..].iter().position(closes).map(|len| i + len + 2)
 }
 
+/// Where line `i` opens a code cell that a later line closes, the number
+/// of lines of its source (between the fences).
+fn cell_at(lines: &[&str], i: usize) -> Option<usize> {
+    if bare(lines[i]) != OPEN {
+        return None;
+    }
+    lines[i + 1..].iter().position(|l| bare(l) == CLOSE)
+}
+
 impl Notebook {
     /// Splits Markdown text into cells.
     pub fn parse(text: &str) -> Notebook {
@@ -119,9 +128,7 @@ impl Notebook {
                 i = next;
                 continue;
             }
-            if bare(lines[i]) == OPEN
-                && let Some(len) = lines[i + 1..].iter().position(|l| bare(l) == CLOSE)
-            {
+            if let Some(len) = cell_at(&lines, i) {
                 if !markdown.is_empty() {
                     cells.push(Cell::markdown(std::mem::take(&mut markdown)));
                 }
@@ -149,12 +156,12 @@ impl Notebook {
                 i = next;
                 continue;
             }
-            if bare(lines[i]) == OPEN {
-                match lines[i + 1..].iter().position(|l| bare(l) == CLOSE) {
-                    Some(len) => i += len + 2,
-                    None => return Some(i + 1),
-                }
+            if let Some(len) = cell_at(&lines, i) {
+                i += len + 2;
                 continue;
+            }
+            if bare(lines[i]) == OPEN {
+                return Some(i + 1);
             }
             i += 1;
         }
@@ -172,6 +179,11 @@ impl Notebook {
                     return Some((i + at + 2, i + 1));
                 }
                 i = next;
+                continue;
+            }
+            // A cell's closing fence opens no block.
+            if let Some(len) = cell_at(&lines, i) {
+                i += len + 2;
                 continue;
             }
             i += 1;
@@ -326,6 +338,12 @@ mod tests {
         let nb = Notebook::parse("intro\n````\nstray\n```spindle\nA = rand 3\n```\n");
         assert_eq!(nb.code_cells().count(), 1);
         assert_eq!(Notebook::fenced_in("intro\n````\nstray\n```spindle\nA = rand 3\n```\n"), None);
+        // A cell's closing fence opens no block: two cells in a row are
+        // two cells, with no note (it had said the second was inside a
+        // block opened by the first's closing fence).
+        let two = "```spindle\nA = rand 3\n```\n\ntext\n```spindle\nB = rand 2\n```\n";
+        assert_eq!(Notebook::parse(two).code_cells().count(), 2);
+        assert_eq!(Notebook::fenced_in(two), None);
     }
 
     #[test]
