@@ -59,6 +59,11 @@ pub struct Machine {
 }
 
 /// The machine this process runs on, now.
+/// `1 thread` or `N threads`, for tables and progress lines.
+pub fn threads_text(n: usize) -> String {
+    if n == 1 { "1 thread".to_string() } else { format!("{n} threads") }
+}
+
 pub fn machine() -> Machine {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()

@@ -930,8 +930,11 @@ fn measure(
         let bytes = (built.a_bytes + dense_bytes) as f64;
         let [t1, tn] = built.timings;
         progress(&format!(
-            "  {:<14} 1 thread {:>9.3} ms   {threads} threads {:>9.3} ms",
-            plan.name, t1.median_ms, tn.median_ms
+            "  {:<14} 1 thread {:>9.3} ms   {} {:>9.3} ms",
+            plan.name,
+            t1.median_ms,
+            crate::threads_text(threads),
+            tn.median_ms
         ));
         variants.push(VariantResult {
             variant: plan.name.clone(),

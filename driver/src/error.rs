@@ -18,7 +18,13 @@ pub enum Error {
     #[error(
         "the shape of the output `{name}` cannot be worked out from the right-hand side: give it a shape"
     )]
-    OutputShape { name: String },
+    OutputShape {
+        name: String,
+        /// Where and why ([`spindle_ir::lang::output_shape_unknown`]).
+        diagnostic: Box<Diagnostic>,
+        /// The statement text the diagnostic's span points into.
+        text: String,
+    },
     /// An argument, file or piece of data the pipeline cannot use.
     #[error("{0}")]
     Input(String),
@@ -59,7 +65,9 @@ impl Error {
     /// and caret (ANSI colours when `color`), anything else on one line.
     pub fn render(&self, color: bool) -> String {
         match self {
-            Error::Statement { diagnostic, text } => diagnostic.render(text, color),
+            Error::Statement { diagnostic, text } | Error::OutputShape { diagnostic, text, .. } => {
+                diagnostic.render(text, color)
+            }
             other => format!("error: {other}\n"),
         }
     }

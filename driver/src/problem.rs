@@ -10,7 +10,7 @@ use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::kernel::{Kernel, OutputInit, Strategy};
 use spindle_ir::lang::{
     Declaration, Declarations, Diagnostic, Einsum, ElemType, Statement, WhereClause, check, declare_output,
-    parse, undeclared_operand,
+    output_shape_unknown, parse, undeclared_operand,
 };
 use spindle_ir::rewrite::Rewritten;
 use spindle_ir::tensor::{TensorValue, Tensors};
@@ -270,7 +270,11 @@ impl Problem {
             if let Some(unknown) = undeclared_operand(&parsed, &declarations) {
                 return Err(Error::statement(unknown, src));
             }
-            return Err(Error::OutputShape { name: parsed.lhs.tensor.name.clone() });
+            return Err(Error::OutputShape {
+                name: parsed.lhs.tensor.name.clone(),
+                diagnostic: Box::new(output_shape_unknown(&parsed).with_note("give it a shape")),
+                text: src.to_string(),
+            });
         }
         let original = check(&parsed, &declarations).map_err(|d| Error::statement(d, src))?;
         round_inputs([&original], &mut data, &mut sparse)?;

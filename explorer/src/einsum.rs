@@ -239,9 +239,12 @@ pub fn reported(e: spindle::Error) -> anyhow::Error {
             eprint!("{}", in_schedule.unwrap_or_else(|| e.render(color)));
             anyhow!(Reported)
         }
-        spindle::Error::OutputShape { name } => anyhow!(
-            "the shape of the output `{name}` cannot be worked out from the right-hand side: give it with --shape {name}=DIMS"
-        ),
+        spindle::Error::OutputShape { name, diagnostic, text } => {
+            let mut diagnostic = *diagnostic;
+            diagnostic.notes = vec![format!("give it with --shape {name}=DIMS")];
+            eprint!("{}", diagnostic.render(&text, std::io::stderr().is_terminal()));
+            anyhow!(Reported)
+        }
         other => anyhow!(other),
     }
 }

@@ -1148,3 +1148,26 @@ fn eval_refuses_a_format_that_cannot_store_its_tensor() {
     let out = spindle(&[&["eval"][..], &program, &["--format", "A=ddd"]].concat());
     assert!(stderr(&out).contains("format of A (ddd)"), "{}", stderr(&out));
 }
+
+/// An output whose shape cannot be worked out is shown at the subscript
+/// without an extent; a `where` extent against the data names the operand
+/// the extent comes from (it named the output, whose shape was worked out
+/// from that operand); an extent past 2^64 says so.
+#[test]
+fn shape_mistakes_point_at_their_subscript() {
+    let out = spindle(&["check", "y[i,j,k] = A[i,j]", "--shape", "A=4x4"]);
+    let err = stderr(&out);
+    assert!(err.contains("the shape of the output `y` cannot be worked out"), "{err}");
+    assert!(
+        err.contains("[ statement:1:7 ]") && err.contains("`k` is alone in no subscript on the right"),
+        "{err}"
+    );
+    assert!(err.contains("give it with --shape y=DIMS"), "{err}");
+    let out = spindle(&["check", "y[0] = A[0,j]", "--shape", "A=4x4"]);
+    assert!(stderr(&out).contains("not an index alone"), "{}", stderr(&out));
+    let out = spindle(&["check", "y[i] = x[i+1] - x[i] where i < 4", "--shape", "x=5"]);
+    let err = stderr(&out);
+    assert!(err.contains("`i` is 5 in x (dimension 0) but the `where` clause says 4"), "{err}");
+    let out = spindle(&["check", "y[i] = x[j] where j < 99999999999999999999", "--shape", "x=4"]);
+    assert!(stderr(&out).contains("the extent of `j` is too large"), "{}", stderr(&out));
+}

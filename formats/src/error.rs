@@ -50,8 +50,9 @@ pub fn check_array<T>(what: &str, count: Option<usize>) -> Result<usize> {
         _ => Err(FormatError::invalid(
             what,
             format!(
-                "{} elements of {size} bytes exceed the {} GiB limit on one array",
+                "{} elements of {} ({size} bytes each) exceed the {} GiB limit on one array",
                 count.map_or("more than usize::MAX".to_string(), |n| n.to_string()),
+                std::any::type_name::<T>(),
                 MAX_ARRAY_BYTES >> 30
             ),
         )),

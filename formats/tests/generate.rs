@@ -125,7 +125,7 @@ fn absurd_sizes_are_errors_not_aborts() {
     assert_eq!(
         err,
         format!(
-            "invalid uniform generator: {} elements of 8 bytes exceed the 4 GiB limit on one array",
+            "invalid uniform generator: {} elements of i64 (8 bytes each) exceed the 4 GiB limit on one array",
             1u64 << 62
         )
     );

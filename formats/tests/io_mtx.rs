@@ -401,6 +401,14 @@ fn non_numeric_value() {
         err("%%MatrixMarket matrix array real general\n1 1\nx\n"),
         "t.mtx:3: invalid value `x`: expected a real number"
     );
+    // A finite literal past f64's range is refused (it read as inf, and
+    // `convert` wrote the inf out); an infinity written as one is a value.
+    assert_eq!(
+        err("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 -1e400\n"),
+        "t.mtx:3: invalid value `-1e400`: past the range of f64"
+    );
+    let inf = parse("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 -inf\n").unwrap();
+    assert_eq!(inf.val, [f64::NEG_INFINITY]);
 }
 
 #[test]

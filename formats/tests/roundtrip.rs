@@ -161,7 +161,7 @@ fn absurd_parameters_are_errors_not_aborts() {
     let err = |spec: &str| SparseTensor::from_coo(&coo, &spec.parse().unwrap()).unwrap_err().to_string();
     assert_eq!(
         err("groupcoo:g=1000000000"),
-        "invalid GroupCOO val: 2000000000 elements of 4 bytes exceed the 4 GiB limit on one array"
+        "invalid GroupCOO val: 2000000000 elements of f32 (4 bytes each) exceed the 4 GiB limit on one array"
     );
     assert!(
         err("groupcoo:g=4611686018427387904")

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use spindle_bench::Threads;
 use spindle_bench::spmm::{
     BaselineResult, MatrixResult, PythonMode, RowKind, RowTime, SUMMARY_BASELINES, Schedules, SpmmOptions,
@@ -91,6 +91,10 @@ pub fn run(args: SpmmArgs) -> Result<()> {
     if args.target == Target::Cuda {
         return super::gpu::spmm(&args);
     }
+    if !args.precisions.is_empty() || args.no_autotune {
+        let flag = if args.no_autotune { "--no-autotune" } else { "--precision" };
+        bail!("{flag} is for the CUDA suite (--target cuda); the C suite times f32 under its own schedules");
+    }
     let opts = SpmmOptions {
         repeats: args.repeats.max(1),
         threads: args.threads.filter(|&t| t != 0).unwrap_or_else(spindle::CBackend::max_threads),
@@ -169,12 +173,13 @@ fn title(library: &str) -> &str {
 
 fn print_report(r: &SpmmReport) {
     let threads = r.threads;
+    let all = spindle_bench::threads_text(threads);
     println!(
-        "spmm C[m,n] += A[m,k] * B[k,n], N = {}, f32; median of {} repeats after {} warm-up; 1 thread and {threads} threads",
+        "spmm C[m,n] += A[m,k] * B[k,n], N = {}, f32; median of {} repeats after {} warm-up; 1 thread and {all}",
         r.n, r.repeats, r.warmup
     );
     println!(
-        "copy bandwidth ({} MiB, read+write): 1 thread {:.1} GB/s, {threads} threads {:.1} GB/s",
+        "copy bandwidth ({} MiB, read+write): 1 thread {:.1} GB/s, {all} {:.1} GB/s",
         r.copy.bytes >> 20,
         r.copy.one_thread_gbs,
         r.copy.all_threads_gbs,
@@ -247,7 +252,7 @@ fn print_report(r: &SpmmReport) {
         };
         let g = |g: Option<usize>| g.map_or_else(|| "-".into(), |g| g.to_string());
         println!(
-            "  F(g): fastest g {} (1 thread), {} ({threads} threads); g* within one power of two: {}, {}",
+            "  F(g): fastest g {} (1 thread), {} ({all}); g* within one power of two: {}, {}",
             g(m.groupcoo.fastest_g_one_thread),
             g(m.groupcoo.fastest_g_all_threads),
             yes_no(m.groupcoo.g_star_within_one_pow2_one_thread),
@@ -273,7 +278,7 @@ fn print_report(r: &SpmmReport) {
             );
         }
         if !m.sweep.is_empty() {
-            println!("  tile.p sweep (ms, 1 thread / {threads} threads):");
+            println!("  tile.p sweep (ms, 1 thread / {all}):");
             for row in &m.sweep {
                 println!(
                     "    {:<16} tile.p={:<3} {:>10} {:>10}{}",

@@ -95,10 +95,25 @@ pub fn read(file: &Path) -> Result<Notebook> {
     if !has_code(&notebook) {
         match fenced_in {
             Some(why) => bail!("{why}: close the block before the cell"),
-            None => bail!(
-                "{}: the notebook has no code cells to run: write a statement between a line ```spindle and a line ```",
-                file.display()
-            ),
+            None => {
+                // An indented or tilde fence is a code block to Markdown,
+                // but a cell only at the start of a line in backticks.
+                let near = text.lines().position(|l| {
+                    let t = l.trim();
+                    (t == "```spindle" && l != t) || t == "~~~spindle"
+                });
+                let hint = near.map_or(String::new(), |n| {
+                    format!(
+                        " (line {} is not one: a cell's fence is ```spindle at the start of its line)",
+                        n + 1
+                    )
+                });
+                bail!(
+                    "{}: the notebook has no code cells to run: write a statement between a line ```spindle and a line \
+                     ```{hint}",
+                    file.display()
+                )
+            }
         }
     }
     if let Some(why) = fenced_in {

@@ -304,9 +304,7 @@ fn parse_index(tok: &str, what: &str, extent: usize, size_line: usize) -> std::r
 fn parse_value(tok: &str, field: Field) -> std::result::Result<f64, String> {
     match field {
         Field::Pattern => Ok(1.0),
-        Field::Real => {
-            parse_real(tok).ok_or_else(|| format!("invalid value `{}`: expected a real number", quote(tok)))
-        }
+        Field::Real => parse_real(tok).map_err(|e| format!("invalid value {e}")),
         Field::Integer => tok
             .parse::<i64>()
             .map(|x| x as f64)

@@ -92,10 +92,22 @@ pub(crate) fn fields<const N: usize>(line: &str) -> ([&str; N], usize) {
 }
 
 /// A real number as written by C, Python, Rust or Fortran (`1.5D+00`).
-pub(crate) fn parse_real(tok: &str) -> Option<f64> {
-    tok.parse::<f64>().ok().or_else(|| {
-        if tok.contains(['d', 'D']) { tok.replace(['d', 'D'], "e").parse::<f64>().ok() } else { None }
-    })
+///
+/// The error, to follow the value's name in a message: `` `x`: expected a
+/// real number ``, or `` `1e400`: past the range of f64 `` for a finite
+/// literal that would read as an infinity (`inf` written out is one).
+pub(crate) fn parse_real(tok: &str) -> Result<f64, String> {
+    let x = tok
+        .parse::<f64>()
+        .ok()
+        .or_else(|| {
+            if tok.contains(['d', 'D']) { tok.replace(['d', 'D'], "e").parse::<f64>().ok() } else { None }
+        })
+        .ok_or_else(|| format!("`{}`: expected a real number", quote(tok)))?;
+    if x.is_infinite() && !tok.to_ascii_lowercase().contains("inf") {
+        return Err(format!("`{}`: past the range of f64", quote(tok)));
+    }
+    Ok(x)
 }
 
 /// A non-negative integer (`usize`), no sign other than `+`.

@@ -151,8 +151,7 @@ pub fn parse_tns<V: Value, I: Index, R: BufRead>(reader: R, source_name: &Path) 
             }
         }
         let tok = toks.next().unwrap_or("");
-        let v = parse_real(tok)
-            .ok_or_else(|| err(n, format!("invalid value `{}`: expected a real number", quote(tok))))?;
+        let v = parse_real(tok).map_err(|e| err(n, format!("invalid value {e}")))?;
         let fits = V::from_f64_checked(v);
         val.push(fits.ok_or_else(|| err(n, format!("value {v} does not fit in {}", V::DTYPE.name())))?);
     }

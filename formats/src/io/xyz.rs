@@ -6,7 +6,7 @@
 use std::io::BufRead;
 use std::path::Path;
 
-use super::text::{Lines, fields, open, parse_error, parse_real, quote};
+use super::text::{Lines, fields, open, parse_error, parse_real};
 use crate::Result;
 
 /// Reads an `.xyz` point cloud.
@@ -34,13 +34,8 @@ pub fn parse_xyz<R: BufRead>(reader: R, source_name: &Path) -> Result<Vec<[f64; 
         }
         let mut point = [0.0; 3];
         for (k, name) in ["x", "y", "z"].into_iter().enumerate() {
-            point[k] = parse_real(toks[k]).ok_or_else(|| {
-                parse_error(
-                    source_name,
-                    n,
-                    format!("invalid {name} coordinate `{}`: expected a real number", quote(toks[k])),
-                )
-            })?;
+            point[k] = parse_real(toks[k])
+                .map_err(|e| parse_error(source_name, n, format!("invalid {name} coordinate {e}")))?;
         }
         points.push(point);
     }

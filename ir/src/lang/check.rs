@@ -181,6 +181,15 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
     for &(index, extent, span) in &where_extents {
         match extents.get(index.name.as_str()) {
             Some((first, ExtentSource::Tensor { tensor, dim }, first_span)) if *first != extent => {
+                // An operand's extent rather than an output's, which may
+                // have been worked out from that operand.
+                let operand = uses.iter().find(|u| {
+                    u.alone && u.ident.name == index.name && u.access.tensor.name != statement.lhs.tensor.name
+                });
+                let (tensor, dim, first_span) = match operand {
+                    Some(u) => (&u.access.tensor.name, u.dim, u.ident.span),
+                    None => (tensor, *dim, *first_span),
+                };
                 return Err(Diagnostic::new(
                     format!(
                         "conflicting extents: `{}` is {first} in {tensor} (dimension {dim}) but the `where` clause says {extent}",
@@ -188,7 +197,7 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
                     ),
                     span,
                 )
-                .with_secondary(*first_span, format!("{first} here")));
+                .with_secondary(first_span, format!("{first} here")));
             }
             Some((first, ExtentSource::Where, _)) if *first != extent => {
                 return Err(Diagnostic::new(
@@ -367,6 +376,36 @@ pub fn output_dtype(statement: &Statement, declarations: &Declarations) -> spind
         .filter_map(|a| value(said(&a.tensor.name).or(declarations.get(&a.tensor.name).map(|d| d.dtype))?))
         .reduce(spindle_formats::DType::promote)
         .unwrap_or(spindle_formats::DType::F32)
+}
+
+/// Why [`declare_output`] could not give `statement`'s output a shape,
+/// pointing at the first output subscript without an extent: a constant,
+/// an affine or indirect subscript, or an index that is alone in no
+/// subscript on the right and has no `where i < N`.
+pub fn output_shape_unknown(statement: &Statement) -> Diagnostic {
+    let name = &statement.lhs.tensor.name;
+    let alone_on_right = |index: &str| {
+        statement.rhs.accesses().iter().flat_map(|a| a.index_uses()).any(|u| u.alone && u.ident.name == index)
+            || statement
+                .wheres
+                .iter()
+                .any(|w| matches!(w, WhereClause::Extent { index: i, .. } if i.name == index))
+    };
+    let (span, label) = statement
+        .lhs
+        .subscripts
+        .iter()
+        .find_map(|s| match s.as_index() {
+            Some(i) if alone_on_right(&i.name) => None,
+            Some(i) => Some((s.span, format!("`{}` is alone in no subscript on the right", i.name))),
+            None => Some((s.span, "not an index alone".to_string())),
+        })
+        .unwrap_or((statement.lhs.span, "unknown shape".to_string()));
+    Diagnostic::new(
+        format!("the shape of the output `{name}` cannot be worked out from the right-hand side"),
+        span,
+    )
+    .with_label(label)
 }
 
 /// The first tensor the right-hand side reads (or indexes by) that is not

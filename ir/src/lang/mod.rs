@@ -8,7 +8,9 @@ pub mod lexer;
 pub mod parser;
 
 pub use ast::*;
-pub use check::{check, check_subscript_reach, declare_output, output_dtype, undeclared_operand};
+pub use check::{
+    check, check_subscript_reach, declare_output, output_dtype, output_shape_unknown, undeclared_operand,
+};
 pub use diagnostic::Diagnostic;
 pub use einsum::*;
 pub use parser::parse;

@@ -125,6 +125,17 @@ impl Parser {
         let name = self.ident("an index or tensor name", "in the `where` clause")?;
         if self.eat(&Tok::Less).is_some() {
             let t = self.bump();
+            // Digits past u64 lex as a float.
+            if let Tok::Float(f) = t.tok
+                && f.fract() == 0.0
+                && f >= u64::MAX as f64
+            {
+                return Err(Diagnostic::new(
+                    format!("the extent of `{}` is too large: {} is past 2^64", name.name, t.describe()),
+                    t.span,
+                )
+                .with_label("too large"));
+            }
             let Tok::Int(n) = t.tok else {
                 return Err(Diagnostic::new(
                     format!(

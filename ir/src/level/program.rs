@@ -143,8 +143,9 @@ pub fn lower_program(
                     "`{tensor}` is a temporary of the program and has a format: the compiler lays temporaries out"
                 ),
                 st.lhs.span,
-                "a sparse output",
-            ));
+                "a temporary",
+            )
+            .with_note(format!("drop `{tensor}`'s format; formats are for the inputs and the last statement's output")));
         }
     }
 

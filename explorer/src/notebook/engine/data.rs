@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use spindle_formats::{Coo, DType};
-use spindle_ir::lang::{Declaration, Diagnostic, ElemType, Span, check, declare_output, parse};
+use spindle_ir::lang::{
+    Declaration, Diagnostic, ElemType, Span, check, declare_output, output_shape_unknown, parse,
+};
 use spindle_ir::tensor::TensorValue;
 
 use crate::notebook::cell::{Binding, CellProgram, Cloud, Dim, Source, Spanned, SweepParam};
@@ -241,12 +243,8 @@ impl Run<'_> {
         if !declare_output(&statement, &mut declarations) {
             let name = &statement.lhs.tensor.name;
             return Err(self.cell_error(&shifted(
-                Diagnostic::new(
-                    format!("the shape of the output `{name}` cannot be worked out from the right-hand side"),
-                    statement.lhs.span,
-                )
-                .with_label("unknown shape")
-                .with_note(format!("declare it on a line above: {name} = shape 64x32")),
+                output_shape_unknown(&statement)
+                    .with_note(format!("declare it on a line above: {name} = shape 64x32")),
             )));
         }
         let original = check(&statement, &declarations).map_err(|d| self.cell_error(&shifted(d)))?;
