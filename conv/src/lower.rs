@@ -91,7 +91,11 @@ pub fn lower(
                 format!("`{tname}` is read at two subscripts; a stored operand is walked by one"),
                 access.span,
                 "a second read",
-            ));
+            )
+            .with_secondary(first.span, "the first")
+            .with_note(format!(
+                "in separate terms of a sum (a separable filter), give `{tname}`'s data a second name and read                  that one here: each term walks its own operands"
+            )));
         }
         let coo = sparse.get(tname).ok_or_else(|| {
             refuse(format!("`{tname}` has a format but no entries"), access.span, "no data")

@@ -81,6 +81,7 @@ pub fn parse_program(src: &str) -> Result<Vec<Statement>, Diagnostic> {
 /// declared as they are written) and splits each into three-address form.
 pub fn split_program(statements: &[Statement], declarations: &Declarations) -> Result<Program, Diagnostic> {
     let mut known = declarations.clone();
+    let statements = &versions(statements, &mut known)[..];
     let mut temporaries = BTreeMap::new();
     let mut out = Vec::new();
     let mut fresh = 0usize;
@@ -129,6 +130,69 @@ pub fn split_program(statements: &[Statement], declarations: &Declarations) -> R
         }
     }
     Ok(Program { statements: out, temporaries })
+}
+
+/// The program with each tensor that a later statement writes again with
+/// `=` (which replaces its value) renamed up to that write: `t = A*x;
+/// t = t*2; y = t + 1` becomes `t_1 = A*x; t = t_1*2; y = t + 1`. A read
+/// refers to the version written last before it, and a tensor's last
+/// version keeps its name (the program's result is the last statement's
+/// output, whatever it is called). Left as written: a tensor whose first
+/// mention reads it (its data) or whose first write is a `+=`, `max=` or
+/// `min=` (which adds to its data), since data has one name, and one with
+/// a `+=` (or `max=`, `min=`) into a version before its last. A renamed
+/// version takes the tensor's declaration, where it has one, into `known`.
+fn versions(statements: &[Statement], known: &mut Declarations) -> Vec<Statement> {
+    let mut out = statements.to_vec();
+    let written: BTreeSet<&str> = statements.iter().map(|s| s.lhs.tensor.name.as_str()).collect();
+    for name in written {
+        let first = statements.iter().position(|s| mentions(s, name)).expect("a written tensor is mentioned");
+        let reads_first = statements[first].rhs.accesses().iter().any(|a| a.tensor.name == name);
+        if reads_first || statements[first].op != AssignOp::Assign {
+            continue;
+        }
+        // The statements that start a version: each `=` write. A version
+        // with a `+=` besides is left as written: a program kernel writes
+        // a temporary once, and its refusal had better name the tensor as
+        // the user wrote it.
+        let writes: Vec<usize> =
+            (0..statements.len()).filter(|&k| statements[k].lhs.tensor.name == name).collect();
+        let starts: Vec<usize> =
+            writes.iter().copied().filter(|&k| statements[k].op == AssignOp::Assign).collect();
+        let last = *starts.last().expect("the first write is an `=`");
+        if writes.iter().any(|&k| k < last && !starts.contains(&k)) {
+            continue;
+        }
+        let mut taken = 0usize;
+        for pair in starts.windows(2) {
+            let fresh = loop {
+                taken += 1;
+                let candidate = format!("{name}_{taken}");
+                if !known.contains_key(&candidate) && !statements.iter().any(|s| mentions(s, &candidate)) {
+                    break candidate;
+                }
+            };
+            if let Some(declaration) = known.get(name).cloned() {
+                known.insert(fresh.clone(), declaration);
+            }
+            // Version `v` is written from its start up to the next one's
+            // start (whose reads, before its own write, see it too).
+            let renamed = |a: &Access| {
+                let mut a = a.clone();
+                if a.tensor.name == name {
+                    a.tensor.name = fresh.clone();
+                }
+                a
+            };
+            for (k, s) in out.iter_mut().enumerate().take(pair[1] + 1).skip(pair[0]) {
+                s.rhs = crate::rewrite::map_accesses(&s.rhs, &mut |a| renamed(a));
+                if k < pair[1] && s.lhs.tensor.name == name {
+                    s.lhs = renamed(&s.lhs);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Runs `program` with the reference evaluator on `data` (which holds the

@@ -606,7 +606,7 @@ fn locate(e: &Expr, name: &str, blocker: Option<(Span, String)>) -> Option<Optio
 
 /// `e` with every access (not the indirect ones, which are inside
 /// subscripts) replaced by `f` of it.
-fn map_accesses(e: &Expr, f: &mut impl FnMut(&Access) -> Access) -> Expr {
+pub(crate) fn map_accesses(e: &Expr, f: &mut impl FnMut(&Access) -> Access) -> Expr {
     match e {
         Expr::Literal { .. } => e.clone(),
         Expr::Access(a) => Expr::Access(f(a)),

@@ -205,10 +205,11 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
     let trees = index_trees(&program, &formats);
     assert_eq!(propagate(&program, &trees, &formats), trees);
     // A statement that writes what an earlier one read (anti), one that
-    // writes the same tensor again (output), two that read one (input).
+    // writes the same tensor again (output: `+=`, since a tensor written
+    // again with `=` is renamed), two that read one (input).
     let decls = declarations(&[("A", &[4], "f32"), ("B", &[4], "f32")]);
     let program = split_program(
-        &parse_program("B[i] = A[i] * 2; A[i] = B[i] * B[i]; B[i] = A[i] * A[i]").unwrap(),
+        &parse_program("B[i] = A[i] * 2; A[i] = B[i] * B[i]; B[i] += A[i] * A[i]").unwrap(),
         &decls,
     )
     .unwrap();
@@ -353,4 +354,50 @@ fn loops_are_ordered_for_rows_of_dense_operands() {
         ordered("A[i,j] = B[i,j] * (C[i,k] * D[k,j])", &sddmm, &[("B", "csr")], &["k", "j"])[0],
         "for k: for i: for j in B: T1[i,j] = C[i,k] * D[k,j]"
     );
+}
+
+/// A tensor written again with `=` is renamed up to that write, each read
+/// seeing the version written last before it (as the reference evaluates
+/// the statements in order); the last version keeps the name. A version
+/// with a `+=` into it, and a tensor whose data is read first, are left as
+/// written.
+#[test]
+fn a_tensor_written_again_is_renamed_up_to_the_write() {
+    let decls = declarations(&[("A", &[4, 5], "f64"), ("x", &[5], "f64"), ("t_1", &[4], "f64")]);
+    let text = |src: &str| -> Vec<String> {
+        let program = split_program(&parse_program(src).unwrap(), &decls).unwrap();
+        program.statements.iter().map(|e| e.statement.to_string()).collect()
+    };
+    // `t_1` is taken (declared), so the first version is `t_2`.
+    assert_eq!(
+        text("t[i] = A[i,j] * x[j]; u[i] = t[i] * 3; t[i] = t[i] * 2; y[i] = t[i] + u[i]"),
+        ["t_2[i] = A[i,j] * x[j]", "u[i] = t_2[i] * 3", "t[i] = t_2[i] * 2", "y[i] = t[i] + u[i]"]
+    );
+    assert_eq!(
+        text("y[i] = A[i,j] * x[j]; y[i] = A[i,j] * A[i,j]"),
+        ["y_1[i] = A[i,j] * x[j]", "y[i] = A[i,j] * A[i,j]"]
+    );
+    for kept in [
+        "y[i] = A[i,j] * x[j]; y[i] += A[i,j] * x[j]; y[i] = A[i,j] * A[i,j]",
+        "y[i] = A[i,j] * x[j]; x[j] = A[i,j] * y[i]; z[j] = x[j] * 2",
+    ] {
+        let program = split_program(&parse_program(kept).unwrap(), &decls).unwrap();
+        let text: Vec<String> = program.statements.iter().map(|e| e.statement.to_string()).collect();
+        assert!(text.iter().all(|s| !s.contains("y_") && !s.contains("x_")), "{kept}: {text:?}");
+    }
+    // The split program evaluates as the statements in order.
+    let program =
+        split_program(&parse_program("t[i] = A[i,j] * x[j]; t[i] = t[i] * 2").unwrap(), &decls).unwrap();
+    let inputs: Tensors = [("A", &[4usize, 5][..]), ("x", &[5][..])]
+        .iter()
+        .enumerate()
+        .map(|(k, (n, s))| (n.to_string(), data(s, k as u64 + 1)))
+        .collect();
+    let written = evaluate_program(&program, &inputs).unwrap();
+    let (TensorValue::Values(a), TensorValue::Values(x)) = (&inputs["A"], &inputs["x"]) else { panic!() };
+    let TensorValue::Values(t) = &written["t"] else { panic!() };
+    for i in 0..4 {
+        let want: f64 = (0..5).map(|j| a[[i, j]] * x[[j]]).sum::<f64>() * 2.0;
+        assert!((t[[i]] - want).abs() < 1e-12);
+    }
 }
