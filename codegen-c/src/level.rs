@@ -104,14 +104,15 @@ pub struct Warps {
 }
 
 /// The body of a level kernel for a GPU, in `dialect`: the warp of each
-/// outermost iteration, its lanes split as `split` says. The caller prints
-/// the function around it, with `warp` and `lane` defined.
-pub fn print_level_warps<D: Dialect>(
-    kernel: &LevelKernel,
-    dialect: D,
-    split: LaneSplit,
-) -> Result<Warps, PrintError> {
+/// outermost iteration, its lanes split as [`lane_split`] says. The caller
+/// prints the function around it, with `warp` and `lane` defined.
+pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result<Warps, PrintError> {
     let refuse = |reason: &str| PrintError { kernel: kernel.name.clone(), reason: reason.to_string() };
+    // The loop the lanes split, found once: every check below and the
+    // printer know it by node (a program kernel may have several loops
+    // over its index).
+    let split_at = split_loop(kernel);
+    let split = split_at.map_or(LaneSplit::None, |(split, _)| split);
     if kernel.assembly.is_some() {
         return Err(refuse("sparse outputs are assembled on the C backend only so far"));
     }
@@ -142,7 +143,7 @@ pub fn print_level_warps<D: Dialect>(
     let out_type = kernel.tensor(kernel.output).dtype;
     // `max=` / `min=` count each output element's updates (a fill): in a
     // register of the warp that owns the element.
-    if let Some(why) = fill_on_warps(kernel, owned, split) {
+    if let Some(why) = fill_on_warps(kernel, owned, split_at) {
         return Err(refuse(&format!(
             "`{}` over stored operands counts the zeros the walk skips per output element, on a GPU in the \
              registers of the warp that owns the element; {why}. Such a kernel runs on the C backend only so far",
@@ -152,7 +153,7 @@ pub fn print_level_warps<D: Dialect>(
     if !matches!(&kernel.body[..], [] | [Node::Dense { .. }] | [Node::Merge { .. }]) {
         return Err(refuse("a warp per iteration of the outermost loop needs a loop there"));
     }
-    if let Some(why) = locals_on_warps(kernel, split, owned) {
+    if let Some(why) = locals_on_warps(kernel, split_at, owned) {
         return Err(refuse(&why));
     }
     if !owned && dialect.atomic_fold(kernel.reduction, out_type, "", "").is_none() {
@@ -166,7 +167,7 @@ pub fn print_level_warps<D: Dialect>(
     let vars = kernel.vars.iter().map(|(_, v)| namer.fresh("i_", &v.name)).collect();
     let mut owners = false;
     if kernel.lanes < 32 {
-        owners = grouped_rows(kernel, split).map_err(|why| {
+        owners = grouped_rows(kernel, split_at).map_err(|why| {
             refuse(&format!(
                 "reduce=parallel({}) puts {} rows in a warp, whose lanes must all reach the shuffles that add a \
                  row's sums; {why}: use reduce=parallel (a warp per row)",
@@ -177,7 +178,7 @@ pub fn print_level_warps<D: Dialect>(
     }
     let mut p = Printer::new(kernel, dialect, tensors.clone(), vars);
     p.split = Some(split);
-    p.split_node = split_loop(kernel).map(|(_, n)| n as *const Node);
+    p.split_node = split_at.map(|(_, n)| n as *const Node);
     p.atomic = !owned;
     p.lanes = kernel.lanes;
     p.owners = owners;
@@ -192,7 +193,7 @@ pub fn print_level_warps<D: Dialect>(
 /// rows may be skipped, or the output is a scalar), one that binds an
 /// output index inside it (a count per element), or warps that share
 /// output elements.
-fn fill_on_warps(kernel: &LevelKernel, owned: bool, split: LaneSplit) -> Option<String> {
+fn fill_on_warps(kernel: &LevelKernel, owned: bool, split_at: Option<(LaneSplit, &Node)>) -> Option<String> {
     fn check(k: &LevelKernel, nodes: &[Node], bound: &mut Vec<VarId>, top: bool) -> Option<String> {
         for n in nodes {
             if let Node::Fill { at, body, .. } = n {
@@ -241,18 +242,10 @@ fn fill_on_warps(kernel: &LevelKernel, owned: bool, split: LaneSplit) -> Option<
     }
     // Lanes over a row's positions add their counts: every update counted
     // must be one of the split loop's (one outside it is every lane's).
-    if let LaneSplit::Positions(v) = split {
-        fn inside(nodes: &[Node], v: VarId, out: &mut Vec<Vec<VarId>>) {
-            for n in nodes {
-                match n {
-                    Node::Merge { var, .. } if *var == v => updates_under(std::slice::from_ref(n), out),
-                    _ => n.bodies().for_each(|b| inside(b, v, out)),
-                }
-            }
-        }
+    if let Some((LaneSplit::Positions(_), node)) = split_at {
         let (mut all, mut split_loop) = (Vec::new(), Vec::new());
         updates_under(&kernel.body, &mut all);
-        inside(&kernel.body, v, &mut split_loop);
+        updates_under(std::slice::from_ref(node), &mut split_loop);
         if all.len() != split_loop.len() {
             return Some("here an update lies outside the loop the lanes split".into());
         }
@@ -267,8 +260,8 @@ fn fill_on_warps(kernel: &LevelKernel, owned: bool, split: LaneSplit) -> Option<
 /// shuffles of the split position loop only where the path to it from the
 /// row has the same trip counts in every group (dense loops, fills), under
 /// a row of a dense loop or of a root level of known length.
-fn grouped_rows(kernel: &LevelKernel, split: LaneSplit) -> Result<bool, &'static str> {
-    let LaneSplit::Positions(var) = split else {
+fn grouped_rows(kernel: &LevelKernel, split_at: Option<(LaneSplit, &Node)>) -> Result<bool, &'static str> {
+    let Some((LaneSplit::Positions(_), split)) = split_at else {
         return Err("no loop over a row's positions holds one update at an output element fixed outside it");
     };
     let (row, rows) = match &kernel.body[..] {
@@ -281,14 +274,14 @@ fn grouped_rows(kernel: &LevelKernel, split: LaneSplit) -> Result<bool, &'static
         }
         _ => return Err("the outermost loop is neither a dense loop nor one stored level"),
     };
-    fn below(nodes: &[Node], var: VarId) -> bool {
+    fn below(nodes: &[Node], split: &Node) -> bool {
         nodes.iter().any(|n| match n {
-            Node::Merge { var: v, .. } => *v == var,
-            Node::Fill { body, .. } | Node::Dense { body, .. } => below(body, var),
+            _ if std::ptr::eq(n, split) => true,
+            Node::Fill { body, .. } | Node::Dense { body, .. } => below(body, split),
             _ => false,
         })
     }
-    match below(row, var) {
+    match below(row, split) {
         true => Ok(rows > 0),
         false => Err("the loop over the row's positions is inside a loop over stored entries or a branch"),
     }
@@ -413,8 +406,13 @@ const WARP_LOCAL_ELEMENTS: usize = 64;
 /// outside it, every lane sums whole (its reads the same addresses across
 /// the warp). Values per stored entry would be memory the warps share.
 /// Also whether each store into an output held in a pattern is one lane's.
-fn locals_on_warps(kernel: &LevelKernel, split: LaneSplit, owned: bool) -> Option<String> {
-    let split_node = split_loop(kernel).map(|(_, n)| n as *const Node);
+fn locals_on_warps(
+    kernel: &LevelKernel,
+    split_at: Option<(LaneSplit, &Node)>,
+    owned: bool,
+) -> Option<String> {
+    let split = split_at.map_or(LaneSplit::None, |(split, _)| split);
+    let split_node = split_at.map(|(_, n)| n as *const Node);
     if let Some(l) = kernel.locals.values().find(|l| !l.private) {
         return Some(format!(
             "the temporary `{}` holds a value per stored entry, in memory that a GPU's warps would have to \

@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use ndarray::ArrayD;
 use spindle_formats::{Assembled, Coo, FormatSpec, SparseTensor};
 use spindle_ir::kernel::schedule::{Fusion, Path, Schedule};
-use spindle_ir::lang::{Declaration, Declarations, Einsum, Expr, Statement};
+use spindle_ir::lang::{AssignOp, Declaration, Declarations, Einsum, Expr, Statement};
 use spindle_ir::level::strip_rows;
 use spindle_ir::level::{Lowered, lower_program};
 use spindle_ir::program::{
@@ -767,30 +767,33 @@ impl Problem {
     }
 
     fn reference_of(&self, program: &Program, data: &ProgramData) -> Result<ArrayD<f64>> {
-        if let Ok(statement) = inline(program) {
-            // The substituted statement walks every product of its factors
-            // (GNN kernel 1: nnz · NH · NJ points); the statements one by
-            // one, each over its operands' format arrays, walk each product
-            // once (nnz · NH + NI · NH · NJ: 3-4x fewer on cora). The
-            // evaluator takes the walk with fewer points.
-            // The substituted statement may not take a format's rewrite
-            // (a stored operand read at two subscripts, `Z[i,j] * Z[i,j]`
-            // with Z computed from A): then the statements one by one.
-            let whole = self.substituted(program, &statement, false).prepare();
-            let one_by_one = self.statements_prepared(program);
-            // (A statement one by one may need a stored operand dense where
-            // the substituted one does not: then the substituted walk.)
-            if let Ok(steps) = one_by_one
-                && whole
-                    .as_ref()
-                    .map_or(true, |w| steps.iter().map(|(p, _)| points(p)).sum::<u128>() < points(w))
-                && let Ok(values) = self.evaluate_one_by_one(steps)
-            {
-                return Ok(values);
-            }
-            if let Ok(whole) = whole {
-                return whole.reference();
-            }
+        // The substituted statement walks every product of its factors
+        // (GNN kernel 1: nnz · NH · NJ points); the statements one by one,
+        // each over its operands' format arrays, walk each product once
+        // (nnz · NH + NI · NH · NJ: 3-4x fewer on cora). The evaluator
+        // takes the walk with fewer points. The substituted statement may
+        // not take a format's rewrite (a stored operand read at two
+        // subscripts, `Z[i,j] * Z[i,j]` with Z computed from A), and a
+        // program may not substitute at all: then the statements one by
+        // one, which walk only a stored operand's entries as its kernels do
+        // (a dense walk divides zeros by zeros where `y = A / t` meets an
+        // empty row of A, NaN where the kernel writes nothing).
+        let whole =
+            inline(program).ok().map(|statement| self.substituted(program, &statement, false).prepare());
+        let one_by_one = self.statements_prepared(program);
+        // (A statement one by one may need a stored operand dense where
+        // the substituted one does not: then the substituted walk.)
+        if let Ok(steps) = one_by_one
+            && whole
+                .as_ref()
+                .and_then(|w| w.as_ref().ok())
+                .is_none_or(|w| steps.iter().map(|(p, _)| points(p)).sum::<u128>() < points(w))
+            && let Ok(values) = self.evaluate_one_by_one(steps)
+        {
+            return Ok(values);
+        }
+        if let Some(Ok(whole)) = whole {
+            return whole.reference();
         }
         let mut all = data.dense.clone();
         for (name, coo) in &data.sparse {
@@ -848,8 +851,11 @@ impl Problem {
         let mut written: BTreeMap<String, ArrayD<f64>> = BTreeMap::new();
         let mut last = None;
         for (mut prepared, out) in steps {
+            // An output written before and added into (`+=`, `max=`)
+            // starts from its values so far.
+            let accumulates = prepared.einsum.statement.op != AssignOp::Assign;
             for (name, values) in &written {
-                if prepared.einsum.tensors.contains_key(name) && *name != out {
+                if prepared.einsum.tensors.contains_key(name) && (*name != out || accumulates) {
                     prepared.data.insert(name.clone(), TensorValue::Values(values.clone()));
                 }
             }

@@ -909,3 +909,23 @@ fn a_sparse_output_of_statements_run_apart_is_assembled() {
         assert_eq!(assembled.nnz(), 30, "{fusion}: exp is never zero");
     }
 }
+
+/// Dividing by a row's sum where A has an empty row: the kernels write
+/// nothing there (0/0 is never computed), and the reference walks A's
+/// entries as they do; it had walked the program densely, 0/0 = NaN
+/// against the kernels' 0, and every check failed.
+#[test]
+fn a_row_normalised_over_an_empty_row_checks() {
+    let mut a = ndarray::Array2::from_shape_fn((6, 5), |(i, j)| 0.5 + ((i * 5 + j) % 7) as f64 / 7.0);
+    a.row_mut(2).fill(0.0);
+    // (Maximal fusion refuses: `t` sums over j and is read outside a product.)
+    for fusion in ["none", "trie"] {
+        let p = Problem::new("t[i] = A[i,j]; y[i,j] = A[i,j] / t[i]")
+            .tensor("A", Input::from(a.clone().into_dyn()))
+            .format("A", "csr");
+        let run = run(&p, fusion);
+        assert!(run.checks.iter().all(|c| c.passed()), "{fusion}: {:?}", run.checks);
+        assert!(run.result.iter().all(|x| x.is_finite()), "{fusion}");
+        assert_eq!(run.result[[2, 1]], 0.0);
+    }
+}

@@ -69,7 +69,7 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         ));
     }
     let Warps { tensors: names, body, atomic } =
-        print_level_warps(kernel, dialect, split).map_err(|e| refuse(e.reason))?;
+        print_level_warps(kernel, dialect).map_err(|e| refuse(e.reason))?;
     let rows = rows(kernel);
     // Groups of `lanes` lanes, 32 / lanes to a warp, a row each.
     let lanes = kernel.lanes;
