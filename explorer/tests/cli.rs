@@ -1171,3 +1171,44 @@ fn shape_mistakes_point_at_their_subscript() {
     let out = spindle(&["check", "y[i] = x[j] where j < 99999999999999999999", "--shape", "x=4"]);
     assert!(stderr(&out).contains("the extent of `j` is too large"), "{}", stderr(&out));
 }
+
+/// A convolution's loop-order refusal names the `order=` given and the
+/// default's rest (it named the completed order, with commas); a stored
+/// operand read at two subscripts names the second-name workaround.
+#[test]
+fn conv_refusals_name_what_was_written() {
+    let conv = [
+        "O[i,j] += I[i+p,j+q] * W[p,q]",
+        "--tensor",
+        "I=gen:uniform:shape=10x10,density=0.3,seed=1",
+        "--rand",
+        "W=3x3:f32:2",
+        "--format",
+        "I=csr",
+        "--shape",
+        "O=8x8",
+        "--repeats",
+        "1",
+    ];
+    let out = spindle(&[&["run"][..], &conv, &["--schedule", "order=q+j"]].concat());
+    let err = stderr(&out);
+    assert!(err.contains("`order=q+j` (then i+p by default) resolves level 1 of `I`"), "{err}");
+    let separable = [
+        "O[i,j] = I[i+p,j] * F[p] + I[i,j+p] * G[p]",
+        "--tensor",
+        "I=gen:uniform:shape=17x17,density=0.5,seed=1",
+        "--rand",
+        "F=3:f32:1",
+        "--rand",
+        "G=3:f32:2",
+        "--shape",
+        "O=17x17",
+        "--format",
+        "I=csr",
+    ];
+    let err = stderr(&spindle(&[&["run"][..], &separable].concat()));
+    assert!(
+        err.contains("is read at two subscripts") && err.contains("give `I`'s data a second name"),
+        "{err}"
+    );
+}
