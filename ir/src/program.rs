@@ -102,6 +102,23 @@ pub fn split_program(statements: &[Statement], declarations: &Declarations) -> R
             known.insert(output.clone(), declaration.clone());
             temporaries.insert(output.clone(), declaration);
         }
+        // A program renames a tensor written again with `=` ([`versions`]);
+        // one left as written that a statement reads and writes again is
+        // the user's to rename (check's advice, `+=`, is for one statement).
+        if statements.len() > 1 && statement.op == AssignOp::Assign {
+            if let Some(read) = statement.rhs.accesses().into_iter().find(|a| a.tensor.name == *output) {
+                return Err(Diagnostic::new(
+                    format!("`{output}` is read by the statement that writes it with `=`"),
+                    read.span,
+                )
+                .with_label("read here")
+                .with_secondary(statement.lhs.span, "written here")
+                .with_note(
+                    "a program renames a tensor written again with `=`, except one whose data is read first or \
+                     that a `+=`, `max=` or `min=` adds into before: give the new value another name",
+                ));
+            }
+        }
         let einsum = check(statement, &known)?;
         let extent = |i: &str| einsum.index(i).map(|x| x.extent);
         let dtype = einsum.output().dtype;
@@ -141,7 +158,7 @@ pub fn split_program(statements: &[Statement], declarations: &Declarations) -> R
 /// mention reads it (its data) or whose first write is a `+=`, `max=` or
 /// `min=` (which adds to its data), since data has one name, and one with
 /// a `+=` (or `max=`, `min=`) into a version before its last. A renamed
-/// version takes the tensor's declaration, where it has one, into `known`.
+/// version of the declared rank takes the tensor's declaration into `known`.
 fn versions(statements: &[Statement], known: &mut Declarations) -> Vec<Statement> {
     let mut out = statements.to_vec();
     let written: BTreeSet<&str> = statements.iter().map(|s| s.lhs.tensor.name.as_str()).collect();
@@ -172,7 +189,11 @@ fn versions(statements: &[Statement], known: &mut Declarations) -> Vec<Statement
                     break candidate;
                 }
             };
-            if let Some(declaration) = known.get(name).cloned() {
+            // A declaration (`--shape t=..`) is the last version's; an
+            // earlier one of the same rank takes it too, where its shape
+            // may not be worked out otherwise (`t[i] = x[i+1]`).
+            let rank = statements[pair[0]].lhs.subscripts.len();
+            if let Some(declaration) = known.get(name).filter(|d| d.shape.len() == rank).cloned() {
                 known.insert(fresh.clone(), declaration);
             }
             // Version `v` is written from its start up to the next one's
@@ -565,6 +586,9 @@ pub fn inline(program: &Program) -> Result<Statement, Diagnostic> {
         }
         if st.op != AssignOp::Assign || bodies.contains_key(name) {
             return Err(refuse("it is written more than once, or with `+=`"));
+        }
+        if statements[s + 1..].iter().any(|later| later.output().name == *name) {
+            return Err(refuse("a later statement writes it again, and a substitution writes it once"));
         }
         if !statements[s + 1..]
             .iter()

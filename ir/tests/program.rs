@@ -401,3 +401,27 @@ fn a_tensor_written_again_is_renamed_up_to_the_write() {
         assert!((t[[i]] - want).abs() < 1e-12);
     }
 }
+
+/// A tensor left as written (a `+=` into it) that a statement reads and
+/// writes again with `=` is the user's to rename; the refusal says so (it
+/// gave the single statement's advice, to use `+=`). A declaration of
+/// another rank stays with the last version.
+#[test]
+fn a_rewrite_left_as_written_is_refused_with_the_program_s_reason() {
+    let decls = declarations(&[("A", &[4, 5], "f64"), ("x", &[5], "f64"), ("P", &[4, 5], "f64")]);
+    let err = split_program(
+        &parse_program("t[i] = A[i,j] * x[j]; t[i] += A[i,j] * x[j]; t[i] = t[i] * 2").unwrap(),
+        &decls,
+    )
+    .unwrap_err();
+    assert_eq!(err.message, "`t` is read by the statement that writes it with `=`");
+    assert!(err.notes[0].contains("give the new value another name"), "{:?}", err.notes);
+    let mut declared = decls.clone();
+    declared.extend(declarations(&[("t", &[4, 5], "f64")]));
+    let program = split_program(
+        &parse_program("t[i] = A[i,j] * x[j]; t[i,j] = t[i] * P[i,j]; y[i] = t[i,j] * x[j]").unwrap(),
+        &declared,
+    )
+    .unwrap();
+    assert_eq!(program.temporaries["t_1"].shape, [4]);
+}
