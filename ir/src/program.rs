@@ -105,19 +105,20 @@ pub fn split_program(statements: &[Statement], declarations: &Declarations) -> R
         // A program renames a tensor written again with `=` ([`versions`]);
         // one left as written that a statement reads and writes again is
         // the user's to rename (check's advice, `+=`, is for one statement).
-        if statements.len() > 1 && statement.op == AssignOp::Assign {
-            if let Some(read) = statement.rhs.accesses().into_iter().find(|a| a.tensor.name == *output) {
-                return Err(Diagnostic::new(
-                    format!("`{output}` is read by the statement that writes it with `=`"),
-                    read.span,
-                )
-                .with_label("read here")
-                .with_secondary(statement.lhs.span, "written here")
-                .with_note(
-                    "a program renames a tensor written again with `=`, except one whose data is read first or \
-                     that a `+=`, `max=` or `min=` adds into before: give the new value another name",
-                ));
-            }
+        if statements.len() > 1
+            && statement.op == AssignOp::Assign
+            && let Some(read) = statement.rhs.accesses().into_iter().find(|a| a.tensor.name == *output)
+        {
+            return Err(Diagnostic::new(
+                format!("`{output}` is read by the statement that writes it with `=`"),
+                read.span,
+            )
+            .with_label("read here")
+            .with_secondary(statement.lhs.span, "written here")
+            .with_note(
+                "a program renames a tensor written again with `=`, except one whose data is read first or that a \
+                 `+=`, `max=` or `min=` adds into before: give the new value another name",
+            ));
         }
         let einsum = check(statement, &known)?;
         let extent = |i: &str| einsum.index(i).map(|x| x.extent);
