@@ -105,7 +105,7 @@ pub use check::Check;
 pub use compiled::{Compiled, Lowering, Tuner};
 pub use error::{Error, Result};
 pub use input::Input;
-pub use problem::{MAX_DENSE_ELEMENTS, Prepared, Problem, Stored};
+pub use problem::{Evaluation, MAX_DENSE_ELEMENTS, Prepared, Problem, Stored};
 pub use program::ProgramRun;
 pub use source::{CudaReport, cuda_plan, cuda_report, cuda_sass, print, print_levels, print_levels_cuda};
 pub use spindle_ir::kernel::schedule::Schedule;

@@ -140,47 +140,61 @@ impl Problem {
 
     /// Checks that each format names a tensor of the statement and can
     /// store it (its order, its modes, its data): what `spindle eval`
-    /// checks, which evaluates the dense tensors but takes no format that a
-    /// run would refuse for the tensor alone.
+    /// checks, which takes no format that a run would refuse for the
+    /// tensor alone.
     pub fn check_formats(&self) -> Result<()> {
-        let stores = |name: &str, spec: &FormatSpec, coo: &Coo<f64, i64>| {
-            SparseTensor::<f64, i64>::from_coo(coo, spec)
-                .map(|_| ())
-                .map_err(|e| Error::input(format!("format of {name} ({spec}): {e}")))
-        };
         if self.is_program() {
-            // The inputs' formats (the program's split checks the rest).
-            let data = self.program_data()?;
-            for (name, spec) in &self.formats()? {
-                if let Some(coo) = data.sparse.get(name) {
-                    stores(name, spec, coo)?;
-                }
+            return self.check_program_formats(&self.program_data()?);
+        }
+        check_loaded_formats(&self.load()?)
+    }
+
+    /// The reference evaluator's output, from one read of the data: what
+    /// `spindle eval` prints. A format that cannot store its tensor is
+    /// refused ([`Problem::check_formats`]). Stored operands are walked by
+    /// their entries, as `--check`'s reference walks them (a 23133 x 23133
+    /// matrix in CSR has no dense copy); where the formats take no rewrite,
+    /// the tensors are evaluated dense.
+    pub fn evaluate(&self) -> Result<Evaluation> {
+        if self.is_program() {
+            return self.evaluate_program();
+        }
+        let checked = self.load()?;
+        check_loaded_formats(&checked)?;
+        let statement = checked.original.clone();
+        if !checked.formats.is_empty() {
+            if let Ok(prepared) = self.prepare_loaded(checked.clone()) {
+                let rewritten = prepared.rewritten.then(|| prepared.text.clone());
+                let result = prepared.reference()?;
+                return Ok(Evaluation { statement, rewritten, result, statements: 1 });
             }
-            return Ok(());
+            let src = self.statement.as_str();
+            let prepared = Prepared::rewrite(
+                &statement,
+                src,
+                checked.dense_copy()?,
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+            )?;
+            return Ok(Evaluation {
+                statement,
+                rewritten: None,
+                result: prepared.reference()?,
+                statements: 1,
+            });
         }
-        let Checked { original, data, sparse, formats } = self.load()?;
-        for (name, spec) in &formats {
-            let Some(declared) = original.tensors.get(name) else {
-                return Err(format_of_no_tensor(&original, name));
-            };
-            let coo = match (sparse.get(name), data.get(name)) {
-                (Some(coo), _) => coo.clone(),
-                (None, Some(TensorValue::Values(dense))) => Coo::from_ndarray(dense)?,
-                (None, Some(TensorValue::Indices(_))) => {
-                    return Err(Error::input(format!("format of {name}: `{name}` needs value data")));
-                }
-                // An output without data: its shape alone.
-                (None, None) => Coo::empty(declared.shape.clone()),
-            };
-            stores(name, spec, &coo)?;
-        }
-        Ok(())
+        let result = self.prepare_loaded(checked)?.reference()?;
+        Ok(Evaluation { statement, rewritten: None, result, statements: 1 })
     }
 
     /// Loads the data, checks the statement, and rewrites it over the
     /// format arrays when formats were given.
     pub fn prepare(&self) -> Result<Prepared> {
-        let Checked { original, data, mut sparse, mut formats } = self.load()?;
+        self.prepare_loaded(self.load()?)
+    }
+
+    fn prepare_loaded(&self, checked: Checked) -> Result<Prepared> {
+        let Checked { original, data, mut sparse, mut formats } = checked;
         let src = self.statement.as_str();
         let output = &original.output().name;
         // An output given no data in dense levels, in its own order, is a
@@ -282,6 +296,49 @@ impl Problem {
     }
 }
 
+/// Each format of `checked` names a tensor of its statement and can store
+/// it: the tensor's entries (dense data as its nonzeros, an output without
+/// data as its shape) built into the format.
+fn check_loaded_formats(checked: &Checked) -> Result<()> {
+    let Checked { original, data, sparse, formats } = checked;
+    for (name, spec) in formats {
+        let Some(declared) = original.tensors.get(name) else {
+            return Err(format_of_no_tensor(original, name));
+        };
+        let coo = match (sparse.get(name), data.get(name)) {
+            (Some(coo), _) => coo.clone(),
+            (None, Some(TensorValue::Values(dense))) => Coo::from_ndarray(dense)?,
+            (None, Some(TensorValue::Indices(_))) => {
+                return Err(Error::input(format!("format of {name}: `{name}` needs value data")));
+            }
+            // An output without data: its shape alone.
+            (None, None) => Coo::empty(declared.shape.clone()),
+        };
+        stores(name, spec, &coo)?;
+    }
+    Ok(())
+}
+
+/// Whether `spec` can store `name`'s entries `coo`, as an error that says
+/// why not.
+pub(crate) fn stores(name: &str, spec: &FormatSpec, coo: &Coo<f64, i64>) -> Result<()> {
+    SparseTensor::<f64, i64>::from_coo(coo, spec)
+        .map(|_| ())
+        .map_err(|e| Error::input(format!("format of {name} ({spec}): {e}")))
+}
+
+/// What [`Problem::evaluate`] gives: the statement evaluated (a program's
+/// last), the statement the tile path would run where the formats rewrote
+/// it, and the output's values.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    pub statement: Einsum,
+    pub rewritten: Option<String>,
+    pub result: ArrayD<f64>,
+    /// How many statements were evaluated (a program's, after its split).
+    pub statements: usize,
+}
+
 /// A format given for `name`, which `statement` does not have.
 fn format_of_no_tensor(statement: &Einsum, name: &str) -> Error {
     let known: Vec<&str> = statement.tensors.keys().map(String::as_str).collect();
@@ -330,12 +387,32 @@ fn dims_text(shape: &[usize]) -> String {
 }
 
 /// A problem's data read and its statement checked, before the rewrite.
+#[derive(Clone)]
 struct Checked {
     original: Einsum,
     data: Tensors,
     /// The entries of sparse tensors that get a format.
     sparse: BTreeMap<String, Coo<f64, i64>>,
     formats: BTreeMap<String, FormatSpec>,
+}
+
+impl Checked {
+    /// The data with every stored operand dense, where each fits: the
+    /// dense evaluation of a statement whose formats take no rewrite.
+    fn dense_copy(&self) -> Result<Tensors> {
+        let mut data = self.data.clone();
+        for (name, coo) in &self.sparse {
+            if !fits_dense(&coo.shape) {
+                return Err(Error::input(format!(
+                    "the reference evaluator would need `{name}` dense ({}, more than {MAX_DENSE_ELEMENTS} \
+                     elements), since its formats take no rewrite",
+                    dims_text(&coo.shape)
+                )));
+            }
+            data.insert(name.clone(), TensorValue::Values(coo.to_ndarray()?));
+        }
+        Ok(data)
+    }
 }
 
 /// The statement as written and its operands in their formats, for the

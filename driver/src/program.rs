@@ -54,7 +54,7 @@ use crate::backend::Backend;
 use crate::check::{Check, expand, max_rel_error, tolerance_of};
 use crate::error::{Error, Result};
 use crate::input::{Input, Loaded, kernel_dtype, load, round_inputs};
-use crate::problem::{MAX_DENSE_ELEMENTS, Prepared, Problem};
+use crate::problem::{Evaluation, MAX_DENSE_ELEMENTS, Prepared, Problem};
 use crate::target::Target;
 use crate::timing::{Timing, TimingOptions};
 
@@ -760,6 +760,32 @@ impl Problem {
     /// visits stored entries only), or the three-address statements one by
     /// one, each so, where that walks fewer points; where they do not
     /// substitute, the statements one by one over dense copies.
+    /// The inputs' formats checked against `data` (the program's split
+    /// checks the rest).
+    pub(crate) fn check_program_formats(&self, data: &ProgramData) -> Result<()> {
+        for (name, spec) in &self.formats()? {
+            if let Some(coo) = data.sparse.get(name) {
+                crate::problem::stores(name, spec, coo)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Problem::evaluate`] of a program, its data read once.
+    pub(crate) fn evaluate_program(&self) -> Result<Evaluation> {
+        let mut data = self.program_data()?;
+        self.check_program_formats(&data)?;
+        let program = self.split(&mut data)?;
+        let result = self.reference_of(&program, &data)?;
+        let last = program.statements.last().expect("a program has a statement");
+        Ok(Evaluation {
+            statement: last.clone(),
+            rewritten: None,
+            result,
+            statements: program.statements.len(),
+        })
+    }
+
     pub fn program_reference(&self) -> Result<ArrayD<f64>> {
         let mut data = self.program_data()?;
         let program = self.split(&mut data)?;

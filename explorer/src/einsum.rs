@@ -265,40 +265,19 @@ fn print_rewritten(prepared: &Prepared) {
 
 pub fn run_eval(args: &DataArgs, out: Option<&str>) -> Result<()> {
     check_out(out, args)?;
-    let problem = problem(args)?;
-    // The reference evaluates dense tensors, but a format that cannot store
-    // its tensor is a mistake all the same.
-    problem.check_formats().map_err(reported)?;
-    if problem.is_program() {
-        let program = problem.program().map_err(reported)?;
-        let start = std::time::Instant::now();
-        let result = problem.program_reference().map_err(reported)?;
-        let last = program.statements.last().ok_or_else(|| anyhow!("the program has no statement"))?;
-        eprintln!(
-            "evaluated {} ({} statements) in {:.1} ms",
-            last.output().name,
-            program.statements.len(),
-            start.elapsed().as_secs_f64() * 1e3
-        );
-        return emit_evaluated(args, last, &result, out);
-    }
-    // The reference evaluates the dense tensors: formats say how a kernel
-    // stores them (and that an output is printed as entries), so a
-    // statement no kernel takes in them (csc beside csr) evaluates too.
-    // (Where a kernel would take the formats, the statement it would run.)
-    if !args.formats.is_empty()
-        && let Ok(stored) = problem.prepare()
-    {
-        print_rewritten(&stored);
-    }
-    let dense = DataArgs { formats: Vec::new(), ..args.clone() };
-    let prepared = prepare(&dense)?;
     let start = std::time::Instant::now();
-    let result = prepared.reference().map_err(reported)?;
-    let points: u128 = prepared.einsum.indices.iter().map(|i| i.extent as u128).product();
-    let output = &prepared.einsum.output().name;
-    eprintln!("evaluated {output} ({points} points) in {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
-    emit_evaluated(args, &prepared.einsum, &result, out)
+    let evaluation = problem(args)?.evaluate().map_err(reported)?;
+    // Where a kernel would take the formats, the statement it would run.
+    if let Some(rewritten) = &evaluation.rewritten {
+        println!("rewritten: {rewritten}");
+    }
+    let output = &evaluation.statement.output().name;
+    let statements = match evaluation.statements {
+        1 => String::new(),
+        n => format!(" ({n} statements)"),
+    };
+    eprintln!("evaluated {output}{statements} in {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
+    emit_evaluated(args, &evaluation.statement, &evaluation.result, out)
 }
 
 /// The reference's output of `einsum` (a statement, or a program's last):

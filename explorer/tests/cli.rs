@@ -358,6 +358,46 @@ fn eval_with_a_format_matches_eval_without() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `eval` walks a stored operand by its entries, as `--check`'s reference
+/// does: a matrix in CSR too large for a dense copy evaluates (it was
+/// refused as having "no format"), to the product computed here.
+#[test]
+fn eval_walks_a_large_stored_operand_by_its_entries() {
+    let dir = scratch("eval_large");
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = dir.join("a.mtx");
+    let coo: Coo<f64, i32> =
+        "uniform:rows=5000,cols=4000,nnz=20000,seed=4".parse::<GeneratorSpec>().unwrap().generate().unwrap();
+    spindle_formats::io::write_mtx(&coo, &a).unwrap();
+    let x: Vec<f64> = (0..4000).map(|i| ((i * 13 % 17) as f64 - 8.0) / 8.0).collect();
+    spindle_formats::io::write_npy_values(&dir.join("x.npy"), &[4000], &x).unwrap();
+    let y = dir.join("y.npy");
+    let out = spindle(&[
+        "eval",
+        "y[i] = A[i,j] * x[j] where A: f64, x: f64, y: f64",
+        "--tensor",
+        &format!("A={}", a.display()),
+        "--tensor",
+        &format!("x={}", dir.join("x.npy").display()),
+        "--format",
+        "A=csr",
+        "--out",
+        &format!("y={}", y.display()),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let got = spindle_formats::io::read_npy_dense::<f64>(&y).unwrap();
+    let mut want = vec![0.0f64; 5000];
+    for k in 0..coo.nnz() {
+        want[coo.crd[0][k] as usize] += coo.val[k] * x[coo.crd[1][k] as usize];
+    }
+    assert_eq!(got.shape(), &[5000]);
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-12, "{g} vs {w}");
+    }
+    assert!(want.iter().filter(|w| **w != 0.0).count() > 1000);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn eval_refuses_bad_arguments_with_messages() {
     let out = spindle(&["eval", "y[i] = A[i,j] * x[j]", "--rand", "A=3x4:f32:1", "--rand", "x=4:q8:1"]);
