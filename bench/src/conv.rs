@@ -1031,8 +1031,26 @@ fn case(
     let ucf_default = variant(ctx, &format!("ucf {default}"), default, false, 1)?;
     let ucf_best = variant(ctx, &format!("ucf {best_order}"), &best_order, false, 1)?;
     let paper_order = paper_order(dims);
-    let paper = variant(ctx, &paper_order, &paper_order, true, 1)?;
-    let ucf_paper = variant(ctx, &format!("ucf {paper_order}"), &paper_order, false, 1)?;
+    // The paper's order may not be legal in the format asked for (csc in
+    // 2-D resolves q before p): then it is not run, and goal 2 is not
+    // measured, rather than failed.
+    let (paper, ucf_paper) = match sparse.lower_levels(&schedule(Some(&paper_order), true, 1)?) {
+        Err(e) if e.to_string().contains("resolve in storage order") => {
+            let why = format!("not run: the paper's order is not legal in {format}");
+            let skipped = |name: String| Run {
+                variant: name,
+                schedule: String::new(),
+                timing: None,
+                error: None,
+                note: Some(why.clone()),
+            };
+            (skipped(paper_order.clone()), skipped(format!("ucf {paper_order}")))
+        }
+        _ => (
+            variant(ctx, &paper_order, &paper_order, true, 1)?,
+            variant(ctx, &format!("ucf {paper_order}"), &paper_order, false, 1)?,
+        ),
+    };
     let all_default = variant(ctx, &format!("{default} on {all} threads"), default, true, all)?;
     let all_best = variant(ctx, &format!("{best_order} on {all} threads"), &best_order, true, all)?;
     let all_ucf_default = variant(ctx, &format!("ucf {default} on {all} threads"), default, false, all)?;
@@ -1146,8 +1164,14 @@ fn summarize(input: &ConvInput) -> DimsSummary {
         }
     }
     let has = |s: f64| cases.iter().any(|c| c.sparsity == s);
+    // Goal 1 is met where sparse wins at some sparsity up to 80 %, and
+    // not met only where 80 % itself was measured (`--quick` skips it).
+    let goal_1 = match crossover_sparsity.is_some_and(|s| s <= GOAL_CROSSOVER) {
+        true => Some(true),
+        false => has(GOAL_CROSSOVER).then_some(false),
+    };
     let goals_met = vec![
-        (!dense_over_best.is_empty()).then(|| crossover_sparsity.is_some_and(|s| s <= GOAL_CROSSOVER)),
+        goal_1,
         ucf_over_subsect_paper.filter(|_| has(UCF_SPARSITY)).map(|r| r >= GOAL_UCF),
         fit.as_ref().filter(|f| f.points >= 3).map(|f| f.r2 >= GOAL_R2),
         // No threshold: reported beside the best.

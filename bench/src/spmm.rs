@@ -679,14 +679,21 @@ fn dense_b(k: usize) -> Array2<f32> {
 }
 
 /// `schedule` with `tile.p=T` added, unless it names tile.p: T is the largest
-/// power of two up to `cap` that divides p's extent.
+/// power of two up to `cap` that divides p's extent, and at least the
+/// segment that a `reduce=segment(R)` of `schedule` reduces along p (a
+/// ragged last tile then), so a `--schedule` that takes one runs on every
+/// matrix.
 pub fn auto_tile_p(schedule: &str, einsum: &spindle_ir::lang::Einsum, cap: usize) -> String {
     let Some(p) = einsum.indices.iter().find(|i| i.name == "p") else { return schedule.to_string() };
     if schedule.contains("tile.p=") {
         return schedule.to_string();
     }
+    let segment = match schedule.parse::<Schedule>().map(|s| s.strategy) {
+        Ok(spindle::ir::kernel::Strategy::Segment(r)) => r as usize,
+        _ => 1,
+    };
     let tile = (0..=cap.trailing_zeros()).rev().map(|s| 1usize << s).find(|t| p.extent % t == 0).unwrap_or(1);
-    format!("{schedule} tile.p={tile}").trim().to_string()
+    format!("{schedule} tile.p={}", tile.max(segment)).trim().to_string()
 }
 
 /// GroupCOO's schedule at g: the configured one, with tile.q = g (capped)
@@ -1294,6 +1301,18 @@ pub fn record(report: &SpmmReport, dir: &Path) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The suite's tile.p covers a segment the `--schedule` asks for (on
+    /// karate, g=16 took tile.p=1 and refused `reduce=segment(4)`).
+    #[test]
+    fn the_suites_tile_covers_the_segment_of_the_schedule() {
+        use spindle_ir::lang::{check, einsum::declarations, parse};
+        let decls = declarations(&[("y", &[6], "f32"), ("x", &[6], "f32")]);
+        let einsum = check(&parse("y[p] = x[p]").unwrap(), &decls).unwrap();
+        assert_eq!(auto_tile_p("", &einsum, 64), "tile.p=2");
+        assert_eq!(auto_tile_p("reduce=segment(4)", &einsum, 64), "reduce=segment(4) tile.p=4");
+        assert_eq!(auto_tile_p("reduce=segment(4) tile.p=8", &einsum, 64), "reduce=segment(4) tile.p=8");
+    }
 
     fn tiny() -> Vec<MatrixInput> {
         let spec = "powerlaw:rows=200,cols=150,nnz=1500,seed=3";

@@ -1121,6 +1121,25 @@ fn bench_threads_are_checked_with_the_arguments() {
     assert!(stderr(&out).contains("from 1 to 4096, or 0 for every CPU thread"), "{}", stderr(&out));
 }
 
+/// A `--record` that names a file is refused before the suite runs (it ran
+/// every measurement, printed the table, then failed to write the JSON).
+#[test]
+fn a_bench_record_folder_is_checked_before_the_suite_runs() {
+    let dir = scratch("record");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("k.npy");
+    std::fs::write(&file, "").unwrap();
+    let out = spindle(&["bench", "formats", "--repeats", "1", "--record", &file.display().to_string()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("exists and is not a folder"), "{}", stderr(&out));
+    assert!(
+        stdout(&out).is_empty() && !stderr(&out).contains("ca-CondMat"),
+        "the suite ran: {}",
+        stdout(&out)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A mistake in the schedule is shown in the schedule, its item
 /// underlined (the statement was, as if the mistake were there).
 #[test]

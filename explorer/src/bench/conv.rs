@@ -80,6 +80,17 @@ pub fn run(args: ConvArgs) -> Result<()> {
             eprintln!("plotted {}", path.display());
         }
     }
+    // A variant that failed, or a reference check above `--check`'s
+    // tolerance for f64 (1e-3), fails the command (after the tables and
+    // the record).
+    let failures: usize = report.summary.iter().map(|s| s.failures.len()).sum();
+    let unchecked =
+        report.reference_checks.iter().filter(|r| !r.max_rel_error.is_some_and(|e| e <= 1e-3)).count();
+    if failures + unchecked > 0 {
+        anyhow::bail!(
+            "{failures} runs failed and {unchecked} reference checks did not pass (the FAILURE and FAILED lines above)"
+        );
+    }
     Ok(())
 }
 

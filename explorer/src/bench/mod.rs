@@ -11,7 +11,7 @@ mod spgemm;
 pub(crate) mod spmm;
 mod workspaces;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 /// Where and when a benchmark ran (the notebook's exports record it too).
 pub use spindle_bench::machine;
@@ -73,12 +73,33 @@ pub enum Suite {
     /// cuSPARSE BSR and cuBLAS dense GEMM.
     Bsr(gpu::BsrArgs),
     /// Install the Python baselines of `bench spmm` (SciPy, MKL,
-    /// GraphBLAS, pinned) into target/python-baselines
-    /// ($SPINDLE_PYTHON_BASELINES), as `bench spmm` does on first use.
+    /// GraphBLAS, pinned) into target/python-baselines of the workspace
+    /// the binary was built in, or $SPINDLE_PYTHON_BASELINES, as `bench
+    /// spmm` does on first use.
     SetupPython,
 }
 
 pub fn run(suite: Suite) -> Result<()> {
+    // A folder that cannot take the JSON is said before the suite runs
+    // (some run for hours), not after.
+    let record = match &suite {
+        Suite::Formats { record, .. } => record,
+        Suite::Spmm(args) => &args.record,
+        Suite::Spgemm(args) => &args.record,
+        Suite::Rows(args) => &args.record,
+        Suite::Workspaces(args) => &args.record,
+        Suite::React(args) => &args.record,
+        Suite::Conv(args) => &args.record,
+        Suite::Bsr(args) => &args.record,
+        Suite::SetupPython => &None,
+    };
+    if let Some(dir) = record {
+        if dir.exists() && !dir.is_dir() {
+            anyhow::bail!("--record {}: exists and is not a folder", dir.display());
+        }
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--record {}: creating the folder", dir.display()))?;
+    }
     match suite {
         Suite::Formats { repeats, json, record } => formats::run(repeats, json, record.as_deref()),
         Suite::Spmm(args) => spmm::run(args),

@@ -26,9 +26,11 @@ pub enum Target {
 /// Whether the Python baselines (SciPy, MKL, GraphBLAS) run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PythonArg {
-    /// Install them on first use into target/python-baselines (a venv, ~1.4
-    /// GB, about a minute, once), then run them; skipped with the reason
-    /// when python3, venv, pip or a wheel is unavailable.
+    /// Install them on first use into target/python-baselines of the
+    /// workspace the binary was built in, or $SPINDLE_PYTHON_BASELINES (a
+    /// venv, ~1.4 GB, about a minute, once; the install line prints the
+    /// folder), then run them; skipped with the reason when python3, venv,
+    /// pip or a wheel is unavailable.
     Install,
     /// Run them when already installed; skip otherwise.
     IfInstalled,
