@@ -2118,6 +2118,20 @@ impl<'k, D: Dialect> Printer<'k, D> {
         }
     }
 
+    /// Under `max=` / `min=`, skips a padded level's padding (a slot that
+    /// repeats the coordinate before it in its group, GroupCOO's and ELL's
+    /// fill, holding 0): a sum adds its zero harmlessly, but a maximum
+    /// would take the zero as an entry of a row that stores every column.
+    /// (ELL's first slot of an empty row is padding too, at a coordinate
+    /// whose value is zero indeed.)
+    fn skip_padding(&mut self, l: &LevelRef, p: &str, begin: &str, depth: usize) {
+        if self.k.reduction == Reduction::Sum || !matches!(l.kind, Reach::Padded { .. }) {
+            return;
+        }
+        let crd = self.crd(l).to_string();
+        self.line(depth, &format!("if ({p} > {begin} && {crd}[{p}] == {crd}[{p} - 1]) continue; // padding"));
+    }
+
     /// A position loop split over the lanes: each lane sums its positions'
     /// terms in a register, the warp adds the registers with shuffles, and
     /// lane 0 updates the output once.
@@ -2131,6 +2145,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(d, &format!("{} acc = {};", self.d.real(), self.d.float(r.identity())));
         let lanes = self.lanes;
         self.line(d, &format!("for (int64_t {p} = {begin} + lane; {p} < {end}; {p} += {lanes}) {{"));
+        self.skip_padding(l, &p, &begin, d + 1);
         let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
         self.line(d + 1, &line);
         let was = self.in_split.replace(LaneSplit::Positions(var));
@@ -2263,6 +2278,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             depth,
             &format!("for (int64_t {p} = {begin} + lane, {p}_end = {end}; {p} < {p}_end; {p} += {lanes}) {{"),
         );
+        self.skip_padding(l, &p, &begin, depth + 1);
         let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
         self.line(depth + 1, &line);
         let was = self.in_split.replace(LaneSplit::Entries(var));
@@ -2348,6 +2364,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 &format!("for (int64_t {p} = {begin}, {p}_end = {end}; {p} < {p}_end; {p}++) {{"),
             ),
         }
+        self.skip_padding(l, &p, &begin, depth + 1);
         let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
         self.line(depth + 1, &line);
         if self.split.is_none() && reads_dense_at(body, var) {

@@ -1233,6 +1233,12 @@ fn max_and_min_over_stored_operands_see_the_zeros_they_skip() {
         ("y[i] max= A[i,j] * x[j]", vec![y, a, x], vec![("A", "csc")], "f0_hits["),
         ("y[i] min= A[i,j] * x[j]", vec![y, a, x], vec![("A", "groupcoo:dim=0,g=2")], "f0_hits["),
         ("y[i] max= A[i,j] * x[j]", vec![y, a, x], vec![("A", "ell")], "f0_hits"),
+        // Rows and columns that store every coordinate, in formats that
+        // pad (the padding repeats a coordinate with 0, which a maximum
+        // took as an entry: y = 0 over a row of negatives).
+        ("y[i] max= A[i,j]", vec![y, ("A", &[30, 5], 0.9)], vec![("A", "groupcoo:dim=0,g=4")], "// padding"),
+        ("y[i] min= A[i,j]", vec![y, ("A", &[30, 5], 0.9)], vec![("A", "groupcoo:dim=0,g=2")], "// padding"),
+        ("z[j] max= A[i,j]", vec![("z", &[5], 1.0), ("A", &[30, 5], 0.9)], vec![("A", "ell")], "// padding"),
         // Rows mostly empty.
         ("y[i] max= A[i,j]", vec![y, ("A", &[30, 20], 0.02)], vec![("A", "csr")], "f0_hits <"),
         ("s min= A[i,j]", vec![("s", &[], 1.0), a], vec![("A", "csr")], "f0_hits"),
