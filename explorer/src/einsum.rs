@@ -535,7 +535,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
             );
         }
         if prepared.is_some() {
-            note_unread(c.schedule, KernelKind { path: SchedulePath::Levels, cuda: c.emits_cuda() });
+            note_unread(c.schedule, KernelKind::levels(&lowered.kernel, c.emits_cuda()));
         }
         match (c.emit, c.target) {
             (Emit::Ir, _) => print!("{}", lowered.kernel),
@@ -554,7 +554,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     let prepared = prepared.expect("a statement");
     print_rewritten(&prepared);
     let kernel = prepared.lower(&schedule).map_err(reported)?;
-    note_unread(c.schedule, KernelKind { path: SchedulePath::Tiles, cuda: c.emits_cuda() });
+    note_unread(c.schedule, KernelKind::tiles(c.emits_cuda()));
     let source = |target| spindle::print(&kernel, &schedule, target).map_err(reported);
     match (c.emit, c.target) {
         (Emit::Ir, _) => print!("{kernel}"),
@@ -755,11 +755,12 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
     if let Some(advice) = compiled.level_order_advice() {
         eprintln!("note: {advice}");
     }
-    let path = match compiled.kernel {
-        spindle::Lowering::Tiles(_) => SchedulePath::Tiles,
-        spindle::Lowering::Levels(_) => SchedulePath::Levels,
+    let cuda = run.target != Target::C;
+    let kind = match &compiled.kernel {
+        spindle::Lowering::Tiles(_) => KernelKind::tiles(cuda),
+        spindle::Lowering::Levels(kernel) => KernelKind::levels(kernel, cuda),
     };
-    note_unread(run.schedule, KernelKind { path, cuda: run.target != Target::C });
+    note_unread(run.schedule, kind);
     if run.check {
         let check = match &result {
             Produced::Dense(r) => compiled.compare(r),

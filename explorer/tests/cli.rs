@@ -977,6 +977,30 @@ fn schedule_items_the_kernel_does_not_read_get_a_note() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("`workspace=hash` changes nothing here"), "{}", stderr(&out));
     assert!(!stderr(&out).contains("tile.p"), "{}", stderr(&out));
+    // A sparse output: a union appends as it walks (no workspace), a
+    // product's rows gather in one, and the ISM's items go with a sparse
+    // workspace only.
+    let notes = |statement: &str, b: &str, schedule: &str| {
+        let ab = ["--rand", "A=12x10:f32:1", "--rand", b, "--format", "A=csr", "--format", "B=csr"];
+        let out = spindle(
+            &[&["run", statement][..], &ab, &["--format", "C=csr", "--schedule", schedule, "--repeats", "1"]]
+                .concat(),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+            .lines()
+            .filter_map(|l| l.strip_prefix("note: `"))
+            .map(|l| l.split('`').next().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let union = "C[i,j] = A[i,j] + B[i,j]";
+    assert_eq!(
+        notes(union, "B=12x10:f32:2", "path=levels workspace=hash ws.cap=4 subsect=off"),
+        ["workspace=hash", "ws.cap=4", "subsect=off"]
+    );
+    let spgemm = "C[i,j] = A[i,k] * B[k,j]";
+    assert!(notes(spgemm, "B=10x12:f32:2", "workspace=hash ws.cap=4").is_empty());
+    assert_eq!(notes(spgemm, "B=10x12:f32:2", "workspace=dense ws.cap=4"), ["ws.cap=4"]);
 }
 
 /// 16-bit inputs reach the reference evaluator as the kernel holds them:

@@ -366,9 +366,33 @@ pub struct KernelKind {
     pub path: Path,
     /// CUDA C (on a GPU or emulated); otherwise C.
     pub cuda: bool,
+    /// The workspace a level-path kernel gathers its sparse output in
+    /// (`None`: a dense output, one its loops append directly, and every
+    /// tile kernel).
+    pub workspace: Option<crate::level::WorkspaceKind>,
+    /// Whether a level-path kernel walks an operand read at affine
+    /// subscripts (a convolution's subsection loops).
+    pub affine: bool,
 }
 
 impl KernelKind {
+    /// A tile-path kernel.
+    pub fn tiles(cuda: bool) -> KernelKind {
+        KernelKind { path: Path::Tiles, cuda, workspace: None, affine: false }
+    }
+
+    /// The level-path kernel `kernel`.
+    pub fn levels(kernel: &crate::level::LevelKernel, cuda: bool) -> KernelKind {
+        let gathers =
+            crate::level::Node::any(&kernel.body, &|n| matches!(n, crate::level::Node::Workspace { .. }));
+        KernelKind {
+            path: Path::Levels,
+            cuda,
+            workspace: kernel.assembly.as_ref().filter(|_| gathers).map(|a| a.workspace),
+            affine: !kernel.affine.is_empty(),
+        }
+    }
+
     fn describe(self) -> String {
         let path = match self.path {
             Path::Tiles => "tile",
@@ -414,11 +438,24 @@ impl Schedule {
                     "tf32" => (cuda_tiles && !walk, "CUDA kernels with map=tiles or map=rows"),
                     "l2hints" => (cuda_tiles && (walk || rows), "CUDA walks (map=walk or map=rows)"),
                     "split" => (cuda_tiles && rows, "CUDA block rows (map=rows)"),
+                    // A walk's lanes own whole rows of `n`; its run is
+                    // the p tile.
+                    k if k.starts_with("tile.") && kind.cuda && walk && k != "tile.p" => {
+                        (false, "tile-path kernels but a CUDA walk (map=walk), which reads tile.p only")
+                    }
                     k if k.starts_with("tile.") => (tiles, "tile-path kernels"),
                     "broadcast" | "matmul" | "parallel" => (tiles, "tile-path kernels"),
-                    k if k.starts_with("ws.") => (levels, "level-path kernels with sparse outputs"),
-                    "workspace" => (levels, "level-path kernels with sparse outputs"),
-                    "subsect" => (levels, "level-path kernels over affine subscripts"),
+                    k if k.starts_with("ws.") => (
+                        levels && matches!(kind.workspace, Some(crate::level::WorkspaceKind::Ism(_))),
+                        "level-path kernels that gather a sparse output in a sparse workspace (bucket, hash, \
+                         coord, map or vector)",
+                    ),
+                    "workspace" => (
+                        levels && kind.workspace.is_some(),
+                        "level-path kernels that gather a sparse output in a workspace (a product's rows, as \
+                         SpGEMM's; not a union or intersection, which appends as it walks, or a dense output)",
+                    ),
+                    "subsect" => (levels && kind.affine, "level-path kernels over affine subscripts (convolutions)"),
                     "fusion" | "strip" => (false, "programs (several statements)"),
                     "threads" => (!kind.cuda, "C kernels (CUDA takes its parallelism from the tiles)"),
                     "block" | "map" => {
@@ -550,8 +587,18 @@ mod tests {
     fn items_a_kernel_does_not_read_are_named() {
         let text = "path=levels reduce=atomic order=m tile.m=4 parallel=m matmul=off ws.cap=8 workspace=hash \
                     subsect=off fusion=none strip=4 threads=2 map=walk tf32=on";
+        // A level kernel with a sparse workspace, over affine subscripts.
         let unread = |path, cuda| {
-            Schedule::unread(text, KernelKind { path, cuda })
+            let kind = match path {
+                Path::Tiles => KernelKind::tiles(cuda),
+                Path::Levels => KernelKind {
+                    path,
+                    cuda,
+                    workspace: Some(crate::level::WorkspaceKind::Ism(Policy::Hash)),
+                    affine: true,
+                },
+            };
+            Schedule::unread(text, kind)
                 .iter()
                 .map(|n| n.split('`').nth(1).unwrap().split('=').next().unwrap().to_string())
                 .collect::<Vec<_>>()
@@ -560,17 +607,18 @@ mod tests {
             unread(Path::Levels, false),
             ["reduce", "tile.m", "parallel", "matmul", "fusion", "strip", "map", "tf32"]
         );
-        // A walk reduces as it walks, and runs no Tensor Cores.
+        // A walk reduces as it walks, reads the p tile only, and runs no
+        // Tensor Cores.
         assert_eq!(
             unread(Path::Tiles, true),
-            ["reduce", "ws.cap", "workspace", "subsect", "fusion", "strip", "threads", "tf32"]
+            ["reduce", "tile.m", "ws.cap", "workspace", "subsect", "fusion", "strip", "threads", "tf32"]
         );
         assert_eq!(
             unread(Path::Levels, true),
             ["reduce", "tile.m", "parallel", "matmul", "fusion", "strip", "threads", "map", "tf32"]
         );
-        let cuda_tiles = KernelKind { path: Path::Tiles, cuda: true };
-        assert!(Schedule::unread("tile.n=8 map=walk block=64 l2hints=on", cuda_tiles).is_empty());
+        let cuda_tiles = KernelKind::tiles(true);
+        assert!(Schedule::unread("tile.p=8 map=walk block=64 l2hints=on", cuda_tiles).is_empty());
         let names = |text: &str, kind| {
             Schedule::unread(text, kind)
                 .iter()
@@ -586,8 +634,17 @@ mod tests {
             ["reduce", "tensorcores"]
         );
         // The level path reads reduce=parallel on CUDA (a warp splits a row).
-        assert!(names("reduce=parallel", KernelKind { path: Path::Levels, cuda: true }).is_empty());
-        let note = &Schedule::unread("map=walk", KernelKind { path: Path::Tiles, cuda: false })[0];
+        let levels = KernelKind { path: Path::Levels, cuda: true, workspace: None, affine: false };
+        assert!(names("reduce=parallel", levels).is_empty());
+        // A level kernel without a workspace (a dense output, a union
+        // appended as it walks) or affine subscripts reads none of theirs;
+        // one with a dense workspace reads `workspace` only.
+        assert_eq!(names("workspace=hash ws.cap=4 subsect=off", levels), ["workspace", "ws.cap", "subsect"]);
+        let dense = KernelKind { workspace: Some(crate::level::WorkspaceKind::Dense), ..levels };
+        assert_eq!(names("workspace=dense ws.pipeline=on", dense), ["ws.pipeline"]);
+        // A CUDA walk reads the p tile only.
+        assert_eq!(names("map=walk tile.p=16 tile.n=8", cuda_tiles), ["tile.n"]);
+        let note = &Schedule::unread("map=walk", KernelKind::tiles(false))[0];
         assert_eq!(
             note,
             "`map=walk` changes nothing here: it is read by CUDA kernels on the tile path, and this is a C kernel \
