@@ -464,6 +464,7 @@ impl Prepared {
         spindle_ir::lang::check_subscript_reach(original, &|x| largest_index(&data, x))
             .map_err(|d| Error::statement(d, text))?;
         spindle_ir::eval::check_index_data(original, &data).map_err(|d| Error::statement(d, text))?;
+        spindle_ir::eval::check_index_ranges(original, &data).map_err(|d| Error::statement(d, text))?;
         if formats.is_empty() {
             return Ok(Prepared {
                 einsum: original.clone(),

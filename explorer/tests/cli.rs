@@ -431,6 +431,27 @@ fn eval_refuses_bad_arguments_with_messages() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("is out of range for dimension 0 of y (extent 3)"), "{}", stderr(&out));
+    // Beside a stored operand, before any kernel is tuned (it was every
+    // autotuning candidate's failure, repeated).
+    let out = spindle(&[
+        "run",
+        "y[i] = A[i,j] * x[P[j]]",
+        "--rand",
+        "A=6x9:f32:1",
+        "--format",
+        "A=csr",
+        "--rand",
+        "P=9:i32:1:50",
+        "--rand",
+        "x=9:f32:1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("is out of range for dimension 0 of x (extent 9)") && err.contains("statement:1:19"),
+        "{err}"
+    );
+    assert!(!err.contains("autotuning"), "{err}");
 }
 
 #[test]

@@ -242,6 +242,45 @@ pub fn check_index_data(einsum: &Einsum, tensors: &Tensors) -> Result<(), Diagno
     Ok(())
 }
 
+/// Every value of an index tensor that is a whole subscript (`x[P[j]]`,
+/// `C[AM[p],n]`) and read at plain indices (so at every element) lies in
+/// the dimension it indexes: a mistake in the data, said before any kernel
+/// runs (each kernel checks too, as it trusts them; [`evaluate`] reports
+/// the first bad read in its walk's order instead). Needs only the index
+/// tensors' data: the operands may be stored in formats.
+pub fn check_index_ranges(einsum: &Einsum, tensors: &Tensors) -> Result<(), Diagnostic> {
+    for outer in einsum.statement.all_accesses() {
+        let Some(info) = einsum.tensors.get(&outer.tensor.name) else { continue };
+        for (dim, sub) in outer.subscripts.iter().enumerate() {
+            let ([Term { coeff: 1, atom: Atom::Indirect(inner), .. }], 0) = (&sub.terms[..], sub.offset)
+            else {
+                continue;
+            };
+            let plain = inner.subscripts.iter().all(|s| matches!(&s.terms[..], [t] if t.coeff == 1 && s.offset == 0 && matches!(t.atom, Atom::Index(_))));
+            let (Some(TensorValue::Indices(data)), true) = (tensors.get(&inner.tensor.name), plain) else {
+                continue;
+            };
+            let Some(&extent) = info.shape.get(dim) else { continue };
+            if let Some((pos, &v)) = data.indexed_iter().find(|(_, v)| !(0..extent as i64).contains(v)) {
+                return Err(Diagnostic::new(
+                    format!(
+                        "{} = {v} is out of range for dimension {dim} of {} (extent {extent})",
+                        show(&inner.tensor.name, pos.slice()),
+                        outer.tensor.name
+                    ),
+                    inner.span,
+                )
+                .with_label(format!("must be below {extent}"))
+                .with_note(format!(
+                    "every value of `{}` must index `{}`",
+                    inner.tensor.name, outer.tensor.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The raw position as `usize`s when it is inside `shape`.
 fn in_bounds(raw: &[i128], shape: &[usize]) -> Option<Vec<usize>> {
     raw.iter().zip(shape).map(|(&v, &n)| usize::try_from(v).ok().filter(|&u| u < n)).collect()
