@@ -328,9 +328,13 @@ fn check_out(out: Option<&str>, args: &DataArgs) -> Result<()> {
                 },
             )
         };
-        let sparse = args.formats.iter().filter(|a| with_data(a)).any(|a| sparse_format(&a))
-            && !args.tensors.iter().chain(&args.rand).any(with_data);
+        let formatted = args.formats.iter().filter(|a| with_data(a)).any(|a| sparse_format(&a));
+        let has_data = args.tensors.iter().chain(&args.rand).any(with_data);
+        // (An output with data and a sparse format: `run` refuses it with
+        // its reason, `eval` prints its entries.)
+        let sparse = formatted && !has_data;
         match (sparse, extension) {
+            _ if formatted && has_data => {}
             (false, Some("mtx" | "tns")) => bail!(
                 "--out {out}: `{name}` is dense, written as .npy (.mtx and .tns are for an output given a sparse \
                  format, --format {name}=csr)"

@@ -182,8 +182,10 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
         let block = |dim, part, format| Level { dim, part, format };
         match self {
             SparseTensor::Dense(d) => (0..d.val.ndim()).map(|d| whole(d, Dense)).collect(),
+            // Canonical: the first level's coordinates repeat only where
+            // a singleton level follows (a vector's are unique).
             SparseTensor::Coo(c) => (0..c.order())
-                .map(|d| whole(d, if d == 0 { Compressed { unique: false } } else { Singleton }))
+                .map(|d| whole(d, if d == 0 { Compressed { unique: c.order() == 1 } } else { Singleton }))
                 .collect(),
             SparseTensor::Compressed(c) => {
                 vec![whole(c.major, Dense), whole(1 - c.major, Compressed { unique: true })]

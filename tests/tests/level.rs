@@ -184,6 +184,14 @@ fn co_iteration_takes_one_branch_per_lattice_point() {
         &[("A", "csr"), ("B", "csr"), ("E", "csr")],
     ));
     assert!(tree.contains("case {A, B, E}") && !tree.contains("case {B, E}"), "{tree}");
+    // Vectors in COO: its one level is unique, so it co-iterates (it was
+    // refused as "not ordered and unique").
+    let tree = runs(&case(
+        "z[i] = x[i] + y[i]",
+        &[("z", &[40], 1.0), ("x", &[40], 0.3), ("y", &[40], 0.4)],
+        &[("x", "coo"), ("y", "coo")],
+    ));
+    assert!(tree.contains("case {x, y}") && tree.contains("case {y}"), "{tree}");
     // exp(0) is 1: every coordinate counts.
     runs(&case(
         "C[i,j] = exp(A[i,j]) * B[i,j] + relu(B[i,j])",

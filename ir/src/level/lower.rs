@@ -1315,7 +1315,14 @@ impl Lowerer<'_> {
                         self.stored[t].access.span,
                         "cannot co-iterate",
                     )
-                    .with_note(format!("store `{t}` in a format with unique levels (csr, dcsr, csf)")));
+                    .with_note(format!(
+                        "store `{t}` in a format with unique levels ({})",
+                        match self.stored[t].levels.len() {
+                            1 => "c",
+                            2 => "csr, dcsr",
+                            _ => "csf",
+                        }
+                    )));
                 }
             }
         }
