@@ -416,7 +416,7 @@ fn row_wise_sweep(
             variants,
         };
         progress(&format!(
-            "row-wise sweep: width 2^{log}, deduplication {:.2}: sparse/dense {:.2}x",
+            "row-wise sweep: width 2^{log}, deduplication {:.2}: dense/sparse {:.2}x (above 1: the sparse workspace wins)",
             point.deduplication,
             point.sparse_speedup()
         ));
@@ -448,7 +448,7 @@ fn outer_product_sweep(
             variants,
         };
         progress(&format!(
-            "outer-product sweep: K {k}, deduplication {:.2}: sparse/dense {:.2}x",
+            "outer-product sweep: K {k}, deduplication {:.2}: dense/sparse {:.2}x (above 1: the sparse workspace wins)",
             point.deduplication,
             point.sparse_speedup()
         ));

@@ -209,7 +209,7 @@ enum Command {
         #[command(flatten)]
         data: einsum::DataArgs,
         /// The schedule, space-separated items: path=tiles|levels;
-        /// tile.INDEX=N, reduce=atomic|accumulate|segment(R)|parallel(R),
+        /// tile.INDEX=N, reduce=atomic|accumulate|segment(R)|parallel[(R)],
         /// broadcast=lazy|eager, matmul=on|off, parallel=I+J, order=I+J;
         /// threads=N (C); tensorcores=on|off, tf32=on|off, block=N,
         /// map=tiles|walk|rows, l2hints=on|off, split=on|off (CUDA);

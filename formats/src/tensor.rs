@@ -431,7 +431,16 @@ impl<V: Value, I: Index> SparseTensor<V, I> {
             _ => 0,
         };
         let Some(&extent) = shape.get(dim) else { return Ok((0, "entries", Vec::new())) };
-        check_array::<usize>("occupancy", Some(extent))?;
+        check_array::<usize>("occupancy", Some(extent)).map_err(|_| {
+            FormatError::invalid(
+                "statistics",
+                format!(
+                    "dimension {dim} has {extent} slices, and counting the entries of each takes more than the {} \
+                     GiB one array may hold",
+                    crate::error::MAX_ARRAY_BYTES >> 30
+                ),
+            )
+        })?;
         Ok(match self {
             SparseTensor::BlockGroupCoo(b) => (b.dim, "blocks", b.block_occupancy()),
             SparseTensor::GroupCoo(g) => {

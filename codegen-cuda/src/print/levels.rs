@@ -60,13 +60,24 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     let dialect = Cuda { real: if double { "double" } else { "float" }, wide: true };
     let split = lane_split(kernel);
     if kernel.lanes_over_positions && !matches!(split, LaneSplit::Positions(_)) {
-        return Err(refuse(
+        // An order that puts the summed indices innermost, in the
+        // statement's names (the output's indices first).
+        fn update(nodes: &[spindle_ir::level::Node]) -> Option<&[spindle_ir::level::VarId]> {
+            nodes.iter().find_map(|n| match n {
+                spindle_ir::level::Node::Update { at, .. } => Some(&at[..]),
+                _ => n.bodies().find_map(update),
+            })
+        }
+        let at = update(&kernel.body).unwrap_or_default();
+        let (free, summed): (Vec<_>, Vec<_>) = kernel.vars.iter().partition(|(v, _)| at.contains(v));
+        let order: Vec<&str> = free.iter().chain(&summed).map(|(_, var)| var.name.as_str()).collect();
+        return Err(refuse(format!(
             "reduce=parallel splits a row's positions over the lanes, but no loop over one stored level's \
              positions holds one update at an output element fixed outside it (a co-iteration of two \
              operands, a dense level, or an output index bound inside the sum have none); where the summed \
-             index is not innermost, order= can put it there (order=m+n+k for C[m,n] += A[m,k] * B[k,n])"
-                .to_string(),
-        ));
+             index is not innermost, order= can put it there: order={}",
+            order.join("+")
+        )));
     }
     let Warps { tensors: names, body, atomic } =
         print_level_warps(kernel, dialect).map_err(|e| refuse(e.reason))?;

@@ -722,6 +722,18 @@ fn rand_source(kind: Word<'_>, args: &[Word<'_>]) -> Result<Source, Diagnostic> 
             let span = keys["max"].1;
             return Err(Diagnostic::new("max is a positive whole number", span));
         }
+        // Values run to max - 1, which the index type must hold.
+        (true, Some(m))
+            if dtype == ElemType::Index(spindle_formats::IType::I32) && m - 1 > i64::from(i32::MAX) =>
+        {
+            let span = keys["max"].1;
+            return Err(Diagnostic::new(
+                format!("i32 indices run to {}, so max is at most {}", i32::MAX, 1i64 << 31),
+                span,
+            )
+            .with_label("past i32")
+            .with_note("give the tensor i64 indices, or a smaller max"));
+        }
         (false, Some(_)) => {
             let span = keys["max"].1;
             return Err(Diagnostic::new("max is for index tensors (i32, i64)", span)
@@ -980,6 +992,11 @@ threads 2
 
         let e = err("I = rand 10 i32\nC[i] = I[i]\n");
         assert!(e.contains("index tensors need a range"), "{e}");
+
+        // A range past i32 is refused at its key (it failed in the backend,
+        // without a line).
+        let e = err("I = rand 10 i32 max=99999999999\nC[i] = I[i]\n");
+        assert!(e.contains("so max is at most 2147483648") && e.contains("cell:1:17"), "{e}");
 
         let e = err("A = rand 4x4\nschedule tile.n=48\nC[i] = A[i,j]\n");
         assert!(e.contains("tile sizes are powers of two"), "{e}");

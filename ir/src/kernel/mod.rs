@@ -408,8 +408,7 @@ impl std::str::FromStr for Strategy {
     /// `atomic`, `accumulate`, `segment(R)`, `parallel` or `parallel(R)`,
     /// R a power of two up to 32.
     fn from_str(text: &str) -> Result<Self, String> {
-        const SYNTAX: &str =
-            "reduce is atomic, accumulate, segment(R) or parallel(R), R in 1, 2, 4, 8, 16, 32";
+        const SYNTAX: &str = "reduce is atomic, accumulate, segment(R), parallel(R) or parallel (the tile of the reduced index, at most 32), R in 1, 2, 4, 8, 16, 32";
         let lanes = |inner: &str| -> Result<u32, String> {
             match inner.parse::<u32>() {
                 Ok(r) if r.is_power_of_two() && r <= Strategy::MAX_LANES => Ok(r),

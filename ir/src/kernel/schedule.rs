@@ -246,7 +246,7 @@ pub struct ScheduleError {
 }
 
 pub const SCHEDULE_SYNTAX: &str = "path=tiles|levels, workspace=auto|dense|bucket|hash|coord|map|vector, \
-ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, strip=auto|N, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate|segment(R)|parallel(R), broadcast=lazy|eager, \
+ws.indexing|realloc|double_buffer|pipeline=on|off, ws.cap=N, ws.pipeline_min=N, fusion=none|maximal|trie, strip=auto|N, subsect=on|off, tile.INDEX=N (a power of two), reduce=atomic|accumulate|segment(R)|parallel[(R)], broadcast=lazy|eager, \
 matmul=on|off, parallel=INDEX+INDEX..., order=INDEX+INDEX..., threads=N (C), tensorcores=on|off, tf32=on|off, \
 block=N, map=tiles|walk|rows, l2hints=on|off, split=on|off (CUDA)";
 
@@ -712,7 +712,7 @@ mod tests {
         );
         assert_eq!(
             err("reduce=segment"),
-            "invalid schedule item `reduce=segment`: reduce is atomic, accumulate, segment(R) or parallel(R), R in 1, 2, 4, 8, 16, 32"
+            "invalid schedule item `reduce=segment`: reduce is atomic, accumulate, segment(R), parallel(R) or parallel (the tile of the reduced index, at most 32), R in 1, 2, 4, 8, 16, 32"
         );
         assert!(err("reduce=segment(3)").contains("`3` is not a group size"));
         assert!(err("reduce=parallel(64)").contains("`64` is not a group size"));
