@@ -286,7 +286,7 @@ fn check_prints_the_typed_statement() {
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
-    assert!(text.contains("n          4        from C dim 1"), "{text}");
+    assert!(text.contains("n          4        from B dim 1"), "{text}");
     assert!(text.contains("p          10       from AV dim 0"), "{text}");
 }
 
@@ -1269,6 +1269,14 @@ fn shape_mistakes_point_at_their_subscript() {
     assert!(err.contains("give it with --shape y=DIMS"), "{err}");
     let out = spindle(&["check", "y[0] = A[0,j]", "--shape", "A=4x4"]);
     assert!(stderr(&out).contains("not an index alone"), "{}", stderr(&out));
+    // Two operands that disagree are named, not the output whose shape was
+    // worked out from the first (it said "`i` is 12 in C").
+    let out = spindle(&["check", "C[i,j] = A[i,j] + B[i,j]", "--shape", "A=12x9", "--shape", "B=25x9"]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("conflicting extents: `i` is 12 in A (dimension 0) but 25 in B (dimension 0)"),
+        "{err}"
+    );
     let out = spindle(&["check", "y[i] = x[i+1] - x[i] where i < 4", "--shape", "x=5"]);
     let err = stderr(&out);
     assert!(err.contains("`i` is 5 in x (dimension 0) but the `where` clause says 4"), "{err}");

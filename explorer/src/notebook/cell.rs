@@ -996,7 +996,7 @@ threads 2
         // A range past i32 is refused at its key (it failed in the backend,
         // without a line).
         let e = err("I = rand 10 i32 max=99999999999\nC[i] = I[i]\n");
-        assert!(e.contains("so max is at most 2147483648") && e.contains("cell:1:17"), "{e}");
+        assert!(e.contains("so max is at most 2147483648") && e.contains("cell:1:21"), "{e}");
 
         let e = err("A = rand 4x4\nschedule tile.n=48\nC[i] = A[i,j]\n");
         assert!(e.contains("tile sizes are powers of two"), "{e}");

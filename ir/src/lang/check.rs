@@ -155,9 +155,13 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
         .with_note(format!("did you mean `{}[...]`?", u.ident.name)));
     }
 
-    // Extents: from subscripts that are an index alone, then `where`.
+    // Extents: from subscripts that are an index alone, then `where`. The
+    // operands' first: an output given no shape has one worked out from
+    // an operand, so a conflict is between operands, and names them.
     let mut extents: BTreeMap<&str, (usize, ExtentSource, Span)> = BTreeMap::new();
-    for u in uses.iter().filter(|u| u.alone) {
+    let output = |u: &&IndexUse<'_>| std::ptr::eq(u.access, &statement.lhs);
+    let alone = uses.iter().filter(|u| u.alone);
+    for u in alone.clone().filter(|u| !output(u)).chain(alone.filter(output)) {
         let extent = tensors[&u.access.tensor.name].shape[u.dim];
         let source = ExtentSource::Tensor { tensor: u.access.tensor.name.clone(), dim: u.dim };
         match extents.get(u.ident.name.as_str()) {
@@ -526,7 +530,7 @@ mod tests {
         );
         assert_eq!(
             err("C[m,n] += A[m,k] * B[n,k]", &d).message,
-            "conflicting extents: `n` is 16 in C (dimension 1) but 4 in B (dimension 0)"
+            "conflicting extents: `k` is 4 in A (dimension 1) but 16 in B (dimension 1)"
         );
         let e = err("C[m,n] += A[m,k+p] * B[k,n]", &d);
         assert_eq!(
@@ -610,9 +614,11 @@ mod tests {
     fn diagnostics_point_at_the_text() {
         let src = "C[m,n] += A[m,k] * B[n,k]";
         let e = err(src, &spmm());
-        assert_eq!(&src[e.span.start..e.span.end], "n");
-        assert_eq!(e.span.start, 21);
-        assert_eq!(&src[e.secondary[0].0.start..e.secondary[0].0.end], "n");
+        // Between operands first (an output's shape may be worked out
+        // from one): B's k against A's.
+        assert_eq!(&src[e.span.start..e.span.end], "k");
+        assert_eq!(e.span.start, 23);
+        assert_eq!((&src[e.secondary[0].0.start..e.secondary[0].0.end], e.secondary[0].0.start), ("k", 14));
         let text = e.render(src, false);
         assert!(text.contains("16 here") && text.contains("4 here"), "{text}");
     }
