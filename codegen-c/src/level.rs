@@ -114,11 +114,15 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
     let split_at = split_loop(kernel);
     let split = split_at.map_or(LaneSplit::None, |(split, _)| split);
     if kernel.assembly.is_some() {
-        return Err(refuse("sparse outputs are assembled on the C backend only so far"));
+        return Err(refuse(
+            "sparse outputs are assembled on the C backend only so far: run it with --target c, or drop the \
+             output's format to write it dense",
+        ));
     }
     if !kernel.affine.is_empty() {
         return Err(refuse(
-            "subsection loops (affine subscripts on stored operands) run on the C backend only so far",
+            "subsection loops (affine subscripts on stored operands) run on the C backend only so far: run it with \
+             --target c",
         ));
     }
     if kernel.body.len() > 1 {
@@ -146,7 +150,8 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
     if let Some(why) = fill_on_warps(kernel, owned, split_at) {
         return Err(refuse(&format!(
             "`{}` over stored operands counts the zeros the walk skips per output element, on a GPU in the \
-             registers of the warp that owns the element; {why}. Such a kernel runs on the C backend only so far",
+             registers of the warp that owns the element; {why}. Such a kernel runs on the C backend only so far \
+             (--target c)",
             if kernel.reduction == Reduction::Max { "max=" } else { "min=" }
         )));
     }

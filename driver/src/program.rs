@@ -977,6 +977,26 @@ impl Problem {
             run.result = result;
             run.last = Some(einsum.clone());
         }
+        // A sparse output read from dense temporaries is walked at every
+        // coordinate they hold, zeros included.
+        if let (Some(_), Some((last, before))) = (&run.assembled, program.statements.split_last()) {
+            let temporaries: Vec<&str> = last
+                .statement
+                .rhs
+                .accesses()
+                .iter()
+                .map(|a| a.tensor.name.as_str())
+                .filter(|n| before.iter().any(|e| e.output().name == *n))
+                .collect();
+            if let Some(t) = temporaries.first() {
+                run.notes.push(format!(
+                    "the sparse output `{}` is assembled from the dense temporary `{t}`, so it stores every \
+                     coordinate `{t}` holds, zeros included (fusion=trie and maximal walk the stored operands' \
+                     entries instead)",
+                    run.output
+                ));
+            }
+        }
         Ok(run)
     }
 }

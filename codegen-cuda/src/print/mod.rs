@@ -254,17 +254,17 @@ pub enum PrintError {
     #[error("{threads} threads per block: use a multiple of 32 up to 1024")]
     Threads { threads: u32 },
     #[error(
-        "cannot print kernel `{kernel}` with map=walk: {reason} (the warp walk prints C[R[p],n] += V[p,q] * \
+        "map=walk cannot print this kernel: {reason} (the warp walk prints C[R[p],n] += V[p,q] * \
          B[K[p,q],n], GroupCOO and COO SpMM; use map=tiles)"
     )]
     Walk { kernel: String, reason: String },
     #[error(
-        "cannot print kernel `{kernel}` with map=rows: {reason} (map=rows prints C[bm*R[p]+bi,n] += \
+        "map=rows cannot print this kernel: {reason} (map=rows prints C[bm*R[p]+bi,n] += \
          V[p,q,bi,bj] * B[bk*K[p,q]+bj,n] on Tensor Cores, BlockGroupCOO or BCSR SpMM over block rows, and \
          C[R[p],n] += V[p,q] * B[K[p,q],n] by warps over whole rows, GroupCOO and COO SpMM; use map=tiles)"
     )]
     Rows { kernel: String, reason: String },
-    #[error("cannot print level kernel `{kernel}` as CUDA: {reason}")]
+    #[error("the GPU's level path cannot print this kernel: {reason}")]
     Levels { kernel: String, reason: String },
 }
 
