@@ -3,7 +3,7 @@
 use ndarray::ArrayD;
 use spindle_ir::formats::Assembled;
 use spindle_ir::kernel::Kernel;
-use spindle_ir::kernel::schedule::{Path, Schedule, ScheduleError};
+use spindle_ir::kernel::schedule::{KernelKind, Path, Schedule, ScheduleError};
 use spindle_ir::level::LevelKernel;
 
 use crate::autotune::{TuneCache, TuneKey, Tuned, space, tune};
@@ -23,6 +23,14 @@ pub enum Lowering {
 }
 
 impl Lowering {
+    /// The schedule items this kernel reads, on CUDA (`cuda`) or C.
+    pub fn kind(&self, cuda: bool) -> KernelKind {
+        match self {
+            Lowering::Tiles(_) => KernelKind::tiles(cuda),
+            Lowering::Levels(kernel) => KernelKind::levels(kernel, cuda),
+        }
+    }
+
     /// The tile program, when the statement took the tile path.
     pub fn tiles(&self) -> Option<&Kernel> {
         match self {

@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 
 use ndarray::ArrayD;
 use spindle_formats::{Assembled, Coo, FormatSpec, SparseTensor};
-use spindle_ir::kernel::schedule::{Fusion, Path, Schedule};
+use spindle_ir::kernel::schedule::{Fusion, KernelKind, Path, Schedule};
 use spindle_ir::lang::{AssignOp, Declaration, Declarations, Einsum, Expr, Statement};
 use spindle_ir::level::strip_rows;
 use spindle_ir::level::{Lowered, lower_program};
@@ -76,6 +76,8 @@ pub struct ProgramRun {
     pub notes: Vec<String>,
     /// Each kernel's timing, in order.
     pub timings: Vec<Timing>,
+    /// Each kernel's kind, in order: the schedule items it reads.
+    pub kinds: Vec<KernelKind>,
     /// Each kernel's output against the reference evaluator, where asked.
     pub checks: Vec<Check>,
     /// The last statement's output and its values (dense; empty when a
@@ -413,6 +415,8 @@ impl Problem {
             sources: vec![executable.source().to_string()],
             notes,
             timings: vec![timing],
+            // (A CUDA executable reports its launch.)
+            kinds: vec![KernelKind::levels(&lowered.kernel, executable.report().launch.is_some())],
             checks: Vec::new(),
             output: last.output().name.clone(),
             result,
@@ -724,6 +728,7 @@ impl Problem {
             sources: vec![compiled.source().to_string()],
             notes: Vec::new(),
             timings: vec![timing],
+            kinds: vec![compiled.kernel.kind(backend.target() != Target::C)],
             checks: Vec::new(),
             output: prepared.einsum.output().name.clone(),
             result,
@@ -913,6 +918,7 @@ impl Problem {
             sources: Vec::new(),
             notes: Vec::new(),
             timings: Vec::new(),
+            kinds: Vec::new(),
             checks: Vec::new(),
             output: String::new(),
             result: ArrayD::zeros(vec![0]),
@@ -972,6 +978,7 @@ impl Problem {
             run.kernels.push(compiled.kernel.to_string());
             run.sources.push(compiled.source().to_string());
             run.timings.push(timing);
+            run.kinds.push(compiled.kernel.kind(backend.target() != Target::C));
             written.insert(out.clone(), result.clone());
             run.output = out;
             run.result = result;

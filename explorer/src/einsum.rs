@@ -832,6 +832,9 @@ fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<
     for note in &ran.notes {
         eprintln!("note: {note}");
     }
+    for note in Schedule::unread_by_program(run.schedule, &ran.kinds) {
+        eprintln!("note: {note}");
+    }
     if run.check {
         let worst = ran.checks.iter().map(|c| c.max_rel_error).fold(0.0f64, f64::max);
         println!("check: max relative error {worst:.2e} against the reference evaluator");

@@ -1019,6 +1019,31 @@ fn schedule_items_the_kernel_does_not_read_get_a_note() {
         notes(union, "B=12x10:f32:2", "path=levels workspace=hash ws.cap=4 subsect=off"),
         ["workspace=hash", "ws.cap=4", "subsect=off"]
     );
+    // A program (SDDMM over CSR, split): items none of its kernels reads
+    // get a note too (they were dropped silently).
+    let out = spindle(&[
+        "run",
+        "C[i,j] = A[i,j] * D1[i,r] * D2[r,j]",
+        "--rand",
+        "A=12x10:f32:1",
+        "--format",
+        "A=csr",
+        "--rand",
+        "D1=12x4:f32:2",
+        "--rand",
+        "D2=4x10:f32:3",
+        "--schedule",
+        "tile.zz=4 map=walk fusion=trie",
+        "--repeats",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("note: `tile.zz=4` changes nothing here") && err.contains("note: `map=walk`"),
+        "{err}"
+    );
+    assert!(!err.contains("`fusion=trie` changes nothing"), "{err}");
     let spgemm = "C[i,j] = A[i,k] * B[k,j]";
     assert!(notes(spgemm, "B=10x12:f32:2", "workspace=hash ws.cap=4").is_empty());
     assert_eq!(notes(spgemm, "B=10x12:f32:2", "workspace=dense ws.cap=4"), ["ws.cap=4"]);

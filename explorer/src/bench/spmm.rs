@@ -330,8 +330,9 @@ fn print_summary(r: &SpmmReport) {
         );
     }
     println!("  per matrix (user / best):");
+    // (Wide enough for two three-digit ratios, "143.87x / 268.23x".)
     println!(
-        "  {:<22} {:>15} {:>15} {:>15} {:>15}",
+        "  {:<22} {:>19} {:>19} {:>19} {:>19}",
         "matrix",
         "vs MKL 1t",
         format!("vs MKL {}t", r.threads),
@@ -344,7 +345,7 @@ fn print_summary(r: &SpmmReport) {
             format!("{} / {}", ratio(get(RowKind::User)), ratio(get(RowKind::Best)))
         };
         println!(
-            "  {:<22} {:>15} {:>15} {:>15} {:>15}",
+            "  {:<22} {:>19} {:>19} {:>19} {:>19}",
             m,
             cell("mkl", Threads::One),
             cell("mkl", Threads::All),

@@ -471,6 +471,31 @@ impl Schedule {
     }
 }
 
+impl Schedule {
+    /// [`Schedule::unread`] for a program whose kernels are of `kinds`:
+    /// the items none of them reads (`fusion=` and `strip=` are the
+    /// program's own).
+    pub fn unread_by_program(text: &str, kinds: &[KernelKind]) -> Vec<String> {
+        let key = |note: &str| note.split('`').nth(1).unwrap_or_default().to_string();
+        let each: Vec<Vec<String>> = kinds.iter().map(|&k| Schedule::unread(text, k)).collect();
+        let Some((first, others)) = each.split_first() else { return Vec::new() };
+        first
+            .iter()
+            .filter(|note| {
+                let item = key(note);
+                let name = item.split_once('=').map_or(item.as_str(), |(k, _)| k);
+                !matches!(name, "fusion" | "strip") && others.iter().all(|o| o.iter().any(|n| key(n) == item))
+            })
+            .map(|note| match (kinds.len(), note.split_once(", and this is ")) {
+                (2.., Some((head, _))) => {
+                    format!("{head}, and none of this program's {} kernels is", kinds.len())
+                }
+                _ => note.clone(),
+            })
+            .collect()
+    }
+}
+
 impl fmt::Display for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (index, n) in &self.tiles {
@@ -644,6 +669,17 @@ mod tests {
         assert_eq!(names("workspace=dense ws.pipeline=on", dense), ["ws.pipeline"]);
         // A CUDA walk reads the p tile only.
         assert_eq!(names("map=walk tile.p=16 tile.n=8", cuda_tiles), ["tile.n"]);
+        // A program: what none of its kernels reads; fusion= is its own.
+        let program = [KernelKind::tiles(false), KernelKind { cuda: false, ..levels }];
+        assert_eq!(
+            Schedule::unread_by_program("tile.p=4 map=walk fusion=none subsect=on", &program),
+            [
+                "`map=walk` changes nothing here: it is read by CUDA kernels on the tile path, and none of this \
+                 program's 2 kernels is",
+                "`subsect=on` changes nothing here: it is read by level-path kernels over affine subscripts \
+                 (convolutions), and none of this program's 2 kernels is"
+            ]
+        );
         let note = &Schedule::unread("map=walk", KernelKind::tiles(false))[0];
         assert_eq!(
             note,
