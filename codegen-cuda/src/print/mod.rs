@@ -254,12 +254,12 @@ pub enum PrintError {
     #[error("{threads} threads per block: use a multiple of 32 up to 1024")]
     Threads { threads: u32 },
     #[error(
-        "map=walk cannot print this kernel: {reason} (the warp walk prints C[R[p],n] += V[p,q] * \
+        "cannot print this kernel with map=walk: {reason} (the warp walk prints C[R[p],n] += V[p,q] * \
          B[K[p,q],n], GroupCOO and COO SpMM; use map=tiles)"
     )]
     Walk { kernel: String, reason: String },
     #[error(
-        "map=rows cannot print this kernel: {reason} (map=rows prints C[bm*R[p]+bi,n] += \
+        "cannot print this kernel with map=rows: {reason} (map=rows prints C[bm*R[p]+bi,n] += \
          V[p,q,bi,bj] * B[bk*K[p,q]+bj,n] on Tensor Cores, BlockGroupCOO or BCSR SpMM over block rows, and \
          C[R[p],n] += V[p,q] * B[K[p,q],n] by warps over whole rows, GroupCOO and COO SpMM; use map=tiles)"
     )]
