@@ -382,11 +382,24 @@ fn run_with(
         }
     }
     let exe = executable(&cxx, &program, opts, &dir.0)?;
-    let run = Command::new(&exe)
-        .arg(&dir.0)
-        .env("ASAN_OPTIONS", "detect_leaks=0")
-        .env("TSAN_OPTIONS", "halt_on_error=1 report_signal_unsafe=0")
-        .output()?;
+    // ETXTBSY: the executable is still open for writing somewhere (a
+    // test thread linking the same program into the same cached path, or
+    // a child forked while it was written); retry for up to 5 s.
+    let mut tries = 0;
+    let run = loop {
+        let run = Command::new(&exe)
+            .arg(&dir.0)
+            .env("ASAN_OPTIONS", "detect_leaks=0")
+            .env("TSAN_OPTIONS", "halt_on_error=1 report_signal_unsafe=0")
+            .output();
+        match run {
+            Err(e) if e.raw_os_error() == Some(libc_etxtbsy()) && tries < 250 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other?,
+        }
+    };
     if !run.status.success() {
         return Err(EmulateError::Run {
             status: run.status.to_string(),
@@ -401,4 +414,9 @@ fn run_with(
         data.iter_mut().filter(|x| **x == r.identity()).for_each(|x| *x = 0.0);
     }
     ArrayD::from_shape_vec(out_shape, data).map_err(|e| EmulateError::Data(e.to_string()))
+}
+
+/// Linux's "text file busy" error number.
+const fn libc_etxtbsy() -> i32 {
+    26
 }
