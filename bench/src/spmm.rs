@@ -334,6 +334,10 @@ pub struct MatrixResult {
     pub reference_s: f64,
     pub baselines: Vec<BaselineResult>,
     pub variants: Vec<VariantResult>,
+    /// Variants that did not compile, run or pass the check; the suite goes
+    /// on without them.
+    #[serde(default)]
+    pub failed: Vec<FailedVariant>,
     pub groupcoo: GroupCooSummary,
     /// Spindle as a user gets it.
     pub user: SpindleRow,
@@ -410,6 +414,15 @@ impl VariantResult {
             Threads::All => &self.all_threads,
         }
     }
+}
+
+/// A variant that failed, with why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FailedVariant {
+    pub variant: String,
+    pub format: String,
+    pub schedule: String,
+    pub error: String,
 }
 
 /// A GroupCOO size that was not timed.
@@ -928,12 +941,26 @@ fn measure(
     let mut prepared_by_format: BTreeMap<String, Prepared> = BTreeMap::new();
     prepared_by_format.insert("csr".into(), csr_prepared);
     let mut variants = Vec::new();
+    let mut failed = Vec::new();
     for plan in &plans {
         if !prepared_by_format.contains_key(&plan.format) {
             prepared_by_format.insert(plan.format.clone(), prepare(&coo, &b, &plan.format)?);
         }
         let prepared = &prepared_by_format[&plan.format];
-        let built = build(prepared, plan, &want, ctx, name, true)?;
+        // One variant's failure is its row's, not the suite's.
+        let built = match build(prepared, plan, &want, ctx, name, true) {
+            Ok(built) => built,
+            Err(e) => {
+                progress(&format!("  {:<14} FAILED: {e:#}", plan.name));
+                failed.push(FailedVariant {
+                    variant: plan.name.clone(),
+                    format: plan.format.clone(),
+                    schedule: plan.schedule.clone(),
+                    error: format!("{e:#}"),
+                });
+                continue;
+            }
+        };
         let bytes = (built.a_bytes + dense_bytes) as f64;
         let [t1, tn] = built.timings;
         progress(&format!(
@@ -1022,6 +1049,7 @@ fn measure(
         reference_s,
         baselines,
         variants,
+        failed,
         groupcoo: GroupCooSummary {
             f_of_g: analysis.f_of_g.clone(),
             skipped,
@@ -1338,6 +1366,7 @@ mod tests {
         assert_eq!((m.matrix.as_str(), m.nnz, m.rows, m.cols), ("tiny", 1500, 200, 150));
         let names: Vec<&str> = m.variants.iter().map(|v| v.variant.as_str()).collect();
         assert!(names.starts_with(&["coo", "csr", "groupcoo g=1"]), "{names:?}");
+        assert!(m.failed.is_empty(), "{:?}", m.failed);
         // g runs over the powers of two up to the maximum occupancy, each
         // timed or skipped for its padding.
         let top = m.max_occupancy.next_power_of_two();
@@ -1380,6 +1409,28 @@ mod tests {
         // The typed report round-trips through JSON.
         let text = serde_json::to_string_pretty(&report).unwrap();
         assert_eq!(serde_json::from_str::<SpmmReport>(&text).unwrap(), report);
+    }
+
+    #[test]
+    fn a_failing_variant_is_marked_and_the_others_still_run() {
+        let opts = SpmmOptions {
+            repeats: 1,
+            threads: 2,
+            copy_bytes: 1 << 20,
+            python: PythonMode::Off,
+            tune_in_memory: true,
+            // Parses, but names an index COO's statement does not have.
+            schedules: Schedules::with_overrides(&["coo=tile.zz=4".into()]).unwrap(),
+            ..SpmmOptions::new()
+        };
+        let report = run(&tiny(), &opts, &mut |line| eprintln!("{line}")).unwrap();
+        let m = &report.results[0];
+        let failed: Vec<&str> = m.failed.iter().map(|f| f.variant.as_str()).collect();
+        assert_eq!(failed, ["coo"]);
+        assert!(m.failed[0].error.contains("zz"), "{}", m.failed[0].error);
+        let names: Vec<&str> = m.variants.iter().map(|v| v.variant.as_str()).collect();
+        assert!(names.starts_with(&["csr", "groupcoo g=1"]), "{names:?}");
+        assert!(m.best.one_thread.timing.median_ms > 0.0);
     }
 
     #[test]
@@ -1471,6 +1522,7 @@ mod tests {
                 })
                 .to_vec(),
             variants: Vec::new(),
+            failed: Vec::new(),
             groupcoo: GroupCooSummary {
                 f_of_g: BTreeMap::new(),
                 skipped: Vec::new(),

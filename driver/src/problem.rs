@@ -163,16 +163,19 @@ impl Problem {
         check_loaded_formats(&checked)?;
         let statement = checked.original.clone();
         if !checked.formats.is_empty() {
-            if let Ok(prepared) = self.prepare_loaded(checked.clone()) {
+            if let Ok(prepared) = self.prepare_loaded(checked) {
                 let rewritten = prepared.rewritten.then(|| prepared.text.clone());
                 let result = prepared.reference()?;
                 return Ok(Evaluation { statement, rewritten, result, statements: 1 });
             }
+            // A format the rewrite cannot take evaluates densely. Loading
+            // again (the data are seeded, so the same) spares every other
+            // evaluation a copy of its data.
             let src = self.statement.as_str();
             let prepared = Prepared::rewrite(
                 &statement,
                 src,
-                checked.dense_copy()?,
+                self.load()?.dense_copy()?,
                 &BTreeMap::new(),
                 &BTreeMap::new(),
             )?;

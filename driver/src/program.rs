@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use ndarray::ArrayD;
 use spindle_formats::{Assembled, Coo, FormatSpec, SparseTensor};
 use spindle_ir::kernel::schedule::{Fusion, KernelKind, Path, Schedule};
-use spindle_ir::lang::{AssignOp, Declaration, Declarations, Einsum, Expr, Statement};
+use spindle_ir::lang::{AssignOp, Declaration, Declarations, Diagnostic, Einsum, Expr, Span, Statement};
 use spindle_ir::level::strip_rows;
 use spindle_ir::level::{Lowered, lower_program};
 use spindle_ir::program::{
@@ -269,6 +269,8 @@ impl Problem {
         let (program, reordered) = self.split_noted(&mut data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
+        check_schedule_indices(&program, schedule, !formats.is_empty())
+            .map_err(|d| Error::statement(d, self.statement()))?;
         crate::problem::check_dense_output(&last, &formats)?;
         let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
         let mut run = match (schedule.fusion, once) {
@@ -1061,6 +1063,53 @@ fn affine(s: &Statement) -> bool {
 fn first_line(e: &Error) -> String {
     let line = e.render(false).lines().next().unwrap_or_default().to_string();
     line.trim_start_matches("error: ").trim_start_matches("Error: ").to_string()
+}
+
+/// A program's schedule may name any statement's index (it applies where a
+/// kernel has it), or, where an operand is stored, the positions a format's
+/// rewrite introduces (`p`, `q`, `bi`, `bj`, with a digit where taken); an
+/// index that no statement has is a mistake, as it is for one statement.
+fn check_schedule_indices(
+    program: &Program,
+    schedule: &Schedule,
+    stored: bool,
+) -> std::result::Result<(), Diagnostic> {
+    let known = |index: &str| {
+        program.statements.iter().any(|e| e.index(index).is_some())
+            || (stored
+                && ["p", "q", "bi", "bj"].iter().any(|base| {
+                    index.strip_prefix(base).is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
+                }))
+    };
+    let named = schedule
+        .tiles
+        .keys()
+        .map(|i| (i, format!("tile.{i}")))
+        .chain(schedule.parallel.iter().flatten().map(|i| (i, "parallel".to_string())))
+        .chain(schedule.order.iter().map(|i| (i, "order".to_string())));
+    for (index, item) in named {
+        if !known(index) {
+            let mut used: Vec<&str> =
+                program.statements.iter().flat_map(|e| e.indices.iter().map(|i| i.name.as_str())).collect();
+            used.sort_unstable();
+            used.dedup();
+            let first = program.statements.first().map_or(Span::new(0, 0), |e| e.statement.span);
+            let last = program.statements.last().map_or(first, |e| e.statement.span);
+            let mut note = format!("the program's indices are {}", used.join(", "));
+            if stored {
+                note.push_str(
+                    " (and, over a stored operand, the positions its format's arrays use: p, q, bi, bj)",
+                );
+            }
+            return Err(Diagnostic::new(
+                format!("the schedule names `{index}`, which no statement of the program uses"),
+                Span::new(first.start, last.end),
+            )
+            .with_note(note)
+            .in_schedule_item(item));
+        }
+    }
+    Ok(())
 }
 
 fn with_notes(mut run: ProgramRun, notes: Vec<String>) -> ProgramRun {

@@ -342,6 +342,10 @@ fn check_out(out: Option<&str>, args: &DataArgs) -> Result<()> {
             (true, Some("npy")) => {
                 bail!("--out {out}: `{name}` is sparse (it has a format), written as .mtx (a matrix) or .tns")
             }
+            (true, Some("mtx")) if rank.len() != 2 => bail!(
+                "--out {out}: a Matrix Market file holds a matrix; `{name}` has order {}: use .tns",
+                rank.len()
+            ),
             _ => {}
         }
     }

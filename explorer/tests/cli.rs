@@ -227,6 +227,21 @@ fn user_errors_are_messages_not_panics() {
         // Refused before the run (they were refused after it).
         (spmv(["--out", "y=y.mtx"]), "`y` is dense, written as .npy"),
         (spmv(["--out", "z=z.npy"]), "the statement's output is `y`"),
+        (
+            vec![
+                "run",
+                "C[i,j,k] = A[i,j,k] * 2",
+                "--rand",
+                "A=2x3x4:f32:1",
+                "--format",
+                "A=coo",
+                "--format",
+                "C=coo",
+                "--out",
+                "C=c.mtx",
+            ],
+            "a Matrix Market file holds a matrix; `C` has order 3: use .tns",
+        ),
     ] {
         let out = spindle(&args);
         assert_eq!(out.status.code().map(|c| c > 0), Some(true), "{args:?}");
@@ -1021,29 +1036,39 @@ fn schedule_items_the_kernel_does_not_read_get_a_note() {
     );
     // A program (SDDMM over CSR, split): items none of its kernels reads
     // get a note too (they were dropped silently).
-    let out = spindle(&[
-        "run",
-        "C[i,j] = A[i,j] * D1[i,r] * D2[r,j]",
-        "--rand",
-        "A=12x10:f32:1",
-        "--format",
-        "A=csr",
-        "--rand",
-        "D1=12x4:f32:2",
-        "--rand",
-        "D2=4x10:f32:3",
-        "--schedule",
-        "tile.zz=4 map=walk fusion=trie",
-        "--repeats",
-        "1",
-    ]);
+    let sddmm = |schedule: &str| {
+        spindle(&[
+            "run",
+            "C[i,j] = A[i,j] * D1[i,r] * D2[r,j]",
+            "--rand",
+            "A=12x10:f32:1",
+            "--format",
+            "A=csr",
+            "--rand",
+            "D1=12x4:f32:2",
+            "--rand",
+            "D2=4x10:f32:3",
+            "--schedule",
+            schedule,
+            "--repeats",
+            "1",
+        ])
+    };
+    let out = sddmm("tile.r=4 map=walk fusion=trie");
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("note: `tile.zz=4` changes nothing here") && err.contains("note: `map=walk`"),
+        err.contains("note: `tile.r=4` changes nothing here") && err.contains("note: `map=walk`"),
         "{err}"
     );
     assert!(!err.contains("`fusion=trie` changes nothing"), "{err}");
+    // An index no statement has is refused, as for one statement (it got
+    // the same note as an index the kernels do not tile).
+    let out = sddmm("tile.zz=4");
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("the schedule names `zz`, which no statement of the program uses"), "{err}");
+    assert!(err.contains("the program's indices are i, j, r"), "{err}");
     let spgemm = "C[i,j] = A[i,k] * B[k,j]";
     assert!(notes(spgemm, "B=10x12:f32:2", "workspace=hash ws.cap=4").is_empty());
     assert_eq!(notes(spgemm, "B=10x12:f32:2", "workspace=dense ws.cap=4"), ["ws.cap=4"]);

@@ -261,20 +261,15 @@ pub fn check_index_ranges(einsum: &Einsum, tensors: &Tensors) -> Result<(), Diag
                 continue;
             };
             let Some(&extent) = info.shape.get(dim) else { continue };
-            if let Some((pos, &v)) = data.indexed_iter().find(|(_, v)| !(0..extent as i64).contains(v)) {
-                return Err(Diagnostic::new(
-                    format!(
-                        "{} = {v} is out of range for dimension {dim} of {} (extent {extent})",
-                        show(&inner.tensor.name, pos.slice()),
-                        outer.tensor.name
-                    ),
-                    inner.span,
-                )
-                .with_label(format!("must be below {extent}"))
-                .with_note(format!(
-                    "every value of `{}` must index `{}`",
-                    inner.tensor.name, outer.tensor.name
-                )));
+            if let Some(message) =
+                crate::tensor::out_of_range(&inner.tensor.name, data, &outer.tensor.name, dim, extent)
+            {
+                return Err(Diagnostic::new(message, inner.span)
+                    .with_label(format!("must be below {extent}"))
+                    .with_note(format!(
+                        "every value of `{}` must index `{}`",
+                        inner.tensor.name, outer.tensor.name
+                    )));
             }
         }
     }

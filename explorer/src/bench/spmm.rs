@@ -112,7 +112,18 @@ pub fn run(args: SpmmArgs) -> Result<()> {
     };
     let inputs = spindle_bench::spmm::inputs(&args.matrices, |line| eprintln!("{line}"))?;
     let report = spindle_bench::spmm::run(&inputs, &opts, &mut |line| eprintln!("{line}"))?;
-    super::finish(&report, args.json, args.record.as_deref(), spindle_bench::spmm::RECORD_STEM, print_report)
+    super::finish(
+        &report,
+        args.json,
+        args.record.as_deref(),
+        spindle_bench::spmm::RECORD_STEM,
+        print_report,
+    )?;
+    let failed: usize = report.results.iter().map(|m| m.failed.len()).sum();
+    if failed > 0 {
+        bail!("{failed} variants failed (the FAILED lines above); the report has the others");
+    }
+    Ok(())
 }
 
 use super::ms;
@@ -243,6 +254,9 @@ fn print_report(r: &SpmmReport) {
                 v.f_of_g.map_or_else(|| "-".into(), |f| format!("{:.2}", f as f64 / f_min)),
                 frac(v.padding),
             );
+        }
+        for f in &m.failed {
+            println!("  {:<18} FAILED: {}", f.variant, f.error);
         }
         for s in &m.groupcoo.skipped {
             println!("  groupcoo g={:<6} skipped ({}), F(g) = {}", s.g, s.reason, s.f_of_g);

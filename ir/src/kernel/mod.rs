@@ -32,7 +32,6 @@ mod verify;
 
 use cranelift_entity::entity_impl;
 pub use cranelift_entity::{EntityRef, PrimaryMap, SecondaryMap};
-use ndarray::Dimension;
 
 pub use inline::{User, Uses, axis_set};
 pub use parse::ParseError;
@@ -604,14 +603,8 @@ impl Kernel {
             let Some(crate::tensor::TensorValue::Indices(data)) = tensors.get(&x.name) else {
                 return Err(format!("no index data for {}", x.name));
             };
-            if let Some((pos, &v)) = data.indexed_iter().find(|(_, v)| !(0..extent as i64).contains(v)) {
-                let pos: Vec<String> = pos.slice().iter().map(|p| p.to_string()).collect();
-                return Err(format!(
-                    "{}[{}] = {v} is out of range for dimension {dim} of {} (extent {extent})",
-                    x.name,
-                    pos.join(", "),
-                    target.name
-                ));
+            if let Some(message) = crate::tensor::out_of_range(&x.name, data, &target.name, dim, extent) {
+                return Err(message);
             }
         }
         Ok(())
