@@ -286,6 +286,8 @@ impl Compiler {
             && so_path.is_file()
             && let Ok(library) = load_library(&so_path)
         {
+            crate::cache::touch(&c_path);
+            crate::cache::touch(&so_path);
             return CProgram::new(library, symbol, c_path, so_path, true, Duration::ZERO, String::new());
         }
 
@@ -329,6 +331,7 @@ impl Compiler {
         })?;
         let library =
             load_library(&so_path).map_err(|error| CompileError::Load { path: so_path.clone(), error })?;
+        crate::cache::prune(dir, crate::cache::max_bytes());
         CProgram::new(library, symbol, c_path, so_path, false, compile_time, compiler_output)
     }
 }

@@ -53,6 +53,7 @@
 
 pub use spindle_ir as ir;
 
+pub mod cache;
 pub mod compile;
 pub mod dialect;
 pub mod exec;

@@ -75,7 +75,11 @@ impl CacheEntry {
         if stored != source {
             return None;
         }
-        Some((std::fs::read(&self.cubin).ok()?, std::fs::read_to_string(&self.log).ok()?))
+        let cubin = (std::fs::read(&self.cubin).ok()?, std::fs::read_to_string(&self.log).ok()?);
+        for file in [&self.source, &self.cubin, &self.log] {
+            spindle_c::cache::touch(file);
+        }
+        Some(cubin)
     }
 
     /// The ptxas report alone, when the entry has one.
@@ -93,6 +97,9 @@ impl CacheEntry {
             let _ = write_atomically(&self.cubin, &compiled.cubin);
             let _ = write_atomically(&self.log, compiled.log.as_bytes());
             let _ = write_atomically(&self.source, source.as_bytes());
+            if let Some(dir) = self.source.parent() {
+                spindle_c::cache::prune(dir, spindle_c::cache::max_bytes());
+            }
         }
         Ok((compiled.cubin, compiled.log))
     }

@@ -304,6 +304,7 @@ fn executable(
     let cache = spindle_c::compile::cache_dir().join("emulate");
     let cached = cache.join(&key);
     if cached.is_file() {
+        spindle_c::cache::touch(&cached);
         return Ok(cached);
     }
     let source = scratch.join("kernel.cpp");
@@ -332,7 +333,9 @@ fn executable(
     let stored = std::fs::create_dir_all(&cache).is_ok()
         && std::fs::copy(&exe, &staged).is_ok()
         && std::fs::rename(&staged, &cached).is_ok();
-    if !stored {
+    if stored {
+        spindle_c::cache::prune(&cache, spindle_c::cache::max_bytes());
+    } else {
         let _ = std::fs::remove_file(&staged);
     }
     Ok(if stored { cached } else { exe })
