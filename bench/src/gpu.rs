@@ -692,7 +692,7 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
                 match result {
                     Ok((tuned, hit)) => {
                         progress(&format!(
-                            "  tuned: {} ({:.4} ms{})",
+                            "  tuned: {} (search's best median {:.4} ms{})",
                             tuned.schedule,
                             tuned.median_ms,
                             if hit { ", cached" } else { "" }

@@ -56,6 +56,9 @@ pub struct Tuned {
     pub shapes: String,
     pub device: String,
     pub schedule: String,
+    /// The winner's least median over the search's rounds: it reads low
+    /// beside one fresh timing (a minimum of medians), so reports time the
+    /// tuned kernel again rather than quote it.
     pub median_ms: f64,
     pub tried: Vec<Tried>,
 }

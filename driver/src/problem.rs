@@ -9,14 +9,14 @@ use spindle_formats::{Coo, FormatSpec, LevelFormat, SparseTensor};
 use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::kernel::{Kernel, OutputInit, Strategy};
 use spindle_ir::lang::{
-    Declaration, Declarations, Diagnostic, Einsum, ElemType, Statement, WhereClause, check, declare_output,
-    output_shape_unknown, parse, undeclared_operand,
+    Declaration, Declarations, Diagnostic, Einsum, ElemType, Span, Statement, WhereClause, check,
+    declare_output, output_shape_unknown, parse, undeclared_operand,
 };
 use spindle_ir::rewrite::Rewritten;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::error::{Error, Result};
-use crate::input::{Input, Loaded, kernel_dtype, load, round_inputs};
+use crate::input::{Input, InputData, Loaded, kernel_dtype, load, round_inputs};
 
 /// A statement and its data, before checking: the builder every front end
 /// fills.
@@ -237,6 +237,31 @@ impl Problem {
     }
 
     /// Reads the data and checks the statement against it.
+    /// `d` with a note for each tensor it points at whose extents were
+    /// guessed: a `.tns` file without a header has its largest indices as
+    /// its extents, so a mismatch may be a missing header, not the data.
+    fn with_guessed_extents(&self, mut d: Diagnostic, parsed: &Statement) -> Diagnostic {
+        let pointed: Vec<Span> = std::iter::once(d.span).chain(d.secondary.iter().map(|s| s.0)).collect();
+        for (name, input) in &self.inputs {
+            let InputData::File(path) = &input.data else { continue };
+            let tns = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("tns"));
+            let at = |s: &Span| {
+                parsed
+                    .all_accesses()
+                    .iter()
+                    .any(|a| &a.tensor.name == name && a.span.start <= s.start && s.end <= a.span.end)
+            };
+            if tns && pointed.iter().any(at) && spindle_formats::io::tns::has_header(path).is_ok_and(|h| !h) {
+                d.notes.push(format!(
+                    "{} has no header, so `{name}`'s extents are its largest indices; a header (a line with the \
+                     order, then one with the dims) sets them",
+                    path.display()
+                ));
+            }
+        }
+        d
+    }
+
     fn load(&self) -> Result<Checked> {
         let src = self.statement.as_str();
         let parsed = parse(src).map_err(|d| Error::statement(d, src))?;
@@ -293,7 +318,8 @@ impl Problem {
                 text: src.to_string(),
             });
         }
-        let original = check(&parsed, &declarations).map_err(|d| Error::statement(d, src))?;
+        let original = check(&parsed, &declarations)
+            .map_err(|d| Error::statement(self.with_guessed_extents(d, &parsed), src))?;
         round_inputs([&original], &mut data, &mut sparse)?;
         Ok(Checked { original, data, sparse, formats })
     }

@@ -1374,3 +1374,33 @@ fn conv_refusals_name_what_was_written() {
         "{err}"
     );
 }
+
+/// A `.tns` without a header takes its largest indices as its extents: an
+/// extent conflict over it says so (it read as a mistake in the data), and
+/// the same entries under a header run.
+#[test]
+fn an_extent_guessed_from_a_headerless_tns_is_named_in_the_conflict() {
+    let dir = scratch("headerless-tns");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (bare, headed) = (dir.join("a.tns"), dir.join("b.tns"));
+    std::fs::write(&bare, "# two entries\n1 1 1 1.0\n3 2 4 2.0\n").unwrap();
+    std::fs::write(&headed, "3\n3 2 6\n1 1 1 1.0\n3 2 4 2.0\n").unwrap();
+    let run = |path: &std::path::Path| {
+        spindle(&[
+            "eval",
+            "y[i] = A[i,j,k] * x[k]",
+            "--tensor",
+            &format!("A={}", path.display()),
+            "--rand",
+            "x=6:f32:1",
+        ])
+    };
+    let out = run(&bare);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("`k` is 4 in A (dimension 2) but 6 in x"), "{err}");
+    assert!(err.contains("a.tns has no header, so `A`'s extents are its largest indices"), "{err}");
+    let out = run(&headed);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -170,6 +170,19 @@ pub fn parse_tns<V: Value, I: Index, R: BufRead>(reader: R, source_name: &Path) 
 }
 
 /// Blank lines and `#` comments are skipped.
+/// Whether the file at `path` opens with a header (a line holding only the
+/// order): without one, its extents are its largest indices, which a
+/// tensor with trailing empty slices does not reach.
+pub fn has_header(path: &Path) -> Result<bool> {
+    let mut lines = Lines::new(open(path)?, path);
+    while let Some((_, text)) = lines.next_line()? {
+        if !is_skipped(text) {
+            return Ok(text.split_ascii_whitespace().count() == 1);
+        }
+    }
+    Ok(false)
+}
+
 fn is_skipped(text: &str) -> bool {
     let t = text.trim_start();
     t.is_empty() || t.starts_with('#')
