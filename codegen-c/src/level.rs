@@ -272,8 +272,10 @@ fn grouped_rows(kernel: &LevelKernel, split_at: Option<(LaneSplit, &Node)>) -> R
     let (row, rows) = match &kernel.body[..] {
         [Node::Dense { var, body }] => (body, kernel.var(*var).extent),
         [Node::Merge { levels, full: false, points, .. }] if levels.len() == 1 && points.len() == 1 => {
+            // A root level's rows are its coordinates, `len` of them
+            // (CSF's root `pos` is [0, len]).
             match levels[0].kind {
-                Reach::Compressed { pos: None, len, .. } => (&points[0].body, len),
+                Reach::Compressed { len, .. } => (&points[0].body, len),
                 _ => return Err("the outermost loop's rows are not known before the launch"),
             }
         }
@@ -841,7 +843,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 let p = Self::position(&l.position());
                 let (begin, end) = self.range(l);
                 match self.owners {
-                    // (`grouped_rows`: a root level of known, non-zero length.)
+                    // (`grouped_rows`: a root level of known, non-zero
+                    // length; its `pos`, where it has one, is [0, len].)
                     true => {
                         self.line(depth, &format!("const bool owner = warp < {end};"));
                         self.line(depth, &format!("const int64_t {p} = owner ? warp : {end} - 1;"));

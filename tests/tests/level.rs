@@ -891,6 +891,20 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
             },
             "const bool owner = warp <",
         ),
+        // CSF's root level has a `pos` ([0, len]): its rows are known
+        // before the launch too (it was refused). Sparse enough that some
+        // slices are empty.
+        (
+            Case {
+                schedule: "reduce=parallel(4)",
+                ..case(
+                    "y[i] = B[i,j,k] * c[k]",
+                    &[("y", &[45], 1.0), ("B", &[45, 10, 12], 0.02), ("c", &[12], 1.0)],
+                    &[("B", "csf")],
+                )
+            },
+            "const bool owner = warp <",
+        ),
         (
             Case {
                 schedule: "reduce=parallel(8) order=m+n+k",
