@@ -87,6 +87,7 @@
 //! assert!(err.render(false).contains("extent"), "{}", err.render(false));
 //! ```
 
+mod advice;
 pub mod autotune;
 pub mod backend;
 pub mod check;

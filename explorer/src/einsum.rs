@@ -764,6 +764,9 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         eprintln!("note: {advice}");
     }
     let cuda = run.target != Target::C;
+    if let Some(advice) = compiled.prepared.block_format_advice().filter(|_| cuda) {
+        eprintln!("note: {advice}");
+    }
     let kind = match &compiled.kernel {
         spindle::Lowering::Tiles(_) => KernelKind::tiles(cuda),
         spindle::Lowering::Levels(kernel) => KernelKind::levels(kernel, cuda),
