@@ -240,15 +240,15 @@ impl Problem {
     /// `d` with a note for each tensor it points at whose extents were
     /// guessed: a `.tns` file without a header has its largest indices as
     /// its extents, so a mismatch may be a missing header, not the data.
-    fn with_guessed_extents(&self, mut d: Diagnostic, parsed: &Statement) -> Diagnostic {
+    pub(crate) fn with_guessed_extents(&self, mut d: Diagnostic, statements: &[Statement]) -> Diagnostic {
         let pointed: Vec<Span> = std::iter::once(d.span).chain(d.secondary.iter().map(|s| s.0)).collect();
         for (name, input) in &self.inputs {
             let InputData::File(path) = &input.data else { continue };
             let tns = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("tns"));
             let at = |s: &Span| {
-                parsed
-                    .all_accesses()
+                statements
                     .iter()
+                    .flat_map(Statement::all_accesses)
                     .any(|a| &a.tensor.name == name && a.span.start <= s.start && s.end <= a.span.end)
             };
             if tns && pointed.iter().any(at) && spindle_formats::io::tns::has_header(path).is_ok_and(|h| !h) {
@@ -260,6 +260,19 @@ impl Problem {
             }
         }
         d
+    }
+
+    /// Data of `shape` for `name` agree with the shape given for it, if
+    /// one was (`--shape`).
+    pub(crate) fn check_declared_shape(&self, name: &str, shape: &[usize]) -> Result<()> {
+        match self.declared.iter().find(|(n, _)| n == name) {
+            Some((_, declared)) if declared != shape => Err(Error::input(format!(
+                "tensor {name}: its data is {}, but its shape is given as {}",
+                dims_text(shape),
+                dims_text(declared)
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn load(&self) -> Result<Checked> {
@@ -279,15 +292,7 @@ impl Problem {
             let loaded = load(input).map_err(|e| e.context(&format!("tensor {name}")))?;
             let dtype = kernel_dtype(input, &loaded);
             let shape = loaded.shape().to_vec();
-            if let Some((_, declared)) = self.declared.iter().find(|(n, _)| n == name)
-                && *declared != shape
-            {
-                return Err(Error::input(format!(
-                    "tensor {name}: its data is {}, but its shape is given as {}",
-                    dims_text(&shape),
-                    dims_text(declared)
-                )));
-            }
+            self.check_declared_shape(name, &shape)?;
             declarations.insert(name.clone(), Declaration { shape, dtype });
             match loaded {
                 Loaded::Dense(value) => {
@@ -318,8 +323,9 @@ impl Problem {
                 text: src.to_string(),
             });
         }
-        let original = check(&parsed, &declarations)
-            .map_err(|d| Error::statement(self.with_guessed_extents(d, &parsed), src))?;
+        let original = check(&parsed, &declarations).map_err(|d| {
+            Error::statement(self.with_guessed_extents(d, std::slice::from_ref(&parsed)), src)
+        })?;
         round_inputs([&original], &mut data, &mut sparse)?;
         Ok(Checked { original, data, sparse, formats })
     }

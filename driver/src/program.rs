@@ -160,7 +160,8 @@ impl Problem {
                 }
             }
         }
-        let program = split_program(&statements, &data.declarations).map_err(|d| Error::statement(d, src))?;
+        let program = split_program(&statements, &data.declarations)
+            .map_err(|d| Error::statement(self.with_guessed_extents(d, &statements), src))?;
         round_inputs(&program.statements, &mut data.dense, &mut data.sparse)?;
         for einsum in &program.statements {
             spindle_ir::lang::check_subscript_reach(einsum, &|x| {
@@ -178,6 +179,7 @@ impl Problem {
         for (name, input) in &self.inputs {
             let loaded = load(input).map_err(|e| e.context(&format!("tensor {name}")))?;
             let dtype = kernel_dtype(input, &loaded);
+            self.check_declared_shape(name, loaded.shape())?;
             data.declarations.insert(name.clone(), Declaration { shape: loaded.shape().to_vec(), dtype });
             match loaded {
                 Loaded::Dense(TensorValue::Values(v)) if formats.contains_key(name) => {

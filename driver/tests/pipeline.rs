@@ -636,3 +636,22 @@ fn dense_blocks_stored_entry_by_entry_get_the_block_format_advice() {
         .format("A", "csr");
     assert_eq!(spmv.prepare().unwrap().block_format_advice(), None);
 }
+
+/// A literal zero divisor divides by zero on the level path: it was taken
+/// for a zero factor, the loop body dropped, and every row read 0 (the tile
+/// path and the reference gave inf and NaN).
+#[test]
+fn a_literal_zero_divisor_is_no_zero_factor() {
+    let backend = CBackend::new();
+    let prepared = Problem::new("y[i] = A[i,j] * x[j] / 0")
+        .tensor("A", Input::random(&[6, 5], DType::F32, 1))
+        .tensor("x", Input::random(&[5], DType::F32, 2))
+        .format("A", "csr")
+        .prepare()
+        .unwrap();
+    for path in ["path=levels", "path=tiles"] {
+        let (out, check) = prepared.compile(&backend, &path.parse().unwrap()).unwrap().check().unwrap();
+        assert!(check.passed(), "{path}: {check:?}");
+        assert!(out.iter().all(|y| !y.is_finite()), "{path}: {out:?}");
+    }
+}

@@ -390,12 +390,23 @@ fn note_overflow(name: &str, dtype: ElemType, values: impl Iterator<Item = f64>)
     if matches!(dtype, ElemType::Value(spindle_formats::DType::F64) | ElemType::Index(_)) {
         return;
     }
-    let beyond = values.filter(|&x| !x.is_nan() && !stored(dtype, x).is_finite()).count();
+    // Finite in f64 (the reference's): beyond the dtype's range for sure.
+    // Infinite already (a kernel's, or a division by zero): either.
+    let (mut beyond, mut infinite) = (0, 0);
+    for x in values.filter(|&x| !x.is_nan() && !stored(dtype, x).is_finite()) {
+        if x.is_finite() { beyond += 1 } else { infinite += 1 }
+    }
+    let dtype = dtype.name();
     if beyond > 0 {
-        let dtype = dtype.name();
         eprintln!(
             "note: {beyond} value(s) of `{name}` are infinite: they lie beyond {dtype}'s range (`where {name}: f64` \
              keeps them)"
+        );
+    }
+    if infinite > 0 {
+        eprintln!(
+            "note: {infinite} value(s) of `{name}` are infinite: past {dtype}'s range (`where {name}: f64` keeps \
+             those), or a division by zero"
         );
     }
 }

@@ -962,6 +962,15 @@ fn eval_shows_values_beyond_the_output_dtype_as_it_stores_them() {
     let kept = spindle(&[&["eval", "y[i] = x[i] * 1e39 where y: f64"][..], &x].concat());
     assert!(stdout(&kept).contains("3 = [4.622371e38, 2.899402e38"), "{}", stdout(&kept));
     assert!(!stderr(&kept).contains("note:"), "{}", stderr(&kept));
+    // Infinite in f64 too (a division by zero): not blamed on the range.
+    let divided = spindle(&[&["eval", "y[i] = x[i] / 0"][..], &x].concat());
+    let err = stderr(&divided);
+    assert!(
+        err.contains("3 value(s) of `y` are infinite: past f32's range")
+            && err.contains("or a division by zero"),
+        "{err}"
+    );
+    assert!(!err.contains("they lie beyond"), "{err}");
     // A sparse output's entries, shown and written.
     let mtx = dir.join("c.mtx");
     let to = format!("C={}", mtx.display());
@@ -1402,5 +1411,33 @@ fn an_extent_guessed_from_a_headerless_tns_is_named_in_the_conflict() {
     assert!(err.contains("a.tns has no header, so `A`'s extents are its largest indices"), "{err}");
     let out = run(&headed);
     assert!(out.status.success(), "{}", stderr(&out));
+    // A program's statements too.
+    let a = format!("A={}", bare.display());
+    let program = spindle(&[
+        "run",
+        "t[i,j] = A[i,j,k] * x[k]; y[i] = t[i,j] * 2",
+        "--tensor",
+        &a,
+        "--rand",
+        "x=6:f32:1",
+    ]);
+    assert!(stderr(&program).contains("a.tns has no header"), "{}", stderr(&program));
+    // A shape given against the data is refused in a program as in one
+    // statement (a program ran on the data's).
+    let shaped = spindle(&[
+        "run",
+        "t[i,j] = A[i,j,k] * x[k]; y[i] = t[i,j] * 2",
+        "--tensor",
+        &a,
+        "--rand",
+        "x=4:f32:1",
+        "--shape",
+        "A=3x2x6",
+    ]);
+    assert!(
+        stderr(&shaped).contains("its data is 3x2x4, but its shape is given as 3x2x6"),
+        "{}",
+        stderr(&shaped)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1024,7 +1024,9 @@ pub(super) fn zero_where_absent(e: &Ast, stored: &BTreeMap<String, Stored>) -> b
         Ast::Literal { value, .. } => *value == 0.0,
         Ast::Access(a) => stored.contains_key(&a.tensor.name),
         Ast::Neg { expr, .. } => zero(expr),
-        Ast::Binary { op: BinOp::Mul | BinOp::Div, lhs, rhs, .. } => zero(lhs) || zero(rhs),
+        Ast::Binary { op: BinOp::Mul, lhs, rhs, .. } => zero(lhs) || zero(rhs),
+        // A quotient is 0 where its dividend is, not where its divisor is.
+        Ast::Binary { op: BinOp::Div, lhs, .. } => zero(lhs),
         Ast::Binary { lhs, rhs, .. } => zero(lhs) && zero(rhs),
         Ast::Call { func, args, .. } => keeps_zero(*func) && args.iter().all(zero),
     }
@@ -1048,6 +1050,11 @@ fn restrict(e: &Sym, absent: &dyn Fn(&str) -> bool) -> Option<Sym> {
             match (op, l, r) {
                 (BinOp::Mul | BinOp::Div, Some(l), Some(r)) => {
                     Some(Sym::Binary { op: *op, lhs: Box::new(l), rhs: Box::new(r) })
+                }
+                // A divisor that is 0 (a literal; a stored divisor is
+                // refused) does not make the quotient 0: it divides by 0.
+                (BinOp::Div, Some(l), None) => {
+                    Some(Sym::Binary { op: BinOp::Div, lhs: Box::new(l), rhs: Box::new(Sym::Const(0.0)) })
                 }
                 (BinOp::Mul | BinOp::Div, _, _) => None,
                 (_, None, None) => None,
