@@ -269,10 +269,12 @@ pub fn parse_cell(src: &str) -> Result<CellProgram, Diagnostic> {
                 if let Some(before) = option_lines.insert(key, span) {
                     return Err(twice(key, span, before));
                 }
-                let n = single_number(&words, 1, 4096)?;
                 if key == "threads" {
-                    program.threads = Some(n);
+                    // 0: all cores, as `--threads 0`.
+                    let n = single_number(&words, 0, 4096)?;
+                    program.threads = Some(if n == 0 { spindle_c::cpu_threads() } else { n });
                 } else {
+                    let n = single_number(&words, 1, 4096)?;
                     program.repeats = Some(n);
                 }
             }
@@ -893,6 +895,14 @@ repeats 3
     fn err(src: &str) -> String {
         let d = parse_cell(src).unwrap_err();
         render(&d, src, "cell")
+    }
+
+    #[test]
+    fn threads_0_is_every_core_as_on_the_command_line() {
+        let cell = |line: &str| parse_cell(&format!("{line}\ny[i] = x[i]\n"));
+        assert_eq!(cell("threads 0").unwrap().threads, Some(spindle_c::cpu_threads()));
+        assert_eq!(cell("threads 3").unwrap().threads, Some(3));
+        assert!(cell("threads 4097").is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use spindle_formats::{Coo, DType};
 use spindle_ir::lang::{
     Declaration, Diagnostic, ElemType, Span, check, declare_output, output_shape_unknown, parse,
+    undeclared_operand,
 };
 use spindle_ir::tensor::TensorValue;
 
@@ -241,6 +242,10 @@ impl Run<'_> {
         let statement = parse(text).map_err(|d| self.cell_error(&shifted(d)))?;
         let mut declarations = data.declarations.clone();
         if !declare_output(&statement, &mut declarations) {
+            // An operand never bound is the mistake, not the output's shape.
+            if let Some(unknown) = undeclared_operand(&statement, &declarations) {
+                return Err(self.cell_error(&shifted(unknown)));
+            }
             let name = &statement.lhs.tensor.name;
             return Err(self.cell_error(&shifted(
                 output_shape_unknown(&statement)

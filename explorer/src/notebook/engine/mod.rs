@@ -778,6 +778,11 @@ O[i,j] = I[i+p,j+q] * F[p,q]
         let out = run("A = rand 4x4\nsweep g in [1, 2]\nC[i] = A[i,j]\n");
         assert!(out.error.unwrap().contains("no tensor has a grouped format"));
 
+        // An operand never bound is named (the output's shape was blamed).
+        let out = run("A = rand 4x4\nC[m,n] += A[m,k] * Q[k,n]\n");
+        let e = out.error.unwrap();
+        assert!(e.contains("unknown tensor `Q`") && e.contains("cell:2:20"), "{e}");
+
         let out = run("A = rand 4x4\nformat Q = csr\nC[i] = A[i,j]\n");
         assert!(out.error.unwrap().contains("`Q` is not bound in this cell"));
 
