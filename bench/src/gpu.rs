@@ -48,7 +48,7 @@
 //! H200, and each time as a fraction of the bound on the device it ran on;
 //! without a GPU the suites print the bounds before saying they need one.
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use ndarray::{Array2, ArrayD};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -609,7 +609,8 @@ pub fn spmm(opts: &GpuSpmmOptions, progress: &mut dyn FnMut(&str)) -> Result<Gpu
         }
     };
     if inputs.is_empty() {
-        bail!("no matrix matches --matrix {}", opts.matrices.join(", "));
+        let generated: Vec<&str> = POWER_LAWS.iter().map(|(name, _)| *name).collect();
+        return Err(crate::no_matrix_matches(&opts.matrices, &generated));
     }
     let gpu = backend.gpu();
     let info = gpu.info().clone();

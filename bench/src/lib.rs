@@ -142,6 +142,17 @@ pub fn wanted(filter: &[String], name: &str) -> bool {
     filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(name))
 }
 
+/// `--matrix` matching none, refused with the names it picks from: the
+/// shared folder's matrices, then the suite's generated ones (`generated`).
+pub fn no_matrix_matches(filter: &[String], generated: &[&str]) -> anyhow::Error {
+    let mut names: Vec<String> = spindle_formats::data::shared_matrices()
+        .iter()
+        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    names.extend(generated.iter().map(|g| g.to_string()));
+    anyhow::anyhow!("no matrix matches --matrix {} (the matrices: {})", filter.join(", "), names.join(", "))
+}
+
 /// Times `run` on `state` with the driver's protocol
 /// ([`spindle::timing::wall_clock`]): `opts.warmup` untimed calls, then
 /// `opts.repeats` timed ones; `reset` runs before every call, outside the

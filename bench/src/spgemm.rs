@@ -173,7 +173,7 @@ impl SpgemmResult {
 pub fn inputs(filter: &[String], progress: impl FnMut(&str)) -> Result<Vec<(String, Coo<f64, i64>)>> {
     let out = matching_inputs(filter, progress)?;
     if out.is_empty() {
-        bail!("no matrix matches --matrix {}", filter.join(", "));
+        return Err(crate::no_matrix_matches(filter, &[]));
     }
     Ok(out)
 }

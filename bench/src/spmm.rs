@@ -261,7 +261,7 @@ pub fn inputs(filter: &[String], mut progress: impl FnMut(&str)) -> Result<Vec<M
         });
     }
     if out.is_empty() {
-        bail!("no matrix matches --matrix {}", filter.join(", "));
+        return Err(crate::no_matrix_matches(filter, &[POWER_LAW_NAME]));
     }
     Ok(out)
 }

@@ -281,7 +281,11 @@ pub fn kernel_map(spec: &str) -> Result<spindle_formats::Coo<f64, i64>> {
 /// Values uniform in ±[0.1, 1) (never zero), or indices in `0..max`.
 pub fn random(shape: &[usize], seed: u64, max: Option<i64>) -> Result<TensorValue> {
     let len = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    let len = spindle_formats::check_array::<f64>("random data", len)?;
+    // Held as f64 (every input is, until its kernel's dtype rounds it).
+    let len = spindle_formats::check_array::<f64>(
+        "random data (held as f64 until the kernel's dtype rounds it)",
+        len,
+    )?;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let shape = shape.to_vec();
     let shaped = |e: ndarray::ShapeError| Error::input(e.to_string());

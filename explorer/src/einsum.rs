@@ -574,6 +574,9 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     print_rewritten(&prepared);
     let kernel = prepared.lower(&schedule).map_err(reported)?;
     note_unread(c.schedule, KernelKind::tiles(c.emits_cuda()));
+    if let Some(note) = kernel.order_note(&schedule.order) {
+        eprintln!("note: {note}");
+    }
     let source = |target| spindle::print(&kernel, &schedule, target).map_err(reported);
     match (c.emit, c.target) {
         (Emit::Ir, _) => print!("{kernel}"),
@@ -783,6 +786,9 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         spindle::Lowering::Levels(kernel) => KernelKind::levels(kernel, cuda),
     };
     note_unread(run.schedule, kind);
+    if let Some(note) = compiled.kernel.tiles().and_then(|k| k.order_note(&compiled.schedule.order)) {
+        eprintln!("note: {note}");
+    }
     if run.check {
         let check = match &result {
             Produced::Dense(r) => compiled.compare(r),

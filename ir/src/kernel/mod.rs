@@ -594,6 +594,25 @@ impl Kernel {
         out
     }
 
+    /// Where `order` (the schedule's `order=`) names a summed index before
+    /// an output index, why the tile program does not follow it: its grid
+    /// runs over the output's indices and each program loops over the
+    /// summed ones, so `order=` orders within each group.
+    pub fn order_note(&self, order: &[String]) -> Option<String> {
+        let role = |name: &str| self.axes.values().find(|a| a.name == name).map(|a| a.role);
+        let summed = order.iter().position(|o| role(o) == Some(AxisRole::Reduced))?;
+        let later = order[summed + 1..].iter().find(|o| role(o) == Some(AxisRole::Parallel))?;
+        let names: Vec<&str> = self.axes.values().map(|a| a.name.as_str()).collect();
+        Some(format!(
+            "`order={}` puts the summed `{}` before `{later}`, which the tile path does not follow: its programs \
+             run over the output's indices and loop over the summed ones inside, order= ordering each group \
+             (here {})",
+            order.join("+"),
+            order[summed],
+            names.join(", ")
+        ))
+    }
+
     /// Checks every value of the index tensors in [`Kernel::lone_indirect`]
     /// against its target's extent: the kernel trusts them.
     pub fn check_indices(&self, tensors: &crate::tensor::Tensors) -> Result<(), String> {
@@ -625,6 +644,22 @@ mod tests {
         assert_eq!(c(f64::NAN), c(f64::NAN));
         let set: HashSet<Op> = [c(1.0), c(1.0), c(-0.0), c(0.0)].into_iter().collect();
         assert_eq!(set.len(), 3);
+    }
+
+    /// An `order=` that puts a summed index before an output index is not
+    /// what the tile program runs, and says so; one within the groups is.
+    #[test]
+    fn an_order_with_a_summed_index_first_gets_a_note() {
+        let d = declarations(&[("C", &[8, 4], "f32"), ("A", &[8, 6], "f32"), ("B", &[6, 4], "f32")]);
+        let e = check(&parse("C[m,n] += A[m,k] * B[k,n]").unwrap(), &d).unwrap();
+        let note = |order: &str| {
+            let k = lower::lower_only(&e, &format!("order={order}").parse().unwrap(), "k").unwrap();
+            k.order_note(&order.split('+').map(String::from).collect::<Vec<_>>())
+        };
+        let said = note("k+m+n").unwrap();
+        assert!(said.contains("`order=k+m+n` puts the summed `k` before `m`"), "{said}");
+        assert_eq!(note("n+m+k"), None);
+        assert_eq!(note("n+m"), None);
     }
 
     /// Lowering numbers values by their structure: equal nodes are built

@@ -49,9 +49,11 @@ pub enum AssignOp {
     Assign,
     /// `+=`: contributions are added to the output's values.
     AddAssign,
-    /// `max=`: the output keeps the maximum of its value and contributions.
+    /// `max=`: an output given data keeps the maximum of its value and its
+    /// contributions; one given none holds the maximum of its contributions
+    /// alone, and 0 where none reaches it (an empty row or segment).
     MaxAssign,
-    /// `min=`
+    /// `min=`: as `max=`, the minimum.
     MinAssign,
 }
 
