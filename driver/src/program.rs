@@ -271,7 +271,7 @@ impl Problem {
         let (program, reordered) = self.split_noted(&mut data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
-        check_schedule_indices(&program, schedule, !formats.is_empty())
+        check_schedule_indices(&program, schedule, &formats)
             .map_err(|d| Error::statement(d, self.statement()))?;
         crate::problem::check_dense_output(&last, &formats)?;
         let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
@@ -1068,20 +1068,24 @@ fn first_line(e: &Error) -> String {
 }
 
 /// A program's schedule may name any statement's index (it applies where a
-/// kernel has it), or, where an operand is stored, the positions a format's
-/// rewrite introduces (`p`, `q`, `bi`, `bj`, with a digit where taken); an
-/// index that no statement has is a mistake, as it is for one statement.
+/// kernel has it), or the positions its formats' rewrites introduce (`p`
+/// of CSR, `q` of ELL and GroupCOO, `bi`, `bj` of block formats, with a
+/// digit where taken); an index that none has is a mistake, as it is for
+/// one statement.
 fn check_schedule_indices(
     program: &Program,
     schedule: &Schedule,
-    stored: bool,
+    formats: &BTreeMap<String, FormatSpec>,
 ) -> std::result::Result<(), Diagnostic> {
+    let mut positions: Vec<&str> =
+        formats.values().flat_map(spindle_ir::rewrite::position_indices).copied().collect();
+    positions.sort_unstable();
+    positions.dedup();
     let known = |index: &str| {
         program.statements.iter().any(|e| e.index(index).is_some())
-            || (stored
-                && ["p", "q", "bi", "bj"].iter().any(|base| {
-                    index.strip_prefix(base).is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
-                }))
+            || positions.iter().any(|base| {
+                index.strip_prefix(base).is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit()))
+            })
     };
     let named = schedule
         .tiles
@@ -1098,10 +1102,11 @@ fn check_schedule_indices(
             let first = program.statements.first().map_or(Span::new(0, 0), |e| e.statement.span);
             let last = program.statements.last().map_or(first, |e| e.statement.span);
             let mut note = format!("the program's indices are {}", used.join(", "));
-            if stored {
-                note.push_str(
-                    " (and, over a stored operand, the positions its format's arrays use: p, q, bi, bj)",
-                );
+            if !positions.is_empty() {
+                note.push_str(&format!(
+                    " (and the positions its formats' arrays use: {})",
+                    positions.join(", ")
+                ));
             }
             return Err(Diagnostic::new(
                 format!("the schedule names `{index}`, which no statement of the program uses"),

@@ -1078,6 +1078,11 @@ fn schedule_items_the_kernel_does_not_read_get_a_note() {
     let err = stderr(&out);
     assert!(err.contains("the schedule names `zz`, which no statement of the program uses"), "{err}");
     assert!(err.contains("the program's indices are i, j, r"), "{err}");
+    // A position index only where a format's rewrite has it: CSR's `p`,
+    // not GroupCOO's `q`.
+    assert!(sddmm("tile.p=4").status.success());
+    let err = stderr(&sddmm("order=q+i"));
+    assert!(err.contains("names `q`") && err.contains("the positions its formats' arrays use: p)"), "{err}");
     let spgemm = "C[i,j] = A[i,k] * B[k,j]";
     assert!(notes(spgemm, "B=10x12:f32:2", "workspace=hash ws.cap=4").is_empty());
     assert_eq!(notes(spgemm, "B=10x12:f32:2", "workspace=dense ws.cap=4"), ["ws.cap=4"]);

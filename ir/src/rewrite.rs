@@ -364,6 +364,21 @@ struct Step {
     substituted: Vec<String>,
 }
 
+/// The indices a format's rewrite introduces, before a digit makes them
+/// fresh (`p2`): positions in its arrays, and a block's rows and columns.
+/// Formats the tile path does not rewrite (CSC, DCSR, CSF, level lists)
+/// introduce none.
+pub fn position_indices(spec: &FormatSpec) -> &'static [&'static str] {
+    match spec {
+        FormatSpec::Coo | FormatSpec::Csr => &["p"],
+        FormatSpec::Ell => &["q"],
+        FormatSpec::GroupCoo { .. } => &["p", "q"],
+        FormatSpec::BlockGroupCoo { .. } => &["p", "q", "bi", "bj"],
+        FormatSpec::Bcsr { .. } => &["p", "bi", "bj"],
+        _ => &[],
+    }
+}
+
 /// A format's arrays and how `T`'s indices map onto them.
 struct Layout {
     /// Suffix (`crd0`, `val`, …) → data.
