@@ -43,7 +43,7 @@ mod strip;
 pub use lower::{
     Lowered, OperandLevel, dense_params, lower, named_order, plain_indices, refuse, store_levels,
 };
-pub use program::lower_program;
+pub use program::{lower_program, written_after_read};
 pub use strip::{STRIP_MIN_BYTES, StripRows, strip_rows};
 
 use cranelift_entity::PrimaryMap;

@@ -71,6 +71,39 @@ enum Addressing {
     Position(Position, Vec<usize>),
 }
 
+/// Refuses a program in which a statement writes a tensor that an earlier
+/// one reads. A kernel lays out what the program writes (its output
+/// cleared, its temporaries its own), so the earlier read would see the
+/// kernel's values, not the data; substituted into one statement
+/// (`fusion=maximal`), the read would become a read of the output.
+pub fn written_after_read(program: &Program) -> Result<(), Diagnostic> {
+    let statements = &program.statements;
+    let mut first_writer: BTreeMap<&str, usize> = BTreeMap::new();
+    for (s, e) in statements.iter().enumerate() {
+        first_writer.entry(e.output().name.as_str()).or_insert(s);
+    }
+    for (tensor, &w) in &first_writer {
+        let read = statements[..w].iter().enumerate().find_map(|(j, e)| {
+            Some((j, e.statement.rhs.accesses().into_iter().find(|a| a.tensor.name == *tensor)?.span))
+        });
+        if let Some((j, read)) = read {
+            return Err(refuse(
+                format!(
+                    "statement {} writes `{tensor}`, which statement {} reads before it; a program kernel reads a \
+                     tensor after it is written",
+                    w + 1,
+                    j + 1
+                ),
+                statements[w].statement.lhs.span,
+                "written here",
+            )
+            .with_secondary(read, "read here, before")
+            .with_note(format!("give the result another name than `{tensor}`")));
+        }
+    }
+    Ok(())
+}
+
 /// Lowers `program`, arranged as `forest` (from [`react::fused_forest`]),
 /// with the operands in `formats` stored in them (their entries in
 /// `sparse`), into one loop tree: the kernel writes the last statement's
@@ -101,28 +134,7 @@ pub fn lower_program(
         }
         writers.entry(e.output().name.clone()).or_default().push(s);
     }
-    // A kernel lays out what the program writes (its output cleared, its
-    // temporaries its own), so a statement that read a tensor before a
-    // later one writes it would read the kernel's values, not the data.
-    for (tensor, ws) in &writers {
-        let read = statements[..ws[0]].iter().enumerate().find_map(|(j, e)| {
-            Some((j, e.statement.rhs.accesses().into_iter().find(|a| a.tensor.name == *tensor)?.span))
-        });
-        if let Some((j, read)) = read {
-            return Err(refuse(
-                format!(
-                    "statement {} writes `{tensor}`, which statement {} reads before it; a program kernel reads a \
-                     tensor after it is written",
-                    ws[0] + 1,
-                    j + 1
-                ),
-                statements[ws[0]].statement.lhs.span,
-                "written here",
-            )
-            .with_secondary(read, "read here, before")
-            .with_note(format!("give the result another name than `{tensor}`")));
-        }
-    }
+    written_after_read(program)?;
     for (tensor, ws) in &writers {
         let again = ws.iter().skip(1).find(|&&s| statements[s].statement.op == AssignOp::Assign);
         if let Some(&s) = again.or(if *tensor != output && ws.len() > 1 { ws.get(1) } else { None }) {
