@@ -771,7 +771,9 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         },
     };
     eprintln!("schedule: {} ({how})", compiled.schedule);
-    if let (Some(asked @ 2..), Some(why)) = (compiled.schedule.threads, &report.one_thread) {
+    // Only threads the user asked for (the autotuner's pick is its own).
+    let asked = run.threads != 0 || (!run.schedule.trim().is_empty() && compiled.schedule.threads.is_some());
+    if let (true, Some(asked @ 2..), Some(why)) = (asked, compiled.schedule.threads, &report.one_thread) {
         eprintln!("note: threads={asked} changes nothing here; the kernel runs on one thread: {why}");
     }
     if let Some(advice) = compiled.level_order_advice() {

@@ -343,6 +343,7 @@ impl Run<'_> {
             self.baselines(&prepared, &data, threads, repeats)?;
         }
         self.finish_points(&points, &measured, &measured_gpu);
+        self.note_unread_sweeps(&program, &points, &first_kernels);
         for (_, kernels) in &first_kernels {
             if let Some(k) = kernels.iter().flatten().next() {
                 self.out.ir.push(k.ir.clone());
@@ -354,6 +355,48 @@ impl Run<'_> {
         self.format_views(&program, &data, &points)?;
         self.resources(&program, &points, &first_kernels)?;
         Ok(())
+    }
+
+    /// A note for each swept schedule item that no point's kernel reads
+    /// (`sweep workspace in [dense, hash]` over a dense output): its rows
+    /// differ only by noise, as `spindle run` says of the item.
+    fn note_unread_sweeps(
+        &mut self,
+        program: &CellProgram,
+        points: &[Point],
+        kernels: &[(String, Vec<Option<KernelText>>)],
+    ) {
+        for (d, sweep) in program.sweeps.iter().enumerate() {
+            let scheduled = matches!(
+                sweep.param.value,
+                SweepParam::Reduce
+                    | SweepParam::Broadcast
+                    | SweepParam::Matmul
+                    | SweepParam::Tile(_)
+                    | SweepParam::Workspace(_)
+                    | SweepParam::Subsect
+            );
+            if !scheduled {
+                continue;
+            }
+            let mut notes = Vec::new();
+            for (_, per_point) in kernels {
+                for (point, text) in points.iter().zip(per_point) {
+                    let (Some(text), Some(value)) = (text, point.values.get(d)) else { continue };
+                    let item = format!("{}={value}", sweep.param.value.name());
+                    notes.push(spindle::Schedule::unread(&item, text.kind).into_iter().next());
+                }
+            }
+            if let Some(Some(first)) = notes.first()
+                && notes.iter().all(Option::is_some)
+            {
+                let why = first.split_once(": ").map_or(first.as_str(), |(_, why)| why);
+                self.out.notes.push(format!(
+                    "sweep {}: no point's kernel reads it ({why}), so its rows differ only by noise",
+                    sweep.param.value.name()
+                ));
+            }
+        }
     }
 
     /// Writes the sweep rows for the points measured so far: the C
@@ -762,6 +805,23 @@ O[i,j] = I[i+p,j+q] * F[p,q]
         let bad =
             run("A = rand 4x4 seed=1\nx = rand 4 seed=2\ny[i] = A[i,j] * x[j]\nsweep subsect in [maybe]\n");
         assert!(bad.error.as_deref().is_some_and(|e| e.contains("subsect is on or off")), "{bad:?}");
+    }
+
+    /// A swept item no point's kernel reads gets a note (its rows looked
+    /// like a measured difference); one the kernels read does not.
+    #[test]
+    fn a_sweep_over_an_item_no_kernel_reads_says_so() {
+        let spmm = "A = rand 40x30 seed=1\nB = rand 30x8 seed=2\nformat A = csr\nC[m,n] += A[m,k] * B[k,n]\n";
+        let out = run(&format!("{spmm}sweep workspace in [dense, hash]\n"));
+        assert_eq!(out.error, None, "{out:#?}");
+        let said = |out: &CellOutput, what: &str| {
+            out.notes.iter().any(|n| n.starts_with(&format!("sweep {what}: no point")))
+        };
+        assert!(said(&out, "workspace"), "{:#?}", out.notes);
+        let grouped = spmm.replace("format A = csr", "format A = groupcoo:g=2");
+        let out = run(&format!("{grouped}sweep reduce in [atomic, segment(2)]\n"));
+        assert_eq!(out.error, None, "{out:#?}");
+        assert!(!said(&out, "reduce"), "{:#?}", out.notes);
     }
 
     #[test]

@@ -275,6 +275,10 @@ impl Run<'_> {
                 .filter(|_| cuda.is_ok())
                 .map(|k| (k.clone(), compiled.schedule.clone())),
             point: point.label.clone(),
+            kind: match &compiled.kernel {
+                spindle::Lowering::Tiles(_) => spindle_ir::kernel::schedule::KernelKind::tiles(false),
+                spindle::Lowering::Levels(k) => spindle_ir::kernel::schedule::KernelKind::levels(k, false),
+            },
         };
         self.step(format!("{label}: running on {threads} thread{}", if threads == 1 { "" } else { "s" }))?;
         let opts = spindle::TimingOptions { warmup: 1, repeats };
@@ -441,6 +445,8 @@ pub(super) struct KernelText {
     /// report).
     pub(super) kernel: Option<(spindle_ir::kernel::Kernel, Schedule)>,
     pub(super) point: String,
+    /// What the C kernel is, for the schedule items it reads.
+    pub(super) kind: spindle_ir::kernel::schedule::KernelKind,
 }
 
 pub(super) fn is_group(spec: &FormatSpec) -> bool {
