@@ -268,7 +268,11 @@ fn affine_of(s: &Subscript, var_of: &BTreeMap<String, VarId>) -> Result<Affine, 
             ),
             span,
             "a coefficient below 1",
-        ));
+        )
+        .with_note(format!(
+            "a window read backwards runs densely without the operand's format (drop its --format); or read it \
+             forwards, `+{name}`, over the filter flipped along `{name}`"
+        )));
     }
     Ok(Affine { terms: terms.into_iter().map(|(v, coeff, ..)| (v, coeff)).collect(), offset: s.offset })
 }

@@ -564,3 +564,21 @@ fn a_filter_walks_each_stored_level_once_per_window() {
     let pair = tree("O[i] += I[i+j] * G[j]", wide, "c", "i+j");
     assert!(pair.contains("subsections i") && !pair.contains("taps"), "{pair}");
 }
+
+/// A window read backwards (`I[i-p+2]`) is refused on a stored operand
+/// with the reason and the ways forward: densely without the format, or
+/// forwards over the flipped filter (it gave the reason alone).
+#[test]
+fn a_window_read_backwards_is_refused_with_the_ways_forward() {
+    let shapes: Shapes = &[("O", &[18]), ("I", &[20]), ("F", &[3])];
+    let c = case("O[i] = I[i-p+2] * F[p]", shapes, 0.3, 5);
+    let formats = BTreeMap::from([("I".to_string(), "c".parse::<FormatSpec>().unwrap())]);
+    let sparse = BTreeMap::from([("I".to_string(), c.entries.clone())]);
+    let d = lower(&c.einsum, &formats, &sparse, &Schedule::default(), "conv").unwrap_err();
+    assert!(d.message.contains("`p` has coefficient -1"), "{}", d.message);
+    assert!(
+        d.notes.iter().any(|n| n.contains("drop its --format") && n.contains("flipped along `p`")),
+        "{:?}",
+        d.notes
+    );
+}
