@@ -1242,7 +1242,18 @@ fn fiber_length(
         };
         parent = count[l];
     }
-    let above = if at == 0 { 1.0 } else { count[at - 1] };
+    // Below a level whose coordinates repeat (COO's rows), a fiber is a
+    // run of equal coordinates there: the walk sums over the run.
+    let above = match at.checked_sub(1) {
+        None => 1.0,
+        Some(p) if !spindle_formats::LevelCapabilities::unique(&levels[p].format) => {
+            match &assembled.arrays[p].crd {
+                Some(crd) => (1 + crd.windows(2).filter(|w| w[0] != w[1]).count()) as f64,
+                None => count[p],
+            }
+        }
+        Some(p) => count[p],
+    };
     Some(count[at] / above.max(1.0))
 }
 
