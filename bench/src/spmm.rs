@@ -1348,16 +1348,21 @@ mod tests {
         vec![MatrixInput { name: "tiny".into(), source: MatrixSource::Generated { spec: spec.into() }, coo }]
     }
 
-    #[test]
-    fn the_suite_runs_on_a_tiny_matrix_with_both_spindle_rows() {
-        let opts = SpmmOptions {
+    /// One repeat on two threads, a small copy, no Python, tuning in memory.
+    fn quick() -> SpmmOptions {
+        SpmmOptions {
             repeats: 1,
             threads: 2,
             copy_bytes: 1 << 20,
             python: PythonMode::Off,
             tune_in_memory: true,
             ..SpmmOptions::new()
-        };
+        }
+    }
+
+    #[test]
+    fn the_suite_runs_on_a_tiny_matrix_with_both_spindle_rows() {
+        let opts = quick();
         let report = run(&tiny(), &opts, &mut |line| eprintln!("{line}")).unwrap();
         assert_eq!((report.suite.as_str(), report.repeats, report.warmup), ("spmm", 1, 1));
         assert!(report.copy.one_thread_gbs > 0.0);
@@ -1414,14 +1419,9 @@ mod tests {
     #[test]
     fn a_failing_variant_is_marked_and_the_others_still_run() {
         let opts = SpmmOptions {
-            repeats: 1,
-            threads: 2,
-            copy_bytes: 1 << 20,
-            python: PythonMode::Off,
-            tune_in_memory: true,
             // Parses, but names an index COO's statement does not have.
             schedules: Schedules::with_overrides(&["coo=tile.zz=4".into()]).unwrap(),
-            ..SpmmOptions::new()
+            ..quick()
         };
         let report = run(&tiny(), &opts, &mut |line| eprintln!("{line}")).unwrap();
         let m = &report.results[0];
