@@ -588,6 +588,19 @@ fn co_iteration_runs_apart_or_fused_maximally() {
         "{:?}",
         trie.notes
     );
+    // A mask in the output's format whose rows repeat (COO) is named, not
+    // "none does here".
+    let coo = problem(
+        "A[i,j] = B[i,j] * (C[i,k] * D[k,j])",
+        &[("C", &[20, 6]), ("D", &[6, 24])],
+        &[("B", &[20, 24], 0.2, "coo")],
+        &[("A", "coo")],
+    );
+    let trie = run(&coo, "trie");
+    assert!(trie.checks[0].passed(), "{:?}", trie.checks);
+    let said = trie.notes.iter().find(|n| n.contains("takes the pattern")).expect("a note");
+    assert!(said.contains("`B` is in its format, but with a level whose coordinates repeat"), "{said}");
+    assert!(!said.contains("none does here"), "{said}");
 }
 
 /// Input-sensitive fusion (§4.3.3): where the sum a temporary holds runs

@@ -313,9 +313,17 @@ pub fn lower_program(
                 let repeats = stored
                     .iter()
                     .find(|(t, s)| formats.get(*t) == Some(spec) && s.levels.iter().any(|l| !l.unique));
+                // (The one in the format, where there is one, is named: "none
+                // does here" was untrue of COO's.)
+                let why = match repeats {
+                    Some((t, _)) => {
+                        format!("`{t}` is in its format, but with a level whose coordinates repeat")
+                    }
+                    None => "none does here".to_string(),
+                };
                 let mut refusal = refuse(
                     format!(
-                        "`{output}` has a format: a program's sparse output takes the pattern of a sparse operand that masks it, in the same format (SDDMM's `A` has `B`'s), and none does here"
+                        "`{output}` has a format: a program's sparse output takes the pattern of a sparse operand that masks it, in the same format (SDDMM's `A` has `B`'s), and {why}"
                     ),
                     lhs.span,
                     "no pattern",
