@@ -506,26 +506,26 @@ fn rewrite_one(
     let format_error = |e: spindle_formats::FormatError| {
         Diagnostic::new(format!("cannot store `{name}` as {spec}: {e}"), access.span)
     };
+    // The new indices, in `position_indices`'s order, so the two cannot drift.
+    let fresh_names: Vec<String> = position_indices(spec).iter().map(|base| fresh(base)).collect();
+    let pos = |k: usize| fresh_names[k].as_str();
     let layout = match spec {
-        FormatSpec::Coo => coo_layout(coo, &array, &fresh("p")),
-        FormatSpec::Csr => csr_layout(coo, &array, &fresh("p")).map_err(format_error)?,
-        FormatSpec::Ell => ell_layout(coo, &array, &indices[0], &fresh("q")).map_err(format_error)?,
+        FormatSpec::Coo => coo_layout(coo, &array, pos(0)),
+        FormatSpec::Csr => csr_layout(coo, &array, pos(0)).map_err(format_error)?,
+        FormatSpec::Ell => ell_layout(coo, &array, &indices[0], pos(0)).map_err(format_error)?,
         FormatSpec::GroupCoo { dim, g } => {
             let gc = GroupCoo::from_coo(coo, *dim, *g).map_err(format_error)?;
-            group_layout(&gc, &array, &fresh("p"), &fresh("q"))
+            group_layout(&gc, &array, pos(0), pos(1))
         }
         FormatSpec::BlockGroupCoo { bm, bk, dim, g } => {
             let b = BlockGroupCoo::from_coo(coo, *bm, *bk, *dim, *g).map_err(format_error)?;
-            let (p, q) = (fresh("p"), fresh("q"));
-            let (bi, bj) = (fresh("bi"), fresh("bj"));
             ragged_block_check(st, name, &indices, b.shape, [b.bm, b.bk])?;
-            block_layout(&b, &array, [&p, &q, &bi, &bj])
+            block_layout(&b, &array, [pos(0), pos(1), pos(2), pos(3)])
         }
         FormatSpec::Bcsr { bm, bk } => {
             let b = Bcsr::from_coo(coo, *bm, *bk).map_err(format_error)?;
-            let (p, bi, bj) = (fresh("p"), fresh("bi"), fresh("bj"));
             ragged_block_check(st, name, &indices, b.shape, [b.bm, b.bk])?;
-            bcsr_layout(&b, &array, [&p, &bi, &bj])
+            bcsr_layout(&b, &array, [pos(0), pos(1), pos(2)])
         }
         _ => unreachable!("validated before"),
     };
