@@ -342,16 +342,21 @@ fn check_out(out: Option<&str>, args: &DataArgs) -> Result<()> {
             (true, Some("npy")) => {
                 bail!("--out {out}: `{name}` is sparse (it has a format), written as .mtx (a matrix) or .tns")
             }
-            (true, Some("mtx")) if rank.len() != 2 => bail!(
-                "--out {out}: a Matrix Market file holds a matrix; `{name}` has order {}: use .tns",
-                rank.len()
-            ),
+            (true, Some("mtx")) => mtx_holds_a_matrix(out, name, rank.len())?,
             _ => {}
         }
     }
     let folder = path.parent().filter(|f| !f.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !folder.is_dir() {
         bail!("--out {out}: the folder {} does not exist", folder.display());
+    }
+    Ok(())
+}
+
+/// Refuses `--out NAME=PATH.mtx` for an output that is not a matrix.
+fn mtx_holds_a_matrix(out: &str, name: &str, order: usize) -> Result<()> {
+    if order != 2 {
+        bail!("--out {out}: a Matrix Market file holds a matrix; `{name}` has order {order}: use .tns");
     }
     Ok(())
 }
@@ -909,11 +914,10 @@ fn emit_entries(einsum: &Einsum, coo: &spindle::formats::Coo<f64, i64>, out: Opt
             }
             let path = Path::new(path);
             match path.extension().and_then(|e| e.to_str()) {
-                Some("mtx") if coo.order() == 2 => spindle::formats::io::mtx::write_mtx(&coo, path),
-                Some("mtx") => bail!(
-                    "--out {out}: a Matrix Market file holds a matrix; `{name}` has order {}: use .tns",
-                    coo.order()
-                ),
+                Some("mtx") => {
+                    mtx_holds_a_matrix(out, name, coo.order())?;
+                    spindle::formats::io::mtx::write_mtx(&coo, path)
+                }
                 Some("tns") => spindle::formats::io::tns::write_tns(&coo, path),
                 _ => bail!("--out {out}: a sparse output is written as .mtx (a matrix) or .tns"),
             }
