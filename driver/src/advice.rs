@@ -51,6 +51,14 @@ impl Prepared {
                 Some(ElemType::Value(DType::F32)) => " (f32 as tf32 under tf32=on)",
                 _ => continue,
             };
+            // Distinct coordinates: a non-canonical input's duplicates fill nothing.
+            let canonical;
+            let coo = if coo.is_canonical() {
+                coo
+            } else {
+                canonical = coo.clone().canonicalize();
+                &canonical
+            };
             let blocks: HashSet<(i64, i64)> = (0..coo.nnz())
                 .map(|k| (coo.crd[0][k] / BLOCK as i64, coo.crd[1][k] / BLOCK as i64))
                 .collect();

@@ -628,6 +628,10 @@ fn dense_blocks_stored_entry_by_entry_get_the_block_format_advice() {
     // Scattered entries: three in a block.
     let scattered = matrix((0..96).map(|i| (i, (i * 7) % 64)).collect());
     assert_eq!(problem(&scattered, "csr", DType::F16).prepare().unwrap().block_format_advice(), None);
+    // The same entries, each given 40 times (a non-canonical COO): the
+    // duplicates are summed, not counted as fill (3,840 of 6,144 places).
+    let repeated = matrix((0..96 * 40).map(|k| (k % 96, ((k % 96) * 7) % 64)).collect());
+    assert_eq!(problem(&repeated, "coo", DType::F16).prepare().unwrap().block_format_advice(), None);
     // A matrix-vector product has no Tensor Core kernel.
     let spmv = Problem::new("y[m] = A[m,k] * x[k]")
         .tensor("A", blocks.clone())
