@@ -1,6 +1,7 @@
 //! Keeps a kernel cache folder under a size bound: each hit marks its files
 //! used ([`touch`]), and each new entry drops the files used least recently
-//! once the folder is past the bound ([`prune`]).
+//! once the folder is past the bound ([`after_new_entry`], which lists the
+//! folder on a process's first new entry and every 32nd after it).
 //!
 //! A sweep compiles a kernel per point, and a sanitized CUDA emulation is
 //! about 800 KB an executable: the caches grew without end (421 MB on the
@@ -8,8 +9,10 @@
 //! `$SPINDLE_CACHE_MAX_MB` megabytes a folder (default 2048; 0 keeps
 //! everything).
 
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 /// The environment variable bounding each cache folder, in megabytes.
@@ -36,6 +39,26 @@ pub fn max_bytes() -> Option<u64> {
 /// reading only: an executable opened for writing cannot be run.
 pub fn touch(path: &Path) {
     let _ = File::open(path).and_then(|f| f.set_modified(SystemTime::now()));
+}
+
+/// New entries a process adds to a folder between two listings of it: a
+/// folder of small C kernels holds tens of thousands of files under the
+/// default bound, too many to list on every compile, and the bound is soft
+/// (32 more entries are a few megabytes past it at most).
+const ENTRIES_PER_PRUNE: u64 = 32;
+
+/// Call after adding an entry to `dir`: [`prune`]s it on this process's
+/// first new entry there and every [`ENTRIES_PER_PRUNE`]th after it.
+/// Returns the bytes removed.
+pub fn after_new_entry(dir: &Path, max: Option<u64>) -> u64 {
+    static ADDED: Mutex<BTreeMap<PathBuf, u64>> = Mutex::new(BTreeMap::new());
+    let due = {
+        let mut added = ADDED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = added.entry(dir.to_path_buf()).or_insert(0);
+        *count += 1;
+        (*count - 1).is_multiple_of(ENTRIES_PER_PRUNE)
+    };
+    if due { prune(dir, max) } else { 0 }
 }
 
 /// Whether `name` is a cache entry's: a 32-digit hex key, alone or with an
@@ -124,6 +147,22 @@ mod tests {
             v
         };
         assert_eq!(left, [key(3) + ".c", key(4), "autotune.json".into(), "sub".into()]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn new_entries_list_the_folder_on_the_first_and_every_32nd() {
+        let dir = std::env::temp_dir().join(format!("spindle-cache-after-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = |n: u8| file(&dir, &format!("{:032x}", n), 400, 4000);
+        old(1);
+        assert_eq!(after_new_entry(&dir, Some(100)), 400);
+        old(2);
+        for _ in 1..ENTRIES_PER_PRUNE {
+            assert_eq!(after_new_entry(&dir, Some(100)), 0);
+        }
+        assert_eq!(after_new_entry(&dir, Some(100)), 400);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -331,7 +331,7 @@ impl Compiler {
         })?;
         let library =
             load_library(&so_path).map_err(|error| CompileError::Load { path: so_path.clone(), error })?;
-        crate::cache::prune(dir, crate::cache::max_bytes());
+        crate::cache::after_new_entry(dir, crate::cache::max_bytes());
         CProgram::new(library, symbol, c_path, so_path, false, compile_time, compiler_output)
     }
 }

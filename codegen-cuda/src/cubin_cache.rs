@@ -98,7 +98,7 @@ impl CacheEntry {
             let _ = write_atomically(&self.log, compiled.log.as_bytes());
             let _ = write_atomically(&self.source, source.as_bytes());
             if let Some(dir) = self.source.parent() {
-                spindle_c::cache::prune(dir, spindle_c::cache::max_bytes());
+                spindle_c::cache::after_new_entry(dir, spindle_c::cache::max_bytes());
             }
         }
         Ok((compiled.cubin, compiled.log))

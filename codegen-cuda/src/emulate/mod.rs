@@ -334,7 +334,7 @@ fn executable(
         && std::fs::copy(&exe, &staged).is_ok()
         && std::fs::rename(&staged, &cached).is_ok();
     if stored {
-        spindle_c::cache::prune(&cache, spindle_c::cache::max_bytes());
+        spindle_c::cache::after_new_entry(&cache, spindle_c::cache::max_bytes());
     } else {
         let _ = std::fs::remove_file(&staged);
     }
