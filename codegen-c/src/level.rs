@@ -980,12 +980,34 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(usize::from(i > 0), l);
         }
         if !self.threads {
+            // (A workspace over the whole output is filled inside its loops.)
+            fn outermost(body: &[Node]) -> Option<VarId> {
+                match body {
+                    [Node::Dense { var, .. }] | [Node::Merge { var, .. }] => Some(*var),
+                    [Node::Workspace { body }] => outermost(body),
+                    _ => None,
+                }
+            }
+            let outer = outermost(&k.body);
+            let walks_another = |a: &Assembly| {
+                let first = a.levels.first()?.var;
+                // (A summed index outermost is the generic reason's.)
+                let outer = outer.filter(|&o| o != first && a.levels.iter().any(|l| l.var == o))?;
+                Some(format!(
+                    "the outermost loop walks `{}` and the sparse output's first level stores `{}`, so every \
+                     iteration may append under any `{}`; an output format whose first level is `{}` fills its \
+                     rows on threads",
+                    k.vars[outer].name, k.vars[first].name, k.vars[first].name, k.vars[outer].name
+                ))
+            };
+            let another = k.assembly.as_ref().and_then(walks_another);
             let why = match (k.parallel, &k.assembly) {
                 (false, _) if k.idle() => "the product is 0, so the loops have nothing to do",
                 (false, Some(a)) if a.levels.first().is_some_and(|l| !l.format.locate()) => {
                     "the sparse output's first level is compressed, so its entries are appended in order; \
                      a dense first level, as CSR's, fills its rows on threads"
                 }
+                (false, Some(_)) if another.is_some() => another.as_deref().unwrap_or_default(),
                 (false, _) if matches!(k.body[..], [Node::Fill { .. }]) => {
                     "under max= / min= the outermost loop may skip output rows, so the zeros skipped are \
                      counted per output element, in one array"

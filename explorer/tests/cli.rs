@@ -1170,6 +1170,19 @@ fn a_run_reports_the_threads_its_kernel_uses() {
     let out = spindle(&spgemm);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("first level is compressed"), "{}", stderr(&out));
+    // A CSC output of a row-wise product: its first level (j) is dense but
+    // not the outermost loop's (it blamed repeating rows or a sum).
+    let csc = [&spgemm[..11], &["C=csc"], &spgemm[12..]].concat();
+    let out = spindle(&csc);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "the outermost loop walks `i` and the sparse output's first level stores `j`, so every iteration may \
+             append under any `j`"
+        ),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// `eval` writes a program's sparse output as `run` does (it said the
