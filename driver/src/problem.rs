@@ -237,24 +237,38 @@ impl Problem {
     }
 
     /// Reads the data and checks the statement against it.
-    /// `d` with a note for each tensor it points at whose extents were
-    /// guessed: a `.tns` file without a header has its largest indices as
-    /// its extents, so a mismatch may be a missing header, not the data.
-    pub(crate) fn with_guessed_extents(&self, mut d: Diagnostic, statements: &[Statement]) -> Diagnostic {
+    /// `d` with a note for each tensor it points at whose file says more
+    /// than its declaration: a `.tns` file without a header has its largest
+    /// indices as its extents, so a mismatch may be a missing header, not
+    /// the data; a `.npy` file of bools is read as f32 values.
+    pub(crate) fn with_file_notes(&self, mut d: Diagnostic, statements: &[Statement]) -> Diagnostic {
         let pointed: Vec<Span> = std::iter::once(d.span).chain(d.secondary.iter().map(|s| s.0)).collect();
         for (name, input) in &self.inputs {
             let InputData::File(path) = &input.data else { continue };
-            let tns = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("tns"));
             let at = |s: &Span| {
                 statements
                     .iter()
                     .flat_map(Statement::all_accesses)
                     .any(|a| &a.tensor.name == name && a.span.start <= s.start && s.end <= a.span.end)
             };
-            if tns && pointed.iter().any(at) && spindle_formats::io::tns::has_header(path).is_ok_and(|h| !h) {
+            if !pointed.iter().any(at) {
+                continue;
+            }
+            let extension = |e: &str| path.extension().is_some_and(|x| x.eq_ignore_ascii_case(e));
+            if extension("tns") && spindle_formats::io::tns::has_header(path).is_ok_and(|h| !h) {
                 d.notes.push(format!(
                     "{} has no header, so `{name}`'s extents are its largest indices; a header (a line with the \
                      order, then one with the dims) sets them",
+                    path.display()
+                ));
+            }
+            if extension("npy")
+                && input.dtype.is_none()
+                && spindle_formats::io::npy_holds_bool(path).is_ok_and(|b| b)
+            {
+                d.notes.push(format!(
+                    "{} holds bools, read as the values 0 and 1 (f32); indices are an integer array \
+                     (np.int32 or np.int64)",
                     path.display()
                 ));
             }
@@ -323,9 +337,8 @@ impl Problem {
                 text: src.to_string(),
             });
         }
-        let original = check(&parsed, &declarations).map_err(|d| {
-            Error::statement(self.with_guessed_extents(d, std::slice::from_ref(&parsed)), src)
-        })?;
+        let original = check(&parsed, &declarations)
+            .map_err(|d| Error::statement(self.with_file_notes(d, std::slice::from_ref(&parsed)), src))?;
         round_inputs([&original], &mut data, &mut sparse)?;
         Ok(Checked { original, data, sparse, formats })
     }

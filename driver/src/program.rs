@@ -161,7 +161,7 @@ impl Problem {
             }
         }
         let program = split_program(&statements, &data.declarations)
-            .map_err(|d| Error::statement(self.with_guessed_extents(d, &statements), src))?;
+            .map_err(|d| Error::statement(self.with_file_notes(d, &statements), src))?;
         round_inputs(&program.statements, &mut data.dense, &mut data.sparse)?;
         for einsum in &program.statements {
             spindle_ir::lang::check_subscript_reach(einsum, &|x| {

@@ -1402,6 +1402,37 @@ fn conv_refusals_name_what_was_written() {
     );
 }
 
+/// A NumPy bool array read where indices belong says it holds bools (it
+/// said "f32 values", the dtype bools are read as).
+#[test]
+fn a_bool_npy_read_as_indices_is_named_as_bools() {
+    let dir = scratch("bool-npy");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A version 1.0 header padded to 64 bytes with the magic, then 3 bools.
+    let dict = "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }";
+    let header = format!("{dict:<53}\n");
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend([1u8, 0, 1]);
+    let mask = dir.join("mask.npy");
+    std::fs::write(&mask, bytes).unwrap();
+    let out = spindle(&[
+        "eval",
+        "y[i] = v[I[i]]",
+        "--tensor",
+        &format!("I={}", mask.display()),
+        "--rand",
+        "v=4:f32:1",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("mask.npy holds bools, read as the values 0 and 1 (f32)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// A `.tns` without a header takes its largest indices as its extents: an
 /// extent conflict over it says so (it read as a mistake in the data), and
 /// the same entries under a header run.

@@ -7,7 +7,9 @@ use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 use npyz::WriterBuilder;
 use spindle_formats::FormatError;
-use spindle_formats::io::{read_npy_dense, read_npy_index, write_npy, write_npy_indices, write_npy_values};
+use spindle_formats::io::{
+    npy_holds_bool, read_npy_dense, read_npy_index, write_npy, write_npy_indices, write_npy_values,
+};
 
 /// A temp file removed on drop.
 struct Temp(PathBuf);
@@ -235,6 +237,22 @@ fn raw_npy(dict: &str) -> Vec<u8> {
     bytes.extend((header.len() as u16).to_le_bytes());
     bytes.extend(header.as_bytes());
     bytes
+}
+
+/// NumPy's bools (`|b1`) read as the values 0 and 1, are no indices, and
+/// are told from floats by the header.
+#[test]
+fn bools_read_as_zero_and_one() {
+    let t = Temp::new("bool.npy");
+    let mut bytes = raw_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }");
+    bytes.extend([1u8, 0, 1]);
+    std::fs::write(&t.0, bytes).unwrap();
+    assert_eq!(read_npy_dense::<f32>(&t.0).unwrap(), expected(&[3], &[1.0f32, 0.0, 1.0]));
+    assert!(read_npy_index(&t.0).is_err());
+    assert!(npy_holds_bool(&t.0).unwrap());
+    let f = Temp::new("float.npy");
+    write_npy(&f.0, &[2], &[1.0f32, 2.0]).unwrap();
+    assert!(!npy_holds_bool(&f.0).unwrap());
 }
 
 #[test]

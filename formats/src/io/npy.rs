@@ -55,10 +55,7 @@ pub fn read_npy_dense<V: Value>(path: &Path) -> Result<ArrayD<V>> {
 /// The value type a float `.npy` file holds (`f8`, `f4`, `f2`), read from
 /// its header alone; `None` for other dtypes (integers are indices).
 pub fn npy_value_dtype(path: &Path) -> Result<Option<DType>> {
-    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
-    let header = NpyHeader::from_reader(std::io::BufReader::new(file))
-        .map_err(|e| bad(path, format!("not a valid npy file: {e}")))?;
-    Ok(match header.dtype() {
+    Ok(match npy_header(path)?.dtype() {
         NpyDType::Plain(ts) if ts.type_char() == TypeChar::Float => match ts.size_field() {
             8 => Some(DType::F64),
             4 => Some(DType::F32),
@@ -67,6 +64,18 @@ pub fn npy_value_dtype(path: &Path) -> Result<Option<DType>> {
         },
         _ => None,
     })
+}
+
+/// Whether a `.npy` file holds `bool`s (read as values 0 and 1), from its
+/// header alone.
+pub fn npy_holds_bool(path: &Path) -> Result<bool> {
+    Ok(matches!(npy_header(path)?.dtype(), NpyDType::Plain(ts) if ts.type_char() == TypeChar::Bool))
+}
+
+fn npy_header(path: &Path) -> Result<NpyHeader> {
+    let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
+    NpyHeader::from_reader(std::io::BufReader::new(file))
+        .map_err(|e| bad(path, format!("not a valid npy file: {e}")))
 }
 
 /// Reads an integer array (`i1`..`i8`, `u1`..`u8`) as `i64`. Float dtypes
