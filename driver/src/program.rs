@@ -47,7 +47,7 @@ use spindle_ir::level::{Lowered, lower_program};
 use spindle_ir::program::{
     Program, evaluate_program, inline, parse_program, reorder_products, split_program,
 };
-use spindle_ir::react::{forest_text, fused_forest};
+use spindle_ir::react::{forest_text, fused_forest, unmet_order};
 use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::backend::Backend;
@@ -268,9 +268,10 @@ impl Problem {
         check: bool,
     ) -> Result<ProgramRun> {
         let mut data = self.program_data()?;
-        let (program, reordered) = self.split_noted(&mut data)?;
+        let (program, mut reordered) = self.split_noted(&mut data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
+        reordered.extend(unmet_order(&program, &formats, &schedule.order));
         check_schedule_indices(&program, schedule, &formats)
             .map_err(|d| Error::statement(d, self.statement()))?;
         crate::problem::check_dense_output(&last, &formats)?;
@@ -589,8 +590,9 @@ impl Problem {
     /// policy decided.
     pub fn program_kernel(&self, schedule: &Schedule) -> Result<(Lowered, Vec<String>)> {
         let mut data = self.program_data()?;
-        let (program, reordered) = self.split_noted(&mut data)?;
+        let (program, mut reordered) = self.split_noted(&mut data)?;
         let formats = self.formats()?;
+        reordered.extend(unmet_order(&program, &formats, &schedule.order));
         let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
         let maximal = match (schedule.fusion, once) {
             (Fusion::Maximal, _) => Some((None, self.maximal(&program)?)),

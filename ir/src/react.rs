@@ -102,23 +102,9 @@ pub fn index_trees(program: &Program, formats: &BTreeMap<String, FormatSpec>) ->
         .collect()
 }
 
-/// Each tree's loops reordered, one loop at a time among those whose
-/// stored levels above are bound (a level is reached from its parent):
-/// the indices `hint` lists first, in its order; then the loop that is
-/// the contiguous (last) dimension of the fewest dense accesses, a loop
-/// over stored coordinates counting none (it gathers), so the innermost
-/// loop walks rows of dense operands; ties in the tree's order. SDDMM's
-/// product `T1[i,j] = C[i,k] * D[k,j]` over B's pattern keeps i, j, k (the
-/// sum innermost, in a register); GNN kernel 1's `T1[i,h] = A[i,k] *
-/// X[k,h]` runs i, k, h (rows of X).
-pub fn order_loops(
-    program: &Program,
-    trees: &[IndexTree],
-    formats: &BTreeMap<String, FormatSpec>,
-    hint: &[String],
-) -> Vec<IndexTree> {
-    // Each stored operand's index names in level order, as the program
-    // reads it.
+/// Each stored operand's index names in level order, as the program
+/// first reads it.
+fn stored_chains(program: &Program, formats: &BTreeMap<String, FormatSpec>) -> BTreeMap<String, Vec<String>> {
     let mut chains: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for einsum in &program.statements {
         for access in einsum.statement.rhs.accesses() {
@@ -139,6 +125,63 @@ pub fn order_loops(
             chains.entry(access.tensor.name.clone()).or_insert(names);
         }
     }
+    chains
+}
+
+/// A note for each statement whose loops cannot follow `order=` (`hint`):
+/// [`order_loops`] takes a hinted index first only once the stored levels
+/// above it are bound, so a hint against an operand's storage order is
+/// passed over (a statement alone refuses it), and the note names the
+/// operand.
+pub fn unmet_order(
+    program: &Program,
+    formats: &BTreeMap<String, FormatSpec>,
+    hint: &[String],
+) -> Vec<String> {
+    let trees = propagate(program, &index_trees(program, formats), formats);
+    let chains = stored_chains(program, formats);
+    let position = |loops: &[Loop], index: &str| loops.iter().position(|l| l.index == index);
+    let mut notes = Vec::new();
+    for (s, tree) in order_loops(program, &trees, formats, hint).iter().enumerate() {
+        // A hinted index after a loop the hint does not list before it.
+        let swapped = hint.iter().enumerate().find_map(|(k, first)| {
+            let at = position(&tree.loops, first)?;
+            let before = tree.loops[..at].iter().find(|l| !hint[..k].contains(&l.index))?;
+            Some((first, &before.index))
+        });
+        let Some((first, later)) = swapped else { continue };
+        let stores = tree.compute.rhs.accesses().into_iter().find_map(|a| {
+            let chain = chains.get(&a.tensor.name)?;
+            let above = chain.iter().position(|i| i == later)? < chain.iter().position(|i| i == first)?;
+            above.then(|| format!(": `{}` stores `{later}` above `{first}`", a.tensor.name))
+        });
+        notes.push(format!(
+            "order={}: statement {} (`{}`) runs `{later}` before `{first}`{}",
+            hint.join("+"),
+            s + 1,
+            tree.compute,
+            stores.unwrap_or_default()
+        ));
+    }
+    notes
+}
+
+/// Each tree's loops reordered, one loop at a time among those whose
+/// stored levels above are bound (a level is reached from its parent):
+/// the indices `hint` lists first, in its order; then the loop that is
+/// the contiguous (last) dimension of the fewest dense accesses, a loop
+/// over stored coordinates counting none (it gathers), so the innermost
+/// loop walks rows of dense operands; ties in the tree's order. SDDMM's
+/// product `T1[i,j] = C[i,k] * D[k,j]` over B's pattern keeps i, j, k (the
+/// sum innermost, in a register); GNN kernel 1's `T1[i,h] = A[i,k] *
+/// X[k,h]` runs i, k, h (rows of X).
+pub fn order_loops(
+    program: &Program,
+    trees: &[IndexTree],
+    formats: &BTreeMap<String, FormatSpec>,
+    hint: &[String],
+) -> Vec<IndexTree> {
+    let chains = stored_chains(program, formats);
     trees
         .iter()
         .map(|tree| {

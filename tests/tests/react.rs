@@ -696,6 +696,26 @@ fn an_output_no_statement_reads_is_named() {
     assert_eq!(ran.output, "z");
 }
 
+/// `order=` against a stored operand's levels is passed over in a program
+/// (a statement alone refuses it); the note names the statement and the
+/// operand (it was silent). An order the storage allows gets none.
+#[test]
+fn an_order_a_stored_operand_cannot_follow_is_noted() {
+    let p =
+        problem("t[i] = A[i,j] * x[j]; y[i] = t[i] * 2", &[("x", &[5])], &[("A", &[6, 5], 0.5, "csr")], &[]);
+    let ran = |order: &str| {
+        let schedule: Schedule = format!("fusion=trie order={order}").parse().unwrap();
+        p.run_program(&CBackend::new(), &schedule, TimingOptions { warmup: 0, repeats: 1 }, true).unwrap()
+    };
+    let against = ran("j+i");
+    assert!(against.checks.iter().all(|c| c.passed()), "{:?}", against.checks);
+    let note =
+        "order=j+i: statement 1 (`t[i] = A[i,j] * x[j]`) runs `i` before `j`: `A` stores `i` above `j`";
+    assert!(against.notes.iter().any(|n| n == note), "{:?}", against.notes);
+    let along = ran("i+j");
+    assert!(!along.notes.iter().any(|n| n.starts_with("order=")), "{:?}", along.notes);
+}
+
 /// Statements index independently: `i` of a consumer `y[i] = B[i,k] *
 /// t[k]` is not the producer's `i` of `t[i] = A[i,j] * x[j]`. Sparsity
 /// propagated from the consumer's `B` at `k` once made the producer's `i`
