@@ -380,7 +380,13 @@ pub(crate) fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&st
                 );
             }
             spindle::input::write_npy(Path::new(path), result, output.dtype).map_err(reported)?;
-            println!("wrote {path} ({} {})", shape_text(result.shape()), output.dtype.name());
+            // (NumPy has no bf16: its values go out as f32, exactly.)
+            let as_f32 = if output.dtype == ElemType::Value(spindle_formats::DType::Bf16) {
+                ", written as f32: NumPy has no bf16"
+            } else {
+                ""
+            };
+            println!("wrote {path} ({} {}{as_f32})", shape_text(result.shape()), output.dtype.name());
         }
         None => println!("{}", preview(&output.name, &stored)),
     }
