@@ -419,6 +419,11 @@ fn products(e: &Ast) -> Vec<Ast> {
     }
 }
 
+/// The label of the refusal of a loop order that resolves an operand's
+/// level before the level above it: callers that try orders tell it from
+/// other refusals by it.
+pub const RESOLVED_EARLY: &str = "resolved before the level above it";
+
 /// Every stored operand's levels resolve in storage order (the first
 /// `named` loops of `order` are the ones `order=` names).
 fn legal(
@@ -453,7 +458,7 @@ fn legal(
                         vars[above].name,
                     ),
                     access.subscripts[dim].span,
-                    "resolved before the level above it",
+                    RESOLVED_EARLY,
                 )
                 .with_note(format!("bind `{}` before `{}`", vars[above].name, vars[below].name)));
             }

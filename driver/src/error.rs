@@ -72,6 +72,13 @@ impl Error {
         }
     }
 
+    /// Whether this is the refusal of a loop order that resolves a stored
+    /// operand's level before the level above it (a convolution's order
+    /// that its formats do not allow).
+    pub fn is_out_of_storage_order(&self) -> bool {
+        matches!(self, Error::Statement { diagnostic, .. } if diagnostic.label == spindle_conv::lower::RESOLVED_EARLY)
+    }
+
     /// Adds what was being done to an input error's message.
     pub(crate) fn context(self, what: &str) -> Error {
         match self {

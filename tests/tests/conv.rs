@@ -156,7 +156,7 @@ fn every_order_with(
                 legal += 1;
             }
             Err(d) => {
-                assert!(d.message.contains("resolve in storage order"), "order {order:?}: {}", d.message);
+                assert_eq!(d.label, spindle_conv::lower::RESOLVED_EARLY, "order {order:?}: {}", d.message);
                 refused += 1;
             }
         }
