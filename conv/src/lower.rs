@@ -72,8 +72,9 @@ pub fn lower(
     }
     let out_at = plain_indices(&st.lhs, &var_of)?;
 
-    // The stored operands: their arrays become arguments, their levels
-    // subsection loops.
+    // The stored operands: their arrays become arguments (named apart from
+    // the user's tensors), their levels subsection loops.
+    let taken: BTreeSet<String> = einsum.tensors.keys().cloned().collect();
     let mut tensors: PrimaryMap<TensorId, TensorParam> = PrimaryMap::new();
     let mut arrays = Tensors::new();
     let mut affine: Vec<AffineOperand> = Vec::new();
@@ -94,7 +95,8 @@ pub fn lower(
             )
             .with_secondary(first.span, "the first")
             .with_note(format!(
-                "in separate terms of a sum (a separable filter), give `{tname}`'s data a second name and read                  that one here: each term walks its own operands"
+                "give `{tname}`'s data a second name and read that one here: each name is walked on its own \
+                 (a separable filter's terms, or a product of two windows)"
             )));
         }
         let coo = sparse.get(tname).ok_or_else(|| {
@@ -126,7 +128,7 @@ pub fn lower(
             }
         }
         let (levels, val) =
-            store_levels(tname, spec, coo, dtype, &info.shape, access, &mut tensors, &mut arrays)?;
+            store_levels(tname, spec, coo, dtype, &info.shape, access, &taken, &mut tensors, &mut arrays)?;
         for l in &levels {
             if !l.ordered || matches!(l.level.kind, Reach::Padded { .. }) {
                 return Err(refuse(

@@ -502,13 +502,21 @@ fn rewrite_one(
         used.insert(name.clone());
         name
     };
-    let array = |suffix: &str| format!("{name}_{suffix}");
     let format_error = |e: spindle_formats::FormatError| {
         Diagnostic::new(format!("cannot store `{name}` as {spec}: {e}"), access.span)
     };
     // The new indices, in `position_indices`'s order, so the two cannot drift.
     let fresh_names: Vec<String> = position_indices(spec).iter().map(|base| fresh(base)).collect();
     let pos = |k: usize| fresh_names[k].as_str();
+    // The arrays: `{name}_{suffix}`, or with `_2`, `_3`, ... where the
+    // statement has that name (a user's `A_val` beside `A`).
+    let array = |suffix: &str| {
+        let base = format!("{name}_{suffix}");
+        std::iter::once(base.clone())
+            .chain((2..).map(|k| format!("{base}_{k}")))
+            .find(|n| !used.contains(n))
+            .unwrap_or_default()
+    };
     let layout = match spec {
         FormatSpec::Coo => coo_layout(coo, &array, pos(0)),
         FormatSpec::Csr => csr_layout(coo, &array, pos(0)).map_err(format_error)?,
@@ -529,21 +537,6 @@ fn rewrite_one(
         }
         _ => unreachable!("validated before"),
     };
-    for (suffix, _) in &layout.arrays {
-        let taken = array(suffix);
-        if current.tensors.contains_key(&taken)
-            || declarations.contains_key(&taken)
-            || current.indices.iter().any(|i| i.name == taken)
-        {
-            return Err(Diagnostic::new(
-                format!("cannot name the arrays of `{name}`: `{taken}` is already used in the statement"),
-                access.span,
-            )
-            .with_label(format!("its arrays would be named {name}_..."))
-            .with_note("rename the tensor"));
-        }
-    }
-
     // Substitute every index of `T` everywhere, then read the value array.
     let map: BTreeMap<&str, &Subscript> =
         indices.iter().zip(&layout.dims).filter_map(|(i, r)| r.as_ref().map(|r| (i.as_str(), r))).collect();

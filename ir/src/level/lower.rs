@@ -168,12 +168,24 @@ fn lower_as_read(
     }
     let plain = |access: &Access| plain_indices(access, &var_of);
 
-    // The stored operands: their arrays become arguments.
+    // The stored operands: their arrays become arguments, named apart
+    // from the user's tensors.
+    let taken: BTreeSet<String> = einsum.tensors.keys().cloned().collect();
     let mut stored: BTreeMap<String, Stored> = BTreeMap::new();
     let mut arrays = Tensors::new();
     let mut replaced = Vec::new();
     for access in st.rhs.accesses() {
-        store_operand(access, einsum, formats, sparse, &var_of, &mut tensors, &mut arrays, &mut stored)?;
+        store_operand(
+            access,
+            einsum,
+            formats,
+            sparse,
+            &var_of,
+            &taken,
+            &mut tensors,
+            &mut arrays,
+            &mut stored,
+        )?;
     }
     replaced.extend(stored.keys().cloned());
 
@@ -185,7 +197,7 @@ fn lower_as_read(
         None => (dense[out_name], None),
         Some(spec) => {
             let info = &einsum.tensors[out_name];
-            let (assembly, val) = assemble(out_name, spec, info, &out_at, &st.lhs, &mut tensors)?;
+            let (assembly, val) = assemble(out_name, spec, info, &out_at, &st.lhs, &taken, &mut tensors)?;
             (val, Some(assembly))
         }
     };
@@ -494,6 +506,7 @@ pub(super) fn store_operand(
     formats: &BTreeMap<String, FormatSpec>,
     sparse: &BTreeMap<String, Coo<f64, i64>>,
     var_of: &BTreeMap<String, VarId>,
+    taken: &BTreeSet<String>,
     tensors: &mut PrimaryMap<TensorId, TensorParam>,
     arrays: &mut Tensors,
     stored: &mut BTreeMap<String, Stored>,
@@ -526,7 +539,7 @@ pub(super) fn store_operand(
     let ElemType::Value(dtype) = info.dtype else {
         return Err(refuse(format!("`{tname}` holds indices"), access.span, "not a value tensor"));
     };
-    let (levels, val) = store(tname, spec, coo, dtype, &info.shape, &at, access, tensors, arrays)?;
+    let (levels, val) = store(tname, spec, coo, dtype, &info.shape, &at, access, taken, tensors, arrays)?;
     stored.insert(tname.clone(), Stored { levels, val, access: access.clone() });
     Ok(())
 }
@@ -543,10 +556,11 @@ pub(super) fn store(
     shape: &[usize],
     at: &[VarId],
     access: &Access,
+    taken: &BTreeSet<String>,
     tensors: &mut PrimaryMap<TensorId, TensorParam>,
     arrays: &mut Tensors,
 ) -> Result<(Vec<StoredLevel>, TensorId), Diagnostic> {
-    let (levels, val) = store_levels(tname, spec, coo, dtype, shape, access, tensors, arrays)?;
+    let (levels, val) = store_levels(tname, spec, coo, dtype, shape, access, taken, tensors, arrays)?;
     let levels = levels
         .into_iter()
         .map(|l| StoredLevel {
@@ -571,9 +585,28 @@ pub struct OperandLevel {
     pub unique: bool,
 }
 
+/// The kernel argument of `tensor`'s `array`: `{tensor}_{array}`, or with
+/// `_2`, `_3`, ... where one of the user's tensors (`taken`) or another
+/// argument has that name (a user's `A_val` beside `A` in a format was read
+/// as `A`'s values).
+pub fn array_name(
+    tensor: &str,
+    array: &str,
+    taken: &BTreeSet<String>,
+    tensors: &PrimaryMap<TensorId, TensorParam>,
+) -> String {
+    let base = format!("{tensor}_{array}");
+    let free = |n: &String| !taken.contains(n) && !tensors.values().any(|t| t.name == *n);
+    std::iter::once(base.clone())
+        .chain((2..).map(|k| format!("{base}_{k}")))
+        .find(free)
+        .expect("some suffix is free")
+}
+
 /// Stores `coo` in `spec` as `tname` (read by `access`, for diagnostics):
-/// its arrays become kernel arguments (`{tname}_{array}`) with their data
-/// in `arrays`; returns its levels, outermost first, and its value array.
+/// its arrays become kernel arguments ([`array_name`], beside the user's
+/// tensors `taken`) with their data in `arrays`; returns its levels,
+/// outermost first, and its value array.
 #[allow(clippy::too_many_arguments)]
 pub fn store_levels(
     tname: &str,
@@ -582,6 +615,7 @@ pub fn store_levels(
     dtype: spindle_formats::DType,
     shape: &[usize],
     access: &Access,
+    taken: &BTreeSet<String>,
     tensors: &mut PrimaryMap<TensorId, TensorParam>,
     arrays: &mut Tensors,
 ) -> Result<(Vec<OperandLevel>, TensorId), Diagnostic> {
@@ -589,7 +623,7 @@ pub fn store_levels(
         .map_err(|e| refuse(format!("`{tname}` in {}: {e}", spec.name()), access.span, "cannot store"))?;
     let mut ids: BTreeMap<String, TensorId> = BTreeMap::new();
     for (array, data) in tensor.arrays() {
-        let name = format!("{tname}_{array}");
+        let name = array_name(tname, &array, taken, tensors);
         let (dtype, value) = match data {
             ArrayData::Value(v) => {
                 (ElemType::Value(dtype), TensorValue::Values(ndarray::Array1::from(v.to_vec()).into_dyn()))
@@ -665,6 +699,7 @@ fn assemble(
     info: &crate::lang::einsum::TensorInfo,
     at: &[VarId],
     access: &Access,
+    taken: &BTreeSet<String>,
     tensors: &mut PrimaryMap<TensorId, TensorParam>,
 ) -> Result<(Assembly, TensorId), Diagnostic> {
     let cannot =
@@ -699,12 +734,8 @@ fn assemble(
         }
         sparse_above |= !f.locate();
         let mut array = |what: &str, dtype: ElemType| {
-            tensors.push(TensorParam {
-                name: format!("{name}_{what}{l}"),
-                dtype,
-                shape: vec![0],
-                output: true,
-            })
+            let name = array_name(name, &format!("{what}{l}"), taken, tensors);
+            tensors.push(TensorParam { name, dtype, shape: vec![0], output: true })
         };
         let index = ElemType::Index(IType::I64);
         let pos = (f.children() == Children::Range).then(|| array("pos", index));
@@ -727,7 +758,8 @@ fn assemble(
         );
     }
     let mut param = |what: &str, dtype: ElemType, len: usize| {
-        tensors.push(TensorParam { name: format!("{name}_{what}"), dtype, shape: vec![len], output: true })
+        let name = array_name(name, what, taken, tensors);
+        tensors.push(TensorParam { name, dtype, shape: vec![len], output: true })
     };
     let val = param("val", info.dtype, 0);
     let counts = param("counts", ElemType::Index(IType::I64), 0);

@@ -187,14 +187,16 @@ pub fn lower_program(
     }
     let plain = |a: &Access| plain_indices(a, &var_of);
 
-    // The stored operands, each read at one subscript throughout.
+    // The stored operands, each read at one subscript throughout; their
+    // arrays named apart from every statement's tensors.
+    let taken: BTreeSet<String> = statements.iter().flat_map(|e| e.tensors.keys().cloned()).collect();
     let mut tensors: PrimaryMap<TensorId, TensorParam> = PrimaryMap::new();
     let mut arrays = Tensors::new();
     let mut stored: BTreeMap<String, Stored> = BTreeMap::new();
     let mut replaced = Vec::new();
     for e in statements {
         for access in e.statement.rhs.accesses() {
-            store_operand(access, e, formats, sparse, &var_of, &mut tensors, &mut arrays, &mut stored).map_err(
+            store_operand(access, e, formats, sparse, &var_of, &taken, &mut tensors, &mut arrays, &mut stored).map_err(
                 |d| match d.label.as_str() {
                     // A statement alone walks a copy for a further read.
                     "a second read" => d.with_note(format!(
