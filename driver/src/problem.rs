@@ -10,7 +10,7 @@ use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::kernel::{Kernel, OutputInit, Strategy};
 use spindle_ir::lang::{
     Declaration, Declarations, Diagnostic, Einsum, ElemType, Span, Statement, WhereClause, check,
-    declare_output, output_shape_unknown, parse, undeclared_operand,
+    declare_output, operand_mistake, output_shape_unknown, parse,
 };
 use spindle_ir::rewrite::Rewritten;
 use spindle_ir::tensor::{TensorValue, Tensors};
@@ -328,7 +328,7 @@ impl Problem {
             }
         }
         if !declare_output(&parsed, &mut declarations) {
-            if let Some(unknown) = undeclared_operand(&parsed, &declarations) {
+            if let Some(unknown) = operand_mistake(&parsed, &declarations) {
                 return Err(Error::statement(unknown, src));
             }
             return Err(Error::OutputShape {
@@ -664,6 +664,18 @@ impl Prepared {
     }
 
     /// The kernel IR of the statement under `schedule`.
+    /// An index the schedule names (tiles, parallel, order) that the
+    /// statement as written has and the rewrite over the formats' arrays
+    /// replaced.
+    fn scheduled_index_rewritten_away<'s>(&self, schedule: &'s Schedule) -> Option<&'s str> {
+        let stored = self.stored.as_ref().filter(|_| self.rewritten)?;
+        let named = schedule.tiles.keys().chain(schedule.parallel.iter().flatten()).chain(&schedule.order);
+        named
+            .filter(|i| self.einsum.index(i).is_none() && stored.original.index(i).is_some())
+            .map(String::as_str)
+            .next()
+    }
+
     pub fn lower(&self, schedule: &Schedule) -> Result<Kernel> {
         if let Some(refusal) = &self.tile_refusal {
             return Err(Error::input(format!(
@@ -685,6 +697,15 @@ impl Prepared {
                 )),
                 _ => d,
             };
+                let d = match self.scheduled_index_rewritten_away(schedule) {
+                    Some(index) => d.with_note(format!(
+                        "`{index}` is an index of the statement as written; the tile path runs it rewritten over \
+                         the formats' arrays, `{}`, while the level path (path=levels) loops over the statement's \
+                         own indices",
+                        self.text
+                    )),
+                    None => d,
+                };
                 Error::statement(d, &self.text)
             })?;
         // `+=` into an output given no data sums into zeros: as `=`, so a

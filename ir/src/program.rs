@@ -37,8 +37,8 @@ use ndarray::ArrayD;
 
 use crate::lang::einsum::{Declaration, Declarations};
 use crate::lang::{
-    Access, AssignOp, BinOp, Diagnostic, Einsum, Expr, Span, Statement, Subscript, check, parse,
-    undeclared_operand,
+    Access, AssignOp, BinOp, Diagnostic, Einsum, Expr, Span, Statement, Subscript, check, operand_mistake,
+    parse,
 };
 use crate::tensor::{TensorValue, Tensors};
 
@@ -97,8 +97,8 @@ pub fn split_program(statements: &[Statement], declarations: &Declarations) -> R
         if !known.contains_key(output) {
             // An operand nobody declared (or that a later statement
             // writes) is the reason, where there is one.
-            let declaration = infer(statement, &known)
-                .map_err(|why| undeclared_operand(statement, &known).unwrap_or(why))?;
+            let declaration =
+                infer(statement, &known).map_err(|why| operand_mistake(statement, &known).unwrap_or(why))?;
             known.insert(output.clone(), declaration.clone());
             temporaries.insert(output.clone(), declaration);
         }

@@ -577,14 +577,14 @@ fn on_off(v: &str) -> Option<bool> {
     }
 }
 
-/// `p+n`: index names joined by `+`.
+/// `i+j`: index names joined by `+`.
 fn index_list(v: &str) -> Result<Vec<String>, String> {
     let names: Vec<String> = v.split('+').map(|n| n.trim().to_string()).collect();
     if names.iter().any(|n| n.is_empty() || !n.chars().all(|c| c.is_alphanumeric() || c == '_')) {
-        return Err("list index names joined by `+`, e.g. p+n".to_string());
+        return Err("list index names joined by `+`, e.g. i+j".to_string());
     }
     if let Some((_, twice)) = names.iter().enumerate().find(|(at, n)| names[..*at].contains(n)) {
-        return Err(format!("`{twice}` is listed twice: name each index once, e.g. p+n"));
+        return Err(format!("`{twice}` is listed twice: name each index once"));
     }
     Ok(names)
 }
@@ -756,7 +756,7 @@ mod tests {
         assert!(err("tile.n").contains("expected key=value"));
         assert_eq!(
             err("order=p+"),
-            "invalid schedule item `order=p+`: list index names joined by `+`, e.g. p+n"
+            "invalid schedule item `order=p+`: list index names joined by `+`, e.g. i+j"
         );
         assert_eq!(err("threads=0"), "invalid schedule item `threads=0`: threads is a number from 1 to 4096");
         assert!(err("block=48").contains("multiple of 32 up to 1024"));

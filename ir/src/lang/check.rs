@@ -78,23 +78,8 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
             return Err(unknown_tensor(name, access.tensor.span, declarations));
         };
         let dtype = dtypes.get(name.as_str()).copied().unwrap_or(decl.dtype);
-        if access.subscripts.len() != decl.shape.len() {
-            return Err(Diagnostic::new(
-                format!(
-                    "rank mismatch: `{name}` has rank {} (shape {}) but is indexed with {} subscript{}",
-                    decl.shape.len(),
-                    shape_text(&decl.shape),
-                    access.subscripts.len(),
-                    if access.subscripts.len() == 1 { "" } else { "s" }
-                ),
-                access.span,
-            )
-            .with_label(format!(
-                "{} subscript{} here, {} expected",
-                access.subscripts.len(),
-                if access.subscripts.len() == 1 { "" } else { "s" },
-                decl.shape.len()
-            )));
+        if let Some(mismatch) = rank_mismatch(access, decl) {
+            return Err(mismatch);
         }
         match (role, dtype) {
             (Role::Index, ElemType::Value(d)) => {
@@ -141,7 +126,20 @@ pub fn check(statement: &Statement, declarations: &Declarations) -> Result<Einsu
         )
         .with_label("read here")
         .with_secondary(statement.lhs.span, "written here")
-        .with_note("use `+=` to accumulate into the output's values"));
+        .with_note(match statement.op {
+            // `C[i] = C[i] * A[i]`: `+=` adds to the values it holds.
+            AssignOp::Assign => format!(
+                "use `+=` to accumulate into the output's values, or read a copy of `{}` under another name",
+                statement.lhs.tensor.name
+            ),
+            // `+=` already reads the output once, as do `max=` and `min=`.
+            op => format!(
+                "`{}` already folds each value into the output's own; to read `{}` in the product, give a copy \
+                 of its data another name",
+                op.as_str(),
+                statement.lhs.tensor.name
+            ),
+        }));
     }
 
     // Index names must not shadow tensor names.
@@ -413,15 +411,35 @@ pub fn output_shape_unknown(statement: &Statement) -> Diagnostic {
 }
 
 /// The first tensor the right-hand side reads (or indexes by) that is not
-/// declared: why an output's shape could not be worked out, where that is
-/// the reason.
-pub fn undeclared_operand(statement: &Statement, declarations: &Declarations) -> Option<Diagnostic> {
+/// declared, or that is read with another number of subscripts than its
+/// rank: why an output's shape could not be worked out, where that is the
+/// reason (a scalar read as `A[i]` gives `i` no extent).
+pub fn operand_mistake(statement: &Statement, declarations: &Declarations) -> Option<Diagnostic> {
     let accesses = statement.rhs.accesses();
-    let access = accesses
-        .iter()
-        .flat_map(|a| a.index_uses().into_iter().map(|u| u.access).chain([*a]))
-        .find(|a| !declarations.contains_key(&a.tensor.name))?;
-    Some(unknown_tensor(&access.tensor.name, access.tensor.span, declarations))
+    accesses.iter().flat_map(|a| a.index_uses().into_iter().map(|u| u.access).chain([*a])).find_map(|a| {
+        match declarations.get(&a.tensor.name) {
+            None => Some(unknown_tensor(&a.tensor.name, a.tensor.span, declarations)),
+            Some(decl) => rank_mismatch(a, decl),
+        }
+    })
+}
+
+/// `access` reads `decl` with another number of subscripts than its rank.
+fn rank_mismatch(access: &Access, decl: &Declaration) -> Option<Diagnostic> {
+    let (given, rank) = (access.subscripts.len(), decl.shape.len());
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    (given != rank).then(|| {
+        Diagnostic::new(
+            format!(
+                "rank mismatch: `{}` has rank {rank} (shape {}) but is indexed with {given} subscript{}",
+                access.tensor.name,
+                shape_text(&decl.shape),
+                plural(given)
+            ),
+            access.span,
+        )
+        .with_label(format!("{given} subscript{} here, {rank} expected", plural(given)))
+    })
 }
 
 /// Index uses directly in this access's subscripts (not inside indirect
@@ -558,6 +576,15 @@ mod tests {
             err("C[m,n] = C[m,n] * 2", &d).message,
             "the output `C` is also read on the right-hand side"
         );
+        assert!(err("C[m,n] = C[m,n] * 2", &d).notes[0].starts_with("use `+=` to accumulate"));
+        // `+=` already accumulates: its note says what else to do.
+        assert_eq!(
+            err("C[m,n] += C[m,n] * 2", &d).notes,
+            vec![
+                "`+=` already folds each value into the output's own; to read `C` in the product, give a copy of \
+                 its data another name"
+            ]
+        );
         assert_eq!(err("C[m,n] = A[m,B]", &d).message, "`B` names a tensor, so it cannot be an index");
         assert_eq!(
             err("C[m,n] = A[m,k] * B[k,n] where z < 3", &d).message,
@@ -604,10 +631,16 @@ mod tests {
         // An operand nobody declared is the reason to give, at its place.
         let st = parse("u[i,j] = A[i] * Z[j]").unwrap();
         assert!(!declare_output(&st, &mut d));
-        let why = undeclared_operand(&st, &d).unwrap();
+        let why = operand_mistake(&st, &d).unwrap();
         assert_eq!((why.message.as_str(), why.span.start), ("unknown tensor `Z`", 16));
-        assert!(undeclared_operand(&parse("u[i] = A[X[i]]").unwrap(), &d).is_none());
-        assert!(undeclared_operand(&parse("u[i] = A[Q[i]]").unwrap(), &d).is_some());
+        assert!(operand_mistake(&parse("u[i] = A[X[i]]").unwrap(), &d).is_none());
+        assert!(operand_mistake(&parse("u[i] = A[Q[i]]").unwrap(), &d).is_some());
+        // So is an operand read at more subscripts than its rank (it was
+        // blamed on the output's shape).
+        let st = parse("u[i,j] = A[i,j]").unwrap();
+        assert!(!declare_output(&st, &mut d));
+        let why = operand_mistake(&st, &d).unwrap();
+        assert!(why.message.starts_with("rank mismatch: `A` has rank 1"), "{}", why.message);
     }
 
     #[test]

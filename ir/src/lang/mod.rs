@@ -9,7 +9,7 @@ pub mod parser;
 
 pub use ast::*;
 pub use check::{
-    check, check_subscript_reach, declare_output, output_dtype, output_shape_unknown, undeclared_operand,
+    check, check_subscript_reach, declare_output, operand_mistake, output_dtype, output_shape_unknown,
 };
 pub use diagnostic::Diagnostic;
 pub use einsum::*;

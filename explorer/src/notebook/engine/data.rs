@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use spindle_formats::{Coo, DType};
 use spindle_ir::lang::{
-    Declaration, Diagnostic, ElemType, Span, check, declare_output, output_shape_unknown, parse,
-    undeclared_operand,
+    Declaration, Diagnostic, ElemType, Span, check, declare_output, operand_mistake, output_shape_unknown,
+    parse,
 };
 use spindle_ir::tensor::TensorValue;
 
@@ -243,7 +243,7 @@ impl Run<'_> {
         let mut declarations = data.declarations.clone();
         if !declare_output(&statement, &mut declarations) {
             // An operand never bound is the mistake, not the output's shape.
-            if let Some(unknown) = undeclared_operand(&statement, &declarations) {
+            if let Some(unknown) = operand_mistake(&statement, &declarations) {
                 return Err(self.cell_error(&shifted(unknown)));
             }
             let name = &statement.lhs.tensor.name;
