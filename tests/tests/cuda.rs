@@ -1082,9 +1082,11 @@ fn block_rows_compute_block_sparse_spmm_on_the_emulated_gpu() {
         assert!(check.max_rel_error <= tolerance, "{what}: error {:.2e}", check.max_rel_error);
     }
     // `map=rows` alone takes the smallest column tile of 32, 64 and 128
-    // that covers C's columns (the default 16 does not print).
-    for (n, tile) in [(48, 64), (208, 128)] {
-        let prepared = block_problem(n, DType::F16, DType::F16, "g=2", false);
+    // that covers C's columns (the default 16 does not print); a bf16
+    // output too, summed in an f32 copy (it was refused for the default
+    // tile, which the choice judged on the bf16 output).
+    for (n, tile, dtype) in [(48, 64, DType::F16), (208, 128, DType::F16), (48, 64, DType::Bf16)] {
+        let prepared = block_problem(n, dtype, dtype, "g=2", false);
         let compiled = prepared.compile(&backend, &"map=rows".parse().unwrap()).unwrap();
         assert_eq!(compiled.schedule.tiles.get("n"), Some(&tile), "n={n}");
         let (_, check) = compiled.check().unwrap();
