@@ -31,6 +31,9 @@ impl std::error::Error for Reported {}
 fn parse_shape(arg: &str) -> Result<(String, Vec<usize>, Option<ElemType>)> {
     let (name, rest) =
         arg.split_once('=').ok_or_else(|| anyhow!("--shape {arg}: expected NAME=DIMS[:DTYPE]"))?;
+    if rest.trim().is_empty() {
+        bail!("--shape {arg}: no dims given (NAME=64x32, or NAME=scalar for rank 0)");
+    }
     let (dims, dtype) = match rest.split_once(':') {
         Some((dims, dtype)) => (dims, Some(dtype)),
         None => (rest, None),
@@ -313,6 +316,12 @@ fn check_out(out: Option<&str>, args: &DataArgs) -> Result<()> {
         && let Some(last) = statements.last()
     {
         let output = &last.lhs.tensor.name;
+        if name != output && statements.len() > 1 {
+            bail!(
+                "--out {out}: the program's output is `{output}`, its last statement's (the others' are not kept: \
+                 run a statement alone to write its output)"
+            );
+        }
         if name != output {
             bail!("--out {out}: the statement's output is `{output}`");
         }

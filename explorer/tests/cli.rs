@@ -1490,3 +1490,21 @@ fn an_extent_guessed_from_a_headerless_tns_is_named_in_the_conflict() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--shape A=` with nothing after `=` is refused (it meant a scalar), and
+/// `--out` naming a program's earlier output says only the last is kept
+/// (it called the program "the statement").
+#[test]
+fn an_empty_shape_and_an_earlier_programs_output_are_refused_with_why() {
+    let out = spindle(&["check", "C[i] = A * B[i]", "--shape", "A=", "--shape", "B=4"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--shape A=: no dims given (NAME=64x32, or NAME=scalar for rank 0)"),
+        "{}",
+        stderr(&out)
+    );
+    let out =
+        spindle(&["run", "y[i] = x[i] * 3; z[i] = y[i] * 2", "--rand", "x=4:f32:1", "--out", "y=/tmp/y.npy"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("the program's output is `z`, its last statement's"), "{}", stderr(&out));
+}

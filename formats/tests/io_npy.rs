@@ -255,6 +255,23 @@ fn bools_read_as_zero_and_one() {
     assert!(!npy_holds_bool(&f.0).unwrap());
 }
 
+/// NumPy's long double (`<f16`, 128 bits) is named by its width: Spindle's
+/// f16 is a half float.
+#[test]
+fn long_doubles_are_named_by_their_width() {
+    let t = Temp::new("longdouble.npy");
+    let mut bytes = raw_npy("{'descr': '<f16', 'fortran_order': False, 'shape': (1,), }");
+    bytes.extend([0u8; 16]);
+    std::fs::write(&t.0, bytes).unwrap();
+    assert_eq!(
+        message(read_npy_dense::<f64>(&t.0).unwrap_err()),
+        format!(
+            "{}: unsupported dtype `<f16` (128-bit floats) for a dense array: expected float16, float32 or float64",
+            t.0.display()
+        )
+    );
+}
+
 #[test]
 fn huge_declared_shape_is_refused_without_allocating() {
     let t = Temp::new("g.npy");

@@ -445,15 +445,16 @@ fn rewrite_one(
             {
                 return Err(Diagnostic::new(
                     format!(
-                        "`{name}` shares the index `{}` with `{other}`, which was rewritten first, so its subscript became `{s}`",
+                        "`{name}` shares the index `{}` with `{other}`, also stored in a format: the tile path's \
+                         rewrite walks one stored operand's entries per index",
                         index.name
                     ),
                     s.span,
                 )
                 .with_label(format!("`{}` here", index.name))
                 .with_note(
-                    "two sparse operands sharing an index must be co-iterated, which needs a workspace \
-                     (DESIGN.md §6); store one of them dense",
+                    "the level path (path=levels) co-iterates the two operands' levels; or store one of them \
+                     dense",
                 ));
             }
             return Err(Diagnostic::new(

@@ -614,7 +614,8 @@ fn refuses_sparse_tensors_that_share_an_index() {
     let (d, caret) = spmm_refusal("C[m,n] += A[m,k] * B[k,n]", &[("A", "coo"), ("B", "csr")]);
     assert_eq!(
         d.message,
-        "`B` shares the index `k` with `A`, which was rewritten first, so its subscript became `A_crd1[p]`"
+        "`B` shares the index `k` with `A`, also stored in a format: the tile path's rewrite walks one stored \
+         operand's entries per index"
     );
     assert_eq!((caret.as_str(), d.span.start), ("k", 21));
 }

@@ -290,7 +290,7 @@ fn what_the_level_path_refuses_it_says_where_and_why() {
         runs(&case(statement, ab, &[("B", "csr")]));
     }
     refused("C[i,j] = A[i,j] + B[i,j]", ab, &[("A", "coo"), ("B", "csr")], "ordered and unique");
-    refused("C[i,j] = A[i,j] * B[i,j]", ab, &[("A", "csr"), ("C", "ell")], "cannot be appended to");
+    refused("C[i,j] = A[i,j] * B[i,j]", ab, &[("A", "csr"), ("C", "ell")], "which appending cannot fill");
     refused("C[i,j] = A[i,j] * B[i,j]", ab, &[("A", "csr"), ("C", "dense")], "every level is dense");
     refused("C[i,j] = A[i+1,j] * B[i,j]", ab, &[("A", "csr")], "not a plain index");
 }

@@ -45,6 +45,14 @@ pub fn read_npy_dense<V: Value>(path: &Path) -> Result<ArrayD<V>> {
         (TypeChar::Uint, 4) => npy.collect(|x: u32| to(x as f64)),
         (TypeChar::Uint, 8) => npy.collect(|x: u64| to(x as f64)),
         (TypeChar::Bool, 1) => npy.collect(|x: bool| to(if x { 1.0 } else { 0.0 })),
+        // (NumPy's `<f16` is a 128-bit long double, not a half float.)
+        (TypeChar::Float, width) => Err(bad(
+            path,
+            format!(
+                "unsupported dtype `{ts}` ({}-bit floats) for a dense array: expected float16, float32 or float64",
+                width * 8
+            ),
+        )),
         _ => Err(bad(
             path,
             format!("unsupported dtype `{ts}` for a dense array: expected a float, integer or bool dtype"),

@@ -620,7 +620,7 @@ pub fn store_levels(
     arrays: &mut Tensors,
 ) -> Result<(Vec<OperandLevel>, TensorId), Diagnostic> {
     let tensor = SparseTensor::from_coo(coo, spec)
-        .map_err(|e| refuse(format!("`{tname}` in {}: {e}", spec.name()), access.span, "cannot store"))?;
+        .map_err(|e| refuse(format!("`{tname}` in {spec}: {e}"), access.span, "cannot store"))?;
     let mut ids: BTreeMap<String, TensorId> = BTreeMap::new();
     for (array, data) in tensor.arrays() {
         let name = array_name(tname, &array, taken, tensors);
@@ -702,8 +702,12 @@ fn assemble(
     taken: &BTreeSet<String>,
     tensors: &mut PrimaryMap<TensorId, TensorParam>,
 ) -> Result<(Assembly, TensorId), Diagnostic> {
-    let cannot =
-        |why: String| refuse(format!("`{name}` in {}: {why}", spec.name()), access.span, "a sparse output");
+    let cannot = |why: String| {
+        refuse(format!("`{name}` in {spec}: {why}"), access.span, "a sparse output").with_note(
+            "a sparse output is assembled in csr, csc, dcsr, dcsc, coo, csf, or a level list whose dense \
+             levels come first (dc, dcc, cc, ...)",
+        )
+    };
     let ElemType::Value(_) = info.dtype else {
         return Err(cannot("an output holds values".to_string()));
     };
@@ -720,7 +724,9 @@ fn assemble(
                 return Err(cannot(format!("level {l} is dense below a sparse level")));
             }
         } else if !f.append() {
-            return Err(cannot(format!("level {l} ({level}) cannot be appended to")));
+            return Err(cannot(format!(
+                "level {l} is padded to a fixed number of entries per parent, which appending cannot fill"
+            )));
         } else if f.children() == Children::One {
             // A singleton repeats its parent's entry: the parent must take
             // one entry per child (COO's non-unique rows).

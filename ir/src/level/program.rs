@@ -325,7 +325,7 @@ pub fn lower_program(
                 };
                 let mut refusal = refuse(
                     format!(
-                        "`{output}` has a format: a program's sparse output takes the pattern of a sparse operand that masks it, in the same format (SDDMM's `A` has `B`'s), and {why}"
+                        "`{output}` has a format: a program's sparse output takes the pattern of a sparse operand that masks it, in the same format (as SDDMM's output takes its mask's), and {why}"
                     ),
                     lhs.span,
                     "no pattern",
