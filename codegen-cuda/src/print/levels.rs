@@ -71,12 +71,35 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         let at = update(&kernel.body).unwrap_or_default();
         let (free, summed): (Vec<_>, Vec<_>) = kernel.vars.iter().partition(|(v, _)| at.contains(v));
         let order: Vec<&str> = free.iter().chain(&summed).map(|(_, var)| var.name.as_str()).collect();
+        // The loops as they run, outermost first: advice to reorder only
+        // where the order would change.
+        fn loops(nodes: &[spindle_ir::level::Node], out: &mut Vec<spindle_ir::level::VarId>) {
+            for n in nodes {
+                if let spindle_ir::level::Node::Dense { var, .. } | spindle_ir::level::Node::Merge { var, .. } =
+                    n
+                    && !out.contains(var)
+                {
+                    out.push(*var);
+                }
+                n.bodies().for_each(|b| loops(b, out));
+            }
+        }
+        let mut running = Vec::new();
+        loops(&kernel.body, &mut running);
+        let running: Vec<&str> = running.iter().map(|&v| kernel.var(v).name.as_str()).collect();
+        let advice = match running == order {
+            true => {
+                format!("; the loops already run the summed indices innermost (order={})", order.join("+"))
+            }
+            false => format!(
+                "; where the summed index is not innermost, order= can put it there: order={}",
+                order.join("+")
+            ),
+        };
         return Err(refuse(format!(
             "reduce=parallel splits a row's positions over the lanes, but no loop over one stored level's \
              positions holds one update at an output element fixed outside it (a co-iteration of two \
-             operands, a dense level, or an output index bound inside the sum have none); where the summed \
-             index is not innermost, order= can put it there: order={}",
-            order.join("+")
+             operands, a dense level, or an output index bound inside the sum have none){advice}"
         )));
     }
     let Warps { tensors: names, body, atomic } =
