@@ -272,6 +272,19 @@ impl Problem {
                     path.display()
                 ));
             }
+            // Integers are indices unless one does not fit in i64 (a
+            // uint64 above 2^63 - 1): then they were read as values.
+            if extension("npy")
+                && input.dtype.is_none()
+                && spindle_formats::io::npy_holds_integers(path).is_ok_and(|i| i)
+                && spindle_formats::io::read_npy_index(path).is_err()
+            {
+                d.notes.push(format!(
+                    "{} holds an unsigned integer above 2^63 - 1, which no index type holds, so it was read as \
+                     values (f32)",
+                    path.display()
+                ));
+            }
         }
         d
     }

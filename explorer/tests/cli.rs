@@ -1431,6 +1431,26 @@ fn a_bool_npy_read_as_indices_is_named_as_bools() {
         "{}",
         stderr(&out)
     );
+    // A uint64 past i64 is no index either (it said "f32 values" alone).
+    let dict = "{'descr': '<u8', 'fortran_order': False, 'shape': (2,), }";
+    let header = format!("{dict:<53}\n");
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend(1u64.to_le_bytes());
+    bytes.extend((u64::MAX - 1).to_le_bytes());
+    let huge = dir.join("huge.npy");
+    std::fs::write(&huge, bytes).unwrap();
+    let out = spindle(&[
+        "eval",
+        "y[i] = v[I[i]]",
+        "--tensor",
+        &format!("I={}", huge.display()),
+        "--rand",
+        "v=4:f32:1",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("huge.npy holds an unsigned integer above 2^63 - 1"), "{}", stderr(&out));
 }
 
 /// A `.tns` without a header takes its largest indices as its extents: an

@@ -16,8 +16,8 @@ use std::path::Path;
 
 pub use mtx::{parse_mtx, read_mtx, write_mtx, write_mtx_to};
 pub use npy::{
-    NpyElement, npy_holds_bool, npy_value_dtype, read_npy_dense, read_npy_index, write_npy,
-    write_npy_indices, write_npy_values,
+    NpyElement, npy_holds_bool, npy_holds_integers, npy_value_dtype, read_npy_dense, read_npy_index,
+    write_npy, write_npy_indices, write_npy_values,
 };
 pub use tns::{parse_tns, read_tns, write_tns, write_tns_to};
 pub use xyz::{parse_xyz, read_xyz};

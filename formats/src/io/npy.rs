@@ -80,6 +80,13 @@ pub fn npy_holds_bool(path: &Path) -> Result<bool> {
     Ok(matches!(npy_header(path)?.dtype(), NpyDType::Plain(ts) if ts.type_char() == TypeChar::Bool))
 }
 
+/// Whether a `.npy` file holds integers (signed or unsigned), from its
+/// header alone.
+pub fn npy_holds_integers(path: &Path) -> Result<bool> {
+    Ok(matches!(npy_header(path)?.dtype(),
+        NpyDType::Plain(ts) if matches!(ts.type_char(), TypeChar::Int | TypeChar::Uint)))
+}
+
 fn npy_header(path: &Path) -> Result<NpyHeader> {
     let file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
     NpyHeader::from_reader(std::io::BufReader::new(file))
