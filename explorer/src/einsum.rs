@@ -966,8 +966,9 @@ pub(crate) fn random_arg(arg: &str) -> Result<(String, Input)> {
     };
     let shape = parse_dims(dims).with_context(|| format!("--rand {arg}"))?;
     let dtype = ElemType::parse(dtype).ok_or_else(|| anyhow!("--rand {arg}: unknown dtype `{dtype}`"))?;
-    let seed: u64 =
-        seed.parse().map_err(|_| anyhow!("--rand {arg}: seed `{seed}` is not a non-negative integer"))?;
+    let seed: u64 = seed
+        .parse()
+        .map_err(|_| anyhow!("--rand {arg}: seed `{seed}` is not an integer from 0 to 2^64 - 1"))?;
     let input = match dtype {
         ElemType::Value(_) if parts.len() == 4 => {
             return Err(anyhow!(

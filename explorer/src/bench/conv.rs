@@ -68,6 +68,16 @@ pub fn run(args: ConvArgs) -> Result<()> {
         opts.sparsities = args.sparsities;
     }
     opts.formats = [args.format_1d, args.format_2d, args.format_3d];
+    // Each format asked for, checked against its input's order before any
+    // run (a bad one failed after the first runs, in the bench's words).
+    for (k, format) in opts.formats.iter().enumerate() {
+        let dims = k + 1;
+        if opts.dims.contains(&dims) {
+            let spec: spindle::formats::FormatSpec =
+                format.parse().map_err(|e| anyhow!("--format-{dims}d {format}: {e}"))?;
+            spec.levels(&vec![8; dims]).map_err(|e| anyhow!("--format-{dims}d {format}: {e}"))?;
+        }
+    }
     opts.tune_in_memory = args.tune_in_memory;
     opts.paper_layer = !args.no_paper_layer;
     let report = spindle_bench::conv::run(&opts, &mut |line| eprintln!("{line}"))?;

@@ -114,8 +114,11 @@ impl Parser {
             }
         }
         if self.peek().tok != Tok::Eof {
-            let what = if wheres.is_empty() { "an operator or `where`" } else { "`,` or the end" };
-            return Err(self.expected(what, "after the right-hand side"));
+            let (what, after) = match wheres.is_empty() {
+                true => ("an operator or `where`", "after the right-hand side"),
+                false => ("`,` or the end", "after a `where` clause"),
+            };
+            return Err(self.expected(what, after));
         }
         let end = self.tokens.last().map_or(0, |t| t.span.end);
         Ok(Statement { span: Span::new(lhs.span.start, end), lhs, op, op_span: op_token.span, rhs, wheres })
@@ -467,7 +470,7 @@ mod tests {
         );
         assert_eq!(
             error("C[i] = A[i] where i < 3 j < 2"),
-            "expected `,` or the end after the right-hand side, found `j`"
+            "expected `,` or the end after a `where` clause, found `j`"
         );
         assert_eq!(error("C[i] = A[i] $"), "unexpected character `$`");
         assert_eq!(
