@@ -62,6 +62,11 @@ pub fn render(name: &str, requested: &FormatSpec, s: &Stats) -> String {
         .collect();
     let _ = writeln!(out, "  histogram   {}", hist.join("  "));
     let g = &s.grouping;
+    if g.n == 0 {
+        // (g* = sqrt(S / n) has no rows to average over.)
+        let _ = writeln!(out, "  g*          none: no entries to group");
+        return out;
+    }
     let _ = writeln!(
         out,
         "  g*          {:.2} = sqrt({} / {})  -> powers of two {} and {}; smallest F(g) at g = {}",
