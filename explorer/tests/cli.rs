@@ -1403,54 +1403,32 @@ fn conv_refusals_name_what_was_written() {
 }
 
 /// A NumPy bool array read where indices belong says it holds bools (it
-/// said "f32 values", the dtype bools are read as).
+/// said "f32 values", the dtype bools are read as); a uint64 past i64 says
+/// why it was read as values.
 #[test]
-fn a_bool_npy_read_as_indices_is_named_as_bools() {
+fn a_bool_or_huge_npy_read_as_indices_says_what_it_holds() {
     let dir = scratch("bool-npy");
     std::fs::create_dir_all(&dir).unwrap();
-    // A version 1.0 header padded to 64 bytes with the magic, then 3 bools.
-    let dict = "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }";
-    let header = format!("{dict:<53}\n");
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    bytes.extend([1u8, 0, 1]);
-    let mask = dir.join("mask.npy");
-    std::fs::write(&mask, bytes).unwrap();
-    let out = spindle(&[
-        "eval",
-        "y[i] = v[I[i]]",
-        "--tensor",
-        &format!("I={}", mask.display()),
-        "--rand",
-        "v=4:f32:1",
-    ]);
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("mask.npy holds bools, read as the values 0 and 1 (f32)"),
-        "{}",
+    let index_read = |file: &str, descr: &str, len: usize, data: Vec<u8>| {
+        // A version 1.0 header padded to 64 bytes with the magic, then data.
+        let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({len},), }}");
+        let header = format!("{dict:<53}\n");
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend((header.len() as u16).to_le_bytes());
+        bytes.extend(header.as_bytes());
+        bytes.extend(data);
+        let path = dir.join(file);
+        std::fs::write(&path, bytes).unwrap();
+        let tensor = format!("I={}", path.display());
+        let out = spindle(&["eval", "y[i] = v[I[i]]", "--tensor", &tensor, "--rand", "v=4:f32:1"]);
+        assert!(!out.status.success());
         stderr(&out)
-    );
-    // A uint64 past i64 is no index either (it said "f32 values" alone).
-    let dict = "{'descr': '<u8', 'fortran_order': False, 'shape': (2,), }";
-    let header = format!("{dict:<53}\n");
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    bytes.extend(1u64.to_le_bytes());
-    bytes.extend((u64::MAX - 1).to_le_bytes());
-    let huge = dir.join("huge.npy");
-    std::fs::write(&huge, bytes).unwrap();
-    let out = spindle(&[
-        "eval",
-        "y[i] = v[I[i]]",
-        "--tensor",
-        &format!("I={}", huge.display()),
-        "--rand",
-        "v=4:f32:1",
-    ]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("huge.npy holds an unsigned integer above 2^63 - 1"), "{}", stderr(&out));
+    };
+    let bools = index_read("mask.npy", "|b1", 3, vec![1, 0, 1]);
+    assert!(bools.contains("mask.npy holds bools, read as the values 0 and 1 (f32)"), "{bools}");
+    let huge =
+        index_read("huge.npy", "<u8", 2, [1u64, u64::MAX - 1].iter().flat_map(|x| x.to_le_bytes()).collect());
+    assert!(huge.contains("huge.npy holds an unsigned integer above 2^63 - 1"), "{huge}");
 }
 
 /// A `.tns` without a header takes its largest indices as its extents: an
