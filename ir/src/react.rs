@@ -138,6 +138,10 @@ pub fn unmet_order(
     formats: &BTreeMap<String, FormatSpec>,
     hint: &[String],
 ) -> Vec<String> {
+    // (No order= asked: nothing to compare, and no trees to build again.)
+    if hint.is_empty() {
+        return Vec::new();
+    }
     let trees = propagate(program, &index_trees(program, formats), formats);
     let chains = stored_chains(program, formats);
     let position = |loops: &[Loop], index: &str| loops.iter().position(|l| l.index == index);
