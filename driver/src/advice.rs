@@ -51,18 +51,20 @@ impl Prepared {
                 Some(ElemType::Value(DType::F32)) => " (f32 as tf32 under tf32=on)",
                 _ => continue,
             };
+            let coordinate = |k: usize| (coo.crd[0][k], coo.crd[1][k]);
             // Distinct coordinates: a non-canonical input's duplicates fill nothing.
-            let canonical;
-            let coo = if coo.is_canonical() {
-                coo
+            let entries = if coo.is_canonical() {
+                coo.nnz()
             } else {
-                canonical = coo.clone().canonicalize();
-                &canonical
+                (0..coo.nnz()).map(coordinate).collect::<HashSet<_>>().len()
             };
             let blocks: HashSet<(i64, i64)> = (0..coo.nnz())
-                .map(|k| (coo.crd[0][k] / BLOCK as i64, coo.crd[1][k] / BLOCK as i64))
+                .map(|k| {
+                    let (i, j) = coordinate(k);
+                    (i / BLOCK as i64, j / BLOCK as i64)
+                })
                 .collect();
-            let fill = coo.nnz() as f64 / (blocks.len().max(1) * BLOCK * BLOCK) as f64;
+            let fill = entries as f64 / (blocks.len().max(1) * BLOCK * BLOCK) as f64;
             if fill >= MIN_FILL {
                 return Some(format!(
                     "`{name}`'s entries fill {:.0}% of the {}×{} blocks they touch: `--format \

@@ -2,7 +2,7 @@
 //! dense `bm × bk` blocks, row-major inside a block; blocks at ragged matrix
 //! edges are padded with zeros.
 
-use crate::group::{group_runs, resolve_group_size};
+use crate::group::{check_padded, group_runs, resolve_group_size};
 use crate::scalar::{Index, Value};
 use crate::spec::GroupSize;
 use crate::{Coo, FormatError, Result, check_array};
@@ -171,7 +171,13 @@ impl<V: Value, I: Index> BlockGroupCoo<V, I> {
             return Err(FormatError::invalid("BlockGroupCOO", "group size must be positive"));
         }
         let groups = group_runs(&b.major_crd, g);
-        check_array::<V>("BlockGroupCOO val", groups.len().checked_mul(g).and_then(|s| s.checked_mul(size)))?;
+        check_padded::<V>(
+            "BlockGroupCOO",
+            g,
+            groups.len(),
+            size,
+            occupancy.iter().copied().max().unwrap_or(0),
+        )?;
         let mut grp = Vec::with_capacity(groups.len());
         let mut crd = Vec::with_capacity(groups.len() * g);
         let mut val = Vec::with_capacity(groups.len() * g * size);

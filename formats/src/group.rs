@@ -43,6 +43,29 @@ pub(crate) fn group_runs(keys: &[usize], g: usize) -> Vec<(usize, std::ops::Rang
     groups
 }
 
+/// Checks that `groups` groups padded to `g` entries of `per_entry`
+/// values each stay within the array limit. Past it with `g` above the
+/// fullest slice's occupancy, the reason says so: the padding is the cost.
+pub(crate) fn check_padded<V>(
+    format: &str,
+    g: usize,
+    groups: usize,
+    per_entry: usize,
+    fullest: usize,
+) -> Result<()> {
+    let count = groups.checked_mul(g).and_then(|n| n.checked_mul(per_entry));
+    match check_array::<V>(&format!("{format} val"), count) {
+        Err(FormatError::Invalid { reason, .. }) if g > fullest => Err(FormatError::invalid(
+            format,
+            format!(
+                "g={g} pads each of the {groups} groups to {g} entries though the fullest slice holds \
+                 {fullest}: {reason} (g=auto picks a size from the occupancy)"
+            ),
+        )),
+        other => other.map(|_| ()),
+    }
+}
+
 /// Resolves `g=auto` from the occupancy along the grouped dimension.
 /// `slices` counts empty slices too; `occupancy` may leave them out.
 pub fn resolve_group_size(g: GroupSize, slices: usize, occupancy: &[usize]) -> usize {
@@ -77,7 +100,7 @@ impl<V: Value, I: Index> GroupCoo<V, I> {
             return Err(FormatError::invalid("GroupCOO", "group size must be positive"));
         }
         let groups = group_runs(&keys, g);
-        check_array::<V>("GroupCOO val", groups.len().checked_mul(g))?;
+        check_padded::<V>("GroupCOO", g, groups.len(), 1, runs.iter().copied().max().unwrap_or(0))?;
         let others = coo.order() - 1;
         let mut grp = Vec::with_capacity(groups.len());
         let mut crd: Vec<Vec<I>> = vec![Vec::with_capacity(groups.len() * g); others];
@@ -104,7 +127,7 @@ impl<V: Value, I: Index> GroupCoo<V, I> {
             return Err(FormatError::invalid("GroupCOO", "group size must be positive"));
         }
         let groups: usize = occupancy.iter().map(|o| o.div_ceil(g)).sum();
-        check_array::<V>("GroupCOO val", groups.checked_mul(g))?;
+        check_padded::<V>("GroupCOO", g, groups, 1, occupancy.iter().copied().max().unwrap_or(0))?;
         // Each slice's entries are contiguous in the output too: copy them in
         // one go, then pad the slice's last group.
         let mut grp = Vec::with_capacity(groups);

@@ -19,6 +19,7 @@ pub mod hash;
 pub mod kernel;
 pub mod lang;
 pub mod level;
+pub mod names;
 pub mod program;
 pub mod react;
 pub mod rewrite;

@@ -496,10 +496,7 @@ fn rewrite_one(
         };
     }
     let mut fresh = |base: &str| {
-        let name = std::iter::once(base.to_string())
-            .chain((2..).map(|k| format!("{base}{k}")))
-            .find(|n| !used.contains(n));
-        let name = name.unwrap_or_default();
+        let name = crate::names::first_free(base, "", |n| !used.contains(n));
         used.insert(name.clone());
         name
     };
@@ -511,13 +508,8 @@ fn rewrite_one(
     let pos = |k: usize| fresh_names[k].as_str();
     // The arrays: `{name}_{suffix}`, or with `_2`, `_3`, ... where the
     // statement has that name (a user's `A_val` beside `A`).
-    let array = |suffix: &str| {
-        let base = format!("{name}_{suffix}");
-        std::iter::once(base.clone())
-            .chain((2..).map(|k| format!("{base}_{k}")))
-            .find(|n| !used.contains(n))
-            .unwrap_or_default()
-    };
+    let array =
+        |suffix: &str| crate::names::first_free(&format!("{name}_{suffix}"), "_", |n| !used.contains(n));
     let layout = match spec {
         FormatSpec::Coo => coo_layout(coo, &array, pos(0)),
         FormatSpec::Csr => csr_layout(coo, &array, pos(0)).map_err(format_error)?,

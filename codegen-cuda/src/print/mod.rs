@@ -356,8 +356,8 @@ fn rows_mapping(kernel: &Kernel) -> Option<RowsMapping> {
 pub fn rows_printable(kernel: &Kernel, tf32: bool) -> Result<String, String> {
     // As the printer takes it: the kernel as written, else the device's,
     // whose bf16 output is summed in an f32 copy (a fragment stores no bf16).
-    let device = device_kernel(kernel);
-    let w = rows::recognise(kernel).or_else(|why| rows::recognise(&device).map_err(|_| why))?;
+    let w =
+        rows::recognise(kernel).or_else(|why| rows::recognise(&device_kernel(kernel)).map_err(|_| why))?;
     if w.operand == DType::F32 && !tf32 {
         return Err("f32 operands run on Tensor Cores as tf32: say tf32=on".into());
     }

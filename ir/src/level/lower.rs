@@ -373,10 +373,8 @@ fn alias_rereads(
     let mut used: BTreeSet<String> = BTreeSet::new();
     for (tensor, reads) in &seen {
         for read in reads.iter().skip(1) {
-            let alias = (2..)
-                .map(|n| format!("{tensor}{n}"))
-                .find(|n| !taken(n) && !used.contains(n))
-                .expect("a free name");
+            // `tensor` itself is taken, so the alias is `{tensor}2`, ...
+            let alias = crate::names::first_free(tensor, "", |n| !taken(n) && !used.contains(n));
             used.insert(alias.clone());
             renames.insert((tensor.to_string(), read.clone()), alias);
         }
@@ -595,12 +593,8 @@ pub fn array_name(
     taken: &BTreeSet<String>,
     tensors: &PrimaryMap<TensorId, TensorParam>,
 ) -> String {
-    let base = format!("{tensor}_{array}");
-    let free = |n: &String| !taken.contains(n) && !tensors.values().any(|t| t.name == *n);
-    std::iter::once(base.clone())
-        .chain((2..).map(|k| format!("{base}_{k}")))
-        .find(free)
-        .expect("some suffix is free")
+    let free = |n: &str| !taken.contains(n) && !tensors.values().any(|t| t.name == n);
+    crate::names::first_free(&format!("{tensor}_{array}"), "_", free)
 }
 
 /// Stores `coo` in `spec` as `tname` (read by `access`, for diagnostics):
