@@ -239,8 +239,8 @@ impl Problem {
     /// Reads the data and checks the statement against it.
     /// `d` with a note for each tensor it points at whose file says more
     /// than its declaration: a `.tns` file without a header has its largest
-    /// indices as its extents, so a mismatch may be a missing header, not
-    /// the data; a `.npy` file of bools is read as f32 values.
+    /// indices as its extents and its order from its first line, so a
+    /// mismatch may be a missing header or value column, not the data; a `.npy` file of bools is read as f32 values.
     pub(crate) fn with_file_notes(&self, mut d: Diagnostic, statements: &[Statement]) -> Diagnostic {
         let pointed: Vec<Span> = std::iter::once(d.span).chain(d.secondary.iter().map(|s| s.0)).collect();
         for (name, input) in &self.inputs {
@@ -255,10 +255,13 @@ impl Problem {
                 continue;
             }
             let extension = |e: &str| path.extension().is_some_and(|x| x.eq_ignore_ascii_case(e));
-            if extension("tns") && spindle_formats::io::tns::has_header(path).is_ok_and(|h| !h) {
+            if extension("tns")
+                && let Ok(Some(order)) = spindle_formats::io::tns::headerless_order(path)
+            {
                 d.notes.push(format!(
-                    "{} has no header, so `{name}`'s extents are its largest indices; a header (a line with the \
-                     order, then one with the dims) sets them",
+                    "{} has no header, so each line is read as {order} coordinates and a value, and `{name}`'s \
+                     extents are its largest indices; a header (a line with the order, then one with the dims) \
+                     sets them",
                     path.display()
                 ));
             }

@@ -1455,7 +1455,10 @@ fn an_extent_guessed_from_a_headerless_tns_is_named_in_the_conflict() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains("`k` is 4 in A (dimension 2) but 6 in x"), "{err}");
-    assert!(err.contains("a.tns has no header, so `A`'s extents are its largest indices"), "{err}");
+    assert!(
+        err.contains("a.tns has no header, so each line is read as 3 coordinates and a value, and `A`'s extents are its largest indices"),
+        "{err}"
+    );
     let out = run(&headed);
     assert!(out.status.success(), "{}", stderr(&out));
     // A program's statements too.
@@ -1486,6 +1489,14 @@ fn an_extent_guessed_from_a_headerless_tns_is_named_in_the_conflict() {
         "{}",
         stderr(&shaped)
     );
+    // Coordinates alone (a pattern) read as one order lower: the rank
+    // mismatch's note says how each line was read.
+    let pattern = dir.join("p.tns");
+    std::fs::write(&pattern, "1 1 1\n3 2 4\n").unwrap();
+    let out = run(&pattern);
+    let err = stderr(&out);
+    assert!(err.contains("`A` has rank 2 (shape 3x2) but is indexed with 3 subscripts"), "{err}");
+    assert!(err.contains("p.tns has no header, so each line is read as 2 coordinates and a value"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -170,17 +170,20 @@ pub fn parse_tns<V: Value, I: Index, R: BufRead>(reader: R, source_name: &Path) 
 }
 
 /// Blank lines and `#` comments are skipped.
-/// Whether the file at `path` opens with a header (a line holding only the
-/// order): without one, its extents are its largest indices, which a
-/// tensor with trailing empty slices does not reach.
-pub fn has_header(path: &Path) -> Result<bool> {
+/// The order the file at `path` is read as when it opens without a header
+/// (a line holding only the order): its first entry's fields less the
+/// value; `None` with a header. Without one, the extents are the largest
+/// indices, which a tensor with trailing empty slices does not reach, and
+/// a file of coordinates alone reads as one order lower.
+pub fn headerless_order(path: &Path) -> Result<Option<usize>> {
     let mut lines = Lines::new(open(path)?, path);
     while let Some((_, text)) = lines.next_line()? {
         if !is_skipped(text) {
-            return Ok(text.split_ascii_whitespace().count() == 1);
+            let fields = text.split_ascii_whitespace().count();
+            return Ok((fields != 1).then(|| fields.saturating_sub(1)));
         }
     }
-    Ok(false)
+    Ok(Some(0))
 }
 
 fn is_skipped(text: &str) -> bool {
