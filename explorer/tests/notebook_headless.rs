@@ -221,6 +221,37 @@ fn a_cell_assembles_a_sparse_output_in_each_swept_format() {
     }
     let c = std::fs::read_to_string(export.join("cell-1/kernel.c")).unwrap();
     assert!(c.contains("w_bits") && c.contains("phase"), "a workspace and two phases:\n{c}");
+    // The GPU does not assemble sparse outputs: kernel.cu says so, as the CLI does.
+    let cu = std::fs::read_to_string(export.join("cell-1/kernel.cu")).unwrap();
+    assert!(
+        cu.contains("cannot be printed as CUDA")
+            && cu.contains("sparse outputs are assembled on the C backend only"),
+        "{cu}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A level-path cell's kernel.cu is the level path's CUDA kernel (what
+/// `spindle compile --emit cuda` prints), not a refusal.
+#[test]
+fn a_level_path_cell_exports_its_cuda_source() {
+    let dir = temp_dir("levels-cuda");
+    let notebook = dir.join("nb.md");
+    std::fs::write(
+        &notebook,
+        "```spindle\n\
+         A = gen:uniform:rows=300,cols=200,nnz=3000,seed=1\n\
+         x = rand 200 seed=2\n\
+         format A = dcsr\n\
+         y[i] = A[i,j] * x[j]\n\
+         repeats 1\nresources off\n```\n",
+    )
+    .unwrap();
+    let export = dir.join("out");
+    let out = run(&notebook, &export);
+    assert!(out.status.success(), "exit {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let cu = std::fs::read_to_string(export.join("cell-1/kernel.cu")).unwrap();
+    assert!(cu.contains("__global__") && !cu.contains("cannot be printed"), "{cu}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

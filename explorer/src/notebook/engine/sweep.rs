@@ -256,12 +256,13 @@ impl Run<'_> {
             self.done += 1;
             return Ok(PointRun::failed(failure));
         };
-        let cuda = match compiled.kernel.tiles() {
-            Some(kernel) => {
-                spindle::print(kernel, &compiled.schedule, spindle::Target::Cuda).map_err(|e| e.to_string())
+        let cuda = match &compiled.kernel {
+            spindle::Lowering::Tiles(kernel) => {
+                spindle::print(kernel, &compiled.schedule, spindle::Target::Cuda)
             }
-            None => Err("the level path has no CUDA printer yet".to_string()),
-        };
+            spindle::Lowering::Levels(kernel) => spindle::print_levels_cuda(kernel),
+        }
+        .map_err(|e| e.to_string());
         let text = KernelText {
             ir: compiled.kernel.to_string(),
             c: compiled.source().to_string(),
