@@ -235,8 +235,8 @@ pub struct MatrixInput {
     pub coo: Coo<f32, i32>,
 }
 
-/// The suite's matrices: every `.mtx` of the shared data folder, then the
-/// generated power-law one, filtered by name (`--matrix`). With no shared
+/// The suite's matrices, canonical: every `.mtx` of the shared data
+/// folder, then the generated power-law one, filtered by name (`--matrix`). With no shared
 /// folder only the generated matrix runs (`progress` says so).
 pub fn inputs(filter: &[String], mut progress: impl FnMut(&str)) -> Result<Vec<MatrixInput>> {
     let mut out = Vec::new();
@@ -247,8 +247,11 @@ pub fn inputs(filter: &[String], mut progress: impl FnMut(&str)) -> Result<Vec<M
     for path in files {
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         if wanted(filter, &name) {
-            let coo = spindle_formats::io::read_mtx(&path)
+            let coo: Coo<f32, i32> = spindle_formats::io::read_mtx(&path)
                 .with_context(|| format!("reading {}", path.display()))?;
+            // Sorted, duplicates summed, as every suite counts them (cora.mtx
+            // stores pairs of its symmetric entries in both triangles).
+            let coo = coo.canonicalize();
             out.push(MatrixInput { name, source: MatrixSource::Shared { path }, coo });
         }
     }
@@ -257,7 +260,7 @@ pub fn inputs(filter: &[String], mut progress: impl FnMut(&str)) -> Result<Vec<M
         out.push(MatrixInput {
             name: POWER_LAW_NAME.into(),
             source: MatrixSource::Generated { spec: POWER_LAW.into() },
-            coo: spec.generate()?,
+            coo: spec.generate::<f32, i32>()?.canonicalize(),
         });
     }
     if out.is_empty() {
@@ -823,7 +826,7 @@ fn measure(
     progress: &mut dyn FnMut(&str),
 ) -> Result<MatrixResult> {
     let name = input.name.as_str();
-    let coo = input.coo.clone().canonicalize();
+    let coo = input.coo.clone();
     let (m, k) = coo.expect_matrix("spmm")?;
     let nnz = coo.nnz();
     let opts = ctx.opts;

@@ -20,7 +20,7 @@ impl Prepared {
     /// On a GPU, where a matrix stored entry by entry (CSR, COO, GroupCOO)
     /// is made of dense blocks, that BlockGroupCOO would multiply them on
     /// Tensor Cores. A sparse times dense product `C[m,n] += A[m,k] *
-    /// B[k,n]` (A's indices plain, one in the output, the other summed, the
+    /// B[k,n]` (A a factor of the product, its indices plain, one in the output, the other summed, the
     /// output with an index of its own) of 16-bit values, or f32 under
     /// `tf32=on`. The H100 run of 2026-11-26: a 4096² matrix of 32×32
     /// blocks, f16, ran 20–30× slower in CSR than in BlockGroupCOO.
@@ -34,7 +34,10 @@ impl Prepared {
             let (Some(spec), Some(coo)) = (stored.formats.get(name), stored.entries.get(name)) else {
                 continue;
             };
-            if matches!(spec, FormatSpec::Bcsr { .. } | FormatSpec::BlockGroupCoo { .. }) || coo.order() != 2
+            // (A block format's padding is read too: it must multiply.)
+            if matches!(spec, FormatSpec::Bcsr { .. } | FormatSpec::BlockGroupCoo { .. })
+                || coo.order() != 2
+                || !spindle_ir::rewrite::is_top_level_factor(&statement.rhs, name)
             {
                 continue;
             }

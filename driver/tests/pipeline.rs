@@ -639,6 +639,14 @@ fn dense_blocks_stored_entry_by_entry_get_the_block_format_advice() {
         .tensor("x", Input::random(&[64], DType::F16, 2))
         .format("A", "csr");
     assert_eq!(spmv.prepare().unwrap().block_format_advice(), None);
+    // Nor does A read inside a function: the rewrite refuses a block
+    // format there (its padding would go through the function).
+    let relu = Problem::new("C[m,n] = relu(A[m,k]) * B[k,n]")
+        .tensor("A", blocks.clone())
+        .dtype("A", ElemType::Value(DType::F16))
+        .tensor("B", Input::random(&[64, 8], DType::F16, 2))
+        .format("A", "coo");
+    assert_eq!(relu.prepare().unwrap().block_format_advice(), None);
 }
 
 /// A literal zero divisor divides by zero on the level path: it was taken

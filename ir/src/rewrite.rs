@@ -578,6 +578,12 @@ fn rewrite_one(
     Ok(Step { statement, arrays, substituted: map.keys().map(|k| k.to_string()).collect() })
 }
 
+/// Whether `name` is read in `e` as a factor of its top-level product (the
+/// rewrite's condition for visiting only the stored entries).
+pub fn is_top_level_factor(e: &Expr, name: &str) -> bool {
+    matches!(locate(e, name, None), Some(None))
+}
+
 /// Where the read of `name` sits in `e`: `None` when it is not there,
 /// `Some(None)` when it is a factor of the top-level product, and
 /// `Some(Some((span, what)))` naming the first construct on the way down
