@@ -171,6 +171,31 @@ fn a_failing_cell_fails_the_run_with_its_caret() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A schedule item the statement cannot take is pointed at where the cell
+/// wrote it, the sweep or the `schedule` line (it pointed at the
+/// rewritten statement).
+#[test]
+fn a_bad_schedule_item_is_pointed_at_in_the_cell() {
+    let dir = temp_dir("bad-item");
+    let notebook = dir.join("nb.md");
+    let cell = |line: &str| {
+        format!(
+            "```spindle\nA = gen:uniform:rows=60,cols=40,nnz=300,seed=1\nB = rand A.1x8 seed=2\nformat A = csr\n\
+             C[m,n] += A[m,k] * B[k,n]\n{line}\nrepeats 1\nresources off\n```\n"
+        )
+    };
+    for (line, caret) in [("sweep tile.z in [1, 2]", "cell:5:7"), ("schedule tile.n=8 tile.z=4", "cell:5:19")]
+    {
+        std::fs::write(&notebook, cell(line)).unwrap();
+        let out = run(&notebook, &dir.join("out"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains("the schedule names `z`, which the statement does not use"), "{stderr}");
+        assert!(stderr.contains(caret) && stderr.contains("this item"), "{line}:\n{stderr}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn the_bundled_default_notebook_runs() {
     // What `spindle` opens with no arguments must run on a CPU-only machine,
