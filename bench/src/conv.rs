@@ -1003,7 +1003,10 @@ fn case(
             "{label}: order {}/{} {order}: {}",
             n + 1,
             todo.len(),
-            run.timing.as_ref().map_or_else(|| "failed".to_string(), |t| format!("{:.3} ms", t.median_ms))
+            run.timing.as_ref().map_or_else(
+                || "failed".to_string(),
+                |t| format!("{} ms", crate::ms_text(Some(t.median_ms)))
+            )
         ));
         agree.see(order, out);
         runs.push(run);

@@ -58,12 +58,26 @@ pub struct Machine {
     pub date: String,
 }
 
-/// The machine this process runs on, now.
 /// `1 thread` or `N threads`, for tables and progress lines.
 pub fn threads_text(n: usize) -> String {
     if n == 1 { "1 thread".to_string() } else { format!("{n} threads") }
 }
 
+/// A time in milliseconds for a table or a progress line: at least three
+/// significant digits (0.000 said nothing beside a ratio of 13x), "-"
+/// where there is none.
+pub fn ms_text(t: Option<f64>) -> String {
+    match t.filter(|t| t.is_finite()) {
+        None => "-".into(),
+        Some(x) if x == 0.0 || x.abs() >= 0.1 => format!("{x:.3}"),
+        Some(x) => {
+            let decimals = (2 - x.abs().log10().floor() as i32).clamp(3, 9) as usize;
+            format!("{x:.decimals$}")
+        }
+    }
+}
+
+/// The machine this process runs on, now.
 pub fn machine() -> Machine {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -233,6 +247,17 @@ pub fn geomean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_keep_three_significant_digits() {
+        let ms = |x: f64| ms_text(Some(x));
+        assert_eq!(
+            [ms(12.3456), ms(0.1234), ms(0.01234), ms(0.000234), ms(0.0)],
+            ["12.346", "0.123", "0.0123", "0.000234", "0.000"]
+        );
+        assert_eq!(ms_text(None), "-");
+        assert_eq!(ms_text(Some(f64::NAN)), "-");
+    }
 
     #[test]
     fn machine_round_trips_through_json() {

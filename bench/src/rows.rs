@@ -131,11 +131,11 @@ pub fn run(opts: &RowsOptions, progress: &mut dyn FnMut(&str)) -> Result<RowsRep
             max_rel_difference,
         };
         progress(&format!(
-            "  rows {:.3} / {:.3} ms, tiles {:.3} / {:.3} ms (1 / {} threads): {:.2}x, {:.2}x; rows scale {:.2}x",
-            result.levels_one_thread.median_ms,
-            result.levels_all_threads.median_ms,
-            result.tiles_one_thread.median_ms,
-            result.tiles_all_threads.median_ms,
+            "  rows {} / {} ms, tiles {} / {} ms (1 / {} threads): {:.2}x, {:.2}x; rows scale {:.2}x",
+            crate::ms_text(Some(result.levels_one_thread.median_ms)),
+            crate::ms_text(Some(result.levels_all_threads.median_ms)),
+            crate::ms_text(Some(result.tiles_one_thread.median_ms)),
+            crate::ms_text(Some(result.tiles_all_threads.median_ms)),
             opts.threads,
             result.speedup(false),
             result.speedup(true),

@@ -253,10 +253,10 @@ pub fn run(opts: &SpgemmOptions, progress: &mut dyn FnMut(&str)) -> Result<Spgem
         let result = one(name, a, opts, env.as_ref())?;
         let scipy = result.speedup("scipy", 1, opts.threads).map_or("-".to_string(), |x| format!("{x:.2}x"));
         progress(&format!(
-            "  C has {} entries; Spindle {:.3} ms on 1 thread, {:.3} ms on {}; vs SciPy {scipy}",
+            "  C has {} entries; Spindle {} ms on 1 thread, {} ms on {}; vs SciPy {scipy}",
             result.nnz_c,
-            result.spindle_one_thread.median_ms,
-            result.spindle_all_threads.median_ms,
+            crate::ms_text(Some(result.spindle_one_thread.median_ms)),
+            crate::ms_text(Some(result.spindle_all_threads.median_ms)),
             opts.threads
         ));
         results.push(result);

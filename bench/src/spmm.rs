@@ -905,10 +905,10 @@ fn measure(
         if let Some(t) = base.median_ms() {
             let flag = if base.passed() == Some(false) { "  (FAILED the check)" } else { "" };
             progress(&format!(
-                "  {:<14} {:>3} thread(s) {:>9.3} ms{flag}",
+                "  {:<14} {:>11} {:>9} ms{flag}",
                 format!("{} {}", base.library, base.format),
-                base.thread_count,
-                t
+                crate::threads_text(base.thread_count),
+                crate::ms_text(Some(t))
             ));
         }
     }
@@ -1018,10 +1018,10 @@ fn measure(
     let fastest = |t: Threads| {
         groups.iter().min_by(|a, b| a.timing(t).median_ms.total_cmp(&b.timing(t).median_ms)).and_then(|v| v.g)
     };
-    let [lo, hi] = analysis.g_star_pow2;
-    let near = |g: Option<usize>| {
-        g.map(|g| [lo, hi].iter().any(|&s| (s.max(g) as f64) / (s.min(g).max(1) as f64) <= 2.0))
-    };
+    // Within a factor of two of g* itself (not of the powers of two
+    // around it, which would pass a g four times g*).
+    let g_star = analysis.g_star;
+    let near = |g: Option<usize>| g.map(|g| (g as f64 / g_star).max(g_star / g as f64) <= 2.0);
     let (fast_1, fast_n) = (fastest(Threads::One), fastest(Threads::All));
     // The best of everything Spindle ran: the variants and the autotuned
     // CSR kernel of the user row (so the best is never slower than what a
@@ -1301,10 +1301,10 @@ fn sweep(
             let ragged = built.p_extent % p != 0;
             let [t1, tn] = built.timings;
             progress(&format!(
-                "  sweep {:<14} tile.p={p:<3} {:>9.3} ms {:>9.3} ms{}",
+                "  sweep {:<14} tile.p={p:<3} {:>9} ms {:>9} ms{}",
                 plan.name,
-                t1.median_ms,
-                tn.median_ms,
+                crate::ms_text(Some(t1.median_ms)),
+                crate::ms_text(Some(tn.median_ms)),
                 if ragged { " (ragged)" } else { "" }
             ));
             rows.push(SweepRow {

@@ -216,13 +216,13 @@ pub fn run(opts: &WorkspacesOptions, progress: &mut dyn FnMut(&str)) -> Result<W
         let run = matrix(name, a, opts, env.as_ref(), &backend)?;
         let best = run.best_sparse();
         progress(&format!(
-            "  dense {:.3} ms; best sparse {} {:.3} ms ({} B vs {} B); SciPy {}",
-            run.dense().timing.median_ms,
+            "  dense {} ms; best sparse {} {} ms ({} B vs {} B); SciPy {}",
+            crate::ms_text(Some(run.dense().timing.median_ms)),
             best.schedule,
-            best.timing.median_ms,
+            crate::ms_text(Some(best.timing.median_ms)),
             best.peak_bytes,
             run.dense().peak_bytes,
-            run.scipy_ms.map_or("-".to_string(), |t| format!("{t:.3} ms"))
+            run.scipy_ms.map_or("-".to_string(), |t| format!("{} ms", crate::ms_text(Some(t))))
         ));
         runs.push(run);
     }

@@ -78,13 +78,14 @@ pub fn expand(assembled: &Assembled) -> Result<ArrayD<f64>> {
 }
 
 /// Whether a sparse output fits a dense array ([`expand`]), as an error
-/// that says why not: asked before a dense reference is built for it.
+/// that says why not (its first line; the next is the CLI's advice):
+/// asked before a dense reference is built for it.
 pub fn fits_dense(assembled: &Assembled) -> Result<()> {
     if !crate::problem::fits_dense(&assembled.shape) {
         let dims: Vec<String> = assembled.shape.iter().map(usize::to_string).collect();
         return Err(Error::input(format!(
             "the sparse output ({}, {} entries) has more than {MAX_DENSE_ELEMENTS} elements dense, too many \
-             to compare with the reference (which is dense): run it without a check, and write it with --out \
+             to compare with the reference (which is dense)\nrun it without a check, and write it with --out \
              NAME=file.mtx (or .tns)",
             dims.join("x"),
             assembled.nnz()

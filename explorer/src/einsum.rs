@@ -52,7 +52,14 @@ fn parse_dims(dims: &str) -> Result<Vec<usize>> {
         return Ok(Vec::new());
     }
     dims.split('x')
-        .map(|d| d.trim().parse::<usize>().map_err(|_| anyhow!("`{d}` is not a dimension")))
+        .map(|d| {
+            d.trim().parse::<usize>().map_err(|e| match e.kind() {
+                std::num::IntErrorKind::PosOverflow => {
+                    anyhow!("`{d}` is larger than any dimension ({})", usize::MAX)
+                }
+                _ => anyhow!("`{d}` is not a dimension"),
+            })
+        })
         .collect()
 }
 
@@ -625,7 +632,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
             );
         }
         for dot in &report.dots {
-            eprintln!("dot {}: {:?}", dot.dot, dot.path);
+            eprintln!("dot {}: {}", dot.dot, dot.path);
         }
     }
     Ok(())
@@ -757,11 +764,11 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         notes.push(format!("{} input sets rotated", timing.input_sets));
     }
     eprintln!(
-        "ran {out_name} on {on}: median {} ms (min {}, max {}) over {} runs ({})",
+        "ran {out_name} on {on}: median {} ms (min {}, max {}) over {} ({})",
         crate::bench::ms(Some(timing.median_ms)),
         crate::bench::ms(Some(timing.min_ms)),
         crate::bench::ms(Some(timing.max_ms)),
-        timing.runs,
+        crate::counted(timing.runs, "run"),
         notes.join(", ")
     );
     let how = match &compiled.tuned {
@@ -868,12 +875,21 @@ fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<
         1 => "one kernel".to_string(),
         n => format!("{n} kernels, one per statement"),
     };
+    let ms = |x: f64| crate::bench::ms(Some(x));
+    let spread = match &ran.timings[..] {
+        [t] => {
+            format!(" (min {}, max {}) over {}", ms(t.min_ms), ms(t.max_ms), crate::counted(t.runs, "run"))
+        }
+        many => format!(
+            " in all (sum of medians, each over {})",
+            crate::counted(many.iter().map(|t| t.runs).min().unwrap_or(0), "run")
+        ),
+    };
     eprintln!(
-        "ran the program on {} (fusion={}: {kernels}): median {} ms{}",
+        "ran the program on {} (fusion={}: {kernels}): median {} ms{spread}",
         run.target.title(),
         ran.fusion,
-        crate::bench::ms(Some(ran.median_ms())),
-        if ran.timings.len() > 1 { " in all (sum of medians)" } else { "" }
+        ms(ran.median_ms()),
     );
     for note in &ran.notes {
         eprintln!("note: {note}");

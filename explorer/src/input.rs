@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use spindle_formats::generate::GeneratorSpec;
-use spindle_formats::{Coo, Index, Value};
+use spindle_formats::{Coo, FormatError, IType, Index, Value};
 
 /// A tensor read or generated, with where it came from.
 #[derive(Debug)]
@@ -18,6 +18,17 @@ pub struct Loaded<V, I> {
 /// builds a point cloud's kernel map; anything else is a `.mtx` / `.tns`
 /// path. Entries come back in file order (not canonicalized).
 pub fn load<V: Value, I: Index>(input: &str) -> Result<Loaded<V, I>> {
+    // An index too large for i32 says how to store it (the commands that
+    // load a tensor take --itype).
+    read::<V, I>(input).map_err(|e| match e.downcast_ref::<FormatError>() {
+        Some(FormatError::IndexOverflow { itype: IType::I32, .. }) => {
+            anyhow::anyhow!("{e:#} (--itype i64 stores larger indices)")
+        }
+        _ => e,
+    })
+}
+
+fn read<V: Value, I: Index>(input: &str) -> Result<Loaded<V, I>> {
     let start = Instant::now();
     let (coo, name) = match (input.strip_prefix("gen:"), input.strip_prefix("kernelmap:")) {
         (Some(spec), _) => {

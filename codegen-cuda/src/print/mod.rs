@@ -178,6 +178,20 @@ pub enum DotPath {
     Fma { reason: String },
 }
 
+impl std::fmt::Display for DotPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DotPath::TensorCores { fragment, batch, m, n, k, into_accumulator } => write!(
+                f,
+                "Tensor Cores, {} {batch} x ({m}x{k} * {k}x{n}){}",
+                fragment.name(),
+                if *into_accumulator { ", into the accumulator fragments" } else { "" }
+            ),
+            DotPath::Fma { reason } => write!(f, "FMA ({reason})"),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DotReport {
     pub dot: ValueId,

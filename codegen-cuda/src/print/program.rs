@@ -60,25 +60,17 @@ impl Printer<'_> {
         for line in format!("{k}").lines() {
             self.line(0, &format!("// {line}"));
         }
-        let memory = if launch.dynamic { "dynamic" } else { "static" };
+        // Static arrays' bytes are a bound: ptxas may lay them out tighter.
+        let memory = if launch.dynamic { "dynamic shared memory" } else { "static shared memory at most" };
         self.line(
             0,
             &format!(
-                "// launch: grid {}, block {}, {memory} shared memory {} bytes",
+                "// launch: grid {}, block {}, {memory} {} bytes",
                 launch.grid, launch.block, launch.shared_bytes
             ),
         );
         for d in &dots {
-            let text = match &d.path {
-                DotPath::TensorCores { fragment, batch, m, n, k: kk, into_accumulator } => format!(
-                    "// dot {}: Tensor Cores, {} {batch} x ({m}x{kk} * {kk}x{n}){}",
-                    d.dot,
-                    fragment.name(),
-                    if *into_accumulator { ", into the accumulator fragments" } else { "" }
-                ),
-                DotPath::Fma { reason } => format!("// dot {}: FMA ({reason})", d.dot),
-            };
-            self.line(0, &text);
+            self.line(0, &format!("// dot {}: {}", d.dot, d.path));
         }
         let halves = k.tensors.values().any(|t| matches!(t.dtype, ElemType::Value(DType::F16 | DType::Bf16)));
         if halves || !self.p.matmuls.is_empty() {

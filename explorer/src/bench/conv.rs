@@ -155,7 +155,12 @@ fn print_tables(report: &ConvReport) {
             "plain",
             "agree"
         );
-        println!("{:>18} | {:^84} | {:^59} |", "", "one thread", format!("{all} threads"));
+        println!(
+            "{:>18} | {:^84} | {:^59} |",
+            "",
+            "one thread",
+            format!("{all} threads, best = the one-thread best order")
+        );
         for c in &input.cases {
             let a = &c.all_threads;
             println!(

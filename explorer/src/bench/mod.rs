@@ -142,29 +142,4 @@ pub(crate) fn finish<T: serde::Serialize>(
     Ok(())
 }
 
-/// A time in milliseconds for a table: at least three significant digits
-/// (0.000 said nothing beside a ratio of 13x), "-" where there is none.
-pub(crate) fn ms(t: Option<f64>) -> String {
-    match t.filter(|t| t.is_finite()) {
-        None => "-".into(),
-        Some(x) if x == 0.0 || x.abs() >= 0.1 => format!("{x:.3}"),
-        Some(x) => {
-            let decimals = (2 - x.abs().log10().floor() as i32).clamp(3, 9) as usize;
-            format!("{x:.decimals$}")
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn times_keep_three_significant_digits() {
-        let ms = |x: f64| super::ms(Some(x));
-        assert_eq!(
-            [ms(12.3456), ms(0.1234), ms(0.01234), ms(0.000234), ms(0.0)],
-            ["12.346", "0.123", "0.0123", "0.000234", "0.000"]
-        );
-        assert_eq!(super::ms(None), "-");
-        assert_eq!(super::ms(Some(f64::NAN)), "-");
-    }
-}
+pub(crate) use spindle_bench::ms_text as ms;

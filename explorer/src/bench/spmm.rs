@@ -121,7 +121,10 @@ pub fn run(args: SpmmArgs) -> Result<()> {
     )?;
     let failed: usize = report.results.iter().map(|m| m.failed.len()).sum();
     if failed > 0 {
-        bail!("{failed} variants failed (the FAILED lines above); the report has the others");
+        bail!(
+            "{} failed (the FAILED lines above); the report has the others",
+            crate::counted(failed, "variant")
+        );
     }
     Ok(())
 }
@@ -268,7 +271,7 @@ fn print_report(r: &SpmmReport) {
         };
         let g = |g: Option<usize>| g.map_or_else(|| "-".into(), |g| g.to_string());
         println!(
-            "  F(g): fastest g {} (1 thread), {} ({all}); g* within one power of two: {}, {}",
+            "  F(g): fastest g {} (1 thread), {} ({all}); within a factor of 2 of g*: {}, {}",
             g(m.groupcoo.fastest_g_one_thread),
             g(m.groupcoo.fastest_g_all_threads),
             yes_no(m.groupcoo.g_star_within_one_pow2_one_thread),

@@ -243,6 +243,11 @@ impl Parser {
                     }
                     terms.push(Term { coeff, atom, span: term_start.to(self.prev_span()) });
                 }
+                // Digits past u64 lex as a float: a whole one is an
+                // integer too large, not a missing one.
+                Tok::Float(x) if x.fract() == 0.0 && x.abs() >= i64::MAX as f64 => {
+                    return Err(overflow(term_start));
+                }
                 _ => return Err(self.expected("an index, an integer or an index tensor", &context)),
             }
             sign = match self.peek().tok {
@@ -473,10 +478,8 @@ mod tests {
             "expected `,` or the end after a `where` clause, found `j`"
         );
         assert_eq!(error("C[i] = A[i] $"), "unexpected character `$`");
-        assert_eq!(
-            error("C[i] = A[99999999999999999999]"),
-            "expected an index, an integer or an index tensor in a subscript of `A`, found `99999999999999999999`"
-        );
+        assert_eq!(error("C[i] = A[99999999999999999999]"), "integer in a subscript is too large");
+        assert_eq!(error("C[i] = A[i-99999999999999999999]"), "integer in a subscript is too large");
         assert_eq!(error("C[i] = A[9223372036854775808]"), "integer in a subscript is too large");
         assert_eq!(
             error("C[i] = +A[i]"),

@@ -33,11 +33,7 @@ impl Run<'_> {
                     shape.get(*dim).copied().ok_or_else(|| {
                         self.cell_error(
                             &Diagnostic::new(
-                                format!(
-                                    "`{tensor}` has {} dimension{}",
-                                    shape.len(),
-                                    if shape.len() == 1 { "" } else { "s" }
-                                ),
+                                format!("`{tensor}` has {}", crate::counted(shape.len(), "dimension")),
                                 *span,
                             )
                             .with_label(format!("no dimension {dim}"))

@@ -224,15 +224,15 @@ impl Run<'_> {
         let mut data = self.make_data(&program)?;
 
         self.out.notes.push(format!(
-            "C backend: {threads} thread{}, median of {repeats} run{} after one warm-up",
-            if threads == 1 { "" } else { "s" },
-            if repeats == 1 { "" } else { "s" }
+            "C backend: {}, median of {} after one warm-up",
+            crate::counted(threads, "thread"),
+            crate::counted(repeats, "run")
         ));
         match gpu() {
             Some(gpu) => self.out.notes.push(format!(
-                "GPU: {}: CUDA events, median of {repeats} run{} after one warm-up",
+                "GPU: {}: CUDA events, median of {} after one warm-up",
                 gpu.device(),
-                if repeats == 1 { "" } else { "s" }
+                crate::counted(repeats, "run")
             )),
             None => self.out.notes.push(NO_GPU_NOTE.into()),
         }

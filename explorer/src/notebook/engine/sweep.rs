@@ -286,7 +286,7 @@ impl Run<'_> {
                 spindle::Lowering::Levels(k) => spindle_ir::kernel::schedule::KernelKind::levels(k, false),
             },
         };
-        self.step(format!("{label}: running on {threads} thread{}", if threads == 1 { "" } else { "s" }))?;
+        self.step(format!("{label}: running on {}", crate::counted(threads, "thread")))?;
         let opts = spindle::TimingOptions { warmup: 1, repeats };
         // A sparse output is read back as assembled: its structure checked,
         // never expanded unless compared with a dense reference.
