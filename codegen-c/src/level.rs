@@ -2550,16 +2550,22 @@ impl<'k, D: Dialect> Printer<'k, D> {
         if let Some((_, hoisted)) = self.hoisted.iter().find(|(h, _)| h == e) {
             return hoisted.clone();
         }
+        // An integer tensor read as a value is converted to the compute
+        // type first: C would round an int64 to a float operand's type.
+        let value = |dtype: ElemType, loaded: String| match dtype {
+            ElemType::Index(_) => format!("(({}){loaded})", self.d.real()),
+            ElemType::Value(_) => loaded,
+        };
         match e {
             Expr::Const(c) => self.d.float(*c),
             Expr::Stored { val, at } => {
-                self.d.load(self.k.tensor(*val).dtype, self.tensor(*val), &Self::position(at))
+                let dtype = self.k.tensor(*val).dtype;
+                value(dtype, self.d.load(dtype, self.tensor(*val), &Self::position(at)))
             }
-            Expr::Dense { tensor, at } => self.d.load(
-                self.k.tensor(*tensor).dtype,
-                self.tensor(*tensor),
-                &self.dense_address(*tensor, at),
-            ),
+            Expr::Dense { tensor, at } => {
+                let dtype = self.k.tensor(*tensor).dtype;
+                value(dtype, self.d.load(dtype, self.tensor(*tensor), &self.dense_address(*tensor, at)))
+            }
             Expr::Local { local, at } => self.local_at(*local, at),
             Expr::Neg(x) => format!("(-{})", self.expr(x)),
             Expr::Binary { op, lhs, rhs } => {

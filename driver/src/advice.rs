@@ -16,6 +16,12 @@ const BLOCK: usize = 32;
 /// CSR does and multiplies them on Tensor Cores.
 const MIN_FILL: f64 = 0.5;
 
+/// ELL padding worth a note: more than this many times the entries...
+const PADDING_FACTOR: usize = 8;
+/// ...and at least this many values stored (small matrices run fast
+/// whatever their padding).
+const MIN_PADDED_ADVICE: usize = 1 << 20;
+
 impl Prepared {
     /// On a GPU, where a matrix stored entry by entry (CSR, COO, GroupCOO)
     /// is made of dense blocks, that BlockGroupCOO would multiply them on
@@ -76,6 +82,41 @@ impl Prepared {
                     fill * 100.0,
                     BLOCK,
                     BLOCK
+                ));
+            }
+        }
+        None
+    }
+
+    /// Where ELL stores far more than the entries (every row padded to the
+    /// longest: a power-law row of 13k entries in a 23k-row graph stored
+    /// 309M values for 87k, and ran for minutes), that it does and that
+    /// CSR stores the entries alone. Given before any kernel runs.
+    pub fn padding_advice(&self) -> Option<String> {
+        let stored = self.stored.as_ref()?;
+        for (name, spec) in &stored.formats {
+            let Some(coo) = stored.entries.get(name).filter(|c| *spec == FormatSpec::Ell && c.order() == 2)
+            else {
+                continue;
+            };
+            let rows = coo.shape[0];
+            let canonical;
+            let coo = if coo.is_canonical() {
+                coo
+            } else {
+                canonical = coo.clone().canonicalize();
+                &canonical
+            };
+            let mut occupancy = vec![0usize; rows];
+            coo.crd[0].iter().for_each(|&i| occupancy[i as usize] += 1);
+            let longest = occupancy.iter().copied().max().unwrap_or(0);
+            let padded = longest.saturating_mul(rows);
+            if padded >= MIN_PADDED_ADVICE && padded > PADDING_FACTOR * coo.nnz() {
+                return Some(format!(
+                    "`{name}` in ell pads each of its {rows} rows to the longest ({longest} entries): {padded} \
+                     values stored for {} entries ({:.0}x); `--format {name}=csr` stores the entries alone",
+                    coo.nnz(),
+                    padded as f64 / coo.nnz().max(1) as f64
                 ));
             }
         }

@@ -668,6 +668,69 @@ fn a_literal_zero_divisor_is_no_zero_factor() {
     }
 }
 
+/// ELL with one long row stores every row padded to it: a note says so
+/// before anything runs, and names CSR. Not for CSR, nor for an ELL whose
+/// rows are even.
+#[test]
+fn ell_padded_far_past_its_entries_gets_a_note() {
+    let rows = 2048i64;
+    let mut entries: Vec<(i64, i64)> = (0..rows).map(|i| (i, i)).collect();
+    // Row 7: its diagonal and 1022 more (1023 distinct).
+    entries.extend((1..1024).map(|j| (7, j)));
+    let crd = vec![entries.iter().map(|e| e.0).collect(), entries.iter().map(|e| e.1).collect()];
+    let val = vec![1.0; entries.len()];
+    let skewed = Coo::<f64, i64>::new(vec![rows as usize, rows as usize], crd, val).unwrap();
+    let advice = |a: &Coo<f64, i64>, format: &str| {
+        Problem::new("y[i] = A[i,j] * x[j]")
+            .tensor("A", a.clone())
+            .tensor("x", Input::random(&[rows as usize], DType::F32, 2))
+            .format("A", format)
+            .prepare()
+            .unwrap()
+            .padding_advice()
+    };
+    let note = advice(&skewed, "ell").expect("a note");
+    assert!(
+        note.contains(
+            "pads each of its 2048 rows to the longest (1023 entries): 2095104 values stored for 3070 entries"
+        ),
+        "{note}"
+    );
+    assert!(note.contains("--format A=csr"), "{note}");
+    assert_eq!(advice(&skewed, "csr"), None);
+    let diagonal = Coo::<f64, i64>::new(
+        vec![rows as usize, rows as usize],
+        vec![(0..rows).collect(), (0..rows).collect()],
+        vec![1.0; rows as usize],
+    )
+    .unwrap();
+    assert_eq!(advice(&diagonal, "ell"), None);
+}
+
+/// An integer tensor read as a value promotes an f32 operand's product to
+/// f64, as NumPy does, and every path computes it so: the C level path
+/// multiplied an int64 by a float in float (2 * 16777217 + 3 came out
+/// 33554435, inside f32's check tolerance).
+#[test]
+fn an_integer_value_operand_makes_an_exact_f64_output() {
+    let backend = CBackend::new();
+    let a =
+        Coo::<f64, i64>::new(vec![3, 3], vec![vec![0, 0, 2], vec![0, 1, 2]], vec![2.0, 3.0, 5.0]).unwrap();
+    let x = ndarray::arr1(&[16_777_217i64, 1, 1]);
+    let prepared = Problem::new("y[i] = A[i,j] * x[j]")
+        .tensor("A", a)
+        .dtype("A", ElemType::Value(DType::F32))
+        .tensor("x", Input::indices(x))
+        .format("A", "csr")
+        .prepare()
+        .unwrap();
+    assert_eq!(prepared.einsum.output().dtype, ElemType::Value(DType::F64));
+    for path in ["path=levels", "path=tiles"] {
+        let y = prepared.compile(&backend, &path.parse().unwrap()).unwrap().run().unwrap();
+        assert_eq!(y.iter().copied().collect::<Vec<_>>(), [33_554_437.0, 0.0, 5.0], "{path}");
+    }
+}
+
 /// A user's tensor named as a format's array (`A_val` beside `A` in CSR,
 /// `C_val` beside a sparse output `C`) keeps its data: the level path read
 /// A's values in its place (s = 24336 for 1886040 on karate) and the tile

@@ -723,6 +723,9 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         return run_program(&problem, backend.as_ref(), run);
     }
     let prepared = prepare(args)?;
+    if let Some(advice) = prepared.padding_advice() {
+        eprintln!("note: {advice}");
+    }
     let compiled = if run.schedule.trim().is_empty() {
         let mut tuner = Tuner::for_target(run.target).on_progress(|line| eprintln!("{line}"));
         tuner.threads = (run.threads != 0).then_some(run.threads);

@@ -352,11 +352,12 @@ pub fn declare_output(statement: &Statement, declarations: &mut Declarations) ->
     true
 }
 
-/// The dtype an undeclared output of `statement` is given: its value
-/// operands' dtypes (as declared, or as its `where A: f16` says) promoted
+/// The dtype an undeclared output of `statement` is given: its operands'
+/// dtypes (as declared, or as its `where A: f16` says) promoted
 /// ([`spindle_formats::DType::promote`]: f64 operands make an f64 output,
 /// f16 ones an f16 output), f32 where it reads none; a `where` naming the
-/// output wins.
+/// output wins. An integer tensor read as a value counts as f64, as NumPy
+/// promotes i32 and i64 with any float (f32 would round them past 2^24).
 pub fn output_dtype(statement: &Statement, declarations: &Declarations) -> spindle_formats::DType {
     let said = |name: &str| {
         statement.wheres.iter().find_map(|w| match w {
@@ -365,17 +366,17 @@ pub fn output_dtype(statement: &Statement, declarations: &Declarations) -> spind
         })
     };
     let value = |dtype: ElemType| match dtype {
-        ElemType::Value(d) => Some(d),
-        ElemType::Index(_) => None,
+        ElemType::Value(d) => d,
+        ElemType::Index(_) => spindle_formats::DType::F64,
     };
-    if let Some(d) = said(&statement.lhs.tensor.name).and_then(value) {
+    if let Some(ElemType::Value(d)) = said(&statement.lhs.tensor.name) {
         return d;
     }
     statement
         .rhs
         .accesses()
         .iter()
-        .filter_map(|a| value(said(&a.tensor.name).or(declarations.get(&a.tensor.name).map(|d| d.dtype))?))
+        .filter_map(|a| said(&a.tensor.name).or(declarations.get(&a.tensor.name).map(|d| d.dtype)).map(value))
         .reduce(spindle_formats::DType::promote)
         .unwrap_or(spindle_formats::DType::F32)
 }
