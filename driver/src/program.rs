@@ -555,7 +555,8 @@ impl Problem {
 
     /// `run`, with `check`, compared with the reference evaluator's run of
     /// the program, as the output's dtype holds it (see
-    /// `Compiled::compare`).
+    /// `Compiled::compare`); a substituted statement's run notes what the
+    /// substitution renamed.
     fn checked(
         &self,
         mut run: ProgramRun,
@@ -563,6 +564,11 @@ impl Problem {
         data: &ProgramData,
         check: bool,
     ) -> Result<ProgramRun> {
+        // (Every run of a substituted statement passes here: what the
+        // substitution renamed, which its printed statement shows.)
+        if run.fusion == Fusion::Maximal {
+            run.notes.extend(spindle_ir::program::inline_renames(program));
+        }
         if !check {
             return Ok(run);
         }

@@ -536,6 +536,22 @@ fn shift_statement(s: &mut Statement, by: usize) {
 /// # Ok::<(), spindle_ir::lang::Diagnostic>(())
 /// ```
 pub fn inline(program: &Program) -> Result<Statement, Diagnostic> {
+    inline_noting(program, &mut Vec::new())
+}
+
+/// What [`inline`] renamed, one line each: a substituted statement's
+/// summed index whose name the statement it went into already uses
+/// (`k` of `T[i,j] = A[i,k] * B[k,j]` is `k1` in `y[i] = T[i,k] * x[k]`).
+/// Empty where nothing was renamed or the program cannot be inlined.
+pub fn inline_renames(program: &Program) -> Vec<String> {
+    let mut renamed = Vec::new();
+    match inline_noting(program, &mut renamed) {
+        Ok(_) => renamed,
+        Err(_) => Vec::new(),
+    }
+}
+
+fn inline_noting(program: &Program, renamed: &mut Vec<String>) -> Result<Statement, Diagnostic> {
     let statements = &program.statements;
     let last = statements.last().expect("a program has a statement");
     // Each substitutable output: its subscripts' index names and product.
@@ -568,7 +584,7 @@ pub fn inline(program: &Program) -> Result<Statement, Diagnostic> {
                 }
             }
         }
-        let substituted = substitute(&st.rhs, &bodies, true, &mut used)?;
+        let substituted = substitute(&st.rhs, &bodies, true, &mut (&mut used, &mut *renamed))?;
         if s + 1 == statements.len() {
             rhs = substituted;
             break;
@@ -611,11 +627,12 @@ pub fn inline(program: &Program) -> Result<Statement, Diagnostic> {
 /// (parenthesised), its indices renamed to the access's and its summed
 /// ones to names `e` does not use. `factor`: whether `e` sits where a sum
 /// inside it distributes (a factor of the statement's product).
+/// `names`: the indices taken, and the lines saying which were renamed.
 fn substitute(
     e: &Expr,
     bodies: &BTreeMap<String, (Vec<String>, Expr)>,
     factor: bool,
-    used: &mut BTreeSet<String>,
+    names: &mut (&mut BTreeSet<String>, &mut Vec<String>),
 ) -> Result<Expr, Diagnostic> {
     Ok(match e {
         Expr::Access(a) => match bodies.get(&a.tensor.name) {
@@ -646,6 +663,7 @@ fn substitute(
                     };
                     map.insert(name.clone(), i.name.clone());
                 }
+                let (used, renamed) = names;
                 for name in summed {
                     let mut fresh = name.clone();
                     let mut n = 0;
@@ -654,6 +672,13 @@ fn substitute(
                         fresh = format!("{name}{n}");
                     }
                     used.insert(fresh.clone());
+                    if fresh != name {
+                        renamed.push(format!(
+                            "`{}`'s sum over `{name}` is over `{fresh}` in the substituted statement (`{name}` is \
+                             taken there)",
+                            a.tensor.name
+                        ));
+                    }
                     map.insert(name, fresh);
                 }
                 rename(body, &map)
@@ -661,7 +686,7 @@ fn substitute(
         },
         Expr::Literal { .. } => e.clone(),
         Expr::Neg { expr, span } => {
-            Expr::Neg { expr: Box::new(substitute(expr, bodies, factor, used)?), span: *span }
+            Expr::Neg { expr: Box::new(substitute(expr, bodies, factor, names)?), span: *span }
         }
         Expr::Binary { op, lhs, rhs, span } => {
             let (l, r) = match op {
@@ -671,14 +696,14 @@ fn substitute(
             };
             Expr::Binary {
                 op: *op,
-                lhs: Box::new(substitute(lhs, bodies, l, used)?),
-                rhs: Box::new(substitute(rhs, bodies, r, used)?),
+                lhs: Box::new(substitute(lhs, bodies, l, names)?),
+                rhs: Box::new(substitute(rhs, bodies, r, names)?),
                 span: *span,
             }
         }
         Expr::Call { func, args, span } => Expr::Call {
             func: *func,
-            args: args.iter().map(|a| substitute(a, bodies, false, used)).collect::<Result<_, _>>()?,
+            args: args.iter().map(|a| substitute(a, bodies, false, names)).collect::<Result<_, _>>()?,
             span: *span,
         },
     })

@@ -425,3 +425,24 @@ fn a_rewrite_left_as_written_is_refused_with_the_program_s_reason() {
     .unwrap();
     assert_eq!(program.temporaries["t_1"].shape, [4]);
 }
+
+/// Maximal fusion renames a substituted statement's summed index that the
+/// statement it goes into already uses, and says so (it printed `k1`
+/// unexplained).
+#[test]
+fn a_renamed_summed_index_is_named() {
+    use spindle_ir::program::{inline, inline_renames};
+    let decls = declarations(&[("A", &[4, 5], "f32"), ("B", &[5, 3], "f32"), ("x", &[3], "f32")]);
+    let program =
+        split_program(&parse_program("T[i,j] = A[i,k] * B[k,j]; y[i] = T[i,k] * x[k]").unwrap(), &decls)
+            .unwrap();
+    assert_eq!(inline(&program).unwrap().to_string(), "y[i] = A[i,k1] * B[k1,k] * x[k]");
+    assert_eq!(
+        inline_renames(&program),
+        ["`T`'s sum over `k` is over `k1` in the substituted statement (`k` is taken there)"]
+    );
+    let plain =
+        split_program(&parse_program("T[i,j] = A[i,h] * B[h,j]; y[i] = T[i,k] * x[k]").unwrap(), &decls)
+            .unwrap();
+    assert!(inline_renames(&plain).is_empty());
+}
