@@ -707,6 +707,35 @@ fn ell_padded_far_past_its_entries_gets_a_note() {
     assert_eq!(advice(&diagonal, "ell"), None);
 }
 
+/// A sparse output too big for its format's per-row positions is refused
+/// with the formats that keep positions for non-empty rows only (it listed
+/// the formats that assemble, CSR among them); DCSR compiles.
+#[test]
+fn a_sparse_output_too_big_for_csr_names_dcsr() {
+    let backend = CBackend::new();
+    let wide = Coo::<f64, i64>::new(
+        vec![3, 3_000_000_000],
+        vec![vec![0, 1], vec![0, 2_999_999_998]],
+        vec![1.0, 2.0],
+    )
+    .unwrap();
+    let transpose = |format: &str| -> Result<(), Error> {
+        let prepared = Problem::new("C[j,i] = A[i,j]")
+            .tensor("A", wide.clone())
+            .format("A", "csr")
+            .format("C", format)
+            .prepare()?;
+        prepared.compile(&backend, &Schedule::default())?;
+        Ok(())
+    };
+    let Err(Error::Statement { diagnostic, .. }) = transpose("csr") else {
+        panic!("CSR's pos cannot be allocated")
+    };
+    assert!(diagnostic.message.contains("exceed the 4 GiB limit"), "{diagnostic:?}");
+    assert!(diagnostic.notes[0].starts_with("dcsr and dcsc"), "{diagnostic:?}");
+    transpose("dcsr").unwrap();
+}
+
 /// An integer tensor read as a value promotes an f32 operand's product to
 /// f64, as NumPy does, and every path computes it so: the C level path
 /// multiplied an int64 by a float in float (2 * 16777217 + 3 came out

@@ -705,7 +705,16 @@ fn assemble(
     let ElemType::Value(_) = info.dtype else {
         return Err(cannot("an output holds values".to_string()));
     };
-    let levels = spec.levels(&info.shape).map_err(|e| cannot(e.to_string()))?;
+    let levels = spec.levels(&info.shape).map_err(|e| {
+        // The format's structure at this size: too big, not unassemblable.
+        match spec.levels(&vec![1; info.shape.len()]) {
+            Ok(_) => refuse(format!("`{name}` in {spec}: {e}"), access.span, "a sparse output").with_note(
+                "dcsr and dcsc (or a level list with a compressed outer level) keep positions only for the \
+                 rows or columns that have entries",
+            ),
+            Err(_) => cannot(e.to_string()),
+        }
+    })?;
     let mut out = Vec::new();
     let mut sparse_above = false;
     for (l, level) in levels.iter().enumerate() {
