@@ -960,7 +960,7 @@ pub fn bsr(opts: &BsrOptions, progress: &mut dyn FnMut(&str)) -> Result<BsrRepor
         };
         let ours = prepared.and_then(|prepared| {
             let dots: Vec<String> =
-                print(&prepared, &schedule)?.dots.iter().map(|d| format!("{:?}", d.path)).collect();
+                print(&prepared, &schedule)?.dots.iter().map(|d| d.path.to_string()).collect();
             let r = measure(&backend, &prepared, &schedule, timing)?;
             Ok((r, a_bytes(&prepared), dots))
         });

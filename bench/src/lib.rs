@@ -58,9 +58,14 @@ pub struct Machine {
     pub date: String,
 }
 
+/// `n` and the noun, plural unless `n` is one: `1 run`, `3 runs`.
+pub fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// `1 thread` or `N threads`, for tables and progress lines.
 pub fn threads_text(n: usize) -> String {
-    if n == 1 { "1 thread".to_string() } else { format!("{n} threads") }
+    counted(n, "thread")
 }
 
 /// A time in milliseconds for a table or a progress line: at least three

@@ -259,10 +259,11 @@ impl Problem {
                 && let Ok(Some(order)) = spindle_formats::io::tns::headerless_order(path)
             {
                 d.notes.push(format!(
-                    "{} has no header, so each line is read as {order} coordinates and a value, and `{name}`'s \
+                    "{} has no header, so each line is read as {} and a value, and `{name}`'s \
                      extents are its largest indices; a header (a line with the order, then one with the dims) \
                      sets them",
-                    path.display()
+                    path.display(),
+                    if order == 1 { "1 coordinate".to_string() } else { format!("{order} coordinates") }
                 ));
             }
             if extension("npy")

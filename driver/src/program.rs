@@ -45,7 +45,7 @@ use spindle_ir::lang::{AssignOp, Declaration, Declarations, Diagnostic, Einsum, 
 use spindle_ir::level::strip_rows;
 use spindle_ir::level::{Lowered, lower_program};
 use spindle_ir::program::{
-    Program, evaluate_program, inline, parse_program, reorder_products, split_program,
+    Program, evaluate_program, inline, inline_renames, parse_program, reorder_products, split_program,
 };
 use spindle_ir::react::{forest_text, fused_forest, unmet_order};
 use spindle_ir::tensor::{TensorValue, Tensors};
@@ -564,10 +564,11 @@ impl Problem {
         data: &ProgramData,
         check: bool,
     ) -> Result<ProgramRun> {
-        // (Every run of a substituted statement passes here: what the
-        // substitution renamed, which its printed statement shows.)
-        if run.fusion == Fusion::Maximal {
-            run.notes.extend(spindle_ir::program::inline_renames(program));
+        // (Every run of the statements substituted into one passes here,
+        // under fusion=maximal or trie's choice: what the substitution
+        // renamed, which its printed statement shows.)
+        if run.statements.len() == 1 && program.statements.len() > 1 {
+            run.notes.extend(inline_renames(program));
         }
         if !check {
             return Ok(run);
@@ -607,7 +608,8 @@ impl Problem {
         };
         if let Some((why, (_, prepared))) = maximal {
             let levels = Schedule { path: Path::Levels, ..schedule.clone() };
-            return Ok((prepared.lower_levels(&levels)?, reordered.into_iter().chain(why).collect()));
+            let notes = reordered.into_iter().chain(why).chain(inline_renames(&program)).collect();
+            return Ok((prepared.lower_levels(&levels)?, notes));
         }
         let forest = fused_forest(&program, &formats, schedule.fusion, &schedule.order);
         let lowered = self.lower_forest(&program, &forest, &formats, &data, schedule);
@@ -624,7 +626,8 @@ impl Problem {
             Ok((lowered, notes)) => Ok((lowered, reordered.into_iter().chain(notes).collect())),
             Err((why, (_, prepared))) => {
                 let levels = Schedule { path: Path::Levels, ..schedule.clone() };
-                Ok((prepared.lower_levels(&levels)?, reordered.into_iter().chain([why]).collect()))
+                let notes = reordered.into_iter().chain([why]).chain(inline_renames(&program)).collect();
+                Ok((prepared.lower_levels(&levels)?, notes))
             }
         }
     }

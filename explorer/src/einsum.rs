@@ -883,10 +883,11 @@ fn run_program(problem: &Problem, backend: &dyn spindle::Backend, run: &RunArgs<
         [t] => {
             format!(" (min {}, max {}) over {}", ms(t.min_ms), ms(t.max_ms), crate::counted(t.runs, "run"))
         }
-        many => format!(
-            " in all (sum of medians, each over {})",
-            crate::counted(many.iter().map(|t| t.runs).min().unwrap_or(0), "run")
-        ),
+        many => {
+            let fewest = many.iter().map(|t| t.runs).min().unwrap_or(0);
+            let each = if many.iter().all(|t| t.runs == fewest) { "each over" } else { "each over at least" };
+            format!(" in all (sum of medians, {each} {})", crate::counted(fewest, "run"))
+        }
     };
     eprintln!(
         "ran the program on {} (fusion={}: {kernels}): median {} ms{spread}",

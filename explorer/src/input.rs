@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use spindle_formats::generate::GeneratorSpec;
-use spindle_formats::{Coo, FormatError, IType, Index, Value};
+use spindle_formats::{Coo, IType, Index, Value};
 
 /// A tensor read or generated, with where it came from.
 #[derive(Debug)]
@@ -18,13 +18,15 @@ pub struct Loaded<V, I> {
 /// builds a point cloud's kernel map; anything else is a `.mtx` / `.tns`
 /// path. Entries come back in file order (not canonicalized).
 pub fn load<V: Value, I: Index>(input: &str) -> Result<Loaded<V, I>> {
-    // An index too large for i32 says how to store it (the commands that
-    // load a tensor take --itype).
-    read::<V, I>(input).map_err(|e| match e.downcast_ref::<FormatError>() {
-        Some(FormatError::IndexOverflow { itype: IType::I32, .. }) => {
-            anyhow::anyhow!("{e:#} (--itype i64 stores larger indices)")
+    // Where i32 indices fail and i64 ones read it, say so (the commands
+    // that load a tensor take --itype): a file's reader reports the
+    // overflow as a parse error of its line, so the retry is the test.
+    read::<V, I>(input).map_err(|e| {
+        if I::ITYPE == IType::I32 && read::<V, i64>(input).is_ok() {
+            anyhow::anyhow!("{e:#} (it reads with --itype i64)")
+        } else {
+            e
         }
-        _ => e,
     })
 }
 

@@ -39,10 +39,7 @@ struct Cli {
     command: Option<Command>,
 }
 
-/// `n` and the noun, plural unless `n` is one: `1 run`, `3 runs`.
-pub fn counted(n: usize, noun: &str) -> String {
-    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
-}
+pub use spindle_bench::counted;
 
 /// The most timed runs `--repeats` takes (as a notebook's `repeats N`).
 pub const MAX_REPEATS: usize = 4096;

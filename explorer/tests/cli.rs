@@ -1517,3 +1517,23 @@ fn an_empty_shape_and_an_earlier_programs_output_are_refused_with_why() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("the program's output is `z`, its last statement's"), "{}", stderr(&out));
 }
+
+/// A matrix whose size does not fit i32 indices says that `--itype i64`
+/// reads it, for a file as for a generator (the file's reader reports the
+/// overflow as a parse error of its size line).
+#[test]
+fn an_index_past_i32_names_itype_i64() {
+    let dir = scratch("itype");
+    std::fs::create_dir_all(&dir).unwrap();
+    let big = dir.join("big.mtx");
+    std::fs::write(&big, "%%MatrixMarket matrix coordinate real general\n2 3000000000 1\n1 2999999999 1.5\n")
+        .unwrap();
+    for input in [big.display().to_string(), "gen:uniform:rows=2,cols=3000000000,nnz=1,seed=1".to_string()] {
+        let out = spindle(&["stats", &input]);
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains("(it reads with --itype i64)"), "{input}: {}", stderr(&out));
+        let wide = spindle(&["stats", &input, "--itype", "i64"]);
+        assert!(wide.status.success(), "{input}: {}", stderr(&wide));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -175,7 +175,7 @@ impl<V: Value, I: Index> BlockGroupCoo<V, I> {
             "BlockGroupCOO",
             g,
             groups.len(),
-            size,
+            ("blocks", size),
             occupancy.iter().copied().max().unwrap_or(0),
         )?;
         let mut grp = Vec::with_capacity(groups.len());

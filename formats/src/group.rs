@@ -46,11 +46,13 @@ pub(crate) fn group_runs(keys: &[usize], g: usize) -> Vec<(usize, std::ops::Rang
 /// Checks that `groups` groups padded to `g` entries of `per_entry`
 /// values each stay within the array limit. Past it with `g` above the
 /// fullest slice's occupancy, the reason says so: the padding is the cost.
+/// `unit`: what a group holds (`entries`, or `blocks` of `per_entry`
+/// values each).
 pub(crate) fn check_padded<V>(
     format: &str,
     g: usize,
     groups: usize,
-    per_entry: usize,
+    (unit, per_entry): (&str, usize),
     fullest: usize,
 ) -> Result<()> {
     let count = groups.checked_mul(g).and_then(|n| n.checked_mul(per_entry));
@@ -58,8 +60,13 @@ pub(crate) fn check_padded<V>(
         Err(FormatError::Invalid { reason, .. }) if g > fullest => Err(FormatError::invalid(
             format,
             format!(
-                "g={g} pads each of the {groups} groups to {g} entries though the fullest slice holds \
-                 {fullest}: {reason} (g=auto picks a size from the occupancy)"
+                "g={g} pads {} to {g} {unit} though the fullest slice holds {fullest}: {reason} (g=auto picks \
+                 a size from the occupancy)",
+                if groups == 1 {
+                    "its one group".to_string()
+                } else {
+                    format!("each of its {groups} groups")
+                }
             ),
         )),
         other => other.map(|_| ()),
@@ -100,7 +107,13 @@ impl<V: Value, I: Index> GroupCoo<V, I> {
             return Err(FormatError::invalid("GroupCOO", "group size must be positive"));
         }
         let groups = group_runs(&keys, g);
-        check_padded::<V>("GroupCOO", g, groups.len(), 1, runs.iter().copied().max().unwrap_or(0))?;
+        check_padded::<V>(
+            "GroupCOO",
+            g,
+            groups.len(),
+            ("entries", 1),
+            runs.iter().copied().max().unwrap_or(0),
+        )?;
         let others = coo.order() - 1;
         let mut grp = Vec::with_capacity(groups.len());
         let mut crd: Vec<Vec<I>> = vec![Vec::with_capacity(groups.len() * g); others];
@@ -127,7 +140,13 @@ impl<V: Value, I: Index> GroupCoo<V, I> {
             return Err(FormatError::invalid("GroupCOO", "group size must be positive"));
         }
         let groups: usize = occupancy.iter().map(|o| o.div_ceil(g)).sum();
-        check_padded::<V>("GroupCOO", g, groups, 1, occupancy.iter().copied().max().unwrap_or(0))?;
+        check_padded::<V>(
+            "GroupCOO",
+            g,
+            groups,
+            ("entries", 1),
+            occupancy.iter().copied().max().unwrap_or(0),
+        )?;
         // Each slice's entries are contiguous in the output too: copy them in
         // one go, then pad the slice's last group.
         let mut grp = Vec::with_capacity(groups);

@@ -161,16 +161,15 @@ fn absurd_parameters_are_errors_not_aborts() {
     let err = |spec: &str| SparseTensor::from_coo(&coo, &spec.parse().unwrap()).unwrap_err().to_string();
     assert_eq!(
         err("groupcoo:g=1000000000"),
-        "invalid GroupCOO: g=1000000000 pads each of the 2 groups to 1000000000 entries though the fullest \
+        "invalid GroupCOO: g=1000000000 pads each of its 2 groups to 1000000000 entries though the fullest \
          slice holds 1: 2000000000 elements of f32 (4 bytes each) exceed the 4 GiB limit on one array \
          (g=auto picks a size from the occupancy)"
     );
     assert!(err("groupcoo:g=4611686018427387904").contains(": 9223372036854775808 elements"));
     assert!(err("bcsr:bm=4294967296,bk=4294967296").starts_with("invalid BCSR block: more than usize::MAX"));
-    assert!(
-        err("blockgroupcoo:bm=4,bk=4,g=1000000000000")
-            .starts_with("invalid BlockGroupCOO: g=1000000000000 pads")
-    );
+    assert!(err("blockgroupcoo:bm=4,bk=4,g=1000000000000").starts_with(
+        "invalid BlockGroupCOO: g=1000000000000 pads each of its 2 groups to 1000000000000 blocks"
+    ));
     assert!(err("blockgroupcoo:bm=65536,bk=65536,g=1").starts_with("invalid BlockGroupCOO block:"));
     let zero = spindle_formats::BlockGroupCoo::from_coo(&coo, 2, 2, 0, spindle_formats::GroupSize::Fixed(0));
     assert_eq!(zero.unwrap_err().to_string(), "invalid BlockGroupCOO: group size must be positive");

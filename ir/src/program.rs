@@ -536,26 +536,30 @@ fn shift_statement(s: &mut Statement, by: usize) {
 /// # Ok::<(), spindle_ir::lang::Diagnostic>(())
 /// ```
 pub fn inline(program: &Program) -> Result<Statement, Diagnostic> {
-    inline_noting(program, &mut Vec::new())
+    inline_noting(program).map(|(statement, _)| statement)
 }
 
 /// What [`inline`] renamed, one line each: a substituted statement's
-/// summed index whose name the statement it went into already uses
-/// (`k` of `T[i,j] = A[i,k] * B[k,j]` is `k1` in `y[i] = T[i,k] * x[k]`).
-/// Empty where nothing was renamed or the program cannot be inlined.
+/// summed index under another name in the final statement, where the
+/// name was taken (`k` of `T[i,j] = A[i,k] * B[k,j]` is `k1` in `y[i] =
+/// T[i,k] * x[k]`). Empty where nothing was renamed or the program cannot
+/// be inlined.
 pub fn inline_renames(program: &Program) -> Vec<String> {
-    let mut renamed = Vec::new();
-    match inline_noting(program, &mut renamed) {
-        Ok(_) => renamed,
-        Err(_) => Vec::new(),
-    }
+    inline_noting(program).map(|(_, renamed)| renamed).unwrap_or_default()
 }
 
-fn inline_noting(program: &Program, renamed: &mut Vec<String>) -> Result<Statement, Diagnostic> {
+/// Where a summed index that substitution brought in came from: its name
+/// in an expression, to the statement's output that summed it and the
+/// name that statement wrote.
+type Origins = BTreeMap<String, (String, String)>;
+
+fn inline_noting(program: &Program) -> Result<(Statement, Vec<String>), Diagnostic> {
     let statements = &program.statements;
     let last = statements.last().expect("a program has a statement");
-    // Each substitutable output: its subscripts' index names and product.
-    let mut bodies: BTreeMap<String, (Vec<String>, Expr)> = BTreeMap::new();
+    // Each substitutable output: its subscripts' index names, product and
+    // the origins of the summed indices substituted into it.
+    let mut bodies: BTreeMap<String, (Vec<String>, Expr, Origins)> = BTreeMap::new();
+    let mut origins = Origins::new();
     let mut rhs = Expr::Literal { value: 0.0, span: last.statement.span };
     for (s, e) in statements.iter().enumerate() {
         let st = &e.statement;
@@ -565,7 +569,7 @@ fn inline_noting(program: &Program, renamed: &mut Vec<String>) -> Result<Stateme
         // (sum over j) is not the max over (k, j) of the terms.
         if matches!(st.op, AssignOp::MaxAssign | AssignOp::MinAssign) {
             for a in st.rhs.accesses() {
-                let Some((free, body)) = bodies.get(&a.tensor.name) else { continue };
+                let Some((free, body, _)) = bodies.get(&a.tensor.name) else { continue };
                 let summed: Vec<String> =
                     ordered_indices(body).into_iter().filter(|i| !free.contains(i)).collect();
                 if !summed.is_empty() {
@@ -584,7 +588,8 @@ fn inline_noting(program: &Program, renamed: &mut Vec<String>) -> Result<Stateme
                 }
             }
         }
-        let substituted = substitute(&st.rhs, &bodies, true, &mut (&mut used, &mut *renamed))?;
+        origins.clear();
+        let substituted = substitute(&st.rhs, &bodies, true, &mut (&mut used, &mut origins))?;
         if s + 1 == statements.len() {
             rhs = substituted;
             break;
@@ -618,26 +623,37 @@ fn inline_noting(program: &Program, renamed: &mut Vec<String>) -> Result<Stateme
         let indices: Option<Vec<String>> =
             st.lhs.subscripts.iter().map(|x| x.as_index().map(|i| i.name.clone())).collect();
         let Some(indices) = indices else { return Err(refuse("its subscripts are not plain indices")) };
-        bodies.insert(name.clone(), (indices, substituted));
+        bodies.insert(name.clone(), (indices, substituted, origins.clone()));
     }
-    Ok(Statement { rhs, ..last.statement.clone() })
+    let renamed = origins
+        .iter()
+        .filter(|(now, (_, written))| now != &written)
+        .map(|(now, (tensor, written))| {
+            format!(
+                "`{tensor}`'s sum over `{written}` is over `{now}` in the substituted statement (`{written}` is \
+                 taken there)"
+            )
+        })
+        .collect();
+    Ok((Statement { rhs, ..last.statement.clone() }, renamed))
 }
 
 /// `e` with every access to a tensor in `bodies` replaced by its product
 /// (parenthesised), its indices renamed to the access's and its summed
 /// ones to names `e` does not use. `factor`: whether `e` sits where a sum
 /// inside it distributes (a factor of the statement's product).
-/// `names`: the indices taken, and the lines saying which were renamed.
+/// `names`: the indices taken, and the origins of the summed indices
+/// brought in.
 fn substitute(
     e: &Expr,
-    bodies: &BTreeMap<String, (Vec<String>, Expr)>,
+    bodies: &BTreeMap<String, (Vec<String>, Expr, Origins)>,
     factor: bool,
-    names: &mut (&mut BTreeSet<String>, &mut Vec<String>),
+    names: &mut (&mut BTreeSet<String>, &mut Origins),
 ) -> Result<Expr, Diagnostic> {
     Ok(match e {
         Expr::Access(a) => match bodies.get(&a.tensor.name) {
             None => e.clone(),
-            Some((free, body)) => {
+            Some((free, body, brought)) => {
                 let summed: Vec<String> =
                     ordered_indices(body).into_iter().filter(|i| !free.contains(i)).collect();
                 if !factor && !summed.is_empty() {
@@ -663,7 +679,7 @@ fn substitute(
                     };
                     map.insert(name.clone(), i.name.clone());
                 }
-                let (used, renamed) = names;
+                let (used, origins) = names;
                 for name in summed {
                     let mut fresh = name.clone();
                     let mut n = 0;
@@ -672,13 +688,11 @@ fn substitute(
                         fresh = format!("{name}{n}");
                     }
                     used.insert(fresh.clone());
-                    if fresh != name {
-                        renamed.push(format!(
-                            "`{}`'s sum over `{name}` is over `{fresh}` in the substituted statement (`{name}` is \
-                             taken there)",
-                            a.tensor.name
-                        ));
-                    }
+                    // Brought into the body by an earlier substitution, or
+                    // the body's own statement's sum.
+                    let origin =
+                        brought.get(&name).cloned().unwrap_or_else(|| (a.tensor.name.clone(), name.clone()));
+                    origins.insert(fresh.clone(), origin);
                     map.insert(name, fresh);
                 }
                 rename(body, &map)

@@ -441,6 +441,32 @@ fn a_renamed_summed_index_is_named() {
         inline_renames(&program),
         ["`T`'s sum over `k` is over `k1` in the substituted statement (`k` is taken there)"]
     );
+    // Chained: U's own `k` and the `k` T brought into U's body are each
+    // named against the final statement.
+    let decls = declarations(&[
+        ("A", &[4, 5], "f32"),
+        ("B", &[5, 3], "f32"),
+        ("C", &[3, 3], "f32"),
+        ("D", &[3, 3], "f32"),
+        ("x", &[3], "f32"),
+    ]);
+    let chained = split_program(
+        &parse_program("T[i,j] = A[i,k] * B[k,j]; U[i,j] = T[i,k] * C[k,j]; y[i] = U[i,k1] * D[k1,k] * x[k]")
+            .unwrap(),
+        &decls,
+    )
+    .unwrap();
+    assert_eq!(
+        inline(&chained).unwrap().to_string(),
+        "y[i] = A[i,k11] * B[k11,k2] * C[k2,k1] * D[k1,k] * x[k]"
+    );
+    assert_eq!(
+        inline_renames(&chained),
+        [
+            "`T`'s sum over `k` is over `k11` in the substituted statement (`k` is taken there)",
+            "`U`'s sum over `k` is over `k2` in the substituted statement (`k` is taken there)"
+        ]
+    );
     let plain =
         split_program(&parse_program("T[i,j] = A[i,h] * B[h,j]; y[i] = T[i,k] * x[k]").unwrap(), &decls)
             .unwrap();

@@ -274,8 +274,8 @@ fn print_report(r: &SpmmReport) {
             "  F(g): fastest g {} (1 thread), {} ({all}); within a factor of 2 of g*: {}, {}",
             g(m.groupcoo.fastest_g_one_thread),
             g(m.groupcoo.fastest_g_all_threads),
-            yes_no(m.groupcoo.g_star_within_one_pow2_one_thread),
-            yes_no(m.groupcoo.g_star_within_one_pow2_all_threads),
+            yes_no(m.groupcoo.fastest_g_within_2x_of_g_star_one_thread),
+            yes_no(m.groupcoo.fastest_g_within_2x_of_g_star_all_threads),
         );
         let sprs_1 = m.baseline_ms("sprs", Threads::One);
         let faer_all = m.baseline_ms("faer", Threads::All);

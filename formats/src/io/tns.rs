@@ -169,12 +169,12 @@ pub fn parse_tns<V: Value, I: Index, R: BufRead>(reader: R, source_name: &Path) 
     Coo::new(shape, crd, val)
 }
 
-/// Blank lines and `#` comments are skipped.
 /// The order the file at `path` is read as when it opens without a header
 /// (a line holding only the order): its first entry's fields less the
-/// value; `None` with a header. Without one, the extents are the largest
-/// indices, which a tensor with trailing empty slices does not reach, and
-/// a file of coordinates alone reads as one order lower.
+/// value; `None` with a header or no entry (blank lines and `#` comments
+/// are skipped). Without one, the extents are the largest indices, which
+/// a tensor with trailing empty slices does not reach, and a file of
+/// coordinates alone reads as one order lower.
 pub fn headerless_order(path: &Path) -> Result<Option<usize>> {
     let mut lines = Lines::new(open(path)?, path);
     while let Some((_, text)) = lines.next_line()? {
@@ -183,7 +183,7 @@ pub fn headerless_order(path: &Path) -> Result<Option<usize>> {
             return Ok((fields != 1).then(|| fields.saturating_sub(1)));
         }
     }
-    Ok(Some(0))
+    Ok(None)
 }
 
 fn is_skipped(text: &str) -> bool {

@@ -65,11 +65,13 @@ impl Diagnostic {
     pub fn render_in_schedule(&self, schedule: &str, color: bool) -> Option<String> {
         let key = self.schedule_item.as_deref()?.as_str();
         let at = crate::kernel::schedule::item_span(schedule, key)?;
-        let mut d = self.clone();
-        d.span = at;
-        d.label = "this item".to_string();
-        d.secondary.clear();
-        Some(d.render_named(schedule, "schedule", color))
+        Some(self.at_schedule_item(at).render_named(schedule, "schedule", color))
+    }
+
+    /// The diagnostic with its caret under `at`, where its schedule item
+    /// was written (in the schedule's text, or a notebook cell's line).
+    pub fn at_schedule_item(&self, at: Span) -> Diagnostic {
+        Diagnostic { span: at, label: "this item".to_string(), secondary: Vec::new(), ..self.clone() }
     }
 
     /// The diagnostic with the statement excerpt and carets, as a terminal

@@ -229,6 +229,9 @@ impl Parser {
                     let mut coeff = sign;
                     if self.eat(&Tok::Star).is_some() {
                         let t = self.bump();
+                        if too_large(&t.tok) {
+                            return Err(overflow(t.span));
+                        }
                         let Tok::Int(n) = t.tok else {
                             return Err(Diagnostic::new(
                                 format!(
@@ -243,11 +246,7 @@ impl Parser {
                     }
                     terms.push(Term { coeff, atom, span: term_start.to(self.prev_span()) });
                 }
-                // Digits past u64 lex as a float: a whole one is an
-                // integer too large, not a missing one.
-                Tok::Float(x) if x.fract() == 0.0 && x.abs() >= i64::MAX as f64 => {
-                    return Err(overflow(term_start));
-                }
+                ref t if too_large(t) => return Err(overflow(term_start)),
                 _ => return Err(self.expected("an index, an integer or an index tensor", &context)),
             }
             sign = match self.peek().tok {
@@ -378,6 +377,12 @@ impl Parser {
     }
 }
 
+/// Digits past u64 lex as a float: a whole one past i64 is an integer
+/// too large for a subscript, not a missing one.
+fn too_large(t: &Tok) -> bool {
+    matches!(t, Tok::Float(x) if x.fract() == 0.0 && x.abs() >= i64::MAX as f64)
+}
+
 fn overflow(span: Span) -> Diagnostic {
     Diagnostic::new("integer in a subscript is too large", span).with_label("out of the i64 range")
 }
@@ -480,6 +485,7 @@ mod tests {
         assert_eq!(error("C[i] = A[i] $"), "unexpected character `$`");
         assert_eq!(error("C[i] = A[99999999999999999999]"), "integer in a subscript is too large");
         assert_eq!(error("C[i] = A[i-99999999999999999999]"), "integer in a subscript is too large");
+        assert_eq!(error("C[i] = A[i*99999999999999999999]"), "integer in a subscript is too large");
         assert_eq!(error("C[i] = A[9223372036854775808]"), "integer in a subscript is too large");
         assert_eq!(
             error("C[i] = +A[i]"),

@@ -415,11 +415,9 @@ fn diagonal_reads(
 ) -> Option<(Einsum, BTreeMap<String, FormatSpec>, BTreeMap<String, Coo<f64, i64>>, BTreeSet<String>)> {
     let mut names: BTreeSet<String> = einsum.tensors.keys().cloned().collect();
     names.extend(einsum.indices.iter().map(|i| i.name.clone()));
+    // From `base` itself (first = 1) or from `base2` (first = 2).
     let mut fresh = |base: &str, first: usize| {
-        let name = (first..)
-            .map(|n| if n == 1 { base.to_string() } else { format!("{base}{n}") })
-            .find(|n| !names.contains(n))
-            .expect("a free name");
+        let name = crate::names::first_free(base, "", |n| (first == 1 || n != base) && !names.contains(n));
         names.insert(name.clone());
         name
     };

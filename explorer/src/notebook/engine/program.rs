@@ -84,9 +84,25 @@ impl Run<'_> {
             match problem_at(self, point).run_program(&CBackend::new(), &schedule, opts, false) {
                 Ok(ran) => {
                     let got = match &ran.assembled {
-                        Some(a) => spindle::check::expand(a).ok(),
+                        Some(a) => match spindle::check::expand(a) {
+                            Ok(got) => Some(got),
+                            Err(e) => {
+                                let why = e.to_string();
+                                self.out.notes.push(format!(
+                                    "{}: not checked: {}",
+                                    point.label,
+                                    why.lines().next().unwrap_or_default()
+                                ));
+                                None
+                            }
+                        },
                         None => Some(ran.result.clone()),
                     };
+                    for note in &ran.notes {
+                        if !self.out.notes.contains(note) {
+                            self.out.notes.push(note.clone());
+                        }
+                    }
                     let err = want.as_ref().zip(got).map(|(w, g)| spindle::check::max_rel_error(&g, w));
                     let mut errors = Vec::new();
                     if let Some(e) = err.filter(|e| *e > tolerance) {
@@ -121,6 +137,9 @@ impl Run<'_> {
     /// whose lines are not the cell's).
     fn program_error(&self, e: &spindle::Error, program: &CellProgram, joined: &str) -> String {
         let spindle::Error::Statement { diagnostic, text } = e else { return e.render(false) };
+        if let Some(at) = super::sweep::schedule_item_at(program, diagnostic) {
+            return cell::render(&diagnostic.at_schedule_item(at), self.source, "cell");
+        }
         if text != joined {
             return e.render(false);
         }

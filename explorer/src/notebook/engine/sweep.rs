@@ -233,9 +233,7 @@ impl Run<'_> {
         let source = self.source;
         let render = |d: &Diagnostic| {
             if let Some(at) = schedule_item_at(program, d) {
-                let d =
-                    Diagnostic { span: at, label: "this item".into(), secondary: Vec::new(), ..d.clone() };
-                return cell::render(&d, source, "cell");
+                return cell::render(&d.at_schedule_item(at), source, "cell");
             }
             if r.rewritten {
                 cell::render(d, &r.text, "rewritten")
@@ -480,7 +478,7 @@ pub(super) fn with_g(spec: &FormatSpec, g: GroupSize) -> FormatSpec {
 /// Where in the cell the schedule item a diagnostic is about was written:
 /// the sweep that sets it, else the item on the `schedule` line (as the
 /// CLI puts the caret under the item in `--schedule`).
-fn schedule_item_at(program: &CellProgram, d: &Diagnostic) -> Option<Span> {
+pub(super) fn schedule_item_at(program: &CellProgram, d: &Diagnostic) -> Option<Span> {
     let key = d.schedule_item.as_deref()?.as_str();
     if let Some(sweep) = program.sweeps.iter().find(|s| s.param.value.name() == key) {
         return Some(sweep.param.span);
