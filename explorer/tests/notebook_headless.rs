@@ -171,6 +171,33 @@ fn a_failing_cell_fails_the_run_with_its_caret() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A program cell's kernel.cu is the program kernel as CUDA (what
+/// `spindle compile --emit cuda` prints), not a refusal.
+#[test]
+fn a_program_cell_exports_its_cuda_source() {
+    let dir = temp_dir("program-cuda");
+    let notebook = dir.join("nb.md");
+    std::fs::write(
+        &notebook,
+        "```spindle\n\
+         A = gen:uniform:rows=60,cols=60,nnz=300,seed=1\n\
+         X = rand A.1x8 seed=2\n\
+         W = rand 8x4 seed=3\n\
+         format A = csr\n\
+         H[i,h] = A[i,k] * X[k,h]; Z[i,j] = H[i,h] * W[h,j]\n\
+         repeats 1\nresources off\n```\n",
+    )
+    .unwrap();
+    let export = dir.join("out");
+    let out = run(&notebook, &export);
+    assert!(out.status.success(), "exit {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let ir = std::fs::read_to_string(export.join("cell-1/ir.txt")).unwrap();
+    assert!(ir.starts_with("// fusion=trie"), "ran as a program:\n{ir}");
+    let cu = std::fs::read_to_string(export.join("cell-1/kernel.cu")).unwrap();
+    assert!(cu.contains("__global__") && !cu.contains("cannot be printed"), "{cu}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A schedule item the statement cannot take is pointed at where the cell
 /// wrote it, the sweep or the `schedule` line (it pointed at the
 /// rewritten statement).

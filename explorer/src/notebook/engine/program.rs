@@ -121,8 +121,19 @@ impl Run<'_> {
                 Err(e) => measured.push((None, None, vec![self.program_error(&e, program, &text)], None)),
             }
         }
-        self.out.cuda_source =
-            vec!["// a program's kernels run on the C backend only: none is printed as CUDA\n".into()];
+        // The first point's program kernel as CUDA (what `spindle compile
+        // --emit cuda` prints; a GPU runs it a warp per row).
+        let first = points.first().map_or_else(spindle::Schedule::default, |p| self.point_items(program, p));
+        let cuda = problem
+            .program_kernel(&first)
+            .and_then(|(lowered, _)| spindle::print_levels_cuda(&lowered.kernel));
+        self.out.cuda_source = vec![match cuda {
+            Ok(source) => source,
+            Err(e) => format!(
+                "// this program's kernel cannot be printed as CUDA: {}\n",
+                e.to_string().lines().next().unwrap_or_default()
+            ),
+        }];
         if measured.iter().all(|m| m.0.is_none()) {
             let first = measured.iter().find_map(|m| m.2.first().cloned()).unwrap_or_default();
             return Err(Stop::Error(first));
