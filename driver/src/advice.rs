@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use spindle_formats::{DType, FormatSpec};
+use spindle_formats::{Coo, DType, FormatSpec};
 use spindle_ir::lang::ElemType;
 
 use crate::problem::Prepared;
@@ -60,19 +60,10 @@ impl Prepared {
                 Some(ElemType::Value(DType::F32)) => " (f32 as tf32 under tf32=on)",
                 _ => continue,
             };
-            let coordinate = |k: usize| (coo.crd[0][k], coo.crd[1][k]);
             // Distinct coordinates: a non-canonical input's duplicates fill nothing.
-            let entries = if coo.is_canonical() {
-                coo.nnz()
-            } else {
-                (0..coo.nnz()).map(coordinate).collect::<HashSet<_>>().len()
-            };
-            let blocks: HashSet<(i64, i64)> = (0..coo.nnz())
-                .map(|k| {
-                    let (i, j) = coordinate(k);
-                    (i / BLOCK as i64, j / BLOCK as i64)
-                })
-                .collect();
+            let entries = distinct_coordinates(coo).count();
+            let blocks: HashSet<(i64, i64)> =
+                distinct_coordinates(coo).map(|(i, j)| (i / BLOCK as i64, j / BLOCK as i64)).collect();
             let fill = entries as f64 / (blocks.len().max(1) * BLOCK * BLOCK) as f64;
             if fill >= MIN_FILL {
                 return Some(format!(
@@ -100,26 +91,26 @@ impl Prepared {
                 continue;
             };
             let rows = coo.shape[0];
-            let canonical;
-            let coo = if coo.is_canonical() {
-                coo
-            } else {
-                canonical = coo.clone().canonicalize();
-                &canonical
-            };
             let mut occupancy = vec![0usize; rows];
-            coo.crd[0].iter().for_each(|&i| occupancy[i as usize] += 1);
+            distinct_coordinates(coo).for_each(|(i, _)| occupancy[i as usize] += 1);
+            let entries: usize = occupancy.iter().sum();
             let longest = occupancy.iter().copied().max().unwrap_or(0);
             let padded = longest.saturating_mul(rows);
-            if padded >= MIN_PADDED_ADVICE && padded > PADDING_FACTOR * coo.nnz() {
+            if padded >= MIN_PADDED_ADVICE && padded > PADDING_FACTOR * entries {
                 return Some(format!(
                     "`{name}` in ell pads each of its {rows} rows to the longest ({longest} entries): {padded} \
-                     values stored for {} entries ({:.0}x); `--format {name}=csr` stores the entries alone",
-                    coo.nnz(),
-                    padded as f64 / coo.nnz().max(1) as f64
+                     values stored for {entries} entries ({:.0}x); `--format {name}=csr` stores the entries alone",
+                    padded as f64 / entries.max(1) as f64
                 ));
             }
         }
         None
     }
+}
+
+/// A matrix's coordinates, each once: a non-canonical COO's repeats are
+/// one stored entry (summed), so they count once, without a sorted copy.
+fn distinct_coordinates(coo: &Coo<f64, i64>) -> Box<dyn Iterator<Item = (i64, i64)> + '_> {
+    let all = (0..coo.nnz()).map(|k| (coo.crd[0][k], coo.crd[1][k]));
+    if coo.is_canonical() { Box::new(all) } else { Box::new(all.collect::<HashSet<_>>().into_iter()) }
 }
