@@ -101,6 +101,22 @@ pub struct Warps {
     pub body: String,
     /// The warps share output elements, so they update them atomically.
     pub atomic: bool,
+    /// Counts of a `max=` / `min=` kept in global memory ([`FillCounts`]).
+    pub fill: Option<FillCounts>,
+}
+
+/// A `max=` / `min=` whose counts of each output element's updates are one
+/// array (they count around the outermost loop: its rows may be skipped,
+/// warps may share an element, or the output is a scalar): the kernel
+/// takes `fill_hits`, `len` zeroed counters and one more that counts the
+/// blocks done, after its tensors. Each update adds one to its element's
+/// counter atomically; `tail`, printed after the body, lets the last block
+/// to finish fold zero into the elements with fewer updates than points
+/// and zero the counters again for the next launch.
+#[derive(Clone, Debug)]
+pub struct FillCounts {
+    pub len: usize,
+    pub tail: String,
 }
 
 /// The body of a level kernel for a GPU, in `dialect`: the warp of each
@@ -108,6 +124,23 @@ pub struct Warps {
 /// prints the function around it, with `warp` and `lane` defined.
 pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result<Warps, PrintError> {
     let refuse = |reason: &str| PrintError { kernel: kernel.name.clone(), reason: reason.to_string() };
+    // A fill around the whole kernel, or one below the row loops whose
+    // counts are an array all the same, counts in global memory
+    // ([`FillCounts`]); the warps walk its body.
+    let unwrapped;
+    let (kernel, top_fill) = match global_fill(&kernel.body, &mut Vec::new()) {
+        Some((at, points, body)) => {
+            unwrapped = LevelKernel { body, ..kernel.clone() };
+            let mut vars: Vec<VarId> = Vec::new();
+            at.iter().for_each(|v| {
+                if !vars.contains(v) {
+                    vars.push(*v)
+                }
+            });
+            (&unwrapped, Some((vars, at, points)))
+        }
+        None => (kernel, None),
+    };
     // The loop the lanes split, found once: every check below and the
     // printer know it by node (a program kernel may have several loops
     // over its index).
@@ -155,6 +188,9 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
             if kernel.reduction == Reduction::Max { "max=" } else { "min=" }
         )));
     }
+    if top_fill.is_some() && dialect.atomic_fold(kernel.reduction, out_type, "", "").is_none() {
+        return Err(refuse("the output's type has no atomic maximum or minimum on a GPU"));
+    }
     if !matches!(&kernel.body[..], [] | [Node::Dense { .. }] | [Node::Merge { .. }]) {
         return Err(refuse("a warp per iteration of the outermost loop needs a loop there"));
     }
@@ -188,51 +224,82 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
     p.lanes = kernel.lanes;
     p.owners = owners;
     // A program kernel's temporaries, scalars: each lane's own register.
+    if let Some((vars, _, _)) = &top_fill {
+        p.hits = Some(format!("fill_hits[{}]", p.flat_element(vars)));
+        p.global_hits = true;
+    }
     p.declare_locals(1, |_| true);
     p.warps(1);
-    Ok(Warps { tensors, body: p.out, atomic: !owned })
+    let body = std::mem::take(&mut p.out);
+    let fill = match top_fill {
+        Some((vars, at, points)) => {
+            let len = vars.iter().map(|&v| kernel.var(v).extent).product();
+            p.fill_tail(&vars, &at, points, len, 1);
+            Some(FillCounts { len, tail: std::mem::take(&mut p.out) })
+        }
+        None => None,
+    };
+    Ok(Warps { tensors, body, atomic: !owned, fill })
 }
 
-/// Why the fills of `kernel` ([`Node::Fill`]) cannot be counted in a
-/// warp's registers, if they cannot: a fill around the outermost loop (its
-/// rows may be skipped, or the output is a scalar), one that binds an
-/// output index inside it (a count per element), or warps that share
-/// output elements.
+/// A fill ([`Node::Fill`]) whose counts are one array: around the
+/// outermost loop, or below single loops (a row's) with an output index
+/// bound inside it, counted per element. Its `at`, `points`, and the
+/// nodes with the fill taken out (the loops around it, around its body):
+/// counted over the whole kernel, each element's count is the same.
+fn global_fill(nodes: &[Node], bound: &mut Vec<VarId>) -> Option<(Vec<VarId>, usize, Vec<Node>)> {
+    match nodes {
+        [Node::Fill { at, points, body }] => (bound.is_empty() || at.iter().any(|v| !bound.contains(v)))
+            .then(|| (at.clone(), *points, body.clone())),
+        [Node::Dense { var, body }] => {
+            bound.push(*var);
+            let (at, points, body) = global_fill(body, bound)?;
+            Some((at, points, vec![Node::Dense { var: *var, body }]))
+        }
+        [Node::Merge { var, levels, full, points: cases }] if cases.len() == 1 => {
+            bound.push(*var);
+            let (at, points, body) = global_fill(&cases[0].body, bound)?;
+            let point = spindle_ir::level::Point { present: cases[0].present.clone(), body };
+            Some((
+                at,
+                points,
+                vec![Node::Merge { var: *var, levels: levels.clone(), full: *full, points: vec![point] }],
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Why the fills of `kernel` ([`Node::Fill`]) below its outermost loop
+/// cannot be counted in a warp's registers, if they cannot: one that binds
+/// an output index inside it (a count per element), or warps that share
+/// output elements. (A fill around the outermost loop counts in global
+/// memory: [`FillCounts`].)
 fn fill_on_warps(kernel: &LevelKernel, owned: bool, split_at: Option<(LaneSplit, &Node)>) -> Option<String> {
-    fn check(k: &LevelKernel, nodes: &[Node], bound: &mut Vec<VarId>, top: bool) -> Option<String> {
+    fn check(k: &LevelKernel, nodes: &[Node], bound: &mut Vec<VarId>) -> Option<String> {
         for n in nodes {
-            if let Node::Fill { at, body, .. } = n {
-                if top && at.is_empty() {
-                    return Some("here the output is a scalar, whose count every warp shares".into());
-                }
-                if top {
-                    return Some(
-                        "here the outermost loop does not bind an output index at every coordinate (as CSR's \
-                         rows do), so the counts are one array"
-                            .into(),
-                    );
-                }
-                if let Some(&v) = at.iter().find(|v| !bound.contains(v)) {
-                    let name = &k.var(v).name;
-                    let dense = Node::any(body, &|n| matches!(n, Node::Dense { var, .. } if *var == v));
-                    return Some(match dense {
-                        true => format!(
-                            "here the output index `{name}` is bound inside the count, so the counts are an \
-                             array: order `{name}` before the summed indices (order=)"
-                        ),
-                        false => format!(
-                            "here the output index `{name}` is walked over stored coordinates, which may skip \
-                             some, so the counts are an array"
-                        ),
-                    });
-                }
+            if let Node::Fill { at, body, .. } = n
+                && let Some(&v) = at.iter().find(|v| !bound.contains(v))
+            {
+                let name = &k.var(v).name;
+                let dense = Node::any(body, &|n| matches!(n, Node::Dense { var, .. } if *var == v));
+                return Some(match dense {
+                    true => format!(
+                        "here the output index `{name}` is bound inside the count, so the counts are an array: \
+                         order `{name}` before the summed indices (order=)"
+                    ),
+                    false => format!(
+                        "here the output index `{name}` is walked over stored coordinates, which may skip some, \
+                         so the counts are an array"
+                    ),
+                });
             }
             let var = match n {
                 Node::Dense { var, .. } | Node::Merge { var, .. } => Some(*var),
                 _ => None,
             };
             bound.extend(var);
-            let found = n.bodies().find_map(|b| check(k, b, bound, false));
+            let found = n.bodies().find_map(|b| check(k, b, bound));
             if var.is_some() {
                 bound.pop();
             }
@@ -255,7 +322,7 @@ fn fill_on_warps(kernel: &LevelKernel, owned: bool, split_at: Option<(LaneSplit,
             return Some("here an update lies outside the loop the lanes split".into());
         }
     }
-    check(kernel, &kernel.body, &mut Vec::new(), true)
+    check(kernel, &kernel.body, &mut Vec::new())
         .or((!owned).then(|| "here warps share output elements".into()))
 }
 
@@ -300,7 +367,12 @@ fn grouped_rows(kernel: &LevelKernel, split_at: Option<(LaneSplit, &Node)>) -> R
 /// `reduce=parallel` ([`LevelKernel::lanes_over_positions`]) only the
 /// position loop will do.
 pub fn lane_split(kernel: &LevelKernel) -> LaneSplit {
-    split_loop(kernel).map_or(LaneSplit::None, |(split, _)| split)
+    // (The loops inside a fill counted in global memory, as printed.)
+    let split = |k: &LevelKernel| split_loop(k).map_or(LaneSplit::None, |(split, _)| split);
+    match global_fill(&kernel.body, &mut Vec::new()) {
+        Some((_, _, body)) => split(&LevelKernel { body, ..kernel.clone() }),
+        None => split(kernel),
+    }
 }
 
 /// [`lane_split`] and the loop it splits. A program kernel may have
@@ -688,6 +760,9 @@ struct Printer<'k, D: Dialect> {
     cursors: Vec<subsect::Opened>,
     /// Inside a [`Node::Fill`]: the counter its updates increment.
     hits: Option<String>,
+    /// The counters are in global memory, shared by a GPU's warps
+    /// ([`FillCounts`]): each update adds one atomically.
+    global_hits: bool,
     /// Position loops around the node being printed.
     position_loops: usize,
     /// Inside a [`Node::Taps`]: reads loaded before they are used (each
@@ -809,6 +884,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             ss_next: 0,
             cursors: Vec::new(),
             hits: None,
+            global_hits: false,
             position_loops: 0,
             hoisted: Vec::new(),
             in_block: false,
@@ -906,12 +982,76 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(depth, &format!("for (int offset = {}; offset > 0; offset >>= 1) {fold}", self.lanes / 2));
     }
 
-    /// Inside a [`Node::Fill`], one more update of its element.
-    fn count_hit(&mut self, depth: usize) {
+    /// Inside a [`Node::Fill`], one more update of its element. Where
+    /// every lane walks the row (`every_lane`), the writer's update alone
+    /// counts in global memory (in a register, each lane counts the row).
+    fn count_hit(&mut self, depth: usize, every_lane: bool) {
         if let Some(hits) = &self.hits {
-            let line = format!("{hits}++;");
+            let line = match (self.global_hits, every_lane) {
+                (true, true) => format!("if ({}) atomicAdd(&{hits}, 1ull);", self.writer()),
+                // Groups past the last row walk it again, not counting.
+                (true, false) if self.owners => format!("if (owner) atomicAdd(&{hits}, 1ull);"),
+                (true, false) => format!("atomicAdd(&{hits}, 1ull);"),
+                (false, _) => format!("{hits}++;"),
+            };
             self.line(depth, &line);
         }
+    }
+
+    /// The element of `vars` (distinct, each bound) in a row-major array
+    /// of their extents: `0` for none.
+    fn flat_element(&self, vars: &[VarId]) -> String {
+        let element = vars.iter().fold(String::new(), |e, &v| match e.is_empty() {
+            true => self.var(v).to_string(),
+            false => format!("({e}) * {} + {}", self.k.var(v).extent, self.var(v)),
+        });
+        if element.is_empty() { "0".into() } else { element }
+    }
+
+    /// The end of a GPU kernel whose fill counts in global memory
+    /// ([`FillCounts`]): the block whose ticket is the grid's last sees
+    /// every other block's updates and counts (a fence before each
+    /// block's ticket), folds zero into each element of `vars` (`at`, the
+    /// output's indices) updated fewer than `points` times, and zeroes the
+    /// `len` counters and the ticket for the next launch. Its folds are
+    /// atomic: they read the output where other blocks wrote it (L2), not
+    /// where this block's L1 may hold an older copy.
+    fn fill_tail(&mut self, vars: &[VarId], at: &[VarId], points: usize, len: usize, depth: usize) {
+        let d = depth;
+        self.line(d, "{");
+        self.line(d + 1, "__shared__ int fill_last;");
+        self.line(d + 1, "__threadfence();");
+        self.line(d + 1, "__syncthreads();");
+        self.line(
+            d + 1,
+            &format!(
+                "if (threadIdx.x == 0) fill_last = atomicAdd(&fill_hits[{len}], 1ull) == (unsigned long long)gridDim.x \
+                 - 1;"
+            ),
+        );
+        self.line(d + 1, "__syncthreads();");
+        self.line(d + 1, "if (fill_last) {");
+        self.line(d + 2, "__threadfence();");
+        self.line(d + 2, &format!("for (int64_t e = threadIdx.x; e < {len}; e += blockDim.x) {{"));
+        let mut stride = len;
+        for &v in vars {
+            let extent = self.k.var(v).extent;
+            stride /= extent.max(1);
+            let line = format!("const int64_t {} = e / {stride} % {extent};", self.var(v));
+            self.line(d + 3, &line);
+        }
+        let out = self.tensor(self.k.output).to_string();
+        let address = self.dense_address(self.k.output, at);
+        let (r, dtype) = (self.k.reduction, self.k.tensor(self.k.output).dtype);
+        let zero = self.d.float(0.0);
+        let fold =
+            self.d.atomic_fold(r, dtype, &format!("{out}[{address}]"), &zero).expect("checked by the caller");
+        self.line(d + 3, &format!("if (__ldcg(&fill_hits[e]) < {points}ull) {fold}"));
+        self.line(d + 3, "fill_hits[e] = 0;");
+        self.line(d + 2, "}");
+        self.line(d + 2, &format!("if (threadIdx.x == 0) fill_hits[{len}] = 0;"));
+        self.line(d + 1, "}");
+        self.line(d, "}");
     }
 
     /// `target op= value` on an element of the output: atomic where
@@ -1857,13 +1997,13 @@ impl<'k, D: Dialect> Printer<'k, D> {
                     (_, Some(LaneSplit::Positions(_))) => {
                         let fold = self.d.fold(self.k.reduction, "acc", &value);
                         self.line(depth, &fold);
-                        self.count_hit(depth);
+                        self.count_hit(depth, false);
                     }
                     (Some(_), None) => {
                         let fold = self.fold_out(&format!("{out}[{address}]"), &value);
                         self.line(depth, &format!("if ({}) {fold}", self.writer()));
                         // Every lane walks the row: each counts it all.
-                        self.count_hit(depth);
+                        self.count_hit(depth, true);
                     }
                     _ => {
                         let target = match &self.out_row {
@@ -1872,7 +2012,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                         };
                         let fold = self.fold_out(&target, &value);
                         self.line(depth, &fold);
-                        self.count_hit(depth);
+                        self.count_hit(depth, false);
                     }
                 }
             }

@@ -116,6 +116,8 @@ pub struct LoadedKernel {
     /// The block-row mapping's work list ([`CudaKernel::split`]), built
     /// at upload from the data.
     pub split: Option<RowSplit>,
+    /// Zeroed counters after the tensors ([`CudaKernel::fill_counts`]).
+    pub fill_counts: Option<usize>,
 }
 
 /// One tensor on the device, in its dtype.
@@ -274,6 +276,7 @@ impl Gpu {
         let mut loaded = self.load_source(&printed.source, &printed.symbol, printed.launch)?;
         loaded.writes_output = printed.writes_output;
         loaded.split = printed.split.clone();
+        loaded.fill_counts = printed.fill_counts;
         if let Some(round) = &printed.round {
             let module = self.module_of(&printed.source, &printed.symbol)?;
             loaded.round = Some((module.load_function(&round.symbol)?, round.clone()));
@@ -360,6 +363,7 @@ impl Gpu {
             round: None,
             writes_output: false,
             split: None,
+            fill_counts: None,
         })
     }
 
@@ -426,6 +430,9 @@ impl Gpu {
             out.push(DeviceTensor::I64(s.clone_htod(&work.list)?));
             out.push(DeviceTensor::F32(s.alloc_zeros(split.partials_len(work.slots))?));
             out.push(DeviceTensor::I32(s.alloc_zeros(split.counters_len(work.slots))?));
+        }
+        if let Some(len) = loaded.fill_counts {
+            out.push(DeviceTensor::I64(self.stream.alloc_zeros(len)?));
         }
         Ok(DeviceBuffers { tensors: out, output, initial_output, zero_start, out_shape, rounded })
     }

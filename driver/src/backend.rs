@@ -480,9 +480,11 @@ fn check_sorted(printed: &CudaKernel, data: &Tensors) -> Result<()> {
     match rows.iter().zip(rows.iter().skip(1)).position(|(a, b)| b < a) {
         None => Ok(()),
         Some(i) => Err(Error::input(format!(
-            "the kernel's mapping (map=walk or map=rows) needs {name} in nondecreasing order, but \
-             {name}[{}] = {} follows {name}[{i}] = {}; the formats Spindle builds keep it so; use map=tiles \
-             for other data",
+            "the kernel's mapping (map=walk or map=rows) walks the output's rows in order, so it needs {name} \
+             in nondecreasing order, but {name}[{}] = {} follows {name}[{i}] = {}. A format keeps in order the \
+             index it stores first: an operand read with another index first (A[k,m] into C[m,n]) is in its \
+             own order, so store it with the output's row first (groupcoo:dim=1 for A[k,m]) or use map=tiles, \
+             as for index data not sorted by row",
             i + 1,
             rows.iter().nth(i + 1).copied().unwrap_or_default(),
             rows.iter().nth(i).copied().unwrap_or_default()

@@ -41,7 +41,7 @@ pub struct Problem {
     declared: Vec<(String, Vec<usize>)>,
     /// Dtypes given from outside the statement ([`Problem::dtype`]): a
     /// `where` in the statement that gives another is refused.
-    said: Vec<(String, ElemType)>,
+    pub(crate) said: Vec<(String, ElemType)>,
 }
 
 impl Problem {

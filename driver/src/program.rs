@@ -39,9 +39,11 @@
 use std::collections::BTreeMap;
 
 use ndarray::ArrayD;
-use spindle_formats::{Assembled, Coo, FormatSpec, SparseTensor};
+use spindle_formats::{Assembled, Coo, DType, FormatSpec, SparseTensor};
 use spindle_ir::kernel::schedule::{Fusion, KernelKind, Path, Schedule};
-use spindle_ir::lang::{AssignOp, Declaration, Declarations, Diagnostic, Einsum, Expr, Span, Statement};
+use spindle_ir::lang::{
+    AssignOp, Declaration, Declarations, Diagnostic, Einsum, ElemType, Expr, Span, Statement,
+};
 use spindle_ir::level::strip_rows;
 use spindle_ir::level::{Lowered, lower_program};
 use spindle_ir::program::{
@@ -53,7 +55,7 @@ use spindle_ir::tensor::{TensorValue, Tensors};
 use crate::backend::Backend;
 use crate::check::{Check, expand, max_rel_error, tolerance_of};
 use crate::error::{Error, Result};
-use crate::input::{Input, Loaded, kernel_dtype, load, round_inputs};
+use crate::input::{Input, InputData, Loaded, kernel_dtype, load, round_inputs};
 use crate::problem::{Evaluation, MAX_DENSE_ELEMENTS, Prepared, Problem};
 use crate::target::Target;
 use crate::timing::{Timing, TimingOptions};
@@ -162,6 +164,7 @@ impl Problem {
         }
         let program = split_program(&statements, &data.declarations)
             .map_err(|d| Error::statement(self.with_file_notes(d, &statements), src))?;
+        self.check_temporary_dtypes(&program, &statements, src)?;
         round_inputs(&program.statements, &mut data.dense, &mut data.sparse)?;
         for einsum in &program.statements {
             spindle_ir::lang::check_subscript_reach(einsum, &|x| {
@@ -170,6 +173,47 @@ impl Problem {
             .map_err(|d| Error::statement(d, src))?;
         }
         Ok((program, notes))
+    }
+
+    /// A dtype given to a temporary (`--shape y=N:f16`, `where y: f16`)
+    /// other than the one it is held in ([`temporary_dtype`]) is refused:
+    /// a program kernel keeps it in registers of that type and substitution
+    /// removes it, so no fusion would keep the dtype.
+    fn check_temporary_dtypes(&self, program: &Program, statements: &[Statement], src: &str) -> Result<()> {
+        let held = temporary_dtype(program);
+        let output = &program.statements.last().expect("a program has a statement").output().name;
+        for einsum in &program.statements {
+            let name = &einsum.output().name;
+            if name == output {
+                continue;
+            }
+            let wheres = statements.iter().flat_map(|s| &s.wheres).find_map(|w| match w {
+                spindle_ir::lang::WhereClause::Dtype { tensor, dtype, .. } if tensor.name == *name => {
+                    Some((*dtype, Some(tensor.span)))
+                }
+                _ => None,
+            });
+            let said = self.said.iter().find(|(n, _)| n == name).map(|(_, d)| (*d, None));
+            let Some((given, span)) = wheres.or(said).filter(|(d, _)| *d != held) else { continue };
+            let message = format!(
+                "`{name}` is a temporary of the program (a statement writes it; the program's output is the \
+                 last statement's), held in the kernel's compute type, {}: the dtype {} given to it would not \
+                 be kept",
+                held.name(),
+                given.name()
+            );
+            let note = format!(
+                "give dtypes to the inputs and to the program's output `{output}`; a temporary is computed in \
+                 f64 where an input or the output is f64, else in f32"
+            );
+            return Err(match span {
+                Some(span) => {
+                    Error::statement(Diagnostic::new(message, span).with_label("here").with_note(note), src)
+                }
+                None => Error::input(format!("{message}\n{note}")),
+            });
+        }
+        Ok(())
     }
 
     pub(crate) fn program_data(&self) -> Result<ProgramData> {
@@ -500,15 +544,8 @@ impl Problem {
         program: &Program,
         data: &ProgramData,
     ) -> std::result::Result<(String, (String, Prepared)), Option<String>> {
-        let density = |name: &str| {
-            data.sparse
-                .get(name)
-                .map(|coo| coo.nnz() as f64 / coo.shape.iter().map(|&d| d as f64).product::<f64>().max(1.0))
-        };
-        let apart: f64 = program.statements.iter().map(|e| expected_products(e, &density)).sum();
         let (text, prepared) = self.maximal(program).map_err(|_| None)?;
-        let written = prepared.stored.as_ref().map_or(&prepared.einsum, |s| &s.original);
-        let fused = expected_products(written, &density);
+        let (fused, apart) = product_counts(program, data, &prepared);
         let counts = format!(
             "the statements substituted into one do about {fused:.3e} products, one by one with dense \
              temporaries about {apart:.3e}"
@@ -863,26 +900,40 @@ impl Problem {
     /// in the substituted statement).
     fn statements_prepared(&self, program: &Program) -> Result<Vec<(Prepared, String)>> {
         let none = BTreeMap::new();
-        let prepare =
-            |e: &Einsum| Ok((self.statement_problem(e, &none, false).prepare()?, e.output().name.clone()));
+        let prepare = |e: &Einsum| {
+            Ok((self.statement_problem(program, e, &none, false).prepare()?, e.output().name.clone()))
+        };
         program.statements.iter().map(prepare).collect()
     }
 
-    /// One statement of a program as a problem of its own: each tensor's
+    /// One statement of `program` as a problem of its own: each tensor's
     /// values from `written` (earlier statements' outputs), else the
     /// program's inputs, else its shape; the formats given, the output's
-    /// only with `output_format`.
+    /// only with `output_format`. A temporary is written in the type a
+    /// program kernel holds it in ([`temporary_dtype`]), so statements run
+    /// apart compute what the fused kernels do.
     fn statement_problem(
         &self,
+        program: &Program,
         einsum: &Einsum,
         written: &BTreeMap<String, ArrayD<f64>>,
         output_format: bool,
     ) -> Problem {
         let out = &einsum.output().name;
+        let last = &program.statements.last().expect("a program has a statement").output().name;
         let mut problem = Problem::new(einsum.statement.to_string().as_str());
         for (name, info) in &einsum.tensors {
+            let temporary = name != last && program.statements.iter().any(|e| e.output().name == *name);
+            let held = temporary_dtype(program);
             problem = match (written.get(name), self.inputs.iter().find(|(n, _)| n == name)) {
+                (Some(values), _) if temporary => {
+                    problem.tensor(name.as_str(), Input::from(values.clone()).with_dtype(held))
+                }
                 (Some(values), _) => problem.tensor(name.as_str(), values.clone()),
+                (None, Some((_, input))) if temporary && matches!(input.data, InputData::Shape(_)) => {
+                    problem.tensor(name.as_str(), Input::shape(&info.shape, held))
+                }
+                (None, None) if temporary => problem.tensor(name.as_str(), Input::shape(&info.shape, held)),
                 (None, Some((_, input))) => problem.tensor(name.as_str(), input.clone()),
                 (None, None) => problem.tensor(name.as_str(), Input::shape(&info.shape, info.dtype)),
             };
@@ -947,7 +998,7 @@ impl Problem {
         for einsum in &program.statements {
             let text = einsum.statement.to_string();
             let out = einsum.output().name.clone();
-            let prepared = self.statement_problem(einsum, &written, true).prepare()?;
+            let prepared = self.statement_problem(program, einsum, &written, true).prepare()?;
             // The level path walks stored operands; a statement with none
             // (SDDMM's dense product) takes the tile path.
             let schedule = match (schedule.path, &prepared.stored) {
@@ -1147,9 +1198,12 @@ fn with_notes(mut run: ProgramRun, notes: Vec<String>) -> ProgramRun {
 /// identity), a statement that is not a sum (`max=`: its zeros counted),
 /// an index name with another extent or storage order in another statement
 /// (a program kernel gives a name one loop; statements alone name their
-/// own). Trie fuses maximally where it meets one; where that cannot run
-/// either, and under `fusion=none`, each statement runs as its own kernel.
-const APART: [&str; 7] = [
+/// own), a tensor written again (`T = x; T += A*x`: statements alone keep
+/// it between them). Trie fuses maximally where it meets one; where that
+/// cannot run either, and under `fusion=none`, each statement runs as its
+/// own kernel.
+const APART: [&str; 8] = [
+    "written again",
     "co-iteration",
     "no pattern",
     "a second read",
@@ -1158,6 +1212,21 @@ const APART: [&str; 7] = [
     "another extent",
     "discordant",
 ];
+
+/// The products `prepared` (the statements of `program` substituted into
+/// one) is expected to do, and the statements one by one with dense
+/// temporaries ([`expected_products`], over the statements as written: a
+/// format's rewrite renames its operands).
+fn product_counts(program: &Program, data: &ProgramData, prepared: &Prepared) -> (f64, f64) {
+    let density = |name: &str| {
+        data.sparse
+            .get(name)
+            .map(|coo| coo.nnz() as f64 / coo.shape.iter().map(|&d| d as f64).product::<f64>().max(1.0))
+    };
+    let apart: f64 = program.statements.iter().map(|e| expected_products(e, &density)).sum();
+    let written = prepared.stored.as_ref().map_or(&prepared.einsum, |s| &s.original);
+    (expected_products(written, &density), apart)
+}
 
 /// The products a statement is expected to do: its dense iteration space
 /// scaled by the density of each stored operand it reads (`density` of
@@ -1281,6 +1350,18 @@ fn substituted_note(e: Error) -> Error {
         },
         other => other,
     }
+}
+
+/// The type a program kernel holds its temporaries in (its compute type):
+/// f64 where an input or the program's output is f64, else f32 (16-bit
+/// operands are read into f32).
+fn temporary_dtype(program: &Program) -> ElemType {
+    let written: Vec<&str> = program.statements.iter().map(|e| e.output().name.as_str()).collect();
+    let output = written.last().copied().unwrap_or_default();
+    let f64 = program.statements.iter().flat_map(|e| &e.tensors).any(|(name, info)| {
+        (name == output || !written.contains(&name.as_str())) && info.dtype == ElemType::Value(DType::F64)
+    });
+    ElemType::Value(if f64 { DType::F64 } else { DType::F32 })
 }
 
 #[cfg(test)]

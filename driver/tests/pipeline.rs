@@ -788,3 +788,74 @@ fn a_tensor_named_as_a_formats_array_keeps_its_data() {
     let (_, check) = sparse_output.compile(&backend, &Schedule::default()).unwrap().check().unwrap();
     assert!(check.passed(), "{check:?}");
 }
+
+/// A temporary is computed alike under every fusion and on every backend:
+/// statements run apart (fusion=none on the emulated GPU) wrote it in the
+/// dtype its shape gave it (f16 here; the command line's default is f32)
+/// where the program kernels hold it in f64, the inputs' type. A dtype
+/// said for a temporary, other than that, is refused: no fusion keeps it.
+#[test]
+fn a_temporary_is_computed_alike_under_every_fusion() {
+    use spindle::Backend;
+    let a: Coo<f64, i64> = spindle_formats::generate::uniform(33, 33, 150, 1).unwrap();
+    let problem = Problem::new("y[i] = A[i,j] * x[j]; z[i] = y[i] * w[i]")
+        .tensor("A", a)
+        .format("A", "csr")
+        .tensor("x", Input::random(&[33], DType::F64, 2))
+        .tensor("w", Input::random(&[33], DType::F64, 3))
+        .tensor("y", Input::shape(&[33], ElemType::Value(DType::F16)));
+    let opts = TimingOptions { warmup: 0, repeats: 1 };
+    let (c, emulate) = (CBackend::new(), spindle::EmulateBackend::from_env());
+    let mut results: Vec<(String, ArrayD<f64>)> = Vec::new();
+    for fusion in ["none", "trie", "maximal"] {
+        let schedule: Schedule = format!("fusion={fusion}").parse().unwrap();
+        for backend in [&c as &dyn Backend, &emulate] {
+            let run = problem.run_program(backend, &schedule, opts, true).unwrap();
+            assert!(run.checks.iter().all(|c| c.passed()), "{fusion} on {}", backend.device());
+            results.push((format!("{fusion} on {}", backend.device()), run.result));
+        }
+    }
+    let (first, want) = &results[0];
+    for (name, got) in &results[1..] {
+        let diff = got.iter().zip(want).map(|(g, w)| (g - w).abs()).fold(0.0, f64::max);
+        assert!(diff <= 1e-12, "{name} differs from {first} by {diff}");
+    }
+    let f16 = ElemType::Value(DType::F16);
+    let err = problem.clone().dtype("y", f16).program().unwrap_err().render(false);
+    assert!(err.contains("`y` is a temporary") && err.contains("the dtype f16"), "{err}");
+    let text = "y[i] = A[i,j] * x[j] where y: f16; z[i] = y[i] * w[i]";
+    let whered = Problem::new(text)
+        .tensor("A", spindle_formats::generate::uniform::<f64, i64>(33, 33, 150, 1).unwrap())
+        .format("A", "csr")
+        .tensor("x", Input::random(&[33], DType::F64, 2))
+        .tensor("w", Input::random(&[33], DType::F64, 3));
+    let err = whered.program().unwrap_err().render(false);
+    assert!(err.contains("`y` is a temporary") && err.contains("f64"), "{err}");
+    // The dtype it is held in is no contradiction.
+    assert!(problem.dtype("y", ElemType::Value(DType::F64)).program().is_ok());
+}
+
+/// A temporary written twice (`T = x; T += A*x`) runs on C as each
+/// statement's own kernel, as on the GPU; the program kernel refused it.
+#[test]
+fn a_temporary_written_twice_runs_its_statements_apart_on_c() {
+    let a: Coo<f64, i64> = spindle_formats::generate::uniform(20, 20, 60, 4).unwrap();
+    let dense = a.to_ndarray().unwrap();
+    let x = ArrayD::from_shape_fn(vec![20], |i| 0.1 + 0.03 * i[0] as f64);
+    let w = ArrayD::from_shape_fn(vec![20], |i| 1.0 - 0.07 * i[0] as f64);
+    let problem = Problem::new("T[i] = x[i]; T[i] += A[i,j] * x[j]; z[i] = T[i] * w[i]")
+        .tensor("A", a)
+        .format("A", "csr")
+        .tensor("x", x.clone())
+        .tensor("w", w.clone());
+    let opts = TimingOptions { warmup: 0, repeats: 1 };
+    for fusion in ["none", "trie"] {
+        let schedule: Schedule = format!("fusion={fusion}").parse().unwrap();
+        let run = problem.run_program(&CBackend::new(), &schedule, opts, true).unwrap();
+        assert!(run.checks.iter().all(|c| c.passed()), "{fusion}");
+        for i in 0..20 {
+            let t = x[[i]] + (0..20).map(|j| dense[[i, j]] * x[[j]]).sum::<f64>();
+            assert!((run.result[[i]] - t * w[[i]]).abs() < 1e-12, "{fusion}: z[{i}]");
+        }
+    }
+}

@@ -899,18 +899,29 @@ fn sgap_spmm_algorithms_are_schedules() {
     };
     assert!(err.contains("positions holds one update at an output element"), "{err}");
     assert!(err.contains("order= can put it there: order=m+n+k"), "{err}");
-    // Already in that order (max= over DCSR counts its skipped zeros in an
-    // array): no advice to reorder (it advised the order given).
+    // Already in that order (a co-iteration of two operands): no advice to
+    // reorder (it advised the order given).
+    let both = spindle::Problem::new("y[i] = A[i,j] * B[i,j]")
+        .tensor("A", spindle::Input::random(&[12, 9], DType::F32, 1))
+        .tensor("B", spindle::Input::random(&[12, 9], DType::F32, 2))
+        .format("A", "csr")
+        .format("B", "csr");
+    let err =
+        match both.prepare().unwrap().compile(&backend, &"path=levels reduce=parallel(4)".parse().unwrap()) {
+            Ok(_) => panic!("a co-iteration with reduce=parallel(4): compiled"),
+            Err(e) => e.render(false),
+        };
+    assert!(err.contains("the loops already run the summed indices innermost (order=i+j)"), "{err}");
+    // max= over DCSR counts its skipped zeros in global memory: groups of
+    // 4 lanes split its rows (it was refused).
     let max = spindle::Problem::new("y[i] max= A[i,j] * x[j]")
         .tensor("A", spindle::Input::random(&[12, 9], DType::F32, 1))
         .tensor("x", spindle::Input::random(&[9], DType::F32, 2))
         .format("A", "dcsr");
-    let err =
-        match max.prepare().unwrap().compile(&backend, &"path=levels reduce=parallel(4)".parse().unwrap()) {
-            Ok(_) => panic!("max= over DCSR with reduce=parallel(4): compiled"),
-            Err(e) => e.render(false),
-        };
-    assert!(err.contains("the loops already run the summed indices innermost (order=i+j)"), "{err}");
+    let max = max.prepare().unwrap();
+    let compiled = max.compile(&backend, &"path=levels reduce=parallel(4)".parse().unwrap()).unwrap();
+    let (_, check) = compiled.check().unwrap();
+    assert!(check.passed(), "max= over DCSR with reduce=parallel(4): {check:?}");
     let groups =
         prepared.compile(&backend, &"path=levels order=m+n+k reduce=parallel(4)".parse().unwrap()).unwrap();
     assert!(groups.source().contains("__shfl_down_sync(0xffffffffu, acc, offset, 4)"), "{}", groups.source());

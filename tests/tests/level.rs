@@ -927,6 +927,47 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
             },
             "f0_hits += __shfl_down_sync(0xffffffffu, f0_hits, offset, 8)",
         ),
+        // max= / min= whose counts are one array: in global memory, each
+        // update counted atomically, zero folded in by the last block. A
+        // column's maximum over CSR (sparse enough that some columns hold
+        // only negative entries, where the zeros decide), a row's over COO
+        // (warps share rows), DCSR's (rows skipped), a scalar, and a
+        // transpose (the counts below CSR's rows, hoisted around them).
+        (
+            case("y[j] max= A[i,j]", &[("y", &[30], 1.0), ("A", &[40, 30], 0.05)], &[("A", "csr")]),
+            "atomicAdd(&fill_hits[i_j], 1ull)",
+        ),
+        (
+            case(
+                "y[i] min= A[i,j] * x[j]",
+                &[("y", &[37], 1.0), ("A", &[37, 20], 0.1), ("x", &[20], 1.0)],
+                &[("A", "coo")],
+            ),
+            "fill_hits[37]",
+        ),
+        (
+            case("y[i] max= A[i,j]", &[("y", &[6], 1.0), ("A", &[6, 6], 0.3)], &[("A", "dcsr")]),
+            "fill_hits[6]",
+        ),
+        (case("s[] max= A[i,j]", &[("s", &[], 1.0), ("A", &[50, 9], 0.2)], &[("A", "csr")]), "fill_hits[1]"),
+        (case("s[] min= A[i,j]", &[("s", &[], 1.0), ("A", &[50, 9], 0.2)], &[("A", "coo")]), "fill_hits[1]"),
+        (
+            case("Y[j,i] min= A[i,j]", &[("Y", &[12, 35], 1.0), ("A", &[35, 12], 0.1)], &[("A", "csr")]),
+            "fill_hits[420]",
+        ),
+        // Groups of 8 lanes over DCSR's rows: the groups past the last row
+        // walk it again and must not count it again.
+        (
+            Case {
+                schedule: "reduce=parallel(8)",
+                ..case(
+                    "y[i] max= A[i,j] * x[j]",
+                    &[("y", &[45], 1.0), ("A", &[45, 3], 0.6), ("x", &[3], 1.0)],
+                    &[("A", "dcsr")],
+                )
+            },
+            "if (owner) atomicAdd(&fill_hits[i_i], 1ull);",
+        ),
     ];
     for (c, needle) in &cases {
         let (einsum, data, entries, formats) = prepare(c);
@@ -976,13 +1017,6 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
     let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
     let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
     assert!(err.contains("sparse outputs are assembled on the C backend only"), "{err}");
-    // So are the counts of the zeros `max=` skips where they are an array
-    // (DCSR's rows may be skipped).
-    let c = case("y[i] max= A[i,j]", &[("y", &[6], 1.0), ("A", &[6, 6], 0.3)], &[("A", "dcsr")]);
-    let (einsum, _, entries, formats) = prepare(&c);
-    let lowered = lower(&einsum, &formats, &entries, &Schedule::default(), "k").unwrap();
-    let err = print_level(&lowered.kernel, "k").unwrap_err().to_string();
-    assert!(err.contains("the counts are one array"), "{err}");
     // Groups of lanes whose rows walk loops of their own before the split
     // (CSF's fibres) would reach the shuffles apart.
     let c = Case {

@@ -672,10 +672,7 @@ impl<D: Dialect> Printer<'_, D> {
         // loop around it, a merge's among them.)
         let inner: Vec<VarId> = at.iter().copied().filter(|v| super::binds(body, &[*v])).collect();
         let names: Vec<String> = inner.iter().map(|&v| self.var(v).to_string()).collect();
-        let element = inner.iter().zip(&names).fold(String::new(), |e, (&v, name)| match e.is_empty() {
-            true => name.clone(),
-            false => format!("({e}) * {} + {name}", self.k.var(v).extent),
-        });
+        let element = self.flat_element(&inner);
         let hits = match inner.is_empty() {
             true => format!("f{n}_hits"),
             false => format!("f{n}_hits[{element}]"),

@@ -215,6 +215,9 @@ inline long long __double_as_longlong(double x) { return emu::bits<long long>(x)
 
 // Atomics.
 inline int atomicAdd(int *p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
+inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+  return std::atomic_ref<unsigned long long>(*p).fetch_add(v);
+}
 inline float atomicAdd(float *p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 inline double atomicAdd(double *p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
 inline __half atomicAdd(__half *p, __half v) {

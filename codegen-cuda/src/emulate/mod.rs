@@ -172,6 +172,10 @@ fn program_for(params: &[TensorParam], printed: &CudaKernel, work: Option<&Split
         let _ = writeln!(src, "  auto *counters = new int[{}]();", split.counters_len(work.slots));
         args.extend(["work", "partials", "counters"].map(String::from));
     }
+    if let Some(len) = printed.fill_counts {
+        let _ = writeln!(src, "  auto *fill_hits = new unsigned long long[{len}]();");
+        args.push("fill_hits".into());
+    }
     let _ = writeln!(
         src,
         "  emu::launch({}, {}, [&] {{ {}({}); }});",

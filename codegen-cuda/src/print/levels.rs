@@ -86,12 +86,32 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         }
         let mut running = Vec::new();
         loops(&kernel.body, &mut running);
+        // A summed index outermost because a stored operand's first level
+        // stores it (CSC's columns): no order= moves it, a format does.
+        use spindle_ir::level::Node;
+        let stored_first = match kernel.body.first() {
+            Some(Node::Merge { var, levels, .. }) if !at.contains(var) => {
+                levels.first().map(|l| (l.tensor.clone(), kernel.var(*var).name.clone()))
+            }
+            // (A dense first level, CSC's, is located by the loop.)
+            Some(Node::Dense { var, body }) if !at.contains(var) => body.iter().find_map(|n| match n {
+                Node::Locate { level, var: v } if v == var && level.level == 0 => {
+                    Some((level.tensor.clone(), kernel.var(*var).name.clone()))
+                }
+                _ => None,
+            }),
+            _ => None,
+        };
         let running: Vec<&str> = running.iter().map(|&v| kernel.var(v).name.as_str()).collect();
-        let advice = match running == order {
-            true => {
+        let advice = match (running == order, stored_first) {
+            (_, Some((tensor, var))) => format!(
+                "; here the outermost loop walks the summed `{var}`, the index `{tensor}`'s first level stores: a \
+                 format that stores the output's index first (csr, dcsr) puts it outermost"
+            ),
+            (true, None) => {
                 format!("; the loops already run the summed indices innermost (order={})", order.join("+"))
             }
-            false => format!(
+            (false, None) => format!(
                 "; where the summed index is not innermost, order= can put it there: order={}",
                 order.join("+")
             ),
@@ -102,9 +122,9 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
              operands, a dense level, or an output index bound inside the sum have none){advice}"
         )));
     }
-    let Warps { tensors: names, body, atomic } =
+    let Warps { tensors: names, body, atomic, fill } =
         print_level_warps(kernel, dialect).map_err(|e| refuse(e.reason))?;
-    let rows = rows(kernel);
+    let rows = rows(kernel, &kernel.body);
     // Groups of `lanes` lanes, 32 / lanes to a warp, a row each.
     let lanes = kernel.lanes;
     let per_block = (LEVEL_WARPS * 32 / lanes) as usize;
@@ -148,11 +168,11 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         src += "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n";
     }
     src += "#ifndef INT64_MAX\n#define INT64_MAX 0x7fffffffffffffffLL\n#endif\n\n";
-    if atomic && kernel.reduction != Reduction::Sum {
+    if (atomic || fill.is_some()) && kernel.reduction != Reduction::Sum {
         src += &atomic_helper(kernel.tensor(kernel.output).dtype, kernel.reduction);
         src += "\n";
     }
-    let params: Vec<String> = kernel
+    let mut params: Vec<String> = kernel
         .tensors
         .values()
         .zip(&names)
@@ -161,6 +181,9 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
             format!("    {constness}{} *__restrict__ {name}", cuda_type(t.dtype))
         })
         .collect();
+    if fill.is_some() {
+        params.push("    unsigned long long *__restrict__ fill_hits".into());
+    }
     src += &format!(
         "extern \"C\" __global__ void __launch_bounds__({}) {symbol}(\n{}) {{\n",
         launch.block,
@@ -172,8 +195,17 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         &format!("    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> {shift};\n");
     src += &format!("    const int lane = threadIdx.x & {};\n", lanes - 1);
     src += &body;
+    if let Some(fill) = &fill {
+        src += &format!(
+            "    // `{}` counts each output element's updates in fill_hits (warps share them): the last block \
+             to finish folds 0 into those updated fewer times than their points\n",
+            if kernel.reduction == Reduction::Max { "max=" } else { "min=" }
+        );
+        src += &fill.tail;
+    }
     src += "}\n";
     let mut printed = CudaKernel::plain(symbol, src, launch);
+    printed.fill_counts = fill.map(|f| f.len + 1);
     if let Some((round, source)) = round {
         printed.source += &source;
         printed.round = Some(round);
@@ -181,12 +213,14 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     Ok(printed)
 }
 
-/// Iterations of the outermost loop (at most: a compressed root level's
-/// coordinates), or the coordinates of its index where it merges several
-/// levels (or one with a dense operand), a warp each.
-fn rows(kernel: &LevelKernel) -> usize {
+/// Iterations of the outermost loop of `body` (at most: a compressed root
+/// level's coordinates), or the coordinates of its index where it merges
+/// several levels (or one with a dense operand), a warp each. (A `max=`'s
+/// count around the loop is no loop.)
+fn rows(kernel: &LevelKernel, body: &[spindle_ir::level::Node]) -> usize {
     use spindle_ir::level::{Node, Reach};
-    match kernel.body.first() {
+    match body.first() {
+        Some(Node::Fill { body, .. }) => rows(kernel, body),
         Some(Node::Dense { var, .. }) => kernel.var(*var).extent,
         Some(Node::Merge { var, levels, full, .. }) if *full || levels.len() > 1 => kernel.var(*var).extent,
         Some(Node::Merge { levels, .. }) => match levels.first().map(|l| &l.kind) {

@@ -227,6 +227,11 @@ pub struct CudaKernel {
     /// the list, the partial sums and the counters are the parameters
     /// after the tensors ([`RowSplit`]).
     pub split: Option<RowSplit>,
+    /// A level kernel's `max=` / `min=` counters in global memory
+    /// ([`spindle_c::level::FillCounts`]): this many zeroed 64-bit
+    /// counters, the parameter after the tensors. The kernel leaves them
+    /// zero, so one allocation serves every launch.
+    pub fill_counts: Option<usize>,
 }
 
 impl CudaKernel {
@@ -242,6 +247,7 @@ impl CudaKernel {
             writes_output: false,
             plan: Vec::new(),
             split: None,
+            fill_counts: None,
         }
     }
 }

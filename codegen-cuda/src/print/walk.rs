@@ -137,7 +137,23 @@ pub(super) fn recognise(k: &Kernel) -> Result<Walk, String> {
         }
     }
     let (Some(scale), Some((dense, kx))) = (scale, gather) else {
-        return Err("it is not a product V[p,q] * B[K[p,q],n]".into());
+        // An integer B[K[p,q],n] is loaded as an index, not a value.
+        let integer = k.order.iter().find_map(|&id| match &k.value(id).op {
+            Op::Load { tensor, index, .. }
+                if k.value(id).scalar != Scalar::Float
+                    && matches!(index[..], [_, nx] if range(nx) == Some(n)) =>
+            {
+                Some(k.tensor(*tensor).name.clone())
+            }
+            _ => None,
+        });
+        return Err(match integer {
+            Some(t) => format!(
+                "`{t}` holds integers, and the walk multiplies float values: give it a float dtype \
+                 (--shape {t}=:f32, or `where {t}: f32`)"
+            ),
+            None => "it is not a product V[p,q] * B[K[p,q],n]".into(),
+        });
     };
     let (crd, axes) = load_at(kx).ok_or("B's row is not an index tensor K[p,q]")?;
     if !at(&axes) {

@@ -275,12 +275,23 @@ pub fn lower_program(
         };
         let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
         if elements.is_none_or(|n| n > MAX_LOCAL_ELEMENTS) {
+            // (A split's temporary is named by the product it holds: the
+            // user never wrote `T1`.)
+            let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
             return Err(refuse(
-                format!("the temporary `{tname}` would hold more than {MAX_LOCAL_ELEMENTS} elements"),
+                format!(
+                    "the temporary `{tname}` of `{}` would hold {} elements, more than {MAX_LOCAL_ELEMENTS}",
+                    producer.statement,
+                    dims.join(" x ")
+                ),
                 lhs.span,
                 "too large",
             )
-            .with_note("fusion=trie reduces temporaries to the dimensions their loops do not share"));
+            .with_note(
+                "a program kernel keeps a temporary's dimensions that its loops do not share with the \
+                 statements reading it (fusion=trie shares what their loop orders allow, fusion=none \
+                 nothing); fusion=maximal substitutes it into its reader, with no temporary",
+            ));
         }
         let private = matches!(addressing, Addressing::Coords(_));
         let id = locals.push(Local { name: tname.clone(), shape, private });
