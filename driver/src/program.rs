@@ -921,20 +921,22 @@ impl Problem {
     ) -> Problem {
         let out = &einsum.output().name;
         let last = &program.statements.last().expect("a program has a statement").output().name;
+        let held = temporary_dtype(program);
         let mut problem = Problem::new(einsum.statement.to_string().as_str());
         for (name, info) in &einsum.tensors {
             let temporary = name != last && program.statements.iter().any(|e| e.output().name == *name);
-            let held = temporary_dtype(program);
-            problem = match (written.get(name), self.inputs.iter().find(|(n, _)| n == name)) {
+            let input = self.inputs.iter().find(|(n, _)| n == name).map(|(_, input)| input);
+            // (A temporary given data starts from it.)
+            let shape_only = input.is_none_or(|i| matches!(i.data, InputData::Shape(_)));
+            problem = match (written.get(name), input) {
                 (Some(values), _) if temporary => {
                     problem.tensor(name.as_str(), Input::from(values.clone()).with_dtype(held))
                 }
                 (Some(values), _) => problem.tensor(name.as_str(), values.clone()),
-                (None, Some((_, input))) if temporary && matches!(input.data, InputData::Shape(_)) => {
+                (None, _) if temporary && shape_only => {
                     problem.tensor(name.as_str(), Input::shape(&info.shape, held))
                 }
-                (None, None) if temporary => problem.tensor(name.as_str(), Input::shape(&info.shape, held)),
-                (None, Some((_, input))) => problem.tensor(name.as_str(), input.clone()),
+                (None, Some(input)) => problem.tensor(name.as_str(), input.clone()),
                 (None, None) => problem.tensor(name.as_str(), Input::shape(&info.shape, info.dtype)),
             };
             if let Some((_, spec)) = self.formats.iter().find(|(n, _)| n == name)
