@@ -36,7 +36,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ndarray::ArrayD;
 use spindle_formats::{Assembled, Coo, DType, FormatSpec, SparseTensor};
@@ -165,6 +165,7 @@ impl Problem {
         let program = split_program(&statements, &data.declarations)
             .map_err(|d| Error::statement(self.with_file_notes(d, &statements), src))?;
         self.check_temporary_dtypes(&program, &statements, src)?;
+        self.check_temporary_formats(&program, &statements, src)?;
         round_inputs(&program.statements, &mut data.dense, &mut data.sparse)?;
         for einsum in &program.statements {
             spindle_ir::lang::check_subscript_reach(einsum, &|x| {
@@ -214,6 +215,35 @@ impl Problem {
             });
         }
         Ok(())
+    }
+
+    /// A format given to a temporary is refused, whatever the fusion and
+    /// target: a program kernel keeps a temporary in registers or dense
+    /// rows, substitution removes it, and statements run apart write it
+    /// dense.
+    fn check_temporary_formats(&self, program: &Program, statements: &[Statement], src: &str) -> Result<()> {
+        let output = &program.statements.last().expect("a program has a statement").output().name;
+        let Some(name) = program
+            .statements
+            .iter()
+            .map(|e| &e.output().name)
+            .find(|name| *name != output && self.formats.iter().any(|(n, _)| n == *name))
+        else {
+            return Ok(());
+        };
+        let message = format!(
+            "`{name}` is a temporary of the program (a statement writes it; the program's output is the last \
+             statement's, `{output}`) and has a format: the compiler lays temporaries out"
+        );
+        let note =
+            format!("drop `{name}`'s format; formats are for the inputs and the last statement's output");
+        Err(match statements.iter().find(|s| s.lhs.tensor.name == *name) {
+            Some(s) => Error::statement(
+                Diagnostic::new(message, s.lhs.span).with_label("a temporary").with_note(note),
+                src,
+            ),
+            None => Error::input(format!("{message}\n{note}")),
+        })
     }
 
     pub(crate) fn program_data(&self) -> Result<ProgramData> {
@@ -319,7 +349,7 @@ impl Problem {
         check_schedule_indices(&program, schedule, &formats)
             .map_err(|d| Error::statement(d, self.statement()))?;
         crate::problem::check_dense_output(&last, &formats)?;
-        let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
+        let once = self.input_sensitive(&program, &formats, &data, schedule);
         let mut run = match (schedule.fusion, once) {
             (Fusion::Maximal, _) => self.run_maximal(self.maximal(&program)?, backend, schedule, opts)?,
             (Fusion::Trie, Some((why, prepared))) => {
@@ -637,7 +667,7 @@ impl Problem {
         let (program, mut reordered) = self.split_noted(&mut data)?;
         let formats = self.formats()?;
         reordered.extend(unmet_order(&program, &formats, &schedule.order));
-        let once = self.input_sensitive(&program, &formats, &data, schedule.fusion);
+        let once = self.input_sensitive(&program, &formats, &data, schedule);
         let maximal = match (schedule.fusion, once) {
             (Fusion::Maximal, _) => Some((None, self.maximal(&program)?)),
             (_, Some((why, prepared))) => Some((Some(why), prepared)),
@@ -685,7 +715,11 @@ impl Problem {
         Ok((lowered, notes))
     }
 
-    /// [`input_sensitive`] fusion, where the substituted statement can be
+    /// [`input_sensitive`] fusion, or a trie forest whose loops would do
+    /// many times the products of the statements substituted into one
+    /// ([`forest_products`]: a temporary kept dense where no stored
+    /// operand's coordinates reach its loops, as under COO, whose repeated
+    /// rows do not propagate), where the substituted statement can be
     /// prepared (with that statement, prepared): a stored operand read at
     /// two subscripts after substitution (`s = y[i] * y[i]` with `y` from
     /// `A`) cannot, and trie, as asked, runs the statements instead of
@@ -695,10 +729,32 @@ impl Problem {
         program: &Program,
         formats: &BTreeMap<String, FormatSpec>,
         data: &ProgramData,
-        fusion: Fusion,
+        schedule: &Schedule,
     ) -> Option<(String, (String, Prepared))> {
-        let why = input_sensitive(program, formats, data, fusion)?;
-        Some((why, self.maximal(program).ok()?))
+        if let Some(why) = input_sensitive(program, formats, data, schedule.fusion) {
+            return Some((why, self.maximal(program).ok()?));
+        }
+        if schedule.fusion != Fusion::Trie || inline(program).is_err() {
+            return None;
+        }
+        let forest = fused_forest(program, formats, Fusion::Trie, &schedule.order);
+        let (trie, heaviest) = forest_products(program, &forest, &data.sparse);
+        // (Below this a kernel takes milliseconds whatever its fusion, and
+        // the substituted statement is not prepared, which reads its data.)
+        if trie < DENSE_FOREST_PRODUCTS {
+            return None;
+        }
+        let maximal = self.maximal(program).ok()?;
+        let (fused, _) = product_counts(program, data, &maximal.1);
+        (trie > TRIE_OVER_MAXIMAL * fused).then(|| {
+            (
+                format!(
+                    "fusion=trie: its loops would do about {trie:.3e} products ({heaviest}), the statements \
+                     substituted into one about {fused:.3e}, so fused maximally"
+                ),
+                maximal,
+            )
+        })
     }
 
     /// The forest's kernel as lowered, or under trie, where the forest was
@@ -1237,6 +1293,101 @@ fn product_counts(program: &Program, data: &ProgramData, prepared: &Prepared) ->
 fn expected_products(einsum: &Einsum, density: &dyn Fn(&str) -> Option<f64>) -> f64 {
     let space: f64 = einsum.indices.iter().map(|i| i.extent as f64).product();
     einsum.statement.rhs.accesses().iter().filter_map(|a| density(&a.tensor.name)).fold(space, |w, d| w * d)
+}
+
+/// Trie forests whose loops do fewer products than this are not compared
+/// with the substituted statement ([`Problem::input_sensitive`]).
+const DENSE_FOREST_PRODUCTS: f64 = 1e7;
+
+/// How many times the substituted statement's products a trie forest may
+/// do before trie fuses maximally instead, the counts being estimates
+/// (SDDMM into SpMM over a 400 x 400 COO matrix at 1%, K = N = 64: 3.1
+/// times the products, 4.2 times the time on this project's CPU).
+const TRIE_OVER_MAXIMAL: f64 = 2.0;
+
+/// The products a program kernel over `forest` is expected to do, and a
+/// phrase naming the statement that does most: each statement runs once
+/// per iteration of its loops, a dense loop its extent, the loops that
+/// walk a stored operand the distinct coordinates its entries hold in
+/// those loops' dimensions (its nonzero rows, or its entries).
+fn forest_products(
+    program: &Program,
+    forest: &[spindle_ir::react::Node],
+    sparse: &BTreeMap<String, Coo<f64, i64>>,
+) -> (f64, String) {
+    use spindle_ir::react::{Node, Space};
+    /// A loop: its index, extent and iteration space.
+    type Loop<'a> = (&'a str, usize, &'a Space);
+    fn walk<'a>(nodes: &'a [Node], path: &mut Vec<Loop<'a>>, out: &mut Vec<(usize, Vec<Loop<'a>>)>) {
+        for node in nodes {
+            match node {
+                Node::Loop { index, extent, space, children } => {
+                    path.push((index, *extent, space));
+                    walk(children, path, out);
+                    path.pop();
+                }
+                Node::Compute { statement, .. } => out.push((*statement, path.clone())),
+            }
+        }
+    }
+    let mut computes = Vec::new();
+    walk(forest, &mut Vec::new(), &mut computes);
+    // The dimension of stored operand `t` that index `index` walks, as the
+    // program reads it (a program kernel reads it at one subscript).
+    let dim_of = |t: &str, index: &str| {
+        program
+            .statements
+            .iter()
+            .flat_map(|e| e.statement.rhs.accesses())
+            .find(|a| a.tensor.name == t)
+            .and_then(|a| a.subscripts.iter().position(|x| x.as_index().is_some_and(|i| i.name == index)))
+    };
+    let mut total = 0f64;
+    let mut heaviest = (0f64, String::new());
+    for (statement, loops) in computes {
+        // The loops' whole space, scaled by each walked operand's density
+        // in the dimensions the loops cover (a dense level above CSR's
+        // compressed one too), as if entries fell independently: CSR's
+        // rows and entries, nnz; two operands joined on an index, SpGEMM's
+        // count.
+        let stored: BTreeSet<&str> = loops
+            .iter()
+            .filter_map(|(_, _, space)| match space {
+                Space::Sparse(t) if sparse.contains_key(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut products: f64 = loops.iter().map(|&(_, extent, _)| extent as f64).product();
+        for t in &stored {
+            let dims: Vec<usize> = loops.iter().filter_map(|(index, _, _)| dim_of(t, index)).collect();
+            let coo = &sparse[*t];
+            let mut reached: Vec<Vec<i64>> =
+                (0..coo.nnz()).map(|k| dims.iter().map(|&d| coo.crd[d][k]).collect()).collect();
+            reached.sort_unstable();
+            reached.dedup();
+            let space: f64 = dims.iter().map(|&d| coo.shape[d] as f64).product();
+            products *= reached.len() as f64 / space.max(1.0);
+        }
+        let dense: Vec<String> = loops
+            .iter()
+            .filter(|(index, _, _)| !stored.iter().any(|t| dim_of(t, index).is_some()))
+            .map(|(index, extent, _)| format!("{index} ({extent})"))
+            .collect();
+        total += products;
+        if products > heaviest.0 {
+            let text = &program.statements[statement].statement;
+            heaviest = (
+                products,
+                match dense.is_empty() {
+                    true => format!("`{text}` about {products:.3e}"),
+                    false => {
+                        format!("`{text}` about {products:.3e}, its loops over {} dense", dense.join(", "))
+                    }
+                },
+            );
+        }
+    }
+    (total, heaviest.1)
 }
 
 /// Whether `s` names tensor `name`.

@@ -835,6 +835,38 @@ fn a_temporary_is_computed_alike_under_every_fusion() {
     assert!(problem.dtype("y", ElemType::Value(DType::F64)).program().is_ok());
 }
 
+/// A format given to a temporary is refused under every fusion and on
+/// every target, pointing at the statement that writes it (C refused it
+/// under none and trie, the GPU's none blamed a sparse output, and trie on
+/// the GPU and maximal everywhere dropped it silently).
+#[test]
+fn a_format_on_a_temporary_is_refused_under_every_fusion() {
+    use spindle::Backend;
+    let sparse = |seed| spindle_formats::generate::uniform::<f64, i64>(12, 12, 30, seed).unwrap();
+    let problem = Problem::new("C[i,j] = A[i,j] + B[i,j]; z[i] = C[i,j] * x[j]")
+        .tensor("A", sparse(1))
+        .tensor("B", sparse(2))
+        .format("A", "csr")
+        .format("B", "csr")
+        .format("C", "csr")
+        .tensor("x", Input::random(&[12], DType::F64, 3));
+    let opts = TimingOptions { warmup: 0, repeats: 1 };
+    let (c, emulate) = (CBackend::new(), spindle::EmulateBackend::from_env());
+    for fusion in ["none", "trie", "maximal"] {
+        let schedule: Schedule = format!("fusion={fusion}").parse().unwrap();
+        for backend in [&c as &dyn Backend, &emulate] {
+            let err = problem.run_program(backend, &schedule, opts, true).unwrap_err().render(false);
+            assert!(
+                err.contains("`C` is a temporary")
+                    && err.contains("has a format")
+                    && err.contains("C[i,j] ="),
+                "{fusion} on {}: {err}",
+                backend.device()
+            );
+        }
+    }
+}
+
 /// A temporary written twice (`T = x; T += A*x`) runs on C as each
 /// statement's own kernel, as on the GPU; the program kernel refused it.
 #[test]

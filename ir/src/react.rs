@@ -436,7 +436,15 @@ fn carried(
     lhs: &crate::lang::Access,
     read: &crate::lang::Access,
 ) -> bool {
-    let e = &program.statements[s];
+    // (Where statement `s` walks `m` without reading it, a mask carried
+    // into it by an earlier hop, `m`'s read elsewhere names its levels:
+    // each hop checked that the levels above are carried under the same
+    // names, and a program kernel reads a stored operand at one subscript.)
+    let reads = |e: &&crate::lang::Einsum| e.statement.rhs.accesses().iter().any(|a| a.tensor.name == m);
+    let own = &program.statements[s];
+    let Some(e) = Some(own).filter(reads).or_else(|| program.statements.iter().find(reads)) else {
+        return false;
+    };
     let (Some(spec), Some(info)) = (formats.get(m), e.tensors.get(m)) else { return false };
     let Some(access) = e.statement.rhs.accesses().into_iter().find(|a| a.tensor.name == m) else {
         return false;

@@ -191,6 +191,28 @@ fn index_trees_mark_sparse_loops_and_the_graph_links_the_statements() {
             "for i in X: for r: for j in X: A[i,r] = T1[i,j,r] * B[j,r]",
         ]
     );
+    // Through a chain of temporaries (SDDMM into SpMM): `S` is computed
+    // where `T1` is, at A's entries, so the last product walks them too
+    // (a statement that walks A without reading it passes A's pattern on).
+    let decls = declarations(&[("A", &[5, 5], "f32"), ("X", &[5, 3], "f32"), ("Y", &[5, 3], "f32")]);
+    let program = split_program(
+        &parse_program("S[i,j] = A[i,j]*X[i,k]*Y[j,k]; Z[i,n] = S[i,j]*X[j,n]").unwrap(),
+        &decls,
+    )
+    .unwrap();
+    let formats = std::collections::BTreeMap::from([("A".to_string(), "csr".parse().unwrap())]);
+    let text: Vec<String> = propagate(&program, &index_trees(&program, &formats), &formats)
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    assert_eq!(
+        text,
+        [
+            "for i: for j in A: for k: T1[i,j,k] = A[i,j] * X[i,k]",
+            "for i: for j in A: for k: S[i,j] = T1[i,j,k] * Y[j,k]",
+            "for i: for n: for j in A: Z[i,n] = S[i,j] * X[j,n]",
+        ]
+    );
     // A sum needs every entry: nothing propagates through it.
     let decls = declarations(&[
         ("A", &[4, 5], "f32"),

@@ -340,8 +340,9 @@ pub fn plain_indices(access: &Access, var_of: &BTreeMap<String, VarId>) -> Resul
 
 /// `einsum` with a stored operand read at several subscripts (the Gram
 /// matrix `A[i,k] * A[j,k]`) read once per subscript: each further
-/// subscript reads a copy, `{A}2`, `{A}3`, ..., in the same format with
-/// the same entries, which the loops walk by its own indices. `None` where
+/// subscript reads a copy, `{A}2`, `{A}3`, ..., with the same entries, in
+/// the same level formats stored in the order [`copy_format`] gives, which
+/// the loops walk by its own indices. `None` where
 /// every stored operand is read at one subscript.
 #[allow(clippy::type_complexity)]
 fn alias_rereads(
@@ -380,11 +381,12 @@ fn alias_rereads(
         }
     }
     let (mut einsum, mut formats, mut sparse) = (einsum.clone(), formats.clone(), sparse.clone());
-    for ((tensor, _), alias) in &renames {
+    for ((tensor, read), alias) in &renames {
         let mut info = einsum.tensors[tensor].clone();
         info.name = alias.clone();
+        let format = copy_format(&formats[tensor], &info.shape, &seen[tensor.as_str()][0], read);
         einsum.tensors.insert(alias.clone(), info);
-        formats.insert(alias.clone(), formats[tensor].clone());
+        formats.insert(alias.clone(), format);
         sparse.insert(alias.clone(), sparse[tensor].clone());
     }
     einsum.statement.rhs.for_each_access_mut(&mut |a| {
@@ -394,6 +396,49 @@ fn alias_rereads(
     });
     Some((einsum, formats, sparse, renames))
 }
+
+/// The format of the copy [`alias_rereads`] makes of an operand stored in
+/// `spec` (of `shape`) for its read at `read`, the first read being at
+/// `first`. Where the first read has indices of dimensions `spec` stores
+/// below others, the copy stores those dimensions first, in dense levels
+/// (the walk locates them: their indices are bound when the copy is
+/// reached) while they hold at most [`LOCATED_POSITIONS`] positions, its
+/// other dimensions in compressed levels: `A[i,j] * A[i1,j]` with A in CSR
+/// (or DCSR, COO, ...) walks column j's entries of a copy in CSC under A's
+/// (i, j), nnz times a column's length, where a copy in CSR would merge
+/// every row i1 with A's row i, rows squared times a merge. Elsewhere the
+/// copy keeps `spec`.
+fn copy_format(spec: &FormatSpec, shape: &[usize], first: &[String], read: &[String]) -> FormatSpec {
+    let Ok(levels) = spec.levels(shape) else { return spec.clone() };
+    let order: Vec<usize> = levels.iter().map(|l| l.dim).collect();
+    let shared = |d: &usize| read.get(*d).is_some_and(|x| first.contains(x));
+    let modes: Vec<usize> =
+        order.iter().copied().filter(shared).chain(order.iter().copied().filter(|d| !shared(d))).collect();
+    if modes == order || matches!(spec, FormatSpec::Dense) {
+        return spec.clone();
+    }
+    let located = order.iter().filter(|d| shared(d)).count();
+    let mut positions = 1usize;
+    let dense: Vec<bool> = modes
+        .iter()
+        .enumerate()
+        .map(|(l, &d)| {
+            let fits = positions.checked_mul(shape[d]).filter(|&n| l < located && n <= LOCATED_POSITIONS);
+            positions = fits.unwrap_or(usize::MAX);
+            fits.is_some()
+        })
+        .collect();
+    match (&dense[..], &modes[..]) {
+        ([true, false], [0, 1]) => FormatSpec::Csr,
+        ([true, false], [1, 0]) => FormatSpec::Csc,
+        ([false, false], [0, 1]) => FormatSpec::Dcsr,
+        ([false, false], [1, 0]) => FormatSpec::Dcsc,
+        _ => FormatSpec::Levels { dense, modes },
+    }
+}
+
+/// The most positions [`copy_format`] gives a copy's dense levels.
+const LOCATED_POSITIONS: usize = 1 << 24;
 
 /// An operand read with an index repeated (its diagonal: `A[i,i]`) as a
 /// sum over a fresh index times the identity, stored in CSR (CSC where the
