@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use spindle_formats::{Coo, DType, FormatSpec};
 use spindle_ir::lang::ElemType;
+use spindle_ir::tensor::TensorValue;
 
 use crate::problem::Prepared;
 
@@ -105,6 +106,46 @@ impl Prepared {
             }
         }
         None
+    }
+}
+
+impl Prepared {
+    /// Where a stored operand's format multiplies zeros it stores (ELL's
+    /// and GroupCOO's padding, the zeros inside BCSR's and BlockGroupCOO's
+    /// blocks) and a dense operand of the product holds non-finite values,
+    /// that 0 x inf is NaN there (the reference walks the entries alone,
+    /// as CSR's and COO's kernels do, so the check sees it).
+    pub fn stored_zeros_note(&self) -> Option<String> {
+        let stored = self.stored.as_ref()?;
+        let (name, spec) = stored.formats.iter().find(|(_, spec)| {
+            matches!(
+                spec,
+                FormatSpec::Ell
+                    | FormatSpec::GroupCoo { .. }
+                    | FormatSpec::Bcsr { .. }
+                    | FormatSpec::BlockGroupCoo { .. }
+            )
+        })?;
+        let (dense, count) = stored.original.statement.rhs.accesses().into_iter().find_map(|a| {
+            let dense = &a.tensor.name;
+            let Some(TensorValue::Values(v)) =
+                self.data.get(dense).filter(|_| !stored.formats.contains_key(dense))
+            else {
+                return None;
+            };
+            let count = v.iter().filter(|x| !x.is_finite()).count();
+            (count > 0).then(|| (dense.clone(), count))
+        })?;
+        let zeros = match spec {
+            FormatSpec::Ell | FormatSpec::GroupCoo { .. } => "its padding (zeros at repeated coordinates)",
+            _ => "the zeros its blocks store",
+        };
+        Some(format!(
+            "`{dense}` holds {count} non-finite value(s) and `{name}` is stored in {}, whose kernels multiply \
+             {zeros} too: 0 x inf is NaN, so an output element that reads one there is NaN where the product \
+             over `{name}`'s entries is not; `--format {name}=csr` (or coo) multiplies the entries alone",
+            spec.name()
+        ))
     }
 }
 

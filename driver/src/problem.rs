@@ -589,12 +589,20 @@ impl Prepared {
     /// The output by the reference evaluator (f64, no cleverness): the
     /// oracle every kernel is checked against.
     pub fn reference(&self) -> Result<ArrayD<f64>> {
-        let (Some(stored), Some(_)) = (&self.stored, &self.tile_refusal) else {
+        let Some(stored) = &self.stored else {
             return spindle_ir::eval::evaluate(&self.einsum, &self.data)
                 .map_err(|d| Error::statement(d, &self.text));
         };
+        // Over the stored operands' entries, not the arrays of the format
+        // the kernel reads: a check that walked GroupCOO's or ELL's
+        // padding as the kernel does agreed with it where the padding's
+        // zero times an infinite factor made NaN.
         if let Some(over_entries) = self.reference_over_entries(stored) {
             return over_entries;
+        }
+        if self.tile_refusal.is_none() {
+            return spindle_ir::eval::evaluate(&self.einsum, &self.data)
+                .map_err(|d| Error::statement(d, &self.text));
         }
         // No rewrite to evaluate over arrays: the stored operands are
         // evaluated dense, where that fits.
@@ -611,8 +619,7 @@ impl Prepared {
         spindle_ir::eval::evaluate(&self.einsum, &data).map_err(|d| Error::statement(d, &self.text))
     }
 
-    /// Where the tile path refused the formats (CSF, DCSR, CSC): the
-    /// statement over its stored inputs' entries in COO, which the
+    /// The statement over its stored inputs' entries in COO, which the
     /// evaluator walks entry by entry, as it does any rewrite's arrays;
     /// the formats only order the same entries. A sparse output is
     /// evaluated dense (the check compares it so). Where the COO rewrite

@@ -31,6 +31,45 @@ fn every_format_matches_the_reference() {
     }
 }
 
+/// The reference walks a stored operand's entries, not its format's
+/// arrays: ELL's and GroupCOO's padding multiplies a zero by B's row at a
+/// repeated coordinate, so an infinite value there made NaN in the kernel
+/// and in a reference that walked the padding too, and the check passed.
+/// Now the check sees it, and a note says why before the run; CSR's kernel
+/// multiplies the entries alone and passes.
+#[test]
+fn the_reference_walks_entries_not_a_formats_padding() {
+    // Row 1 holds one entry at column 1, padded to the longest row (3).
+    let a = Coo::<f64, i64>::from_triplets(
+        4,
+        4,
+        &[(0, 0, 1.0), (0, 1, 2.0), (0, 2, 3.0), (1, 1, 4.0), (2, 3, 5.0)],
+    )
+    .unwrap();
+    let mut b = ArrayD::from_elem(vec![4, 2], 1.0);
+    b[[1, 0]] = f64::INFINITY;
+    let backend = CBackend::new();
+    for (format, passes) in [("ell", false), ("groupcoo:dim=0,g=2", false), ("csr", true), ("coo", true)] {
+        let prepared = Problem::new("C[m,n] += A[m,k] * B[k,n]")
+            .tensor("A", a.clone())
+            .tensor("B", b.clone())
+            .format("A", format)
+            .prepare()
+            .unwrap();
+        let (out, check) = prepared.compile(&backend, &Schedule::default()).unwrap().check().unwrap();
+        assert_eq!(check.passed(), passes, "{format}: {check:?}, {out:?}");
+        assert_eq!(out[[1, 0]].is_nan(), !passes, "{format}: {out:?}");
+        let note = prepared.stored_zeros_note();
+        assert_eq!(note.is_some(), !passes, "{format}: {note:?}");
+        if let Some(note) = note {
+            assert!(
+                note.contains("`B` holds 1 non-finite value(s)") && note.contains("--format A=csr"),
+                "{note}"
+            );
+        }
+    }
+}
+
 /// A product of two sums over different indices: the native matmul pass
 /// made the sum over `k` a dot inside the loop and multiplied it into the
 /// accumulator after the loop, where the C printer had no such value (`v13

@@ -723,8 +723,8 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         return run_program(&problem, backend.as_ref(), run);
     }
     let prepared = prepare(args)?;
-    if let Some(advice) = prepared.padding_advice() {
-        eprintln!("note: {advice}");
+    for note in [prepared.padding_advice(), prepared.stored_zeros_note()].into_iter().flatten() {
+        eprintln!("note: {note}");
     }
     let compiled = if run.schedule.trim().is_empty() {
         let mut tuner = Tuner::for_target(run.target).on_progress(|line| eprintln!("{line}"));
