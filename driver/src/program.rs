@@ -48,6 +48,7 @@ use spindle_ir::level::strip_rows;
 use spindle_ir::level::{Lowered, lower_program};
 use spindle_ir::program::{
     Program, evaluate_program, inline, inline_renames, parse_program, reorder_products, split_program,
+    version_names,
 };
 use spindle_ir::react::{forest_text, fused_forest, unmet_order};
 use spindle_ir::tensor::{TensorValue, Tensors};
@@ -246,6 +247,12 @@ impl Problem {
         })
     }
 
+    /// The versions of tensors written again with `=` and their names
+    /// ([`version_names`]), where the text parses.
+    fn version_names(&self, data: &ProgramData) -> Vec<(String, String, usize, usize)> {
+        parse_program(self.statement()).map(|s| version_names(&s, &data.declarations)).unwrap_or_default()
+    }
+
     pub(crate) fn program_data(&self) -> Result<ProgramData> {
         let formats = self.formats()?;
         let mut data =
@@ -341,7 +348,19 @@ impl Problem {
         opts: TimingOptions,
         check: bool,
     ) -> Result<ProgramRun> {
-        let mut data = self.program_data()?;
+        let data = self.program_data()?;
+        let versions = self.version_names(&data);
+        self.run_program_on(data, backend, schedule, opts, check).map_err(|e| versions_noted(e, &versions))
+    }
+
+    fn run_program_on(
+        &self,
+        mut data: ProgramData,
+        backend: &dyn Backend,
+        schedule: &Schedule,
+        opts: TimingOptions,
+        check: bool,
+    ) -> Result<ProgramRun> {
         let (program, mut reordered) = self.split_noted(&mut data)?;
         let last = program.statements.last().expect("a program has a statement").clone();
         let formats = self.formats()?;
@@ -663,7 +682,16 @@ impl Problem {
     /// so, the substituted statement's level-path kernel. With what the
     /// policy decided.
     pub fn program_kernel(&self, schedule: &Schedule) -> Result<(Lowered, Vec<String>)> {
-        let mut data = self.program_data()?;
+        let data = self.program_data()?;
+        let versions = self.version_names(&data);
+        self.program_kernel_of(data, schedule).map_err(|e| versions_noted(e, &versions))
+    }
+
+    fn program_kernel_of(
+        &self,
+        mut data: ProgramData,
+        schedule: &Schedule,
+    ) -> Result<(Lowered, Vec<String>)> {
         let (program, mut reordered) = self.split_noted(&mut data)?;
         let formats = self.formats()?;
         reordered.extend(unmet_order(&program, &formats, &schedule.order));
@@ -1503,6 +1531,29 @@ fn substituted_note(e: Error) -> Error {
         },
         other => other,
     }
+}
+
+/// A mistake that quotes the name of a version of a tensor written again
+/// (`t_1` of `t = A*x; t = t*2`), which the user never wrote, says whose
+/// version it is.
+fn versions_noted(e: Error, versions: &[(String, String, usize, usize)]) -> Error {
+    let Error::Statement { diagnostic, text } = e else { return e };
+    let quoted = |name: &str| {
+        let name = format!("`{name}`");
+        diagnostic.message.contains(&name) || diagnostic.label.contains(&name)
+    };
+    let notes: Vec<String> = versions
+        .iter()
+        .filter(|(version, ..)| quoted(version))
+        .map(|(version, tensor, writes, again)| {
+            format!(
+                "`{version}` is `{tensor}` as statement {writes} writes it: statement {again} writes `{tensor}` \
+                 again with `=`, so the program names the earlier value apart"
+            )
+        })
+        .collect();
+    let diagnostic = notes.into_iter().fold(*diagnostic, |d, note| d.with_note(note));
+    Error::Statement { diagnostic: Box::new(diagnostic), text }
 }
 
 /// The type a program kernel holds its temporaries in (its compute type):

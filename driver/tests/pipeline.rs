@@ -906,6 +906,31 @@ fn a_format_on_a_temporary_is_refused_under_every_fusion() {
     }
 }
 
+/// A refusal that quotes the name of an earlier version of a tensor
+/// written again (`t_1`) says whose version it is: the user wrote `t`.
+#[test]
+fn a_refusal_quoting_a_version_says_whose_it_is() {
+    let problem = Problem::new("t[i] = A[i,j] * x[j]; t[i] = t[i] * w[i] + t[i]")
+        .tensor("A", spindle_formats::generate::uniform::<f64, i64>(12, 12, 30, 1).unwrap())
+        .format("A", "csr")
+        .tensor("x", Input::random(&[12], DType::F64, 2))
+        .tensor("w", Input::random(&[12], DType::F64, 3));
+    let maximal: Schedule = "fusion=maximal".parse().unwrap();
+    let opts = TimingOptions { warmup: 0, repeats: 1 };
+    let ran = problem.run_program(&CBackend::new(), &maximal, opts, false).unwrap_err().render(false);
+    let compiled = problem.program_kernel(&maximal).unwrap_err().render(false);
+    for err in [ran, compiled] {
+        assert!(
+            err.contains("cannot substitute `t_1`")
+                && err.contains("`t_1` is `t` as statement 1 writes it: statement 2 writes `t` again"),
+            "{err}"
+        );
+    }
+    // Under trie it runs, and the split shows the version.
+    let trie: Schedule = "fusion=trie".parse().unwrap();
+    assert!(problem.run_program(&CBackend::new(), &trie, opts, true).unwrap().checks[0].passed());
+}
+
 /// A temporary written twice (`T = x; T += A*x`) runs on C as each
 /// statement's own kernel, as on the GPU; the program kernel refused it.
 #[test]

@@ -383,6 +383,42 @@ fn a_cell_sweeps_workspace_policies_and_their_memory() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// What `spindle run` notes before a run, a cell notes too: an operand
+/// with non-finite values multiplied through ELL's padding (0 x inf).
+#[test]
+fn a_cell_notes_padding_that_multiplies_infinities() {
+    let dir = temp_dir("padding");
+    std::fs::write(
+        dir.join("a.mtx"),
+        "%%MatrixMarket matrix coordinate real general\n4 4 5\n1 1 1\n1 2 2\n1 3 3\n2 2 4\n3 4 5\n",
+    )
+    .unwrap();
+    // B (4 x 2, f64) with one infinity, as NumPy writes it.
+    let header = "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 2), }";
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    let padded = format!("{header:<117}\n");
+    npy.extend((padded.len() as u16).to_le_bytes());
+    npy.extend(padded.as_bytes());
+    for k in 0..8 {
+        npy.extend(if k == 2 { f64::INFINITY } else { 1.0 }.to_le_bytes());
+    }
+    std::fs::write(dir.join("b.npy"), npy).unwrap();
+    let notebook = dir.join("nb.md");
+    std::fs::write(
+        &notebook,
+        "```spindle\nA = load a.mtx\nB = load b.npy\nformat A = ell\nC[m,n] += A[m,k] * B[k,n]\n\
+         repeats 1\nresources off\n```\n",
+    )
+    .unwrap();
+    let export = dir.join("out");
+    let out = run(&notebook, &export);
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("results.json")).unwrap()).unwrap();
+    let notes = results["cells"][0]["output"]["notes"].to_string();
+    assert!(notes.contains("`B` holds 1 non-finite value(s) and `A` is stored in ell"), "{notes}\n{out:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn spindle(args: &[&std::ffi::OsStr]) -> Output {
     // Output() gives no terminal: `spindle FILE` runs headless.
     Command::new(env!("CARGO_BIN_EXE_spindle")).args(args).output().unwrap()

@@ -217,6 +217,30 @@ fn versions(statements: &[Statement], known: &mut Declarations) -> Vec<Statement
     out
 }
 
+/// The names [`split_program`] gives the earlier versions of tensors
+/// written again with `=` ([`versions`]): each version's name, the
+/// tensor's, the statement that writes the version and the one that writes
+/// the tensor again (from 1), for messages that quote a version's name.
+pub fn version_names(
+    statements: &[Statement],
+    declarations: &Declarations,
+) -> Vec<(String, String, usize, usize)> {
+    let mut known = declarations.clone();
+    let renamed = versions(statements, &mut known);
+    renamed
+        .iter()
+        .zip(statements)
+        .enumerate()
+        .filter(|(_, (v, s))| v.lhs.tensor.name != s.lhs.tensor.name)
+        .filter_map(|(k, (v, s))| {
+            let name = &s.lhs.tensor.name;
+            let again = (k + 1..statements.len())
+                .find(|&l| statements[l].lhs.tensor.name == *name && statements[l].op == AssignOp::Assign)?;
+            Some((v.lhs.tensor.name.clone(), name.clone(), k + 1, again + 1))
+        })
+        .collect()
+}
+
 /// Runs `program` with the reference evaluator on `data` (which holds the
 /// declared inputs); returns every tensor the program wrote.
 pub fn evaluate_program(program: &Program, data: &Tensors) -> Result<Tensors, Diagnostic> {

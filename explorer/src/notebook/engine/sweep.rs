@@ -229,6 +229,13 @@ impl Run<'_> {
                 return Ok(PointRun::failed(message));
             }
         };
+        // What the CLI says before a run, said once per cell.
+        for note in [r.padding_advice(), r.stored_zeros_note()].into_iter().flatten() {
+            let note = format!("{tag}{note}");
+            if !self.out.notes.contains(&note) {
+                self.out.notes.push(note);
+            }
+        }
         let schedules = self.point_schedules(program, point, &r.einsum);
         let source = self.source;
         let render = |d: &Diagnostic| {
