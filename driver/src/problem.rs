@@ -596,7 +596,19 @@ impl Prepared {
         // Over the stored operands' entries, not the arrays of the format
         // the kernel reads: a check that walked GroupCOO's or ELL's
         // padding as the kernel does agreed with it where the padding's
-        // zero times an infinite factor made NaN.
+        // zero times an infinite factor made NaN. An operand read at
+        // several subscripts is read as a copy per further read, as the
+        // kernel does, so that one read is walked by its entries and the
+        // others read dense (`A[i,j] * A[j,k] * x[k]` was walked dense,
+        // refused past 2^32 points: on cora, 2e10).
+        let aliased = spindle_ir::level::alias_rereads(&stored.original, &stored.formats, &stored.entries)
+            .map(|(original, formats, entries, _)| Stored {
+                original,
+                text: stored.text.clone(),
+                entries,
+                formats,
+            });
+        let stored = aliased.as_ref().unwrap_or(stored);
         if let Some(over_entries) = self.reference_over_entries(stored) {
             return over_entries;
         }

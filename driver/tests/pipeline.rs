@@ -70,6 +70,27 @@ fn the_reference_walks_entries_not_a_formats_padding() {
     }
 }
 
+/// A stored operand read at two subscripts is checked as the kernel runs
+/// it, one read walked by its entries and the other as a copy read dense:
+/// `A A x` on a 3000 x 3000 matrix was walked over its dense index space
+/// (2.7e10 points) and refused.
+#[test]
+fn the_reference_reads_a_reread_operand_as_a_copy() {
+    let a: Coo<f64, i64> = spindle_formats::generate::uniform(3000, 3000, 9000, 5).unwrap();
+    for format in ["csr", "dcsr", "coo"] {
+        let problem = Problem::new("z[i] = A[i,j] * A[j,k] * x[k]")
+            .tensor("A", a.clone())
+            .format("A", format)
+            .tensor("x", Input::random(&[3000], DType::F64, 6));
+        let schedule: Schedule = "fusion=trie".parse().unwrap();
+        let run =
+            problem.run_program(&CBackend::new(), &schedule, TimingOptions { warmup: 0, repeats: 1 }, true);
+        let run = run.unwrap_or_else(|e| panic!("{format}: {}", e.render(false)));
+        assert!(run.checks.iter().all(|c| c.passed()), "{format}: {:?}", run.checks);
+        assert!(run.result.iter().any(|z| *z != 0.0), "{format}");
+    }
+}
+
 /// A product of two sums over different indices: the native matmul pass
 /// made the sum over `k` a dot inside the loop and multiplied it into the
 /// accumulator after the loop, where the C printer had no such value (`v13

@@ -345,7 +345,7 @@ pub fn plain_indices(access: &Access, var_of: &BTreeMap<String, VarId>) -> Resul
 /// the loops walk by its own indices. `None` where
 /// every stored operand is read at one subscript.
 #[allow(clippy::type_complexity)]
-fn alias_rereads(
+pub fn alias_rereads(
     einsum: &Einsum,
     formats: &BTreeMap<String, FormatSpec>,
     sparse: &BTreeMap<String, Coo<f64, i64>>,
@@ -399,25 +399,32 @@ fn alias_rereads(
 
 /// The format of the copy [`alias_rereads`] makes of an operand stored in
 /// `spec` (of `shape`) for its read at `read`, the first read being at
-/// `first`. Where the first read has indices of dimensions `spec` stores
-/// below others, the copy stores those dimensions first, in dense levels
-/// (the walk locates them: their indices are bound when the copy is
-/// reached) while they hold at most [`LOCATED_POSITIONS`] positions, its
-/// other dimensions in compressed levels: `A[i,j] * A[i1,j]` with A in CSR
-/// (or DCSR, COO, ...) walks column j's entries of a copy in CSC under A's
-/// (i, j), nnz times a column's length, where a copy in CSR would merge
-/// every row i1 with A's row i, rows squared times a merge. Elsewhere the
-/// copy keeps `spec`.
+/// `first`. Where the first read has indices of some of its dimensions,
+/// the copy stores those dimensions first, in dense levels (the walk
+/// locates them: their indices are bound when the copy is reached) while
+/// they hold at most [`LOCATED_POSITIONS`] positions, its other dimensions
+/// in compressed levels: `A[i,j] * A[i1,j]` with A in CSR (or DCSR, COO,
+/// ...) walks column j's entries of a copy in CSC under A's (i, j), nnz
+/// times a column's length, where a copy in CSR would merge every row i1
+/// with A's row i, rows squared times a merge; `A[i,j] * A[j,k]` with A in
+/// DCSR or COO locates row j of a copy in CSR, where a copy in A's format
+/// would merge j with every stored row. The bound dimensions go in the
+/// order the first read binds them (`A[i,j] * A[j,i]`: the copy in CSC).
+/// Where no dimension is bound, the copy keeps `spec`.
 fn copy_format(spec: &FormatSpec, shape: &[usize], first: &[String], read: &[String]) -> FormatSpec {
     let Ok(levels) = spec.levels(shape) else { return spec.clone() };
     let order: Vec<usize> = levels.iter().map(|l| l.dim).collect();
     let shared = |d: &usize| read.get(*d).is_some_and(|x| first.contains(x));
-    let modes: Vec<usize> =
-        order.iter().copied().filter(shared).chain(order.iter().copied().filter(|d| !shared(d))).collect();
-    if modes == order || matches!(spec, FormatSpec::Dense) {
+    // The bound dimensions in the order the first read's walk binds their
+    // indices (`A[j,i]` beside `A[i,j]` in CSR: i, then j).
+    let bound_at = |d: &usize| order.iter().position(|&l| first.get(l) == read.get(*d));
+    let mut bound: Vec<usize> = order.iter().copied().filter(shared).collect();
+    bound.sort_by_key(bound_at);
+    let modes: Vec<usize> = bound.into_iter().chain(order.iter().copied().filter(|d| !shared(d))).collect();
+    let located = order.iter().filter(|d| shared(d)).count();
+    if located == 0 || matches!(spec, FormatSpec::Dense) {
         return spec.clone();
     }
-    let located = order.iter().filter(|d| shared(d)).count();
     let mut positions = 1usize;
     let dense: Vec<bool> = modes
         .iter()
@@ -428,17 +435,25 @@ fn copy_format(spec: &FormatSpec, shape: &[usize], first: &[String], read: &[Str
             fits.is_some()
         })
         .collect();
-    match (&dense[..], &modes[..]) {
+    let copy = match (&dense[..], &modes[..]) {
         ([true, false], [0, 1]) => FormatSpec::Csr,
         ([true, false], [1, 0]) => FormatSpec::Csc,
         ([false, false], [0, 1]) => FormatSpec::Dcsr,
         ([false, false], [1, 0]) => FormatSpec::Dcsc,
         _ => FormatSpec::Levels { dense, modes },
+    };
+    // (Where the copy's levels are `spec`'s, `spec` keeps its name.)
+    let same = |a: &[spindle_formats::Level], b: &[spindle_formats::Level]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.dim == y.dim && x.format == y.format)
+    };
+    match copy.levels(shape) {
+        Ok(copied) if same(&copied, &levels) => spec.clone(),
+        _ => copy,
     }
 }
 
 /// The most positions [`copy_format`] gives a copy's dense levels.
-const LOCATED_POSITIONS: usize = 1 << 24;
+const LOCATED_POSITIONS: usize = 1 << 22;
 
 /// An operand read with an index repeated (its diagonal: `A[i,i]`) as a
 /// sum over a fresh index times the identity, stored in CSR (CSC where the

@@ -41,7 +41,8 @@ mod program;
 mod strip;
 
 pub use lower::{
-    Lowered, OperandLevel, dense_params, lower, named_order, plain_indices, refuse, store_levels,
+    Lowered, OperandLevel, alias_rereads, dense_params, lower, named_order, plain_indices, refuse,
+    store_levels,
 };
 pub use program::{lower_program, written_after_read};
 pub use strip::{STRIP_MIN_BYTES, StripRows, strip_rows};
