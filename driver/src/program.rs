@@ -1370,6 +1370,9 @@ fn forest_products(
             .find(|a| a.tensor.name == t)
             .and_then(|a| a.subscripts.iter().position(|x| x.as_index().is_some_and(|i| i.name == index)))
     };
+    // The distinct coordinates of an operand's entries in some of its
+    // dimensions, counted once for every statement that walks them so.
+    let mut reached: BTreeMap<(&str, Vec<usize>), usize> = BTreeMap::new();
     let mut total = 0f64;
     let mut heaviest = (0f64, String::new());
     for (statement, loops) in computes {
@@ -1389,12 +1392,15 @@ fn forest_products(
         for t in &stored {
             let dims: Vec<usize> = loops.iter().filter_map(|(index, _, _)| dim_of(t, index)).collect();
             let coo = &sparse[*t];
-            let mut reached: Vec<Vec<i64>> =
-                (0..coo.nnz()).map(|k| dims.iter().map(|&d| coo.crd[d][k]).collect()).collect();
-            reached.sort_unstable();
-            reached.dedup();
             let space: f64 = dims.iter().map(|&d| coo.shape[d] as f64).product();
-            products *= reached.len() as f64 / space.max(1.0);
+            let count = *reached.entry((*t, dims)).or_insert_with_key(|(_, dims)| {
+                let mut coordinates: Vec<Vec<i64>> =
+                    (0..coo.nnz()).map(|k| dims.iter().map(|&d| coo.crd[d][k]).collect()).collect();
+                coordinates.sort_unstable();
+                coordinates.dedup();
+                coordinates.len()
+            });
+            products *= count as f64 / space.max(1.0);
         }
         let dense: Vec<String> = loops
             .iter()
