@@ -2288,18 +2288,26 @@ impl<'k, D: Dialect> Printer<'k, D> {
         }
     }
 
-    /// Under `max=` / `min=`, skips a padded level's padding (a slot that
-    /// repeats the coordinate before it in its group, GroupCOO's and ELL's
-    /// fill, holding 0): a sum adds its zero harmlessly, but a maximum
-    /// would take the zero as an entry of a row that stores every column.
-    /// (ELL's first slot of an empty row is padding too, at a coordinate
-    /// whose value is zero indeed.)
+    /// Skips a padded level's padding (a slot that repeats the coordinate
+    /// before it in its group, GroupCOO's and ELL's fill, holding 0): a
+    /// maximum would take the zero as an entry of a row that stores every
+    /// column, and a sum would add 0 x inf = NaN where another factor is
+    /// infinite. ELL's empty row is padding whole, its first slot too.
     fn skip_padding(&mut self, l: &LevelRef, p: &str, begin: &str, depth: usize) {
-        if self.k.reduction == Reduction::Sum || !matches!(l.kind, Reach::Padded { .. }) {
-            return;
-        }
+        let Reach::Padded { empty, .. } = l.kind else { return };
         let crd = self.crd(l).to_string();
         self.line(depth, &format!("if ({p} > {begin} && {crd}[{p}] == {crd}[{p} - 1]) continue; // padding"));
+        if let Some(val) = empty {
+            let (_, end) = self.range(l);
+            let dtype = self.k.tensor(val).dtype;
+            let first = self.d.load(dtype, self.tensor(val), p);
+            self.line(
+                depth,
+                &format!(
+                    "if ({p} == {begin} && {crd}[{end} - 1] == {crd}[{p}] && {first} == 0) continue; // an empty row"
+                ),
+            );
+        }
     }
 
     /// A position loop split over the lanes: each lane sums its positions'

@@ -1,11 +1,11 @@
 //! Advice on the formats a user chose, for a note: the format is theirs to
 //! choose, so nothing here changes what runs.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use spindle_formats::{Coo, DType, FormatSpec};
-use spindle_ir::lang::ElemType;
-use spindle_ir::tensor::TensorValue;
+use spindle_ir::lang::{Einsum, ElemType};
+use spindle_ir::tensor::{TensorValue, Tensors};
 
 use crate::problem::Prepared;
 
@@ -110,11 +110,12 @@ impl Prepared {
 }
 
 impl Prepared {
-    /// Where a stored operand's format multiplies zeros it stores (ELL's
-    /// and GroupCOO's padding, the zeros inside BCSR's and BlockGroupCOO's
-    /// blocks) and a dense operand of the product holds non-finite values,
-    /// that 0 x inf is NaN there (the reference walks the entries alone,
-    /// as CSR's and COO's kernels do, so the check sees it).
+    /// Where a stored operand's format stores zeros besides its entries
+    /// and a dense operand of the product holds non-finite values: for
+    /// ELL's and GroupCOO's padding, that the kernel skips it (a test per
+    /// slot); for the zeros inside BCSR's and BlockGroupCOO's blocks, that
+    /// 0 x inf is NaN there (the reference walks the entries alone, as
+    /// CSR's and COO's kernels do, so the check sees it).
     pub fn stored_zeros_note(&self) -> Option<String> {
         let stored = self.stored.as_ref()?;
         let (name, spec) = stored.formats.iter().find(|(_, spec)| {
@@ -126,27 +127,41 @@ impl Prepared {
                     | FormatSpec::BlockGroupCoo { .. }
             )
         })?;
-        let (dense, count) = stored.original.statement.rhs.accesses().into_iter().find_map(|a| {
-            let dense = &a.tensor.name;
-            let Some(TensorValue::Values(v)) =
-                self.data.get(dense).filter(|_| !stored.formats.contains_key(dense))
-            else {
-                return None;
-            };
-            let count = v.iter().filter(|x| !x.is_finite()).count();
-            (count > 0).then(|| (dense.clone(), count))
-        })?;
-        let zeros = match spec {
-            FormatSpec::Ell | FormatSpec::GroupCoo { .. } => "its padding (zeros at repeated coordinates)",
-            _ => "the zeros its blocks store",
-        };
+        let (dense, count) = non_finite_factor(&stored.original, &self.data, &stored.formats)?;
+        if matches!(spec, FormatSpec::Ell | FormatSpec::GroupCoo { .. }) {
+            // The tile path's kernels then read a mask of the padding
+            // (`Prepared::rewrite`); the level path's always test it.
+            return Some(format!(
+                "`{dense}` holds {count} non-finite value(s): the kernel skips the padding of `{name}` ({}), \
+                 whose zeros would make 0 x inf = NaN, at the cost of a test per stored slot",
+                spec.name()
+            ));
+        }
         Some(format!(
             "`{dense}` holds {count} non-finite value(s) and `{name}` is stored in {}, whose kernels multiply \
-             {zeros} too: 0 x inf is NaN, so an output element that reads one there is NaN where the product \
-             over `{name}`'s entries is not; `--format {name}=csr` (or coo) multiplies the entries alone",
+             the zeros its blocks store too: 0 x inf is NaN, so an output element that reads one there is NaN \
+             where the product over `{name}`'s entries is not; `--format {name}=csr` (or coo) multiplies the \
+             entries alone",
             spec.name()
         ))
     }
+}
+
+/// The first dense factor of `original` (not stored in one of `formats`)
+/// that holds non-finite values in `data`, with their count.
+pub(crate) fn non_finite_factor(
+    original: &Einsum,
+    data: &Tensors,
+    formats: &BTreeMap<String, FormatSpec>,
+) -> Option<(String, usize)> {
+    original.statement.rhs.accesses().into_iter().find_map(|a| {
+        let dense = &a.tensor.name;
+        let Some(TensorValue::Values(v)) = data.get(dense).filter(|_| !formats.contains_key(dense)) else {
+            return None;
+        };
+        let count = v.iter().filter(|x| !x.is_finite()).count();
+        (count > 0).then(|| (dense.clone(), count))
+    })
 }
 
 /// A matrix's coordinates, each once: a non-canonical COO's repeats are

@@ -5,16 +5,18 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use ndarray::ArrayD;
-use spindle_formats::{Coo, FormatSpec, LevelFormat, SparseTensor};
+use spindle_formats::{Coo, FormatSpec, IType, LevelFormat, SparseTensor};
+use spindle_ir::kernel::lower::SkipMask;
 use spindle_ir::kernel::schedule::{Path, Schedule};
 use spindle_ir::kernel::{Kernel, OutputInit, Strategy};
 use spindle_ir::lang::{
-    Declaration, Declarations, Diagnostic, Einsum, ElemType, Span, Statement, WhereClause, check,
-    declare_output, operand_mistake, output_shape_unknown, parse,
+    Declaration, Declarations, Diagnostic, Einsum, ElemType, Role, Span, Statement, TensorInfo, WhereClause,
+    check, declare_output, operand_mistake, output_shape_unknown, parse,
 };
 use spindle_ir::rewrite::Rewritten;
 use spindle_ir::tensor::{TensorValue, Tensors};
 
+use crate::advice::non_finite_factor;
 use crate::error::{Error, Result};
 use crate::input::{Input, InputData, Loaded, kernel_dtype, load, round_inputs};
 
@@ -509,6 +511,10 @@ pub struct Prepared {
     pub text: String,
     /// Whether `text` is a rewrite of the user's statement.
     pub rewritten: bool,
+    /// The terms the tile path's kernels skip: the padding of the formats
+    /// that pad, where a factor holds non-finite values (its masks are in
+    /// `einsum` and `data`, though the statement does not read them).
+    pub skip: Vec<SkipMask>,
 }
 
 impl Prepared {
@@ -538,6 +544,7 @@ impl Prepared {
                 data,
                 text: text.to_string(),
                 rewritten: false,
+                skip: Vec::new(),
             });
         }
         let stored = Stored {
@@ -571,19 +578,41 @@ impl Prepared {
                     data,
                     text: text.to_string(),
                     rewritten: false,
+                    skip: Vec::new(),
                 });
             }
         };
         // Diagnostics from here on point into the rewritten statement.
         let text = rewritten.statement.to_string();
         let reparsed = parse(&text).map_err(|d| Error::statement(d, &text))?;
-        let einsum = check(&reparsed, &rewritten.all_declarations(original))
+        let mut einsum = check(&reparsed, &rewritten.all_declarations(original))
             .map_err(|d| Error::statement(d, &text))?;
+        // Padding multiplies its zero by the other factors: where one holds
+        // inf or NaN, the kernel skips the padding by a mask of it (a test
+        // per slot, which kernels over finite data need not pay).
+        let mut skip = Vec::new();
+        if non_finite_factor(original, &data, formats).is_some() {
+            for padded in &rewritten.padded {
+                let live = padded.live(&rewritten.tensors);
+                let shape = live.shape().to_vec();
+                einsum.tensors.insert(
+                    padded.mask.clone(),
+                    TensorInfo {
+                        name: padded.mask.clone(),
+                        shape,
+                        dtype: ElemType::Index(IType::I32),
+                        role: Role::Index,
+                    },
+                );
+                data.insert(padded.mask.clone(), live);
+                skip.push(SkipMask { tensor: padded.mask.clone(), at: padded.at.clone() });
+            }
+        }
         for name in &rewritten.replaced {
             data.remove(name);
         }
         data.extend(rewritten.tensors);
-        Ok(Prepared { einsum, stored: Some(stored), tile_refusal: None, data, text, rewritten: true })
+        Ok(Prepared { einsum, stored: Some(stored), tile_refusal: None, data, text, rewritten: true, skip })
     }
 
     /// The output by the reference evaluator (f64, no cleverness): the
@@ -719,7 +748,7 @@ impl Prepared {
             )));
         }
         let mut kernel =
-            spindle_ir::kernel::lower::lower(&self.einsum, schedule, "spindle").map_err(|d| {
+            spindle_ir::kernel::lower::lower_skipping(&self.einsum, schedule, "spindle", &self.skip).map_err(|d| {
                 // The tile path reduces over the rewritten statement's indices;
                 // the level path's rows split as `reduce=parallel` says.
                 let d = match (&self.stored, schedule.strategy) {

@@ -384,7 +384,8 @@ fn a_cell_sweeps_workspace_policies_and_their_memory() {
 }
 
 /// What `spindle run` notes before a run, a cell notes too: an operand
-/// with non-finite values multiplied through ELL's padding (0 x inf).
+/// with non-finite values, against which the kernel skips ELL's padding
+/// (0 x inf would be NaN).
 #[test]
 fn a_cell_notes_padding_that_multiplies_infinities() {
     let dir = temp_dir("padding");
@@ -415,7 +416,10 @@ fn a_cell_notes_padding_that_multiplies_infinities() {
     let results: Value =
         serde_json::from_str(&std::fs::read_to_string(export.join("results.json")).unwrap()).unwrap();
     let notes = results["cells"][0]["output"]["notes"].to_string();
-    assert!(notes.contains("`B` holds 1 non-finite value(s) and `A` is stored in ell"), "{notes}\n{out:?}");
+    assert!(
+        notes.contains("`B` holds 1 non-finite value(s): the kernel skips the padding of `A` (ell)"),
+        "{notes}\n{out:?}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -80,11 +80,14 @@
 //!   DCSC, CSF and dense are refused (the level path walks them).
 //!
 //! Padding entries (GroupCOO, BlockGroupCOO, ELL) hold value 0 at an in-range
-//! coordinate, so they add nothing. Blocks (BlockGroupCOO, BCSR) overrunning a ragged
+//! coordinate, so they add nothing to finite terms; where another factor
+//! holds inf or NaN, a kernel skips ELL's and GroupCOO's padding by the
+//! mask [`Padded::live`] builds (the driver decides). Blocks (BlockGroupCOO, BCSR) overrunning a ragged
 //! edge rely on the affine rules of §3: a right-hand read out of bounds reads
 //! 0 and a left-hand write out of bounds is dropped, and the block holds 0
 //! there anyway. As with any sparse kernel, IEEE special values in the other
-//! factors (`0 * inf`, `0 / 0`) are not reproduced at `T`'s zeros.
+//! factors (`0 * inf`, `0 / 0`) are not reproduced at `T`'s zeros, and the
+//! zeros inside blocks give NaN against them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -112,6 +115,61 @@ pub struct Rewritten {
     pub declarations: Declarations,
     /// The sparse tensors the statement no longer reads, in rewrite order.
     pub replaced: Vec<String>,
+    /// The rewritten tensors whose arrays hold padding.
+    pub padded: Vec<Padded>,
+}
+
+/// A format's arrays that hold padding (ELL, GroupCOO): slots of value 0
+/// that repeat the coordinates of the slot before them in their group. A
+/// kernel may skip them through [`Padded::live`]'s mask.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Padded {
+    /// The stored tensor, as the user names it.
+    pub tensor: String,
+    /// A free name for the mask array.
+    pub mask: String,
+    /// The coordinate arrays, `[groups, slots]` each.
+    pub crd: Vec<String>,
+    /// The indices the value array is read at, group then slot.
+    pub at: Vec<String>,
+    /// ELL's value array: ELL pads an empty row whole, its first slot
+    /// (coordinate 0, value 0) too, which the repeat rule would keep. A
+    /// row whose slots share one coordinate and hold 0 is taken as empty,
+    /// as ELL's own reading does (it cannot tell an explicit zero from
+    /// padding).
+    pub empty_rows: Option<String>,
+}
+
+impl Padded {
+    /// `[groups, slots]`: 1 at an entry, 0 at padding. `tensors` holds the
+    /// coordinate arrays.
+    pub fn live(&self, tensors: &Tensors) -> TensorValue {
+        let crd: Vec<&ArrayD<i64>> = self
+            .crd
+            .iter()
+            .map(|c| match &tensors[c] {
+                TensorValue::Indices(a) => a,
+                TensorValue::Values(_) => unreachable!("coordinate arrays hold indices"),
+            })
+            .collect();
+        let shape = crd[0].shape().to_vec();
+        let slots = shape[1];
+        let flat: Vec<&[i64]> =
+            crd.iter().map(|a| a.as_slice().expect("arrays are standard layout")).collect();
+        let repeats = |s: usize| flat.iter().all(|c| c[s] == c[s - 1]);
+        let mut live: Vec<i64> =
+            (0..crd[0].len()).map(|s| i64::from(s % slots == 0 || !repeats(s))).collect();
+        if let Some(TensorValue::Values(val)) = self.empty_rows.as_ref().map(|v| &tensors[v]) {
+            let val = val.as_slice().expect("arrays are standard layout");
+            for row in (0..live.len()).step_by(slots.max(1)) {
+                let slots = row..row + slots;
+                if slots.clone().skip(1).all(repeats) && val[slots].iter().all(|&v| v == 0.0) {
+                    live[row] = 0;
+                }
+            }
+        }
+        TensorValue::Indices(ArrayD::from_shape_vec(IxDyn(&shape), live).expect("the coordinates' shape"))
+    }
 }
 
 impl Rewritten {
@@ -150,6 +208,7 @@ pub fn rewrite(
         tensors: Tensors::new(),
         declarations: Declarations::new(),
         replaced: Vec::new(),
+        padded: Vec::new(),
     };
     if formats.is_empty() {
         return Ok(out);
@@ -201,6 +260,7 @@ pub fn rewrite(
             out.tensors.insert(array, data);
         }
         out.replaced.push(name.to_string());
+        out.padded.extend(step.padded);
         current = check(&step.statement, &declarations).map_err(|d| {
             Diagnostic::new(
                 format!(
@@ -362,6 +422,7 @@ struct Step {
     arrays: Vec<(String, (TensorValue, Declaration))>,
     /// The indices the rewrite replaced.
     substituted: Vec<String>,
+    padded: Option<Padded>,
 }
 
 /// The indices a format's rewrite introduces, before a digit makes them
@@ -559,6 +620,18 @@ fn rewrite_one(
         WhereClause::Dtype { tensor, .. } => tensor.name != name,
     });
 
+    let padded = matches!(spec, FormatSpec::Ell | FormatSpec::GroupCoo { .. }).then(|| Padded {
+        tensor: name.to_string(),
+        mask: array("live"),
+        crd: layout
+            .arrays
+            .iter()
+            .filter(|(suffix, _)| suffix.starts_with("crd"))
+            .map(|(s, _)| array(s))
+            .collect(),
+        at: layout.val.iter().filter_map(|s| s.as_index()).map(|i| i.name.clone()).collect(),
+        empty_rows: matches!(spec, FormatSpec::Ell).then(|| array("val")),
+    });
     let value_dtype = current.tensors[name].dtype;
     let arrays = layout
         .arrays
@@ -575,7 +648,7 @@ fn rewrite_one(
             (array(&suffix), (data, decl))
         })
         .collect();
-    Ok(Step { statement, arrays, substituted: map.keys().map(|k| k.to_string()).collect() })
+    Ok(Step { statement, arrays, substituted: map.keys().map(|k| k.to_string()).collect(), padded })
 }
 
 /// Whether `name` is read in `e` as a factor of its top-level product (the

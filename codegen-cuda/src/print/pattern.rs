@@ -80,6 +80,20 @@ fn const_int(k: &Kernel, id: ValueId) -> Option<i64> {
     }
 }
 
+/// Whether a mask of `k`'s sums or of its sink reads a tensor: a mask of
+/// skipped terms (a format's padding, where a factor holds non-finite
+/// values), which the special mappings do not test.
+pub(super) fn masks_read_data(k: &Kernel) -> bool {
+    fn reads(k: &Kernel, id: ValueId) -> bool {
+        matches!(k.value(id).op, Op::Load { .. }) || k.value(id).op.operands().any(|o| reads(k, o))
+    }
+    let sums = k.order.iter().filter_map(|&id| match k.value(id).op {
+        Op::Reduce { mask, .. } | Op::Dot { mask, .. } => mask,
+        _ => None,
+    });
+    sums.chain(k.sink.mask).any(|m| reads(k, m))
+}
+
 /// `c * x + range a` (either order of each operation): `(c, x, a)`.
 pub(super) fn scaled_plus_range(k: &Kernel, id: ValueId) -> Option<(i64, ValueId, AxisId)> {
     let Op::Binary(BinaryOp::Add, l, r) = k.value(strip(k, id)).op else { return None };

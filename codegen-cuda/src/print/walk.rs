@@ -108,6 +108,11 @@ pub(super) fn recognise(k: &Kernel) -> Result<Walk, String> {
     if k.parallel_axes().len() != 2 || reduced.len() > 1 {
         return Err("it has other indices than p, n and one reduced q".into());
     }
+    if pattern::masks_read_data(k) {
+        return Err("it skips the terms a mask array marks (a format's padding, where a factor holds \
+                    non-finite values)"
+            .into());
+    }
     let q = reduced.first().copied();
     let at = |axes: &[AxisId]| axes == [p] || (q.is_some() && axes == [p, q.unwrap()]);
     // The float loads: V[p(,q)] and B[K[p(,q)], n].

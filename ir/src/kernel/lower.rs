@@ -18,9 +18,30 @@ use crate::lang::{Access, AssignOp, Atom, BinOp, Diagnostic, Einsum, Expr, Role,
 /// a value's limit: then the largest tile the schedule did not name is
 /// halved until every value fits.
 pub fn lower(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Kernel, Diagnostic> {
+    lower_skipping(einsum, schedule, name, &[])
+}
+
+/// A statement's terms that a kernel skips: those where the index tensor
+/// `tensor`, read at the statement's indices `at`, holds 0. A format's
+/// padding (ELL's and GroupCOO's slots that repeat the slot before, value
+/// 0) adds nothing to a sum of finite terms, but 0 x inf is NaN: where a
+/// factor holds non-finite values, the kernel skips the padding instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkipMask {
+    pub tensor: String,
+    pub at: Vec<String>,
+}
+
+/// [`lower`], skipping the terms `skip` masks off (every mask's 0s).
+pub fn lower_skipping(
+    einsum: &Einsum,
+    schedule: &Schedule,
+    name: &str,
+    skip: &[SkipMask],
+) -> Result<Kernel, Diagnostic> {
     let mut tried = schedule.clone();
     loop {
-        let mut kernel = lower_only(einsum, &tried, name)?;
+        let mut kernel = lower_only_skipping(einsum, &tried, name, skip)?;
         pipeline(&tried).run(&mut kernel).map_err(|e| {
             Diagnostic::new(format!("internal compiler error: {e}"), einsum.statement.span)
                 .with_note("this is a bug in Spindle; please report it with the statement and schedule")
@@ -76,6 +97,15 @@ fn check_tiles(kernel: &Kernel, span: &crate::lang::Span) -> Result<(), Diagnost
 
 /// Lowering without the passes: eager shapes stay eager, sums stay sums.
 pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Kernel, Diagnostic> {
+    lower_only_skipping(einsum, schedule, name, &[])
+}
+
+fn lower_only_skipping(
+    einsum: &Einsum,
+    schedule: &Schedule,
+    name: &str,
+    skip: &[SkipMask],
+) -> Result<Kernel, Diagnostic> {
     let st = &einsum.statement;
     // Parallel axes first, then reduced; within each, the schedule's
     // `order` first, then the statement's order.
@@ -156,6 +186,15 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
     };
 
     let rhs = b.expr(&st.rhs);
+    // `mask[at] >= 1` for each mask of skipped terms (index tensors hold 0
+    // or 1 there).
+    let mut skipped = None;
+    for m in skip {
+        let read = b.load(&Access::new(&m.tensor, m.at.iter().map(|i| Subscript::index(i)).collect()));
+        let one = b.const_int(1);
+        let kept = b.binary(BinaryOp::Ge, read, one);
+        skipped = b.and(skipped, Some(kept));
+    }
     let (index, index_mask, plain) = b.position(&st.lhs);
     let out = b.tensor_id(&st.lhs.tensor.name);
     let reduced: Vec<AxisId> = b.axis_ids(AxisRole::Reduced);
@@ -165,7 +204,8 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
     let owns = plain.len() == parallel.len() && parallel.iter().all(|a| plain.contains(a));
 
     let (accumulate, value, mask, exclusive) = if reduced.is_empty() {
-        (None, rhs, index_mask, owns)
+        let mask = b.and(index_mask, skipped);
+        (None, rhs, mask, owns)
     } else {
         // Every contribution counts once per point of the reduced axes.
         let full = b.shape_of(rhs).into_iter().chain(reduced.iter().copied()).collect::<Vec<_>>();
@@ -176,10 +216,15 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
                 // Innermost reduced axis first: the block axis of a
                 // BlockGroupCOO product, so the matmul pass makes the block
                 // product the `dot` and the group axis a plain sum after it.
+                // The skipped terms are masked off in the first sum, whose
+                // value still has every axis: a skipped term's partial
+                // sums are then the identity.
+                let mut skipped = skipped;
                 for &r in reduced.iter().rev() {
                     // The mask of r alone: an eager mask would carry axes
                     // the partial no longer has.
                     let mask = b.raw_axis_mask(r);
+                    let mask = b.and(mask, skipped.take());
                     let shape = b.shape_of(partial).into_iter().filter(|&a| a != r).collect();
                     partial =
                         b.push(Op::Reduce { reduction, value: partial, axis: r, mask }, shape, Scalar::Float);
@@ -191,6 +236,7 @@ pub fn lower_only(einsum: &Einsum, schedule: &Schedule, name: &str) -> Result<Ke
             Strategy::AtomicPerElement | Strategy::Parallel(_) => {
                 let reduced_masks = b.shape_mask(&reduced);
                 let mask = b.and(index_mask, reduced_masks);
+                let mask = b.and(mask, skipped);
                 (None, rhs, mask, false)
             }
         }

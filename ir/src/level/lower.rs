@@ -715,7 +715,9 @@ pub fn store_levels(
                 Reach::Compressed { pos: id(&names.pos), crd, len: tensors[crd].shape[0] }
             }
             (_, Children::One, Some(crd)) => Reach::Singleton { crd },
-            (_, Children::Fixed(g), Some(crd)) => Reach::Padded { g, crd },
+            (_, Children::Fixed(g), Some(crd)) => {
+                Reach::Padded { g, crd, empty: matches!(spec, FormatSpec::Ell).then_some(val) }
+            }
             (_, _, None) => unreachable!("a stored level has coordinates"),
         };
         levels.push(OperandLevel {

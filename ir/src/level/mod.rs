@@ -141,8 +141,13 @@ pub enum Reach {
     Compressed { pos: Option<TensorId>, crd: TensorId, len: usize },
     /// Exactly one child per parent at `p = parent`, coordinate `crd[p]`.
     Singleton { crd: TensorId },
-    /// Exactly `g` children per parent, `parent * g .. parent * g + g`.
-    Padded { g: usize, crd: TensorId },
+    /// Exactly `g` children per parent, `parent * g .. parent * g + g`;
+    /// a slot that repeats the coordinate before it is padding. `empty`,
+    /// ELL's value array: ELL pads an empty row whole, its first slot
+    /// (coordinate 0, value 0) too, so a row whose slots share one
+    /// coordinate and whose first value is 0 is empty (ELL cannot tell an
+    /// explicit zero from padding).
+    Padded { g: usize, crd: TensorId, empty: Option<TensorId> },
 }
 
 /// The position of a stored tensor at one of its levels, or the root

@@ -73,7 +73,7 @@ impl LevelKernel {
             }
             Reach::Compressed { pos: None, crd, .. } => format!("compressed {}", self.tensor(*crd).name),
             Reach::Singleton { crd } => format!("singleton {}", self.tensor(*crd).name),
-            Reach::Padded { g, crd } => format!("padded({g}) {}", self.tensor(*crd).name),
+            Reach::Padded { g, crd, .. } => format!("padded({g}) {}", self.tensor(*crd).name),
         };
         format!("{} = {} from {} ({kind})", l.position().name(), l.tensor, l.parent().name())
     }

@@ -38,6 +38,7 @@ fn run(
         data: data.clone(),
         text: einsum.statement.to_string(),
         rewritten: false,
+        skip: Vec::new(),
     };
     let schedule = schedule.parse().map_err(|e| format!("schedule: {e}"))?;
     let compiled = prepared.compile(backend, &schedule).map_err(|e| e.to_string())?;
