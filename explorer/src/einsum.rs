@@ -411,14 +411,15 @@ pub(crate) fn emit_output(einsum: &Einsum, result: &ArrayD<f64>, out: Option<&st
 
 /// Says on stderr how many values of an output narrower than f64 are
 /// infinite as it stores them: the reference's beyond the dtype's range,
-/// and a kernel's that overflowed it (a user reading `inf` should hear
-/// why, and how to keep them).
+/// and a kernel's that overflowed it or carried an input's infinity (a
+/// user reading `inf` should hear why, and how to keep them).
 fn note_overflow(name: &str, dtype: ElemType, values: impl Iterator<Item = f64>) {
     if matches!(dtype, ElemType::Value(spindle_formats::DType::F64) | ElemType::Index(_)) {
         return;
     }
     // Finite in f64 (the reference's): beyond the dtype's range for sure.
-    // Infinite already (a kernel's, or a division by zero): either.
+    // Infinite already (a kernel's, a division by zero, an input's
+    // infinity carried through): any of them.
     let (mut beyond, mut infinite) = (0, 0);
     for x in values.filter(|&x| !x.is_nan() && !stored(dtype, x).is_finite()) {
         if x.is_finite() { beyond += 1 } else { infinite += 1 }
@@ -433,7 +434,7 @@ fn note_overflow(name: &str, dtype: ElemType, values: impl Iterator<Item = f64>)
     if infinite > 0 {
         eprintln!(
             "note: {infinite} value(s) of `{name}` are infinite: past {dtype}'s range (`where {name}: f64` keeps \
-             those), or a division by zero"
+             those), a division by zero or an infinite input"
         );
     }
 }
