@@ -302,6 +302,22 @@ impl Problem {
     /// the notebook: the point-cloud layer
     /// `Out[x,m] += Map[x,y,z] * In[y,c] * W[z,c,m]` with Map in GroupCOO.
     pub fn is_program(&self) -> bool {
+        self.runs_as_program(false)
+    }
+
+    /// Whether `run` on `target` runs the text as a program: where
+    /// [`Problem::is_program`] says so, and on a GPU also one plain product
+    /// whose output takes the format of an operand (`S[i,j] = A[i,j] *
+    /// D[i,j]`, S and A in CSR): the GPU's level path assembles no sparse
+    /// output, but a program kernel holds it in the pattern of the operand
+    /// that masks it, one value per stored entry, as SDDMM's.
+    pub fn is_program_on(&self, target: Target) -> bool {
+        self.runs_as_program(target != Target::C)
+    }
+
+    /// `plain_sparse_output`: one product that is not compound counts too
+    /// where its output has a format.
+    fn runs_as_program(&self, plain_sparse_output: bool) -> bool {
         let Ok(statements) = parse_program(self.statement()) else {
             // Several pieces are a program with a mistake, which its parser
             // reports where it is (as one statement, at the first `;`); a
@@ -326,10 +342,11 @@ impl Problem {
                             | FormatSpec::Bcsr { .. })
                     )
                 };
+                let sparse_output = plain_sparse_output && format_of(output).is_some();
                 !inputs.is_empty()
                     && !inputs.iter().all(grouped)
                     && output_fits
-                    && compound(&one.rhs)
+                    && (compound(&one.rhs) || sparse_output)
                     && !indirect(one)
                     && !affine(one)
             }
@@ -370,6 +387,25 @@ impl Problem {
         crate::problem::check_dense_output(&last, &formats)?;
         let once = self.input_sensitive(&program, &formats, &data, schedule);
         let mut run = match (schedule.fusion, once) {
+            (_, _) if backend.target() != Target::C && program.statements.len() == 1 => {
+                // One plain product whose sparse output a GPU's program
+                // kernel holds in its mask's pattern ([`Problem::is_program_on`]):
+                // nothing to fuse, whatever the fusion.
+                return match self.on_device(&program, &formats, &data, backend, schedule, opts)? {
+                    Ok(mut run) => {
+                        // (One statement's kernel is the same under every fusion.)
+                        run.fusion = schedule.fusion;
+                        self.checked(with_notes(run, reordered), &program, &data, check)
+                    }
+                    Err(refused) => {
+                        let why = format!(
+                            "nor does a kernel that holds `{}` in the pattern of an operand that masks it: {refused}",
+                            last.output().name
+                        );
+                        self.statement_kernels(&program, reordered, &why, backend, schedule, opts, check)
+                    }
+                };
+            }
             (Fusion::Maximal, _) => self.run_maximal(self.maximal(&program)?, backend, schedule, opts)?,
             (Fusion::Trie, Some((why, prepared))) => {
                 match self.maximal_or_apart(prepared, why, &program, backend, schedule, opts, check)? {
@@ -566,7 +602,15 @@ impl Problem {
         check: bool,
     ) -> Result<ProgramRun> {
         let fusion = schedule.fusion;
-        let mut run = self.run_each_statement(program, backend, schedule, opts, check)?;
+        let mut run = self.run_each_statement(program, backend, schedule, opts, check).map_err(|e| {
+            // One statement here is a sparse output no GPU program kernel
+            // held ([`Problem::is_program_on`]): why it did not.
+            match (program.statements.len(), e) {
+                (1, e @ (Error::Statement { .. } | Error::OutputShape { .. })) => e,
+                (1, e) => Error::Input(format!("{e}; {why}")),
+                (_, e) => e,
+            }
+        })?;
         run.notes.splice(0..0, reordered);
         if program.statements.len() > 1 {
             run.notes.push(format!(

@@ -1005,3 +1005,47 @@ fn a_temporary_written_twice_runs_its_statements_apart_on_c() {
         }
     }
 }
+
+/// On a GPU, one plain product whose output takes its mask's format
+/// (`S = A .* D`, S and A in CSR or DCSR) runs as a program kernel that
+/// holds S in A's pattern, one value per stored entry, a warp per row
+/// (the GPU's level path assembles no sparse output: it was refused); on C
+/// it stays the level path's assembly. A union, which no operand masks, is
+/// still refused, with both reasons.
+#[test]
+fn a_masked_sparse_output_runs_on_the_emulated_gpu() {
+    use spindle::Target;
+    let sparse = |seed| spindle_formats::generate::uniform::<f64, i64>(20, 20, 60, seed).unwrap();
+    let opts = TimingOptions { warmup: 0, repeats: 1 };
+    let emulate = spindle::EmulateBackend::from_env();
+    for format in ["csr", "dcsr"] {
+        let masked = Problem::new("S[i,j] = A[i,j] * D[i,j]")
+            .tensor("A", sparse(1))
+            .tensor("D", Input::random(&[20, 20], DType::F32, 2))
+            .format("A", format)
+            .format("S", format);
+        assert!(!masked.is_program() && !masked.is_program_on(Target::C));
+        assert!(masked.is_program_on(Target::Emulate) && masked.is_program_on(Target::Cuda));
+        for fusion in ["trie", "none"] {
+            let schedule: Schedule = format!("fusion={fusion}").parse().unwrap();
+            let run = masked.run_program(&emulate, &schedule, opts, true).unwrap();
+            assert!(run.checks.iter().all(|c| c.passed()), "{format} {fusion}: {:?}", run.checks);
+            assert_eq!(run.checks[0].stored, Some(60), "{format}: one value per entry of A");
+            assert!(run.result.iter().any(|x| *x != 0.0));
+            assert!(run.sources[0].contains("t_S[p_A1] +="), "{}", run.sources[0]);
+        }
+    }
+    let union = Problem::new("S[i,j] = A[i,j] + B[i,j]")
+        .tensor("A", sparse(1))
+        .tensor("B", sparse(2))
+        .format("A", "csr")
+        .format("B", "csr")
+        .format("S", "csr");
+    assert!(union.is_program_on(Target::Emulate));
+    let err = union.run_program(&emulate, &Schedule::default(), opts, false).unwrap_err().to_string();
+    assert!(err.contains("sparse outputs are assembled on the C backend only"), "{err}");
+    assert!(
+        err.contains("in the pattern of an operand that masks it") && err.contains("none does here"),
+        "{err}"
+    );
+}

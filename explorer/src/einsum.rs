@@ -539,7 +539,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     let schedule = schedule(c.schedule)?;
     let problem = problem(args)?;
     // A program's kernel is the one `run` runs: its fusion's loop tree.
-    let program = match problem.is_program() {
+    let program = match problem.is_program_on(c.target) {
         true => {
             let (lowered, notes) = problem.program_kernel(&schedule).map_err(reported)?;
             notes.iter().for_each(|n| eprintln!("note: {n}"));
@@ -720,7 +720,7 @@ pub fn run_kernel(args: &DataArgs, run: &RunArgs<'_>) -> Result<()> {
         _ => anyhow!(e),
     })?;
     let problem = problem(args)?;
-    if problem.is_program() {
+    if problem.is_program_on(run.target) {
         return run_program(&problem, backend.as_ref(), run);
     }
     let prepared = prepare(args)?;
