@@ -1007,18 +1007,19 @@ fn a_temporary_written_twice_runs_its_statements_apart_on_c() {
 }
 
 /// On a GPU, one plain product whose output takes its mask's format
-/// (`S = A .* D`, S and A in CSR or DCSR) runs as a program kernel that
-/// holds S in A's pattern, one value per stored entry, a warp per row
-/// (the GPU's level path assembles no sparse output: it was refused); on C
-/// it stays the level path's assembly. A union, which no operand masks, is
-/// still refused, with both reasons.
+/// (`S = A .* D`, S and A in CSR, DCSR or COO) runs as a program kernel
+/// that holds S in A's pattern, one value per stored entry, a warp per row
+/// (COO: per entry, whose position no other warp stores at) (the GPU's
+/// level path assembles no sparse output: it was refused); on C it stays
+/// the level path's assembly. A union, which no operand masks, is still
+/// refused, with both reasons.
 #[test]
 fn a_masked_sparse_output_runs_on_the_emulated_gpu() {
     use spindle::Target;
     let sparse = |seed| spindle_formats::generate::uniform::<f64, i64>(20, 20, 60, seed).unwrap();
     let opts = TimingOptions { warmup: 0, repeats: 1 };
     let emulate = spindle::EmulateBackend::from_env();
-    for format in ["csr", "dcsr"] {
+    for format in ["csr", "dcsr", "coo"] {
         let masked = Problem::new("S[i,j] = A[i,j] * D[i,j]")
             .tensor("A", sparse(1))
             .tensor("D", Input::random(&[20, 20], DType::F32, 2))

@@ -321,11 +321,12 @@ pub fn lower_program(
                 _ => None,
             });
             let Some(t) = found else {
-                // A mask in the output's format whose coordinates repeat
-                // (COO's rows) has positions that are not one per element.
-                let repeats = stored
-                    .iter()
-                    .find(|(t, s)| formats.get(*t) == Some(spec) && s.levels.iter().any(|l| !l.unique));
+                // A mask in the output's format whose last level repeats
+                // coordinates (ELL's and GroupCOO's padding) has positions
+                // that are not one per element.
+                let repeats = stored.iter().find(|(t, s)| {
+                    formats.get(*t) == Some(spec) && s.levels.last().is_some_and(|l| !l.unique)
+                });
                 // (The one in the format, where there is one, is named: "none
                 // does here" was untrue of COO's.)
                 let why = match repeats {
@@ -501,9 +502,18 @@ fn in_pattern(
         // Each of those levels unique: a level whose coordinates repeat
         // (COO's rows) gives one coordinate several positions, and a sum
         // per position is not the sum per coordinate.
-        let depth = (1..=s.levels.len())
-            .take_while(|&n| dims.contains(&s.levels[n - 1].var) && s.levels[n - 1].unique)
-            .last()?;
+        // Where the temporary holds every level's coordinate and the last
+        // level is unique, a position of the last level is one element
+        // even below a level that repeats (COO's rows: stored data are
+        // canonical, no coordinate twice).
+        let whole =
+            s.levels.iter().all(|l| dims.contains(&l.var)) && s.levels.last().is_some_and(|l| l.unique);
+        let depth = match whole {
+            true => s.levels.len(),
+            false => (1..=s.levels.len())
+                .take_while(|&n| dims.contains(&s.levels[n - 1].var) && s.levels[n - 1].unique)
+                .last()?,
+        };
         let walked: Vec<&super::lower::StoredLevel> =
             s.levels[..depth].iter().filter(|l| !matches!(l.reach, Reach::Dense)).collect();
         if walked.is_empty() {
