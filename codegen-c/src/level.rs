@@ -176,9 +176,7 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
     };
     let mut updates = Vec::new();
     updates_under(&kernel.body, &mut updates);
-    let owned = kernel.parallel
-        || coordinate.is_some_and(|v| updates.iter().all(|at| at.contains(&v)))
-        || stores_below_the_walk(kernel);
+    let owned = kernel.parallel || coordinate.is_some_and(|v| updates.iter().all(|at| at.contains(&v)));
     let out_type = kernel.tensor(kernel.output).dtype;
     // `max=` / `min=` count each output element's updates (a fill): in a
     // register of the warp that owns the element.
@@ -445,22 +443,6 @@ fn writes_apart(nodes: &[Node], var: VarId, level: &LevelRef) -> bool {
     let mut writes = Vec::new();
     output_writes(nodes, &mut writes);
     !writes.is_empty() && writes.iter().all(|w| own_write(w, var, level))
-}
-
-/// Whether every write of the output is a store into the pattern held at
-/// the positions of the outermost walk's level or of a level of its tensor
-/// below it: each position is visited by one iteration, so the iterations
-/// write apart even where the level's coordinates repeat (COO's rows).
-fn stores_below_the_walk(kernel: &LevelKernel) -> bool {
-    let [Node::Merge { levels, full: false, .. }] = &kernel.body[..] else { return false };
-    let [walked] = &levels[..] else { return false };
-    let mut writes = Vec::new();
-    output_writes(&kernel.body, &mut writes);
-    !writes.is_empty()
-        && writes.iter().all(|w| {
-            matches!(w, Write::Store(Place::Position(Position::Level { tensor, level }, then))
-                if *tensor == walked.tensor && *level >= walked.level && then.is_empty())
-        })
 }
 
 /// An output write: an update's coordinates, or a store's place.

@@ -396,8 +396,9 @@ pub fn lower_program(
 }
 
 /// Whether the iterations of the one outermost loop (a dense loop, or a
-/// walk of a unique level) write apart: every update of the output at the
-/// loop's variable in its first dimension, every temporary a slice of the
+/// walk of one level) write apart: every update of the output at the
+/// loop's variable in its first dimension (none where the walked level's
+/// coordinates repeat), every temporary a slice of the
 /// iteration (kept without that variable) or held in the pattern of an
 /// operand whose first level the loop binds (positions apart per row), and
 /// so the output held in a pattern. Then the loop runs on threads, each
@@ -408,14 +409,10 @@ fn rows_apart(
     stored: &BTreeMap<String, Stored>,
     pattern: Option<&str>,
 ) -> bool {
-    // (A level whose coordinates repeat, COO's rows, gives one row to
-    // several iterations, which threads would update at once.)
-    let var = match body {
-        [Node::Dense { var, .. }] => *var,
-        [Node::Merge { var, levels, full: false, .. }]
-            if levels.len() == 1 && stored[&levels[0].tensor].levels[levels[0].level].unique =>
-        {
-            *var
+    let (var, unique) = match body {
+        [Node::Dense { var, .. }] => (*var, true),
+        [Node::Merge { var, levels, full: false, .. }] if levels.len() == 1 => {
+            (*var, stored[&levels[0].tensor].levels[levels[0].level].unique)
         }
         _ => return false,
     };
@@ -425,7 +422,15 @@ fn rows_apart(
         Addressing::Position(Position::Level { tensor, .. }, _) => rows_of(tensor),
         Addressing::Position(Position::Root, _) => false,
     });
-    slices && pattern.is_none_or(rows_of) && updates_at_row(body, var)
+    // A level whose coordinates repeat (COO's rows) gives one row to
+    // several iterations, which threads would update at once; each stored
+    // position is still one iteration's, so stores into an output held in
+    // the level's pattern (or a temporary's) write apart.
+    let writes_apart = match unique {
+        true => updates_at_row(body, var),
+        false => !Node::any(body, &|n| matches!(n, Node::Update { .. })),
+    };
+    slices && pattern.is_none_or(rows_of) && writes_apart
 }
 
 /// Whether some access of local `id` in `nodes` is at `var`.
