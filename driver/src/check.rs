@@ -47,6 +47,24 @@ pub fn max_rel_error_entries(got: &Coo<f64, i64>, want: &Coo<f64, i64>) -> f64 {
     relative(got.val.iter().copied().zip(want.val.iter().copied()), want.val.iter().copied())
 }
 
+/// Max |got − want| over the largest finite |want| between a sparse
+/// output's entries and the reference's (as [`max_rel_error`]), where
+/// their coordinates may differ: a coordinate one side lacks holds 0
+/// there (a reference entry the kernel did not store is an error of its
+/// size, a stored entry off the reference's must be 0).
+pub fn max_rel_error_union(got: &Coo<f64, i64>, want: &Coo<f64, i64>) -> f64 {
+    if got.shape != want.shape {
+        return f64::INFINITY;
+    }
+    let at = |coo: &Coo<f64, i64>, e: usize| -> Vec<i64> { coo.crd.iter().map(|c| c[e]).collect() };
+    let mut wanted: std::collections::HashMap<Vec<i64>, f64> =
+        (0..want.val.len()).map(|e| (at(want, e), want.val[e])).collect();
+    let mut pairs: Vec<(f64, f64)> =
+        (0..got.val.len()).map(|e| (got.val[e], wanted.remove(&at(got, e)).unwrap_or(0.0))).collect();
+    pairs.extend(wanted.into_values().map(|w| (0.0, w)));
+    relative(pairs.into_iter(), want.val.iter().copied())
+}
+
 /// The largest error over `pairs` (got, want), relative to the largest
 /// finite `want`.
 fn relative(pairs: impl Iterator<Item = (f64, f64)>, want: impl Iterator<Item = f64>) -> f64 {

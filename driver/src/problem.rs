@@ -713,6 +713,102 @@ impl Prepared {
         Some(spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| Error::statement(d, &text)))
     }
 
+    /// The reference's entries of a sparse output that a stored operand
+    /// masks: a product with a factor `M` read at the output's indices
+    /// (SDDMM's `S[i,j] = A[i,j] * ...`) is zero off M's entries, so the
+    /// statement is evaluated at those alone, one output entry a point
+    /// (`S[p] = A_val[p] * U[A_crd0[p],k] * ...`): the check of an output
+    /// too big to compare dense (535M elements on ca-CondMat). `None` where
+    /// no operand masks the output, or another stored operand does not fit
+    /// dense.
+    pub fn reference_entries(&self) -> Option<Result<Coo<f64, i64>>> {
+        use spindle_ir::lang::{AssignOp, Atom, Expr};
+        let stored = self.stored.as_ref()?;
+        let statement = &stored.original.statement;
+        let lhs = &statement.lhs;
+        let output = &lhs.tensor.name;
+        fn product(e: &Expr) -> bool {
+            match e {
+                Expr::Binary { op: spindle_ir::lang::BinOp::Mul, lhs, rhs, .. } => {
+                    product(lhs) && product(rhs)
+                }
+                Expr::Neg { expr, .. } => product(expr),
+                Expr::Access(_) | Expr::Literal { .. } => true,
+                _ => false,
+            }
+        }
+        let summed = matches!(statement.op, AssignOp::Assign | AssignOp::AddAssign);
+        if !summed
+            || self.output_has_data()
+            || stored.entries.contains_key(output)
+            || !product(&statement.rhs)
+        {
+            return None;
+        }
+        let plain = |a: &spindle_ir::lang::Access| -> Option<Vec<String>> {
+            a.subscripts.iter().map(|x| x.as_index().map(|i| i.name.clone())).collect()
+        };
+        let mut out_indices = plain(lhs)?;
+        out_indices.sort();
+        let accesses = statement.rhs.accesses();
+        let mask = accesses.iter().find(|a| {
+            let name = &a.tensor.name;
+            stored.entries.contains_key(name)
+                && accesses.iter().filter(|b| b.tensor.name == *name).count() == 1
+                && plain(a).is_some_and(|mut ix| {
+                    ix.sort();
+                    ix == out_indices
+                })
+        })?;
+        let (_, _, rewritten) = self.over_entries(stored, &[&mask.tensor.name])?;
+        // Each output subscript is now a coordinate array read at the
+        // entry's position `X[p]`: the output is written at `[p]`.
+        let mut at: Option<spindle_ir::lang::Subscript> = None;
+        let mut coordinates = Vec::new();
+        for x in &rewritten.statement.lhs.subscripts {
+            let [term] = &x.terms[..] else { return None };
+            let Atom::Indirect(read) = &term.atom else { return None };
+            let ([position], 1, 0) = (&read.subscripts[..], term.coeff, x.offset) else { return None };
+            let name = |x: &spindle_ir::lang::Subscript| x.as_index().map(|i| i.name.clone());
+            if name(position).is_none() || at.as_ref().is_some_and(|a| name(a) != name(position)) {
+                return None;
+            }
+            at = Some(position.clone());
+            let Some(TensorValue::Indices(crd)) = rewritten.tensors.get(&read.tensor.name) else {
+                return None;
+            };
+            coordinates.push(crd.iter().copied().collect::<Vec<i64>>());
+        }
+        let entries = coordinates.first()?.len();
+        let mut rewrite = rewritten.statement.clone();
+        rewrite.lhs.subscripts = vec![at?];
+        let mut declarations = rewritten.all_declarations(&stored.original);
+        declarations.get_mut(output)?.shape = vec![entries];
+        let text = rewrite.to_string();
+        let einsum = check(&parse(&text).ok()?, &declarations).ok()?;
+        let mut data = self.data.clone();
+        data.remove(output);
+        for (name, coo) in stored.entries.iter().filter(|(n, _)| !rewritten.replaced.contains(n)) {
+            if !fits_dense(&coo.shape) {
+                return None;
+            }
+            match coo.to_ndarray() {
+                Ok(values) => data.insert(name.clone(), TensorValue::Values(values)),
+                Err(e) => return Some(Err(e.into())),
+            };
+        }
+        for name in &rewritten.replaced {
+            data.remove(name);
+        }
+        data.extend(rewritten.tensors);
+        let shape = stored.original.output().shape.clone();
+        Some(
+            spindle_ir::eval::evaluate(&einsum, &data)
+                .map_err(|d| Error::statement(d, &text))
+                .and_then(|values| Ok(Coo::new(shape, coordinates, values.iter().copied().collect())?)),
+        )
+    }
+
     /// The statement with `names` rewritten over their entries in COO:
     /// checked, as text, and the rewrite; `None` where the rewrite does not
     /// take them.

@@ -302,6 +302,43 @@ pub fn propagate(
     formats: &BTreeMap<String, FormatSpec>,
 ) -> Vec<IndexTree> {
     let once = |t: &str, index: &str| walks_each_once(program, formats, t, index);
+    // A mask whose coordinates repeat above a unique last level (COO's
+    // rows) is one element per position where a loop nest walks all of
+    // its levels: it propagates into a statement that carries each of its
+    // levels' indices (`lhs`), and lands only where it lands whole.
+    let whole = |t: &str| whole_levels(program, formats, t);
+    let walkable = |t: &str, index: &str, lhs: &crate::lang::Access| {
+        once(t, index)
+            || whole(t).is_some_and(|names| {
+                names
+                    .iter()
+                    .all(|n| lhs.subscripts.iter().any(|s| s.as_index().is_some_and(|i| i.name == *n)))
+            })
+    };
+    // Makes the dense loops of `tree` named in `proposed` walk their masks
+    // (`(index, mask)`), each mask that repeats coordinates only where it
+    // is proposed (or walked already) at every level; whether any changed.
+    let walk = |tree: &mut IndexTree, proposed: &[(String, String)]| {
+        let mut changed = false;
+        for (index, mask) in proposed {
+            let lands = once(mask, index)
+                || whole(mask).is_some_and(|names| {
+                    names.iter().all(|n| {
+                        proposed.iter().any(|(i, m)| i == n && m == mask)
+                            || tree
+                                .loops
+                                .iter()
+                                .any(|l| l.index == *n && l.space == Space::Sparse(mask.clone()))
+                    })
+                });
+            let dense = tree.loops.iter_mut().find(|l| l.index == *index && l.space == Space::Dense);
+            if let (true, Some(l)) = (lands, dense) {
+                l.space = Space::Sparse(mask.clone());
+                changed = true;
+            }
+        }
+        changed
+    };
     let mut trees = trees.to_vec();
     let products: Vec<bool> = program.statements.iter().map(|e| is_product(&e.statement.rhs)).collect();
     let writer =
@@ -327,6 +364,7 @@ pub fn propagate(
             let reads =
                 |m: &str| program.statements[p].statement.rhs.accesses().iter().any(|a| a.tensor.name == m);
             let readers: Vec<usize> = (p + 1..trees.len()).filter(|&c| writer(name, c) == Some(p)).collect();
+            let mut proposed = Vec::new();
             for d in 0..lhs.subscripts.len() {
                 let Some(own) = index_at(lhs, d) else { continue };
                 // The mask each read of dimension `d` needs, `None` for
@@ -336,7 +374,9 @@ pub fn propagate(
                 let mut needs = readers.iter().flat_map(|&c| {
                     let walked =
                         trees[c].loops.iter().find(|l| l.index == own).and_then(|l| match &l.space {
-                            Space::Sparse(m) if m != name && once(m, &own) && !reads(m) => Some(m.clone()),
+                            Space::Sparse(m) if m != name && walkable(m, &own, lhs) && !reads(m) => {
+                                Some(m.clone())
+                            }
                             _ => None,
                         });
                     program.statements[c]
@@ -357,12 +397,9 @@ pub fn propagate(
                 if !needs.all(|m| m.as_ref() == Some(&mask)) {
                     continue;
                 }
-                if let Some(l) = trees[p].loops.iter_mut().find(|l| l.index == own && l.space == Space::Dense)
-                {
-                    l.space = Space::Sparse(mask);
-                    changed = true;
-                }
+                proposed.push((own, mask));
             }
+            changed |= walk(&mut trees[p], &proposed);
         }
         // Forward: a temporary computed over sparse coordinates in some of
         // its dimensions holds entries only there.
@@ -373,7 +410,7 @@ pub fn propagate(
                 .filter_map(|d| {
                     let i = index_at(lhs, d)?;
                     let l = trees[p].loops.iter().find(|l| l.index == i)?;
-                    matches!(&l.space, Space::Sparse(t) if once(t, &i)).then(|| (d, l.space.clone()))
+                    matches!(&l.space, Space::Sparse(t) if walkable(t, &i, lhs)).then(|| (d, l.space.clone()))
                 })
                 .collect();
             if !products[p] || sparse_dims.is_empty() {
@@ -406,12 +443,15 @@ pub fn propagate(
                     let Space::Sparse(t) = sp else { return false };
                     program.statements[c].statement.rhs.accesses().iter().any(|a| a.tensor.name == *t)
                 };
-                for l in trees[c].loops.iter_mut().filter(|l| l.space == Space::Dense) {
-                    if let Some((_, sp)) = reads.iter().find(|(i, sp)| *i == l.index && !walks_itself(sp)) {
-                        l.space = sp.clone();
-                        changed = true;
-                    }
-                }
+                let proposed: Vec<(String, String)> = reads
+                    .iter()
+                    .filter(|(_, sp)| !walks_itself(sp))
+                    .filter_map(|(i, sp)| match sp {
+                        Space::Sparse(m) => Some((i.clone(), m.clone())),
+                        Space::Dense => None,
+                    })
+                    .collect();
+                changed |= walk(&mut trees[c], &proposed);
             }
         }
         if !changed {
@@ -460,6 +500,27 @@ fn carried(
         let Some(above) = name(access, l.dim) else { return false };
         (0..lhs.subscripts.len()).any(|d| name(lhs, d) == Some(above) && name(read, d) == Some(above))
     })
+}
+
+/// The index names of stored operand `t`'s levels (as first read) where
+/// its last level is unique, so that a position there is one element even
+/// below levels whose coordinates repeat (COO's rows; stored data are
+/// canonical).
+fn whole_levels(program: &Program, formats: &BTreeMap<String, FormatSpec>, t: &str) -> Option<Vec<String>> {
+    let spec = formats.get(t)?;
+    let (access, info) = program.statements.iter().find_map(|e| {
+        let access = e.statement.rhs.accesses().into_iter().find(|a| a.tensor.name == t)?;
+        Some((access.clone(), e.tensors.get(t)?.clone()))
+    })?;
+    let levels = spec.levels(&info.shape).ok()?;
+    let blocked = levels.iter().any(|l| l.part != spindle_formats::level::DimPart::Whole);
+    if blocked || !levels.last()?.format.unique() {
+        return None;
+    }
+    levels
+        .iter()
+        .map(|l| access.subscripts.get(l.dim).and_then(|s| s.as_index()).map(|i| i.name.clone()))
+        .collect()
 }
 
 /// Whether stored operand `t` holds each coordinate of `index` once: the
@@ -651,7 +712,53 @@ pub fn unfused(program: &Program, trees: &[IndexTree]) -> Vec<Node> {
 /// common prefixes fuse: a statement's deeper loops stay its own.
 pub fn trie_fuse(program: &Program, forest: Vec<Node>, formats: &BTreeMap<String, FormatSpec>) -> Vec<Node> {
     let deps = dependences(program);
-    fuse_level(program, forest, &deps, formats)
+    // Loops over a mask whose coordinates repeat (COO's rows) fuse where
+    // the fused nest walks it down to one element; where the levels below
+    // did not fuse after all, fusion keeps to reads there.
+    let fused = fuse_level(program, forest.clone(), &deps, formats, true);
+    match fused.iter().all(|n| walks_whole(program, n, &deps, formats)) {
+        true => fused,
+        false => fuse_level(program, forest, &deps, formats, false),
+    }
+}
+
+/// Whether each loop of `node` over a mask whose coordinates repeat, where
+/// two of its statements depend other than by reading, holds both inside
+/// one loop over the mask's last level (one element an iteration).
+fn walks_whole(
+    program: &Program,
+    node: &Node,
+    deps: &[Dependence],
+    formats: &BTreeMap<String, FormatSpec>,
+) -> bool {
+    let Node::Loop { index, space, children, .. } = node else { return true };
+    let inside = |n: &Node, d: &Dependence| {
+        let mut s = Vec::new();
+        n.statements(&mut s);
+        s.contains(&d.from) && s.contains(&d.to)
+    };
+    fn last_loops<'a>(n: &'a Node, index: &str, mask: &str, out: &mut Vec<&'a Node>) {
+        if let Node::Loop { index: i, space, children, .. } = n {
+            match *i == index && *space == Space::Sparse(mask.to_string()) {
+                true => out.push(n),
+                false => children.iter().for_each(|c| last_loops(c, index, mask, out)),
+            }
+        }
+    }
+    let holds = match space {
+        Space::Sparse(t) if !walks_each_once(program, formats, t, index) => {
+            let last = whole_levels(program, formats, t).and_then(|names| names.last().cloned());
+            deps.iter().filter(|d| d.kind != DependenceKind::Input && inside(node, d)).all(|d| {
+                let mut loops = Vec::new();
+                if let Some(last) = &last {
+                    last_loops(node, last, t, &mut loops);
+                }
+                loops.iter().any(|l| inside(l, d))
+            })
+        }
+        _ => true,
+    };
+    holds && children.iter().all(|c| walks_whole(program, c, deps, formats))
 }
 
 /// Whether dependence `d` stays inside one iteration of a fused loop over
@@ -679,6 +786,7 @@ fn fuse_level(
     nodes: Vec<Node>,
     deps: &[Dependence],
     formats: &BTreeMap<String, FormatSpec>,
+    whole_masks: bool,
 ) -> Vec<Node> {
     let n = nodes.len();
     let members: Vec<Vec<usize>> = nodes
@@ -703,9 +811,23 @@ fn fuse_level(
             // Over a level whose coordinates repeat (COO's or GroupCOO's
             // rows), one iteration holds part of a coordinate's entries: a
             // value the first statement sums there is not complete when
-            // the second reads it, so only reads may share that loop.
+            // the second reads it, so only reads may share that loop;
+            // unless (`whole_masks`) each dependence stays at one element
+            // of the mask (at every level's index), whose last level is
+            // unique, so the nest fused down to it walks one element an
+            // iteration (checked after: `walks_whole`).
+            let joined = |t: &str| {
+                whole_masks
+                    && whole_levels(program, formats, t).is_some_and(|names| {
+                        names.contains(i)
+                            && deps
+                                .iter()
+                                .filter(|d| members[a].contains(&d.from) && members[b].contains(&d.to))
+                                .all(|d| names.iter().all(|n| loop_independent(program, d, n)))
+                    })
+            };
             let whole = match s {
-                Space::Sparse(t) => walks_each_once(program, formats, t, i),
+                Space::Sparse(t) => walks_each_once(program, formats, t, i) || joined(t),
                 Space::Dense => true,
             };
             i == j
@@ -768,7 +890,8 @@ fn fuse_level(
     out.into_iter()
         .map(|node| match node {
             Node::Loop { index, extent, space, children } => {
-                Node::Loop { index, extent, space, children: fuse_level(program, children, deps, formats) }
+                let children = fuse_level(program, children, deps, formats, whole_masks);
+                Node::Loop { index, extent, space, children }
             }
             compute => compute,
         })

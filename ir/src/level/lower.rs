@@ -906,13 +906,31 @@ fn place_workspace(
         .collect();
     // A loop appends in order where it visits each coordinate once, in
     // increasing order: a dense loop, or walks of ordered, unique levels.
+    // An output level whose coordinates repeat (COO's rows, appended with
+    // the singleton levels below it, one entry per leaf) takes a walk of a
+    // stored level whose coordinates repeat too where the stored levels
+    // below it are singletons of the output's next coordinates, down to a
+    // unique one: each position is then one element, and positions come
+    // in the output's order (stored data are canonical).
+    let head = assembly.leaf_head();
+    let run_of = |s: &Stored, at: usize| {
+        let Some(out) = levels.iter().position(|l| l.var == s.levels[at].var) else { return false };
+        let below = &s.levels[at..];
+        out >= head
+            && levels.len() - out == below.len()
+            && below.iter().zip(&levels[out..]).all(|(b, o)| b.var == o.var && b.ordered)
+            && below[1..].iter().all(|b| matches!(b.reach, Reach::Singleton { .. }))
+            && below.last().is_some_and(|b| b.unique)
+    };
     let in_order = |n: &str| {
         let v = var_named(n);
-        stored
+        let walks: Vec<(&Stored, usize)> = stored
             .values()
-            .flat_map(|s| &s.levels)
-            .filter(|l| l.var == v)
-            .all(|l| matches!(l.reach, Reach::Dense) || (l.ordered && l.unique))
+            .flat_map(|s| (0..s.levels.len()).map(move |at| (s, at)))
+            .filter(|(s, at)| s.levels[*at].var == v && !matches!(s.levels[*at].reach, Reach::Dense))
+            .collect();
+        walks.iter().all(|(s, at)| s.levels[*at].ordered && s.levels[*at].unique)
+            || matches!(walks[..], [(s, at)] if run_of(s, at))
     };
     let names: Vec<String> = order.iter().map(|&v| name(v)).collect();
     let decision = decide(&names, &output, &in_order);
