@@ -68,7 +68,7 @@ pub fn print_level_with(
         .filter(|t| !t.output && !t.dtype.is_index())
         .map(|t| t.shape.iter().product::<usize>())
         .sum();
-    p.threads = kernel.parallel && (read >= serial_work || has_workspace(&kernel.body));
+    p.threads = (kernel.parallel || kernel.row_runs) && (read >= serial_work || has_workspace(&kernel.body));
     p.print(symbol);
     Ok(p.out)
 }
@@ -1141,7 +1141,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 ))
             };
             let another = k.assembly.as_ref().and_then(walks_another);
-            let why = match (k.parallel, &k.assembly) {
+            let why = match (k.parallel || k.row_runs, &k.assembly) {
                 (false, _) if k.idle() => "the product is 0, so the loops have nothing to do",
                 (false, Some(a)) if a.levels.first().is_some_and(|l| !l.format.locate()) => {
                     "the sparse output's first level is compressed, so its entries are appended in order; \
@@ -1320,7 +1320,10 @@ impl<'k, D: Dialect> Printer<'k, D> {
         // Each thread's own temporaries, in the parallel region.
         let private = self.threads && k.locals.values().any(|l| l.private);
         let buffers = self.has_subsect_buffers();
-        let region = workspace || private || buffers;
+        // Whole runs of a row's positions per thread: the outermost loop
+        // takes its bounds from the thread's number, in a region.
+        let runs = self.threads && k.row_runs;
+        let region = workspace || private || buffers || runs;
         if region {
             if self.threads {
                 self.line(d, &format!("#pragma omp parallel {threads}"));
@@ -1337,7 +1340,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 self.subsect_buffers(d);
             }
         }
-        if self.threads && !self.one_pass {
+        if self.threads && !self.one_pass && !runs {
             self.line(d, "// Each iteration of the outermost loop writes its own output elements.");
             match region {
                 true => self.line(d, &format!("#pragma omp for {schedule}")),
@@ -1353,7 +1356,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
         if private {
             self.free_locals(d, |l| l.private);
         }
-        if (private || buffers) && !workspace {
+        if (private || buffers || runs) && !workspace {
             self.line(depth, "}");
         }
         if workspace {
@@ -2535,7 +2538,34 @@ impl<'k, D: Dialect> Printer<'k, D> {
         // The end in a local, where stores in the body (a workspace's)
         // could alias the positions for all the compiler knows; not in the
         // outermost loop, which OpenMP may take (one variable in its init).
-        match self.bound.is_empty() && self.position_loops == 0 {
+        let outermost = self.bound.is_empty() && self.position_loops == 0;
+        match outermost {
+            true if self.threads && self.k.row_runs => {
+                // An even share of the positions, each end moved past the
+                // run of the row it falls in: a row's positions are one
+                // thread's (the level is ordered), so its updates are too.
+                let crd = self.crd(l).to_string();
+                self.line(
+                    depth,
+                    "const int64_t r_tid = omp_get_thread_num(), r_team = omp_get_num_threads();",
+                );
+                self.line(depth, &format!("const int64_t r_begin = {begin}, r_end = {end};"));
+                self.line(depth, "int64_t r_lo = r_begin + (r_end - r_begin) * r_tid / r_team;");
+                self.line(depth, "int64_t r_hi = r_begin + (r_end - r_begin) * (r_tid + 1) / r_team;");
+                self.line(
+                    depth,
+                    &format!(
+                        "while (r_lo > r_begin && r_lo < r_end && {crd}[r_lo] == {crd}[r_lo - 1]) r_lo++;"
+                    ),
+                );
+                self.line(
+                    depth,
+                    &format!(
+                        "while (r_hi > r_begin && r_hi < r_end && {crd}[r_hi] == {crd}[r_hi - 1]) r_hi++;"
+                    ),
+                );
+                self.line(depth, &format!("for (int64_t {p} = r_lo; {p} < r_hi; {p}++) {{"));
+            }
             true => self.line(depth, &format!("for (int64_t {p} = {begin}; {p} < {end}; {p}++) {{")),
             false => self.line(
                 depth,

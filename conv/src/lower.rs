@@ -234,6 +234,7 @@ pub fn lower(
         reduction,
         init,
         parallel,
+        row_runs: false,
         lanes_over_positions: false,
         lanes: 32,
         locals: PrimaryMap::new(),

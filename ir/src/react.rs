@@ -295,7 +295,9 @@ fn factors(e: &crate::lang::Expr) -> Vec<&crate::lang::Access> {
 ///
 /// Only coordinates that appear once each propagate (`formats` says which
 /// levels are unique): COO's rows repeat, and a loop of another statement
-/// walking them would visit a row once per entry.
+/// walking them would visit a row once per entry. A mask walked whole
+/// does ([`whole_levels`]): into a statement that carries every level's
+/// index, each position of the last level one element.
 pub fn propagate(
     program: &Program,
     trees: &[IndexTree],
@@ -503,9 +505,12 @@ fn carried(
 }
 
 /// The index names of stored operand `t`'s levels (as first read) where
-/// its last level is unique, so that a position there is one element even
-/// below levels whose coordinates repeat (COO's rows; stored data are
-/// canonical).
+/// a position of its last level is one element even below levels whose
+/// coordinates repeat: the last level unique (COO's rows; stored data are
+/// canonical), or padded (GroupCOO's, ELL's), whose padding repeats the
+/// coordinate before it with value 0, so a product that walks it adds a
+/// term of 0 (the kernels skip the padding where a dense factor is not
+/// finite).
 fn whole_levels(program: &Program, formats: &BTreeMap<String, FormatSpec>, t: &str) -> Option<Vec<String>> {
     let spec = formats.get(t)?;
     let (access, info) = program.statements.iter().find_map(|e| {
@@ -514,7 +519,8 @@ fn whole_levels(program: &Program, formats: &BTreeMap<String, FormatSpec>, t: &s
     })?;
     let levels = spec.levels(&info.shape).ok()?;
     let blocked = levels.iter().any(|l| l.part != spindle_formats::level::DimPart::Whole);
-    if blocked || !levels.last()?.format.unique() {
+    let last = levels.last()?.format;
+    if blocked || !(last.unique() || matches!(last, spindle_formats::LevelFormat::Padded(_))) {
         return None;
     }
     levels

@@ -41,7 +41,7 @@ pub struct Lowered {
 pub(super) struct StoredLevel {
     pub(super) var: VarId,
     pub(super) reach: Reach,
-    ordered: bool,
+    pub(super) ordered: bool,
     pub(super) unique: bool,
     pub(super) extent: usize,
 }
@@ -219,6 +219,7 @@ fn lower_as_read(
         reduction,
         init,
         parallel: false,
+        row_runs: false,
         lanes_over_positions: matches!(schedule.strategy, Strategy::Parallel(_)),
         lanes: match schedule.strategy {
             Strategy::Parallel(Some(r)) => r,

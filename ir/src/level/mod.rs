@@ -517,6 +517,11 @@ pub struct LevelKernel {
     /// The outermost loop runs on CPU threads: its iterations write
     /// disjoint output elements.
     pub parallel: bool,
+    /// The outermost loop walks a root level whose coordinates repeat
+    /// (COO's rows) and its iterations write apart by row: on CPU threads,
+    /// each takes whole runs of a row's positions (Sgap's segment
+    /// ownership). Not `parallel`: a warp per position still shares rows.
+    pub row_runs: bool,
     /// `reduce=parallel`: on a GPU, a warp splits its row's positions over
     /// its lanes, which add their sums by shuffles for one lane to write
     /// (paper 004's RB+PR, ⟨1/32 row, 1 col⟩), instead of splitting the

@@ -307,6 +307,9 @@ impl fmt::Display for LevelKernel {
         if self.parallel {
             writeln!(f, "  parallel outermost loop")?;
         }
+        if self.row_runs {
+            writeln!(f, "  outermost loop on threads in whole runs of a row")?;
+        }
         for local in self.locals.values() {
             let dims: Vec<String> = local.shape.iter().map(usize::to_string).collect();
             match dims.is_empty() {

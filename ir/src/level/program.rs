@@ -376,7 +376,7 @@ pub fn lower_program(
         pattern: pattern.as_deref(),
     };
     let body = lowerer.nodes(forest, &BTreeSet::new())?;
-    let parallel = rows_apart(&body, &local_of, &stored, pattern.as_deref());
+    let (parallel, row_runs) = rows_apart(&body, &local_of, &stored, pattern.as_deref());
     let kernel = LevelKernel {
         name: name.to_string(),
         tensors,
@@ -386,6 +386,7 @@ pub fn lower_program(
         reduction: Reduction::Sum,
         init,
         parallel,
+        row_runs,
         lanes_over_positions: false,
         lanes: 32,
         locals,
@@ -402,19 +403,24 @@ pub fn lower_program(
 /// iteration (kept without that variable) or held in the pattern of an
 /// operand whose first level the loop binds (positions apart per row), and
 /// so the output held in a pattern. Then the loop runs on threads, each
-/// with its own slices.
+/// with its own slices: the first of the two answers. The second: where
+/// the loop walks a root level whose coordinates repeat (COO's rows) and
+/// every update is at its row, the iterations write apart in whole runs
+/// of a row's positions.
 fn rows_apart(
     body: &[Node],
     local_of: &BTreeMap<String, (LocalId, Addressing)>,
     stored: &BTreeMap<String, Stored>,
     pattern: Option<&str>,
-) -> bool {
-    let (var, unique) = match body {
-        [Node::Dense { var, .. }] => (*var, true),
+) -> (bool, bool) {
+    let (var, unique, root) = match body {
+        [Node::Dense { var, .. }] => (*var, true, false),
         [Node::Merge { var, levels, full: false, .. }] if levels.len() == 1 => {
-            (*var, stored[&levels[0].tensor].levels[levels[0].level].unique)
+            let level = &stored[&levels[0].tensor].levels[levels[0].level];
+            // (Runs of a row are contiguous where the level is ordered.)
+            (*var, level.unique, levels[0].level == 0 && level.ordered)
         }
-        _ => return false,
+        _ => return (false, false),
     };
     let rows_of = |t: &str| stored.get(t).is_some_and(|s| s.levels[0].var == var);
     let slices = local_of.values().all(|(id, addressing)| match addressing {
@@ -430,7 +436,9 @@ fn rows_apart(
         true => updates_at_row(body, var),
         false => !Node::any(body, &|n| matches!(n, Node::Update { .. })),
     };
-    slices && pattern.is_none_or(rows_of) && writes_apart
+    let apart = slices && pattern.is_none_or(rows_of);
+    let runs = !unique && root && !writes_apart && updates_at_row(body, var);
+    (apart && writes_apart, apart && runs)
 }
 
 /// Whether some access of local `id` in `nodes` is at `var`.
