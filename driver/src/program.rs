@@ -814,8 +814,8 @@ impl Problem {
     /// [`input_sensitive`] fusion, or a trie forest whose loops would do
     /// many times the products of the statements substituted into one
     /// ([`forest_products`]: a temporary kept dense where no stored
-    /// operand's coordinates reach its loops, as under COO, whose repeated
-    /// rows do not propagate), where the substituted statement can be
+    /// operand's coordinates reach its loops, as where its reader reads it
+    /// transposed, `T1[j,i]`), where the substituted statement can be
     /// prepared (with that statement, prepared): a stored operand read at
     /// two subscripts after substitution (`s = y[i] * y[i]` with `y` from
     /// `A`) cannot, and trie, as asked, runs the statements instead of
