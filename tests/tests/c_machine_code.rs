@@ -112,7 +112,7 @@ fn tile_reductions_read_gathered_rows_contiguously() {
 
 /// Dot products compile to packed adds (or fused multiply-adds) on the
 /// line that sums: SDDMM's over k (D stored column-major, trie-fused:
-/// summed in a register) and a dense matrix-vector product over dense
+/// summed in a register; over COO too) and a dense matrix-vector product over dense
 /// levels (y's element summed in a register first). gcc reassociates a sum into lanes only under the loop's
 /// `reduction` clause; without it the line is a chain of scalar adds.
 #[test]
@@ -132,9 +132,19 @@ fn dot_products_sum_in_packed_lanes() {
         .tensor("A", values(&[24, 40], 3))
         .format("A", "dd")
         .tensor("x", values(&[40], 4));
-    for (problem, schedule, sum) in
-        [(sddmm, "fusion=trie threads=1", "l_T1 +="), (matvec, "fusion=none threads=1", "dot +=")]
-    {
+    // Over COO (its column level a singleton, one position under each
+    // row entry): printed as a loop of one trip, the dot product inside
+    // stayed scalar (SDDMM into SpMM at 2.6x CSR's time).
+    let coo_chain = Problem::new("S[i,j] = A[i,j] * X[i,k] * Y[j,k]; Z[i,n] = S[i,j] * X[j,n]")
+        .tensor("A", random_sparse(&[30, 30], 0.1, 6))
+        .format("A", "coo")
+        .tensor("X", values(&[30, 32], 5))
+        .tensor("Y", values(&[30, 32], 6));
+    for (problem, schedule, sum) in [
+        (sddmm, "fusion=trie threads=1", "l_T1 +="),
+        (matvec, "fusion=none threads=1", "dot +="),
+        (coo_chain, "fusion=trie threads=1", "l_T1 +="),
+    ] {
         let ran = run_checked(&problem, schedule);
         let source = &ran.sources[0];
         let Some(code) = disassembly(source) else { return };
