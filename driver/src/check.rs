@@ -65,6 +65,17 @@ pub fn max_rel_error_union(got: &Coo<f64, i64>, want: &Coo<f64, i64>) -> f64 {
     relative(pairs.into_iter(), want.val.iter().copied())
 }
 
+/// The check of a sparse output `got` against the reference's entries
+/// `want` ([`max_rel_error_union`]), the reference rounded to `dtype`.
+pub fn check_entries(got: &Assembled, want: Coo<f64, i64>, dtype: ElemType, tolerance: f64) -> Result<Check> {
+    let want = Coo { val: want.val.iter().map(|w| as_stored(dtype, *w)).collect(), ..want };
+    Ok(Check {
+        max_rel_error: max_rel_error_union(&entries(got)?, &want),
+        tolerance,
+        stored: Some(got.nnz()),
+    })
+}
+
 /// The largest error over `pairs` (got, want), relative to the largest
 /// finite `want`.
 fn relative(pairs: impl Iterator<Item = (f64, f64)>, want: impl Iterator<Item = f64>) -> f64 {

@@ -1,7 +1,6 @@
 //! A prepared statement compiled on a backend: run, check, time.
 
 use ndarray::ArrayD;
-use spindle_formats::Coo;
 use spindle_ir::formats::Assembled;
 use spindle_ir::kernel::Kernel;
 use spindle_ir::kernel::schedule::{KernelKind, Path, Schedule, ScheduleError};
@@ -232,13 +231,9 @@ impl<'p> Compiled<'p> {
             Ok(dense) => dense,
             Err(too_big) => {
                 let want = self.prepared.reference_entries().ok_or(too_big)??;
-                let dtype = self.prepared.einsum.output().dtype;
-                let want = Coo { val: want.val.iter().map(|w| as_stored(dtype, *w)).collect(), ..want };
-                return Ok(Check {
-                    max_rel_error: crate::check::max_rel_error_union(&entries, &want),
-                    tolerance: tolerance(&self.prepared.einsum),
-                    stored: Some(entries.nnz()),
-                });
+                let (dtype, tolerance) =
+                    (self.prepared.einsum.output().dtype, tolerance(&self.prepared.einsum));
+                return crate::check::check_entries(got, want, dtype, tolerance);
             }
         };
         let want = self.prepared.reference()?;

@@ -719,16 +719,8 @@ impl Problem {
                     let Some(want) = prepared.as_ref().and_then(Prepared::reference_entries) else {
                         return Err(too_big);
                     };
-                    let want = want?;
-                    let want = Coo {
-                        val: want.val.iter().map(|w| crate::check::as_stored(dtype, *w)).collect(),
-                        ..want
-                    };
-                    run.checks = vec![Check {
-                        max_rel_error: crate::check::max_rel_error_union(&crate::check::entries(a)?, &want),
-                        tolerance: tolerance_of(&program.statements),
-                        stored: Some(a.nnz()),
-                    }];
+                    let tolerance = tolerance_of(&program.statements);
+                    run.checks = vec![crate::check::check_entries(a, want?, dtype, tolerance)?];
                     return Ok(run);
                 }
             },

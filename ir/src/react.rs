@@ -504,6 +504,20 @@ fn carried(
     })
 }
 
+/// Stored operand `t`'s first read and its format's levels.
+fn read_levels(
+    program: &Program,
+    formats: &BTreeMap<String, FormatSpec>,
+    t: &str,
+) -> Option<(crate::lang::Access, Vec<spindle_formats::Level>)> {
+    let spec = formats.get(t)?;
+    let (access, info) = program.statements.iter().find_map(|e| {
+        let access = e.statement.rhs.accesses().into_iter().find(|a| a.tensor.name == t)?;
+        Some((access.clone(), e.tensors.get(t)?.clone()))
+    })?;
+    Some((access, spec.levels(&info.shape).ok()?))
+}
+
 /// The index names of stored operand `t`'s levels (as first read) where
 /// a position of its last level is one element even below levels whose
 /// coordinates repeat: the last level unique (COO's rows; stored data are
@@ -512,12 +526,7 @@ fn carried(
 /// term of 0 (the kernels skip the padding where a dense factor is not
 /// finite).
 fn whole_levels(program: &Program, formats: &BTreeMap<String, FormatSpec>, t: &str) -> Option<Vec<String>> {
-    let spec = formats.get(t)?;
-    let (access, info) = program.statements.iter().find_map(|e| {
-        let access = e.statement.rhs.accesses().into_iter().find(|a| a.tensor.name == t)?;
-        Some((access.clone(), e.tensors.get(t)?.clone()))
-    })?;
-    let levels = spec.levels(&info.shape).ok()?;
+    let (access, levels) = read_levels(program, formats, t)?;
     let blocked = levels.iter().any(|l| l.part != spindle_formats::level::DimPart::Whole);
     let last = levels.last()?.format;
     if blocked || !(last.unique() || matches!(last, spindle_formats::LevelFormat::Padded(_))) {
@@ -532,16 +541,7 @@ fn whole_levels(program: &Program, formats: &BTreeMap<String, FormatSpec>, t: &s
 /// Whether stored operand `t` holds each coordinate of `index` once: the
 /// level holding it and every level above it unique.
 fn walks_each_once(program: &Program, formats: &BTreeMap<String, FormatSpec>, t: &str, index: &str) -> bool {
-    let Some(spec) = formats.get(t) else { return false };
-    let Some((access, info)) = program.statements.iter().find_map(|e| {
-        let access = e.statement.rhs.accesses().into_iter().find(|a| a.tensor.name == t)?;
-        Some((access.clone(), e.tensors.get(t)?.clone()))
-    }) else {
-        return false;
-    };
-    let Ok(levels) = spec.levels(&info.shape) else {
-        return false;
-    };
+    let Some((access, levels)) = read_levels(program, formats, t) else { return false };
     let holds =
         |dim: usize| access.subscripts.get(dim).and_then(|s| s.as_index()).is_some_and(|i| i.name == index);
     let Some(at) = levels.iter().position(|l| holds(l.dim)) else { return false };
