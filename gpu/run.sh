@@ -11,6 +11,9 @@
 #              (not in the default list: the suites cover it)
 #   pointcloud the bunny's submanifold convolution from its .xyz file (kernel
 #              map by subsection iteration, GroupCOO by offset), checked and timed
+#   levels     the level path and ReACT's program kernels as a user runs them
+#              (CSR SpMM a warp per row, SpMV under reduce=parallel(R), SDDMM,
+#              SDDMM into SpMM under fusion=trie and none), checked and timed
 #   spmm       spindle bench spmm --target cuda (GroupCOO over g vs cuSPARSE CSR)
 #   bsr        spindle bench bsr --target cuda (BlockGroupCOO vs cuSPARSE BSR, cuBLAS)
 #   torch      the same computations through PyTorch (when python3 imports torch)
@@ -22,10 +25,10 @@
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-out="${1:?usage: run.sh OUT_DIR [corpus sanitizer smoke pointcloud spmm bsr torch summary]}"
+out="${1:?usage: run.sh OUT_DIR [corpus sanitizer smoke pointcloud levels spmm bsr torch summary]}"
 shift
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(corpus sanitizer pointcloud spmm bsr torch summary)
+[ ${#stages[@]} -eq 0 ] && stages=(corpus sanitizer pointcloud levels spmm bsr torch summary)
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 work="${SPINDLE_GPU_WORK:-$out/work}"
@@ -122,13 +125,14 @@ run_stage() {
   fi
 }
 
-# compute-sanitizer on nine kernels: memcheck on GroupCOO SpMM (f32, scatter
+# compute-sanitizer on ten kernels: memcheck on GroupCOO SpMM (f32, scatter
 # by atomics), BlockGroupCOO SpMM (f16 on Tensor Cores), the
 # gather-dot-scatter Einsum of Insum §5.2, the warp walk (map=walk; f32 at
 # N = 64, two sub-warps), the row walk (map=rows on GroupCOO, f16 at N = 64,
 # four sub-warps), block rows (map=rows, a cp.async ring), block rows
 # sharing B (4 rows a block, block=512), Sgap's RB+PR (the level path,
-# lanes over a CSR row's positions) and the warp walk under L2 policies
+# lanes over a CSR row's positions), RB+SR (the level path, each lane's
+# columns of the row in registers, 40: a ragged second slot) and the warp walk under L2 policies
 # (l2hints=on: B read and C stored by cache-hinted 16-byte PTX, f16 at
 # N = 128, two sub-warps), and racecheck
 # (shared-memory hazards between threads of a block) on the four that stage
@@ -143,8 +147,8 @@ sanitizer() {
     return 1
   fi
   "$spindle" convert gen:blocks:rows=256,cols=256,bm=32,bk=32,density=0.3,seed=5 --to coo --out "$work/blocks.mtx" >/dev/null || return 1
-  local names=(groupcoo-spmm blockgroupcoo-spmm gather-dot-scatter warp-walk row-walk block-rows shared-block-rows rb-pr walk-l2hints blockgroupcoo-spmm gather-dot-scatter block-rows shared-block-rows)
-  local tools=(memcheck memcheck memcheck memcheck memcheck memcheck memcheck memcheck memcheck racecheck racecheck racecheck racecheck)
+  local names=(groupcoo-spmm blockgroupcoo-spmm gather-dot-scatter warp-walk row-walk block-rows shared-block-rows rb-pr rb-sr walk-l2hints blockgroupcoo-spmm gather-dot-scatter block-rows shared-block-rows)
+  local tools=(memcheck memcheck memcheck memcheck memcheck memcheck memcheck memcheck memcheck memcheck racecheck racecheck racecheck racecheck)
   local groupcoo="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f32:1 --format A=groupcoo:dim=0,g=auto --target cuda --check --repeats 1"
   local blocks="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$work/blocks.mtx --shape A=256x256:f16 --rand B=256x64:f16:1 --shape C=256x64:f16 --format A=blockgroupcoo:bm=32,bk=32,dim=0,g=auto --schedule \"tile.p=1 tile.q=1 tile.bi=32 tile.bj=32 tile.n=64\" --target cuda --check --repeats 1"
   local gds="run \"C[D[y],x] += A[y,E[r]] * B[r,x]\" --rand A=64x512:f16:1 --rand B=256x64:f16:2 --rand D=64:i32:3:128 --rand E=256:i32:4:512 --shape C=128x64:f16 --target cuda --check --repeats 1"
@@ -153,8 +157,9 @@ sanitizer() {
   local shared_rows="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$work/blocks.mtx --shape A=256x256:f16 --rand B=256x160:f16:1 --shape C=256x160:f16 --format A=blockgroupcoo:bm=32,bk=32,dim=0,g=auto --schedule \"map=rows tile.n=128 block=512\" --target cuda --check --repeats 1"
   local row_walk="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f16:1 --shape C=2708x64:f16 --format A=groupcoo:dim=0,g=4 --schedule \"map=rows tile.p=8\" --target cuda --check --repeats 1"
   local rb_pr="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x64:f32:1 --format A=csr --schedule \"path=levels order=m+n+k reduce=parallel\" --target cuda --check --repeats 1"
+  local rb_sr="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x40:f32:1 --format A=csr --schedule path=levels --target cuda --check --repeats 1"
   local walk_hints="run \"C[m,n] += A[m,k] * B[k,n]\" --tensor A=$SPINDLE_DATA/matrices/cora.mtx --rand B=2708x128:f16:1 --shape C=2708x128:f16 --format A=groupcoo:dim=0,g=8 --schedule \"map=walk tile.p=16 l2hints=on\" --target cuda --check --repeats 1"
-  local cmds=("$groupcoo" "$blocks" "$gds" "$walk" "$row_walk" "$rows" "$shared_rows" "$rb_pr" "$walk_hints" "$blocks" "$gds" "$rows" "$shared_rows")
+  local cmds=("$groupcoo" "$blocks" "$gds" "$walk" "$row_walk" "$rows" "$shared_rows" "$rb_pr" "$rb_sr" "$walk_hints" "$blocks" "$gds" "$rows" "$shared_rows")
   local ok_all=0 i json="["
   for i in "${!names[@]}"; do
     local label="${tools[$i]} ${names[$i]}"
@@ -221,6 +226,36 @@ pointcloud() {
   return $ok
 }
 
+# The level path and ReACT's program kernels (a warp per row) on ca-CondMat
+# as a user runs them, each checked against the reference evaluator and
+# timed (medians of 50): CSR SpMM on the level path (Sgap's RB+SR, each
+# lane's columns summed in registers across the row) beside the plain
+# command (autotuned); SpMV with lanes over a row's positions in groups of
+# 32, 8 and 4 (RB+PR); SDDMM with its output in A's pattern; SDDMM into SpMM
+# (K = N = 16 and 64) under fusion=trie (one kernel, S a register) and none
+# (a kernel per statement). None of these has run on a GPU before.
+levels() {
+  local a="$SPINDLE_DATA/matrices/ca-CondMat.mtx" ok=0 r k
+  [ -e "$a" ] || a="gen:powerlaw:rows=23133,cols=23133,nnz=186936,seed=1"
+  local n=23133 run=("$spindle" run --target cuda --check --repeats 50)
+  local spmm="C[m,n] += A[m,k] * B[k,n]"
+  "${run[@]}" "$spmm" --tensor "A=$a" --rand "B=${n}x128:f32:1" --format A=csr --schedule path=levels || ok=1
+  "${run[@]}" "$spmm" --tensor "A=$a" --rand "B=${n}x128:f32:1" --format A=csr || ok=1
+  for r in "" "(8)" "(4)"; do
+    "${run[@]}" "y[i] = A[i,j] * x[j]" --tensor "A=$a" --rand "x=$n:f32:1" --format A=csr \
+      --schedule "path=levels reduce=parallel$r" || ok=1
+  done
+  "${run[@]}" "S[i,j] = A[i,j] * U[i,k] * V[j,k]" --tensor "A=$a" --format A=csr --format S=csr \
+    --rand "U=${n}x32:f32:1" --rand "V=${n}x32:f32:2" || ok=1
+  for k in 16 64; do
+    for f in trie none; do
+      "${run[@]}" "S[i,j] = A[i,j] * X[i,k] * Y[j,k]; Z[i,n] = S[i,j] * X[j,n]" --tensor "A=$a" \
+        --format A=csr --rand "X=${n}x$k:f32:1" --rand "Y=${n}x$k:f32:2" --schedule "fusion=$f" || ok=1
+    done
+  done
+  return $ok
+}
+
 has_torch() { python3 -c 'import torch, numpy; assert torch.cuda.is_available()' >/dev/null 2>&1; }
 
 for stage in "${stages[@]}"; do
@@ -229,6 +264,7 @@ for stage in "${stages[@]}"; do
     sanitizer) run_stage sanitizer sanitizer ;;
     smoke) run_stage smoke smoke ;;
     pointcloud) run_stage pointcloud pointcloud ;;
+    levels) run_stage levels levels ;;
     # SPINDLE_SPMM_ARGS / SPINDLE_BSR_ARGS: extra arguments of the suites
     # (`--precision f32`, `--matrix NAME`, `--repeats N`), to split a suite
     # over several short calls.

@@ -776,6 +776,9 @@ struct Printer<'k, D: Dialect> {
     /// in the local array `o_row` ([`Printer::row_in_registers`]): their
     /// coordinates.
     out_row: Option<Vec<VarId>>,
+    /// On a GPU, the row in `o_row` is the lanes' ([`Printer::row_in_lanes`]):
+    /// slot `c` of a lane holds the lane's `c`-th column of the split.
+    row_in_lanes: bool,
 }
 
 /// Whether a workspace over `extent` coordinates always drains through its
@@ -837,6 +840,10 @@ const STRIDED_DOT_MIN_STEPS: usize = 32;
 /// AVX-512 vectors: 32 f64 or 64 f32; see `Printer::dot_chunks`).
 const DOT_CHUNK_BYTES: usize = 256;
 
+/// A GPU lane keeps at most this many columns of a warp's output row in
+/// registers ([`Printer::row_in_lanes`]): 256 columns over 32 lanes.
+const MAX_ROW_SLOTS: usize = 8;
+
 /// A program kernel's temporaries up to this size are arrays on the stack
 /// (each OpenMP thread's stack holds its own): 16 KiB, far below any
 /// thread's stack.
@@ -889,6 +896,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             hoisted: Vec::new(),
             in_block: false,
             out_row: None,
+            row_in_lanes: false,
         }
     }
 
@@ -1923,7 +1931,30 @@ impl<'k, D: Dialect> Printer<'k, D> {
             Node::Dense { var, body } => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 let outside = self.lanes_outside.take();
-                if self.is_split(n) {
+                if self.is_split(n) && self.row_in_lanes {
+                    // The lane's columns by slot, unrolled, so that `o_row`
+                    // is indexed by constants: registers.
+                    let lanes = self.lanes as usize;
+                    let slots = extent.div_ceil(lanes);
+                    self.line(depth, "#pragma unroll");
+                    self.line(depth, &format!("for (int64_t c_{v} = 0; c_{v} < {slots}; c_{v}++) {{"));
+                    self.line(depth + 1, &format!("const int64_t {v} = lane + c_{v} * {lanes};"));
+                    let inner = match extent.is_multiple_of(lanes) {
+                        true => depth + 1,
+                        false => {
+                            self.line(depth + 1, &format!("if ({v} < {extent}) {{"));
+                            depth + 2
+                        }
+                    };
+                    let was = self.in_split.replace(LaneSplit::Dense(*var));
+                    self.bound.push(*var);
+                    body.iter().for_each(|b| self.node(b, inner));
+                    self.bound.pop();
+                    self.in_split = was;
+                    if inner > depth + 1 {
+                        self.line(depth + 1, "}");
+                    }
+                } else if self.is_split(n) {
                     let lanes = self.lanes;
                     self.line(depth, &format!("for (int64_t {v} = lane; {v} < {extent}; {v} += {lanes}) {{"));
                     let was = self.in_split.replace(LaneSplit::Dense(*var));
@@ -2010,6 +2041,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
                     }
                     _ => {
                         let target = match &self.out_row {
+                            Some(row) if row == at && self.row_in_lanes => {
+                                format!("o_row[c_{}]", self.var(at[at.len() - 1]))
+                            }
                             Some(row) if row == at => format!("o_row[{}]", self.var(at[at.len() - 1])),
                             _ => format!("{out}[{address}]"),
                         };
@@ -2471,6 +2505,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
     }
 
     fn position_loop(&mut self, var: VarId, l: &LevelRef, body: &[Node], depth: usize) {
+        if let Some((at, lane_var, extent)) = self.row_in_lanes(var, body) {
+            return self.position_loop_in_lanes(var, l, body, (at, lane_var, extent), depth);
+        }
         let Some((at, row_var, extent)) = self.row_in_registers(var, body) else {
             return self.position_loop_plain(var, l, body, depth);
         };
@@ -2530,6 +2567,86 @@ impl<'k, D: Dialect> Printer<'k, D> {
         });
         let fits = (1..=64).contains(&extent);
         (plain_loops && one_row && nested && !reads_output && fits).then_some((at, row_var, extent))
+    }
+
+    /// On a GPU, where a warp's position loop sums into one output row of
+    /// the warp's own (CSR SpMM's `C[m,n]` over row m's entries, SDDMM into
+    /// SpMM's `Z[i,n]`) and its lanes split the row's columns
+    /// ([`LaneSplit::Dense`]) in at most [`MAX_ROW_SLOTS`] slots a lane:
+    /// the row's coordinates, the lanes' variable and its extent. Each lane
+    /// then sums its columns in registers and adds them to the output once
+    /// after the loop, where every entry read and wrote the row in global
+    /// memory (a round trip through L2 per entry and column: the row's
+    /// bytes again for each entry, beside B's row). Only where the warps
+    /// own their rows (no atomics, no rows repeated past the last) and
+    /// nothing inside reads the output.
+    fn row_in_lanes(&self, var: VarId, body: &[Node]) -> Option<(Vec<VarId>, VarId, usize)> {
+        let Some(LaneSplit::Dense(lane_var)) = self.split else { return None };
+        let plain = self.in_split.is_none() && !self.atomic && !self.owners && self.hits.is_none();
+        if !plain || self.in_ws || self.in_block || self.out_row.is_some() || self.k.assembly.is_some() {
+            return None;
+        }
+        if self.k.reduction != Reduction::Sum {
+            return None;
+        }
+        let mut all = Vec::new();
+        updates_under(body, &mut all);
+        let [at] = &all[..] else { return None };
+        let (&last, fixed) = at.split_last()?;
+        let extent = self.k.var(lane_var).extent;
+        let one_row = last == lane_var && !fixed.contains(&var) && !binds(body, fixed);
+        // Loops over levels and dense loops, and a program kernel's
+        // temporaries (no strips, fills, workspaces or output stores).
+        let plain_loops = !Node::any(body, &|n| {
+            !matches!(
+                n,
+                Node::Merge { .. }
+                    | Node::Dense { .. }
+                    | Node::Locate { .. }
+                    | Node::Update { .. }
+                    | Node::Clear { .. }
+                    | Node::Store { target: Target::Local(_), .. }
+            )
+        });
+        let output = self.k.output;
+        let reads_output = Node::any(body, &|n| {
+            n.value()
+                .is_some_and(|v| v.any(&|e| matches!(e, Expr::Dense { tensor, .. } if *tensor == output)))
+        });
+        let fits = extent.div_ceil(self.lanes as usize) <= MAX_ROW_SLOTS;
+        (one_row && plain_loops && updating_loop(body, lane_var) && !reads_output && fits)
+            .then(|| (at.clone(), lane_var, extent))
+    }
+
+    /// [`Printer::position_loop`] with the row in the lanes' registers
+    /// ([`Printer::row_in_lanes`]).
+    fn position_loop_in_lanes(
+        &mut self,
+        var: VarId,
+        l: &LevelRef,
+        body: &[Node],
+        (at, lane_var, extent): (Vec<VarId>, VarId, usize),
+        depth: usize,
+    ) {
+        let (real, lanes) = (self.d.real(), self.lanes as usize);
+        let slots = extent.div_ceil(lanes);
+        self.line(depth, "{");
+        self.line(depth + 1, &format!("{real} o_row[{slots}] = {{0}};"));
+        (self.out_row, self.row_in_lanes) = (Some(at.clone()), true);
+        self.position_loop_plain(var, l, body, depth + 1);
+        (self.out_row, self.row_in_lanes) = (None, false);
+        let v = self.var(lane_var).to_string();
+        let target = format!("{}[{}]", self.tensor(self.k.output), self.dense_address(self.k.output, &at));
+        let fold = self.fold_out(&target, &format!("o_row[c_{v}]"));
+        self.line(depth + 1, "#pragma unroll");
+        self.line(depth + 1, &format!("for (int64_t c_{v} = 0; c_{v} < {slots}; c_{v}++) {{"));
+        self.line(depth + 2, &format!("const int64_t {v} = lane + c_{v} * {lanes};"));
+        match extent.is_multiple_of(lanes) {
+            true => self.line(depth + 2, &fold),
+            false => self.line(depth + 2, &format!("if ({v} < {extent}) {fold}")),
+        }
+        self.line(depth + 1, "}");
+        self.line(depth, "}");
     }
 
     fn position_loop_plain(&mut self, var: VarId, l: &LevelRef, body: &[Node], depth: usize) {

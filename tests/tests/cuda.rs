@@ -1386,3 +1386,68 @@ fn the_gpu_level_path_takes_16_bit_tensors() {
         assert!((g - w).abs() <= w.abs() * 2f64.powi(-11) + 1e-4, "got {g}, exact {w}");
     }
 }
+
+/// The GPU's level path sums a warp's own output row in its lanes'
+/// registers (a slot a lane per 32 columns, unrolled) and writes it once
+/// after the row's entries: CSR SpMM (`path=levels`, Sgap's RB+SR) and
+/// SDDMM into SpMM's program kernel read and wrote the row in global
+/// memory for every entry. On the emulated GPU against the reference
+/// evaluator (power-law rows, some empty; columns a multiple of 32 and
+/// ragged; f32 and f16); in machine code for sm_80 and sm_90, no store
+/// on any control-flow cycle and no spills.
+#[test]
+fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
+    if !emulate::compiler_or_skip("the_gpu_level_path_keeps_a_warps_row_in_registers") {
+        return;
+    }
+    let backend = spindle::EmulateBackend::from_env();
+    let schedule: Schedule = "path=levels".parse().unwrap();
+    let mut sources = Vec::new();
+    for (dtype, n) in [(DType::F32, 128), (DType::F32, 40), (DType::F16, 64), (DType::F32, 256)] {
+        let what = format!("CSR SpMM {} n={n}", dtype.name());
+        let prepared = walk_problem("csr", dtype, n);
+        let compiled = prepared.compile(&backend, &schedule).unwrap();
+        let source = compiled.source().to_string();
+        assert!(source.contains(&format!("o_row[{}]", n.div_ceil(32))), "{what}\n{source}");
+        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
+        sources.push((what, source));
+    }
+    // Beyond 256 columns the row stays in global memory.
+    let wide = walk_problem("csr", DType::F32, 288);
+    let wide = wide.compile(&backend, &schedule).unwrap();
+    assert!(!wide.source().contains("o_row"), "{}", wide.source());
+    let a = spindle_formats::generate::uniform::<f64, i64>(150, 150, 1200, 6).unwrap();
+    let program = spindle::Problem::new("S[i,j] = A[i,j] * X[i,k] * Y[j,k]; Z[i,n] = S[i,j] * X[j,n]")
+        .tensor("A", a)
+        .tensor("X", spindle::Input::random(&[150, 16], DType::F32, 1))
+        .tensor("Y", spindle::Input::random(&[150, 16], DType::F32, 2))
+        .format("A", "csr");
+    let timing = spindle::TimingOptions { warmup: 0, repeats: 1 };
+    let ran = program.run_program(&backend, &Schedule::default(), timing, true).unwrap();
+    assert!(ran.checks[0].passed(), "{:?}", ran.checks);
+    assert!(ran.sources[0].contains("o_row[1]"), "{}", ran.sources[0]);
+    sources.push(("SDDMM into SpMM".to_string(), ran.sources[0].clone()));
+    if !toolchain_available("the_gpu_level_path_keeps_a_warps_row_in_registers (machine code)") {
+        return;
+    }
+    let toolchain = nvrtc::Toolchain::locate().unwrap();
+    for (what, source) in &sources {
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let what = format!("{what} for {arch}");
+            let sass = spill_free_sass(&toolchain, source, arch, &what);
+            let stores: Vec<_> = sass.instructions.iter().filter(|i| i.opcode().starts_with("STG")).collect();
+            assert!(!stores.is_empty(), "{what}: no store\n{}", listing(&sass));
+            assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing(&sass));
+            for s in stores {
+                assert!(
+                    !sass.in_loop(s),
+                    "{what}: {} at {:#x} is in a loop\n{}",
+                    s.text,
+                    s.offset,
+                    listing(&sass)
+                );
+            }
+        }
+    }
+}
