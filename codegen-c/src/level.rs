@@ -779,6 +779,10 @@ struct Printer<'k, D: Dialect> {
     /// On a GPU, the row in `o_row` is the lanes' ([`Printer::row_in_lanes`]):
     /// slot `c` of a lane holds the lane's `c`-th column of the split.
     row_in_lanes: bool,
+    /// On a GPU, inside entries taken by groups of this many lanes
+    /// ([`Printer::entry_group`]): a group's lanes split the entry's sums
+    /// (`sub`, its lane) and one writes (`g_in`: the entry is the row's).
+    group: Option<usize>,
 }
 
 /// Whether a workspace over `extent` coordinates always drains through its
@@ -897,6 +901,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             in_block: false,
             out_row: None,
             row_in_lanes: false,
+            group: None,
         }
     }
 
@@ -1933,12 +1938,16 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 let outside = self.lanes_outside.take();
                 if self.is_split(n) && self.row_in_lanes {
                     // The lane's columns by slot, unrolled, so that `o_row`
-                    // is indexed by constants: registers.
-                    let lanes = self.lanes as usize;
+                    // is indexed by constants: registers. (In a group, the
+                    // group's lanes split them.)
+                    let (lane, lanes) = match self.group {
+                        Some(r) => ("sub", r),
+                        None => ("lane", self.lanes as usize),
+                    };
                     let slots = extent.div_ceil(lanes);
                     self.line(depth, "#pragma unroll");
                     self.line(depth, &format!("for (int64_t c_{v} = 0; c_{v} < {slots}; c_{v}++) {{"));
-                    self.line(depth + 1, &format!("const int64_t {v} = lane + c_{v} * {lanes};"));
+                    self.line(depth + 1, &format!("const int64_t {v} = {lane} + c_{v} * {lanes};"));
                     let inner = match extent.is_multiple_of(lanes) {
                         true => depth + 1,
                         false => {
@@ -2013,6 +2022,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
                     (Target::Output, Some(_), None) => {
                         self.line(depth, &format!("if ({}) {line}", self.writer()))
                     }
+                    (Target::Output, _, _) if self.group.is_some() => {
+                        self.line(depth, &format!("if (g_in && sub == 0) {line}"))
+                    }
                     _ => self.line(depth, &line),
                 }
             }
@@ -2048,7 +2060,12 @@ impl<'k, D: Dialect> Printer<'k, D> {
                             _ => format!("{out}[{address}]"),
                         };
                         let fold = self.fold_out(&target, &value);
-                        self.line(depth, &fold);
+                        match (self.group, self.row_in_lanes) {
+                            // Each lane of a group its own columns.
+                            (Some(_), true) => self.line(depth, &format!("if (g_in) {fold}")),
+                            (Some(_), false) => self.line(depth, &format!("if (g_in && sub == 0) {fold}")),
+                            (None, _) => self.line(depth, &fold),
+                        }
                         self.count_hit(depth, false);
                     }
                 }
@@ -2390,8 +2407,11 @@ impl<'k, D: Dialect> Printer<'k, D> {
             }
             _ => return None,
         };
+        // (In a group, only a dense loop: the group's lanes split it.)
+        let dense = matches!(n, Node::Dense { .. });
         if self.split.is_none()
-            || self.in_split.is_some()
+            || (self.group.is_some() && !dense)
+            || (self.in_split.is_some() && self.group.is_none())
             || self.lanes != 32
             || self.owners
             || self.hits.is_some()
@@ -2442,10 +2462,15 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(d, &format!("{real} {lanes} = 0;"));
             names.push(std::mem::replace(&mut self.locals[l.as_u32() as usize], lanes));
         }
+        // A group's lanes split the loop (their `sub`), else the warp's.
+        let (lane, width) = match self.group {
+            Some(r) => ("sub", r),
+            None => ("lane", 32),
+        };
         match n {
             Node::Dense { var, body } => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
-                self.line(d, &format!("for (int64_t {v} = lane; {v} < {extent}; {v} += 32) {{"));
+                self.line(d, &format!("for (int64_t {v} = {lane}; {v} < {extent}; {v} += {width}) {{"));
                 self.bound.push(*var);
                 body.iter().for_each(|b| self.node(b, d + 1));
                 self.bound.pop();
@@ -2474,7 +2499,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
             self.line(
                 d,
                 &format!(
-                    "for (int offset = 16; offset > 0; offset >>= 1) {lanes} += __shfl_xor_sync(0xffffffffu, {lanes}, offset);"
+                    "for (int offset = {}; offset > 0; offset >>= 1) {lanes} += __shfl_xor_sync(0xffffffffu, {lanes}, offset);",
+                    width / 2
                 ),
             );
             let line = format!("{} += {lanes};", self.local(l));
@@ -2483,9 +2509,43 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(depth, "}");
     }
 
+    /// Where the lanes take a row's entries ([`LaneSplit::Entries`]) and
+    /// each entry sums a dense loop into a register (SDDMM's dot product
+    /// over `k`): the lanes a group takes each entry with, so that they
+    /// split that loop, `k / 4` rounded down to a power of two from 2 to 32
+    /// (K = 32: 8 lanes an entry, 4 entries a step, each lane 4 of the dot's
+    /// steps and 3 shuffles). A lane an entry left most lanes idle on a
+    /// graph's short rows (cora's 4 entries: 28 of 32) and walked each dot
+    /// alone, one load after another. Not over padded levels (ELL,
+    /// GroupCOO), whose padding a lane skips alone.
+    fn entry_group(&self, l: &LevelRef, body: &[Node]) -> Option<usize> {
+        if matches!(l.kind, Reach::Padded { .. }) || self.lanes != 32 || self.owners || self.hits.is_some() {
+            return None;
+        }
+        let longest = body
+            .iter()
+            .filter_map(|n| match n {
+                Node::Dense { var, body }
+                    if Node::any(body, &|b| {
+                        matches!(b, Node::Store { target: Target::Local(l), .. } if self.k.local(*l).shape.is_empty())
+                    }) =>
+                {
+                    Some(self.k.var(*var).extent)
+                }
+                _ => None,
+            })
+            .max()?;
+        let r = (longest / 4).clamp(1, 32);
+        let r = 1 << r.ilog2();
+        (r >= 2).then_some(r)
+    }
+
     /// A position loop split over the lanes, each position its own output
     /// elements ([`LaneSplit::Entries`]).
     fn lane_entries(&mut self, var: VarId, l: &LevelRef, body: &[Node], depth: usize) {
+        if let Some(r) = self.entry_group(l, body) {
+            return self.group_entries(var, l, body, r, depth);
+        }
         let p = Self::position(&l.position());
         let (begin, end) = self.range(l);
         let lanes = self.lanes;
@@ -2501,6 +2561,45 @@ impl<'k, D: Dialect> Printer<'k, D> {
         body.iter().for_each(|b| self.node(b, depth + 1));
         self.position_loops -= 1;
         self.in_split = was;
+        self.line(depth, "}");
+    }
+
+    /// [`Printer::lane_entries`] with `r` lanes an entry
+    /// ([`Printer::entry_group`]). Every lane runs the same steps, so that
+    /// each reaches the shuffles: a group past the row's last entry takes
+    /// that entry again (`g_in` false) and writes nothing.
+    fn group_entries(&mut self, var: VarId, l: &LevelRef, body: &[Node], r: usize, depth: usize) {
+        let was = self.in_split.replace(LaneSplit::Entries(var));
+        self.group_steps(var, l, body, r, depth);
+        self.in_split = was;
+    }
+
+    /// Position loop `var` over `l` taken by groups of `r` lanes, `32 / r`
+    /// positions a step, with `body` printed inside for each group's
+    /// position. Every lane runs the same steps, so that each reaches the
+    /// shuffles inside: a group past the row's last position takes that
+    /// position again (`g_in` false) and must write nothing.
+    fn group_steps(&mut self, var: VarId, l: &LevelRef, body: &[Node], r: usize, depth: usize) {
+        let p = Self::position(&l.position());
+        let (begin, end) = self.range(l);
+        let (per, shift) = (32 / r, r.ilog2());
+        self.line(
+            depth,
+            &format!(
+                "for (int64_t {p}_step = {begin}, {p}_end = {end}; {p}_step < {p}_end; {p}_step += {per}) {{"
+            ),
+        );
+        let d = depth + 1;
+        self.line(d, &format!("const bool g_in = {p}_step + (lane >> {shift}) < {p}_end;"));
+        self.line(d, &format!("const int64_t {p} = g_in ? {p}_step + (lane >> {shift}) : {p}_end - 1;"));
+        self.line(d, &format!("const int sub = lane & {};", r - 1));
+        let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
+        self.line(d, &line);
+        self.group = Some(r);
+        self.position_loops += 1;
+        body.iter().for_each(|b| self.node(b, d));
+        self.position_loops -= 1;
+        self.group = None;
         self.line(depth, "}");
     }
 
@@ -2628,23 +2727,46 @@ impl<'k, D: Dialect> Printer<'k, D> {
         (at, lane_var, extent): (Vec<VarId>, VarId, usize),
         depth: usize,
     ) {
-        let (real, lanes) = (self.d.real(), self.lanes as usize);
+        // A row of at most 16 columns: groups of lanes (the columns'
+        // power of two, at least 4) take the row's entries in turn, so that
+        // no lane idles (SDDMM into SpMM at N = 16 left half the warp idle),
+        // each summing its group's entries; the groups' sums are added by
+        // shuffles after the row.
+        let group = (extent <= 16 && !matches!(l.kind, Reach::Padded { .. }) && self.lanes == 32)
+            .then(|| extent.next_power_of_two().max(4));
+        let (real, lanes) = (self.d.real(), group.unwrap_or(self.lanes as usize));
         let slots = extent.div_ceil(lanes);
         self.line(depth, "{");
         self.line(depth + 1, &format!("{real} o_row[{slots}] = {{0}};"));
         (self.out_row, self.row_in_lanes) = (Some(at.clone()), true);
-        self.position_loop_plain(var, l, body, depth + 1);
+        match group {
+            Some(r) => self.group_steps(var, l, body, r, depth + 1),
+            None => self.position_loop_plain(var, l, body, depth + 1),
+        }
         (self.out_row, self.row_in_lanes) = (None, false);
         let v = self.var(lane_var).to_string();
         let target = format!("{}[{}]", self.tensor(self.k.output), self.dense_address(self.k.output, &at));
         let fold = self.fold_out(&target, &format!("o_row[c_{v}]"));
         self.line(depth + 1, "#pragma unroll");
         self.line(depth + 1, &format!("for (int64_t c_{v} = 0; c_{v} < {slots}; c_{v}++) {{"));
-        self.line(depth + 2, &format!("const int64_t {v} = lane + c_{v} * {lanes};"));
-        match extent.is_multiple_of(lanes) {
-            true => self.line(depth + 2, &fold),
-            false => self.line(depth + 2, &format!("if ({v} < {extent}) {fold}")),
+        let d = depth + 2;
+        if let Some(r) = group {
+            self.line(
+                d,
+                &format!(
+                    "for (int offset = 16; offset >= {r}; offset >>= 1) o_row[c_{v}] += \
+                     __shfl_xor_sync(0xffffffffu, o_row[c_{v}], offset);"
+                ),
+            );
         }
+        self.line(d, &format!("const int64_t {v} = lane + c_{v} * {lanes};"));
+        let when = match (group, extent.is_multiple_of(lanes)) {
+            (Some(r), true) => format!("if (lane < {r}) "),
+            (Some(r), false) => format!("if (lane < {r} && {v} < {extent}) "),
+            (None, true) => String::new(),
+            (None, false) => format!("if ({v} < {extent}) "),
+        };
+        self.line(d, &format!("{when}{fold}"));
         self.line(depth + 1, "}");
         self.line(depth, "}");
     }

@@ -1391,10 +1391,12 @@ fn the_gpu_level_path_takes_16_bit_tensors() {
 /// registers (a slot a lane per 32 columns, unrolled) and writes it once
 /// after the row's entries: CSR SpMM (`path=levels`, Sgap's RB+SR) and
 /// SDDMM into SpMM's program kernel read and wrote the row in global
-/// memory for every entry. On the emulated GPU against the reference
-/// evaluator (power-law rows, some empty; columns a multiple of 32 and
-/// ragged; f32 and f16); in machine code for sm_80 and sm_90, no store
-/// on any control-flow cycle and no spills.
+/// memory for every entry. A row of at most 16 columns is taken by groups
+/// of lanes (its columns' power of two, at least 4), each its own entries,
+/// their sums added by shuffles after the row. On the emulated GPU against
+/// the reference evaluator (power-law rows, some empty; columns a multiple
+/// of 32 and ragged, 8 and 13 in groups; f32 and f16); in machine code for
+/// sm_80 and sm_90, no store on any control-flow cycle and no spills.
 #[test]
 fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
     if !emulate::compiler_or_skip("the_gpu_level_path_keeps_a_warps_row_in_registers") {
@@ -1403,12 +1405,26 @@ fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
     let backend = spindle::EmulateBackend::from_env();
     let schedule: Schedule = "path=levels".parse().unwrap();
     let mut sources = Vec::new();
-    for (dtype, n) in [(DType::F32, 128), (DType::F32, 40), (DType::F16, 64), (DType::F32, 256)] {
+    let cases = [
+        (DType::F32, 128),
+        (DType::F32, 40),
+        (DType::F16, 64),
+        (DType::F32, 256),
+        (DType::F32, 8),
+        (DType::F16, 13),
+    ];
+    for (dtype, n) in cases {
         let what = format!("CSR SpMM {} n={n}", dtype.name());
         let prepared = walk_problem("csr", dtype, n);
         let compiled = prepared.compile(&backend, &schedule).unwrap();
         let source = compiled.source().to_string();
-        assert!(source.contains(&format!("o_row[{}]", n.div_ceil(32))), "{what}\n{source}");
+        let group = (n <= 16).then(|| n.next_power_of_two());
+        let slots = n.div_ceil(group.unwrap_or(32));
+        assert!(source.contains(&format!("o_row[{slots}]")), "{what}\n{source}");
+        if let Some(r) = group {
+            assert!(source.contains(&format!("const int sub = lane & {};", r - 1)), "{what}\n{source}");
+            assert!(source.contains(&format!("offset >= {r}")), "{what}\n{source}");
+        }
         let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
         sources.push((what, source));
@@ -1426,7 +1442,12 @@ fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
     let timing = spindle::TimingOptions { warmup: 0, repeats: 1 };
     let ran = program.run_program(&backend, &Schedule::default(), timing, true).unwrap();
     assert!(ran.checks[0].passed(), "{:?}", ran.checks);
-    assert!(ran.sources[0].contains("o_row[1]"), "{}", ran.sources[0]);
+    // (16 columns: two groups of 16 lanes, each splitting its dot over k.)
+    assert!(
+        ran.sources[0].contains("o_row[1]") && ran.sources[0].contains("lane & 15"),
+        "{}",
+        ran.sources[0]
+    );
     sources.push(("SDDMM into SpMM".to_string(), ran.sources[0].clone()));
     if !toolchain_available("the_gpu_level_path_keeps_a_warps_row_in_registers (machine code)") {
         return;
@@ -1448,6 +1469,70 @@ fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
                     listing(&sass)
                 );
             }
+        }
+    }
+}
+
+/// SDDMM's program kernel on the GPU takes a row's entries by groups of
+/// lanes, each group splitting an entry's dot product over `k` and adding
+/// it by butterfly shuffles (K / 4 lanes, 2 to 32: K = 32 takes 8 lanes an
+/// entry, 4 entries a step), where a lane an entry walked each dot alone
+/// and left most lanes idle on short rows. On the emulated GPU against the
+/// reference evaluator: K from 5 (a lane an entry) to 200, power-law rows
+/// (some empty, most shorter than a step), CSR and DCSR, the output in A's
+/// pattern and dense; in machine code, the shuffles and no spills.
+#[test]
+fn sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes() {
+    if !emulate::compiler_or_skip("sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes") {
+        return;
+    }
+    let backend = spindle::EmulateBackend::from_env();
+    let a = "powerlaw:rows=120,cols=90,nnz=700,seed=5"
+        .parse::<spindle_formats::generate::GeneratorSpec>()
+        .unwrap();
+    let a = a.generate::<f64, i64>().unwrap().canonicalize();
+    let timing = spindle::TimingOptions { warmup: 0, repeats: 1 };
+    let mut sources = Vec::new();
+    let cases = [
+        ("S[i,j] = A[i,j] * U[i,k] * V[j,k]", "csr", 5, None),
+        ("S[i,j] = A[i,j] * U[i,k] * V[j,k]", "csr", 16, Some(4)),
+        ("S[i,j] = A[i,j] * U[i,k] * V[j,k]", "dcsr", 32, Some(8)),
+        ("S[i,j] = A[i,j] * U[i,k] * V[j,k]", "csr", 200, Some(32)),
+        ("D[i,j] = A[i,j] * (U[i,k] * V[j,k])", "csr", 64, Some(16)),
+    ];
+    for (statement, format, k, group) in cases {
+        let what = format!("{statement} over {format}, K = {k}");
+        let mut p = spindle::Problem::new(statement)
+            .tensor("A", a.clone())
+            .tensor("U", spindle::Input::random(&[120, k], DType::F32, 1))
+            .tensor("V", spindle::Input::random(&[90, k], DType::F32, 2))
+            .format("A", format);
+        if statement.starts_with('S') {
+            p = p.format("S", format);
+        }
+        let ran = p
+            .run_program(&backend, &Schedule::default(), timing, true)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(ran.checks[0].passed(), "{what}: {:?}", ran.checks);
+        let source = &ran.sources[0];
+        match group {
+            Some(r) => {
+                assert!(source.contains(&format!("const int sub = lane & {};", r - 1)), "{what}\n{source}");
+                assert!(source.contains("if (g_in && sub == 0)"), "{what}\n{source}");
+                sources.push((what, source.clone()));
+            }
+            None => assert!(!source.contains("g_in"), "{what}\n{source}"),
+        }
+    }
+    if !toolchain_available("sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes (machine code)") {
+        return;
+    }
+    let toolchain = nvrtc::Toolchain::locate().unwrap();
+    for (what, source) in &sources {
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let what = format!("{what} for {arch}");
+            let sass = spill_free_sass(&toolchain, source, arch, &what);
+            assert!(sass.with_opcode("SHFL.BFLY").count() > 0, "{what}: no shuffles\n{}", listing(&sass));
         }
     }
 }
