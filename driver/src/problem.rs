@@ -698,19 +698,25 @@ impl Prepared {
                 })
         };
         let (einsum, text, rewritten) = all.or_else(one_each)?;
-        let names: Vec<&String> = rewritten.replaced.iter().collect();
+        Some(self.data_beside(stored, rewritten).and_then(|data| {
+            spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| Error::statement(d, &text))
+        }))
+    }
+
+    /// The reference evaluator's data for a statement `rewritten` over
+    /// some stored operands' entries: the problem's data, the stored
+    /// operands it did not replace read dense, and its arrays in place of
+    /// those it did.
+    fn data_beside(&self, stored: &Stored, rewritten: Rewritten) -> Result<Tensors> {
         let mut data = self.data.clone();
-        for name in stored.entries.keys().filter(|n| !names.contains(n)) {
-            match stored.entries[name].to_ndarray() {
-                Ok(values) => data.insert(name.clone(), TensorValue::Values(values)),
-                Err(e) => return Some(Err(e.into())),
-            };
+        for (name, coo) in stored.entries.iter().filter(|(n, _)| !rewritten.replaced.contains(n)) {
+            data.insert(name.clone(), TensorValue::Values(coo.to_ndarray()?));
         }
         for name in &rewritten.replaced {
             data.remove(name);
         }
         data.extend(rewritten.tensors);
-        Some(spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| Error::statement(d, &text)))
+        Ok(data)
     }
 
     /// The reference's entries of a sparse output that a stored operand
@@ -786,27 +792,17 @@ impl Prepared {
         declarations.get_mut(output)?.shape = vec![entries];
         let text = rewrite.to_string();
         let einsum = check(&parse(&text).ok()?, &declarations).ok()?;
-        let mut data = self.data.clone();
-        data.remove(output);
-        for (name, coo) in stored.entries.iter().filter(|(n, _)| !rewritten.replaced.contains(n)) {
-            if !fits_dense(&coo.shape) {
-                return None;
-            }
-            match coo.to_ndarray() {
-                Ok(values) => data.insert(name.clone(), TensorValue::Values(values)),
-                Err(e) => return Some(Err(e.into())),
-            };
+        let read_dense = stored.entries.iter().filter(|(n, _)| !rewritten.replaced.contains(n));
+        if read_dense.map(|(_, coo)| &coo.shape).any(|shape| !fits_dense(shape)) {
+            return None;
         }
-        for name in &rewritten.replaced {
-            data.remove(name);
-        }
-        data.extend(rewritten.tensors);
         let shape = stored.original.output().shape.clone();
-        Some(
-            spindle_ir::eval::evaluate(&einsum, &data)
-                .map_err(|d| Error::statement(d, &text))
-                .and_then(|values| Ok(Coo::new(shape, coordinates, values.iter().copied().collect())?)),
-        )
+        Some(self.data_beside(stored, rewritten).and_then(|mut data| {
+            data.remove(output);
+            let values =
+                spindle_ir::eval::evaluate(&einsum, &data).map_err(|d| Error::statement(d, &text))?;
+            Ok(Coo::new(shape, coordinates, values.iter().copied().collect())?)
+        }))
     }
 
     /// The statement with `names` rewritten over their entries in COO:

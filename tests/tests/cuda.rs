@@ -595,8 +595,14 @@ fn listing(sass: &spindle_cuda::sass::Sass) -> String {
 /// a control-flow cycle.
 fn atomics_outside_loops(sass: &spindle_cuda::sass::Sass, what: &str) {
     let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
-    assert!(!atomics.is_empty(), "{what}: no atomics\n{}", listing(sass));
-    for a in atomics {
+    outside_loops(sass, &atomics, &format!("{what}: atomics"));
+}
+
+/// Asserts that there are `found` instructions, none of them on a
+/// control-flow cycle.
+fn outside_loops(sass: &spindle_cuda::sass::Sass, found: &[&spindle_cuda::sass::Instruction], what: &str) {
+    assert!(!found.is_empty(), "{what}: none\n{}", listing(sass));
+    for a in found {
         assert!(
             !sass.in_loop(a),
             "{what}: {} at {:#x} is inside a loop\n{}",
@@ -1449,26 +1455,29 @@ fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
         ran.sources[0]
     );
     sources.push(("SDDMM into SpMM".to_string(), ran.sources[0].clone()));
-    if !toolchain_available("the_gpu_level_path_keeps_a_warps_row_in_registers (machine code)") {
+    each_in_machine_code("the_gpu_level_path_keeps_a_warps_row_in_registers", &sources, |what, sass| {
+        let stores: Vec<_> = sass.instructions.iter().filter(|i| i.opcode().starts_with("STG")).collect();
+        assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing(sass));
+        outside_loops(sass, &stores, &format!("{what}: stores"));
+    });
+}
+
+/// Each of `sources` (what it is, its CUDA) in machine code for sm_80 and
+/// sm_90 as the runtime compiles it (no spills, no stack frame), given to
+/// `check` with what it is and the arch; skipped without the toolchain.
+fn each_in_machine_code(
+    test: &str,
+    sources: &[(String, String)],
+    check: impl Fn(&str, &spindle_cuda::sass::Sass),
+) {
+    if !toolchain_available(&format!("{test} (machine code)")) {
         return;
     }
     let toolchain = nvrtc::Toolchain::locate().unwrap();
-    for (what, source) in &sources {
+    for (what, source) in sources {
         for arch in [Arch::Sm80, Arch::Sm90] {
             let what = format!("{what} for {arch}");
-            let sass = spill_free_sass(&toolchain, source, arch, &what);
-            let stores: Vec<_> = sass.instructions.iter().filter(|i| i.opcode().starts_with("STG")).collect();
-            assert!(!stores.is_empty(), "{what}: no store\n{}", listing(&sass));
-            assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing(&sass));
-            for s in stores {
-                assert!(
-                    !sass.in_loop(s),
-                    "{what}: {} at {:#x} is in a loop\n{}",
-                    s.text,
-                    s.offset,
-                    listing(&sass)
-                );
-            }
+            check(&what, &spill_free_sass(&toolchain, source, arch, &what));
         }
     }
 }
@@ -1524,15 +1533,7 @@ fn sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes() {
             None => assert!(!source.contains("g_in"), "{what}\n{source}"),
         }
     }
-    if !toolchain_available("sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes (machine code)") {
-        return;
-    }
-    let toolchain = nvrtc::Toolchain::locate().unwrap();
-    for (what, source) in &sources {
-        for arch in [Arch::Sm80, Arch::Sm90] {
-            let what = format!("{what} for {arch}");
-            let sass = spill_free_sass(&toolchain, source, arch, &what);
-            assert!(sass.with_opcode("SHFL.BFLY").count() > 0, "{what}: no shuffles\n{}", listing(&sass));
-        }
-    }
+    each_in_machine_code("sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes", &sources, |what, sass| {
+        assert!(sass.with_opcode("SHFL.BFLY").count() > 0, "{what}: no shuffles\n{}", listing(sass));
+    });
 }
