@@ -77,39 +77,28 @@ impl Run<'_> {
         // A 16-bit tensor in any statement rounds what the last one reads.
         let tolerance = problem.program().map_or(1e-3, |p| spindle::check::tolerance_of(&p.statements));
         let mut measured: Vec<Measured> = Vec::new();
+        // The same on the GPU, where there is one (its own kernels: a warp
+        // per row).
+        let mut measured_gpu: Vec<Measured> = Vec::new();
+        let opts = TimingOptions { warmup: 1, repeats };
         for point in points {
             self.step(format!("{}: compiling and running the program", point.label))?;
             let schedule = spindle::Schedule { threads: Some(threads), ..self.point_items(program, point) };
-            let opts = TimingOptions { warmup: 1, repeats };
+            if let Some(gpu) = gpu() {
+                let ran =
+                    problem_at(self, point).run_program(gpu, &self.point_items(program, point), opts, false);
+                measured_gpu.push(match ran {
+                    Ok(ran) => {
+                        let (err, errors) =
+                            self.program_error_of(&ran, want.as_ref(), tolerance, &point.label);
+                        (Some(ran.median_ms()), err, errors, None)
+                    }
+                    Err(e) => (None, None, vec![self.program_error(&e, program, &text)], None),
+                });
+            }
             match problem_at(self, point).run_program(&CBackend::new(), &schedule, opts, false) {
                 Ok(ran) => {
-                    let got = match &ran.assembled {
-                        Some(a) => match spindle::check::expand(a) {
-                            Ok(got) => Some(got),
-                            Err(e) => {
-                                let why = e.to_string();
-                                self.out.notes.push(format!(
-                                    "{}: not checked: {}",
-                                    point.label,
-                                    why.lines().next().unwrap_or_default()
-                                ));
-                                None
-                            }
-                        },
-                        None => Some(ran.result.clone()),
-                    };
-                    for note in &ran.notes {
-                        if !self.out.notes.contains(note) {
-                            self.out.notes.push(note.clone());
-                        }
-                    }
-                    let err = want.as_ref().zip(got).map(|(w, g)| spindle::check::max_rel_error(&g, w));
-                    let mut errors = Vec::new();
-                    if let Some(e) = err.filter(|e| *e > tolerance) {
-                        errors.push(format!(
-                            "max relative error {e:.2e} against the reference evaluator (above {tolerance:.0e})"
-                        ));
-                    }
+                    let (err, errors) = self.program_error_of(&ran, want.as_ref(), tolerance, &point.label);
                     if self.out.ir.is_empty() {
                         self.out.rewritten = ran.statements.clone();
                     }
@@ -138,9 +127,48 @@ impl Run<'_> {
             let first = measured.iter().find_map(|m| m.2.first().cloned()).unwrap_or_default();
             return Err(Stop::Error(first));
         }
-        let none: Vec<Measured> = Vec::new();
-        self.finish_points(points, &measured, &none);
+        self.finish_points(points, &measured, &measured_gpu);
         Ok(())
+    }
+
+    /// A program's run against the reference's output `want` (where there
+    /// is one): its error and, above `tolerance`, why it fails; its notes
+    /// join the cell's.
+    fn program_error_of(
+        &mut self,
+        ran: &spindle::ProgramRun,
+        want: Option<&ndarray::ArrayD<f64>>,
+        tolerance: f64,
+        label: &str,
+    ) -> (Option<f64>, Vec<String>) {
+        let got = match &ran.assembled {
+            Some(a) => match spindle::check::expand(a) {
+                Ok(got) => Some(got),
+                Err(e) => {
+                    let why = e.to_string();
+                    self.out
+                        .notes
+                        .push(format!("{label}: not checked: {}", why.lines().next().unwrap_or_default()));
+                    None
+                }
+            },
+            None => Some(ran.result.clone()),
+        };
+        for note in &ran.notes {
+            if !self.out.notes.contains(note) {
+                self.out.notes.push(note.clone());
+            }
+        }
+        let err = want.zip(got).map(|(w, g)| spindle::check::max_rel_error(&g, w));
+        let errors = match err.filter(|e| *e > tolerance) {
+            Some(e) => {
+                vec![format!(
+                    "max relative error {e:.2e} against the reference evaluator (above {tolerance:.0e})"
+                )]
+            }
+            None => Vec::new(),
+        };
+        (err, errors)
     }
 
     /// `e` rendered against the cell where it points into the statements
