@@ -779,9 +779,12 @@ struct Printer<'k, D: Dialect> {
     /// On a GPU, the row in `o_row` is the lanes' ([`Printer::row_in_lanes`]):
     /// slot `c` of a lane holds the lane's `c`-th column of the split.
     row_in_lanes: bool,
-    /// On a GPU, inside entries taken by groups of this many lanes
-    /// ([`Printer::entry_group`]): a group's lanes split the entry's sums
-    /// (`sub`, its lane) and one writes (`g_in`: the entry is the row's).
+    /// On a GPU, inside positions taken by groups of this many lanes
+    /// ([`Printer::group_steps`]: a row's entries, [`Printer::entry_group`],
+    /// or the positions of a narrow row in `o_row`): a group's lanes split
+    /// the position's sums and columns (`sub`, a lane's place in its
+    /// group), and `g_in` says whether the position is the row's (a group
+    /// past the row's end repeats its last and writes nothing).
     group: Option<usize>,
 }
 
