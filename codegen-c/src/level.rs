@@ -10,8 +10,8 @@
 
 use std::fmt::Write as _;
 
-use spindle_ir::formats::{Assembled, AssembledLevel, DType, Level, LevelCapabilities};
-use spindle_ir::kernel::{BinaryOp, Reduction, TensorId};
+use spindle_ir::formats::{Assembled, AssembledLevel, DType, IType, Level, LevelCapabilities};
+use spindle_ir::kernel::{BinaryOp, OutputInit, Reduction, TensorId};
 use spindle_ir::lang::{BinOp, ElemType, Func};
 use spindle_ir::level::{
     Assembly, Expr, LevelKernel, LevelRef, LocalId, Node, Place, Position, Reach, Target, VarId,
@@ -103,6 +103,9 @@ pub struct Warps {
     pub atomic: bool,
     /// Counts of a `max=` / `min=` kept in global memory ([`FillCounts`]).
     pub fill: Option<FillCounts>,
+    /// The body stores every output element once without reading it
+    /// ([`whole_rows`]): the output needs no zeroing first.
+    pub writes_output: bool,
 }
 
 /// A `max=` / `min=` whose counts of each output element's updates are one
@@ -228,6 +231,7 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
         p.hits = Some(format!("fill_hits[{}]", p.flat_element(vars)));
         p.global_hits = true;
     }
+    p.whole_rows = whole_rows(kernel);
     p.declare_locals(1, |_| true);
     p.warps(1);
     let body = std::mem::take(&mut p.out);
@@ -239,7 +243,35 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
         }
         None => None,
     };
-    Ok(Warps { tensors, body, atomic: !owned, fill })
+    Ok(Warps { tensors, body, atomic: !owned, fill, writes_output: p.wrote_whole })
+}
+
+/// Where a warp per row may store its output row instead of adding to it:
+/// the row loop, a dense loop over the output's first index, is the
+/// outermost; the kernel's one update is `out[row, col]` over the whole
+/// output; and the row's body walks one level once, beside locates and
+/// temporaries (no other loop or test). Each row is then a warp's whole,
+/// written once after its walk ([`Printer::position_loop_in_lanes`]), even
+/// a row with no entries, so an output that starts at zero needs no memset
+/// and is not read (CSR SpMM's `C`: a third of its traffic).
+fn whole_rows(k: &LevelKernel) -> Option<VarId> {
+    if k.init != OutputInit::Zero || k.reduction != Reduction::Sum || k.assembly.is_some() || k.lanes != 32 {
+        return None;
+    }
+    let [Node::Dense { var: row, body }] = &k.body[..] else { return None };
+    let mut updates = Vec::new();
+    updates_under(&k.body, &mut updates);
+    let [at] = &updates[..] else { return None };
+    let extents: Vec<usize> = at.iter().map(|&v| k.var(v).extent).collect();
+    let writes_elsewhere = Node::any(&k.body, &|n| matches!(n, Node::Store { target: Target::Output, .. }));
+    let one_walk = body.iter().filter(|n| matches!(n, Node::Merge { .. })).count() == 1
+        && body.iter().all(|n| match n {
+            Node::Merge { levels, full, points, .. } => levels.len() == 1 && !full && points.len() == 1,
+            Node::Locate { .. } | Node::Clear { .. } | Node::Store { target: Target::Local(_), .. } => true,
+            _ => false,
+        });
+    let whole = at.len() == 2 && at[0] == *row && extents == k.tensor(k.output).shape;
+    (whole && one_walk && !writes_elsewhere).then_some(*row)
 }
 
 /// A fill ([`Node::Fill`]) whose counts are one array: around the
@@ -664,6 +696,23 @@ fn updates_under(nodes: &[Node], out: &mut Vec<Vec<VarId>>) {
     }
 }
 
+/// The stored tensors whose values `nodes` read at `at`, each once.
+fn stored_reads_at(nodes: &[Node], at: &Position, out: &mut Vec<TensorId>) {
+    for n in nodes {
+        if let Some(value) = n.value() {
+            value.visit(&mut |e| {
+                if let Expr::Stored { val, at: here } = e
+                    && here == at
+                    && !out.contains(val)
+                {
+                    out.push(*val);
+                }
+            });
+        }
+        n.bodies().for_each(|b| stored_reads_at(b, at, out));
+    }
+}
+
 /// Whether a dense loop over `var` under `nodes` has one update for its
 /// whole body.
 fn updating_loop(nodes: &[Node], var: VarId) -> bool {
@@ -786,6 +835,11 @@ struct Printer<'k, D: Dialect> {
     /// group), and `g_in` says whether the position is the row's (a group
     /// past the row's end repeats its last and writes nothing).
     group: Option<usize>,
+    /// On a GPU, the row loop of a kernel whose warps may store their rows
+    /// whole ([`whole_rows`]).
+    whole_rows: Option<VarId>,
+    /// A row was stored whole ([`Printer::position_loop_in_lanes`]).
+    wrote_whole: bool,
 }
 
 /// Whether a workspace over `extent` coordinates always drains through its
@@ -905,6 +959,8 @@ impl<'k, D: Dialect> Printer<'k, D> {
             out_row: None,
             row_in_lanes: false,
             group: None,
+            whole_rows: None,
+            wrote_whole: false,
         }
     }
 
@@ -2749,7 +2805,14 @@ impl<'k, D: Dialect> Printer<'k, D> {
         (self.out_row, self.row_in_lanes) = (None, false);
         let v = self.var(lane_var).to_string();
         let target = format!("{}[{}]", self.tensor(self.k.output), self.dense_address(self.k.output, &at));
-        let fold = self.fold_out(&target, &format!("o_row[c_{v}]"));
+        // The row's walk directly in the row loop of a kernel whose rows
+        // are written whole: the row is stored, not added.
+        let whole = self.whole_rows.is_some_and(|row| self.bound == [row] && self.position_loops == 0);
+        let fold = match whole {
+            true => format!("{target} = o_row[c_{v}];"),
+            false => self.fold_out(&target, &format!("o_row[c_{v}]")),
+        };
+        self.wrote_whole |= whole;
         self.line(depth + 1, "#pragma unroll");
         self.line(depth + 1, &format!("for (int64_t c_{v} = 0; c_{v} < {slots}; c_{v}++) {{"));
         let d = depth + 2;
@@ -2775,6 +2838,11 @@ impl<'k, D: Dialect> Printer<'k, D> {
     }
 
     fn position_loop_plain(&mut self, var: VarId, l: &LevelRef, body: &[Node], depth: usize) {
+        let whole_warp =
+            self.row_in_lanes && self.group.is_none() && self.in_split.is_none() && self.lanes == 32;
+        if let (true, Reach::Compressed { crd, .. }) = (whole_warp, &l.kind) {
+            return self.position_chunks(var, l, *crd, body, depth);
+        }
         let p = Self::position(&l.position());
         let (begin, end) = self.range(l);
         // The end in a local, where stores in the body (a workspace's)
@@ -2839,6 +2907,59 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.position_loops += 1;
         body.iter().for_each(|b| self.node(b, depth + 1));
         self.position_loops -= 1;
+        self.line(depth, "}");
+    }
+
+    /// On a GPU, a compressed level's positions walked by a whole warp
+    /// whose lanes each take every position (the row in the lanes'
+    /// registers, [`Printer::row_in_lanes`]): 32 positions at a time, their
+    /// coordinates and the values read at them loaded by one coalesced load
+    /// (a lane each) and handed to every lane by `__shfl_sync`, so that no
+    /// position's reads of B wait on a load of its coordinate; the steps
+    /// unrolled by 4, so that several rows of B are loaded at once. (A
+    /// lane a position: every lane loaded the same coordinate, then the
+    /// row of B at it, two dependent round trips per position.)
+    fn position_chunks(&mut self, var: VarId, l: &LevelRef, crd: TensorId, body: &[Node], depth: usize) {
+        let p = Self::position(&l.position());
+        let (begin, end) = self.range(l);
+        let index = match self.k.tensor(crd).dtype {
+            ElemType::Index(IType::I32) => "int",
+            _ => "int64_t",
+        };
+        let crd = self.tensor(crd).to_string();
+        // The values the body reads at this position (`A_val[p]`), once each.
+        let here = l.position();
+        let mut vals = Vec::new();
+        stored_reads_at(body, &here, &mut vals);
+        self.line(
+            depth,
+            &format!("for (int64_t {p}_at = {begin}, {p}_end = {end}; {p}_at < {p}_end; {p}_at += 32) {{"),
+        );
+        let d = depth + 1;
+        self.line(d, &format!("const int {p}_n = {p}_end - {p}_at < 32 ? (int)({p}_end - {p}_at) : 32;"));
+        self.line(d, &format!("const {index} {p}_crd = lane < {p}_n ? {crd}[{p}_at + lane] : 0;"));
+        let real = self.d.real();
+        for (i, &val) in vals.iter().enumerate() {
+            let load = self.stored(val, &format!("{p}_at + lane"));
+            self.line(d, &format!("const {real} {p}_v{i} = lane < {p}_n ? {load} : 0;"));
+        }
+        self.line(d, "#pragma unroll 4");
+        self.line(d, &format!("for (int {p}_e = 0; {p}_e < {p}_n; {p}_e++) {{"));
+        self.line(d + 1, &format!("const int64_t {p} = {p}_at + {p}_e;"));
+        let v = self.var(var).to_string();
+        self.line(d + 1, &format!("const int64_t {v} = __shfl_sync(0xffffffffu, {p}_crd, {p}_e);"));
+        let hoisted = self.hoisted.len();
+        for (i, &val) in vals.iter().enumerate() {
+            // Broadcast here, where every lane is (the body's column slots
+            // test their lane's column).
+            self.line(d + 1, &format!("const {real} {p}_s{i} = __shfl_sync(0xffffffffu, {p}_v{i}, {p}_e);"));
+            self.hoisted.push((Expr::Stored { val, at: here.clone() }, format!("{p}_s{i}")));
+        }
+        self.position_loops += 1;
+        body.iter().for_each(|b| self.node(b, d + 1));
+        self.position_loops -= 1;
+        self.hoisted.truncate(hoisted);
+        self.line(d, "}");
         self.line(depth, "}");
     }
 
@@ -2973,25 +3094,32 @@ impl<'k, D: Dialect> Printer<'k, D> {
         if address.is_empty() { "0".to_string() } else { address }
     }
 
+    /// A stored tensor's value at `position`, in the compute type: an
+    /// integer tensor read as a value is converted first (C would round an
+    /// int64 to a float operand's type).
+    fn stored(&self, val: TensorId, position: &str) -> String {
+        let dtype = self.k.tensor(val).dtype;
+        let loaded = self.d.load(dtype, self.tensor(val), position);
+        match dtype {
+            ElemType::Index(_) => format!("(({}){loaded})", self.d.real()),
+            ElemType::Value(_) => loaded,
+        }
+    }
+
     fn expr(&self, e: &Expr) -> String {
         if let Some((_, hoisted)) = self.hoisted.iter().find(|(h, _)| h == e) {
             return hoisted.clone();
         }
-        // An integer tensor read as a value is converted to the compute
-        // type first: C would round an int64 to a float operand's type.
-        let value = |dtype: ElemType, loaded: String| match dtype {
-            ElemType::Index(_) => format!("(({}){loaded})", self.d.real()),
-            ElemType::Value(_) => loaded,
-        };
         match e {
             Expr::Const(c) => self.d.float(*c),
-            Expr::Stored { val, at } => {
-                let dtype = self.k.tensor(*val).dtype;
-                value(dtype, self.d.load(dtype, self.tensor(*val), &Self::position(at)))
-            }
+            Expr::Stored { val, at } => self.stored(*val, &Self::position(at)),
             Expr::Dense { tensor, at } => {
                 let dtype = self.k.tensor(*tensor).dtype;
-                value(dtype, self.d.load(dtype, self.tensor(*tensor), &self.dense_address(*tensor, at)))
+                let loaded = self.d.load(dtype, self.tensor(*tensor), &self.dense_address(*tensor, at));
+                match dtype {
+                    ElemType::Index(_) => format!("(({}){loaded})", self.d.real()),
+                    ElemType::Value(_) => loaded,
+                }
             }
             Expr::Local { local, at } => self.local_at(*local, at),
             Expr::Neg(x) => format!("(-{})", self.expr(x)),

@@ -887,8 +887,14 @@ impl Prepared {
             true => spindle_conv::lower,
             false => spindle_ir::level::lower,
         };
-        lower(&stored.original, &stored.formats, &stored.entries, schedule, "spindle")
-            .map_err(|d| Error::statement(d, &stored.text))
+        let mut lowered = lower(&stored.original, &stored.formats, &stored.entries, schedule, "spindle")
+            .map_err(|d| Error::statement(d, &stored.text))?;
+        // As on the tile path: `+=` into an output given no data sums into
+        // zeros, so a kernel that stores each element once need not read it.
+        if lowered.kernel.init == OutputInit::Keep && !self.output_has_data() {
+            lowered.kernel.init = OutputInit::Zero;
+        }
+        Ok(lowered)
     }
 
     /// Whether the output has data that `+=` accumulates into.

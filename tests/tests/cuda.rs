@@ -1430,10 +1430,41 @@ fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
         if let Some(r) = group {
             assert!(source.contains(&format!("const int sub = lane & {};", r - 1)), "{what}\n{source}");
             assert!(source.contains(&format!("offset >= {r}")), "{what}\n{source}");
+        } else {
+            // 32 entries' coordinates and values a load, shuffled to the lanes.
+            assert!(source.contains("_at += 32)") && source.contains("_crd, p_A1_e)"), "{what}\n{source}");
         }
+        // C starts at zero and each row is a warp's: stored, not added (the
+        // emulated run starts C at NaN, so a row left unwritten fails).
+        assert!(source.contains("] = o_row[c_i_n];"), "{what}\n{source}");
         let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
         sources.push((what, source));
+    }
+    // Mostly empty rows are stored as zeros; into given data, rows are added.
+    for given in [false, true] {
+        let what = format!("CSR SpMM over empty rows, C given: {given}");
+        let a = spindle_formats::generate::uniform::<f64, i64>(300, 120, 260, 9).unwrap();
+        let c = spindle::Input::random(&[300, 40], DType::F32, 3);
+        let problem = spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
+            .tensor("A", a)
+            .tensor("B", spindle::Input::random(&[120, 40], DType::F32, 2))
+            .tensor(
+                "C",
+                if given {
+                    c
+                } else {
+                    spindle::Input::shape(&[300, 40], spindle::ElemType::Value(DType::F32))
+                },
+            )
+            .format("A", "csr")
+            .prepare()
+            .unwrap();
+        let compiled = problem.compile(&backend, &schedule).unwrap();
+        let stored = compiled.source().contains("] = o_row[c_i_n];");
+        assert_eq!(stored, !given, "{what}\n{}", compiled.source());
+        let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
     }
     // Beyond 256 columns the row stays in global memory.
     let wide = walk_problem("csr", DType::F32, 288);
@@ -1459,6 +1490,12 @@ fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
         let stores: Vec<_> = sass.instructions.iter().filter(|i| i.opcode().starts_with("STG")).collect();
         assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing(sass));
         outside_loops(sass, &stores, &format!("{what}: stores"));
+        let shuffled = sass.instructions.iter().any(|i| i.opcode().starts_with("SHFL.IDX"));
+        assert!(
+            shuffled || what.contains("n=8") || what.contains("n=13") || what.starts_with("SDDMM"),
+            "{what}: no SHFL.IDX\n{}",
+            listing(sass)
+        );
     });
 }
 

@@ -732,14 +732,15 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
             "__shfl_down_sync",
         ),
         // SpMM: lanes over the dense columns, each lane's two slots of
-        // the row (40 columns: the second ragged) summed in registers.
+        // the row (40 columns: the second ragged) summed in registers, the
+        // row's entries taken 32 at a time.
         (
             case(
                 "C[m,n] += A[m,k] * B[k,n]",
                 &[("C", &[21, 40], 1.0), ("A", &[21, 30], 0.2), ("B", &[30, 40], 1.0)],
                 &[("A", "csr")],
             ),
-            "const int64_t i_n = lane + c_i_n * 32;\n                    if (i_n < 40) {",
+            "const int64_t i_n = lane + c_i_n * 32;\n                        if (i_n < 40) {",
         ),
         // DCSR rows (a position per warp), and a CSF tensor times a vector.
         (

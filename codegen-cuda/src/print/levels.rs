@@ -122,7 +122,7 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
              operands, a dense level, or an output index bound inside the sum have none){advice}"
         )));
     }
-    let Warps { tensors: names, body, atomic, fill } =
+    let Warps { tensors: names, body, atomic, fill, writes_output } =
         print_level_warps(kernel, dialect).map_err(|e| refuse(e.reason))?;
     let rows = rows(kernel, &kernel.body);
     // Groups of `lanes` lanes, 32 / lanes to a warp, a row each.
@@ -206,6 +206,9 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     src += "}\n";
     let mut printed = CudaKernel::plain(symbol, src, launch);
     printed.fill_counts = fill.map(|f| f.len + 1);
+    // Rows stored whole: nothing zeroes the output first, and an element
+    // the kernel missed would show (the checked run starts it at NaN).
+    printed.writes_output = writes_output;
     if let Some((round, source)) = round {
         printed.source += &source;
         printed.round = Some(round);
