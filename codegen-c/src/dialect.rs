@@ -113,6 +113,13 @@ pub trait Dialect {
         None
     }
 
+    /// A compute-type value converted to a tensor's element type, for a
+    /// store (C converts by assignment).
+    fn store_as(&self, dtype: ElemType, value: &str) -> String {
+        let _ = dtype;
+        value.to_string()
+    }
+
     /// `target op= value` for a reduction, as a statement.
     fn fold(&self, r: Reduction, target: &str, value: &str) -> String {
         let s = self.math_suffix();

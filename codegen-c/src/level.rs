@@ -2809,7 +2809,10 @@ impl<'k, D: Dialect> Printer<'k, D> {
         // are written whole: the row is stored, not added.
         let whole = self.whole_rows.is_some_and(|row| self.bound == [row] && self.position_loops == 0);
         let fold = match whole {
-            true => format!("{target} = o_row[c_{v}];"),
+            true => {
+                let dtype = self.k.tensor(self.k.output).dtype;
+                format!("{target} = {};", self.d.store_as(dtype, &format!("o_row[c_{v}]")))
+            }
             false => self.fold_out(&target, &format!("o_row[c_{v}]")),
         };
         self.wrote_whole |= whole;

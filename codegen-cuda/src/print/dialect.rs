@@ -16,9 +16,8 @@ pub struct Cuda {
     pub wide: bool,
 }
 
-impl Cuda {
-    /// A compute-type value converted to a tensor's element type.
-    pub fn store_as(&self, dtype: ElemType, v: &str) -> String {
+impl Dialect for Cuda {
+    fn store_as(&self, dtype: ElemType, v: &str) -> String {
         let double = self.real == "double";
         match dtype {
             ElemType::Value(DType::F16) if double => format!("__double2half({v})"),
@@ -29,9 +28,7 @@ impl Cuda {
             _ => v.to_string(),
         }
     }
-}
 
-impl Dialect for Cuda {
     fn real(&self) -> &'static str {
         self.real
     }

@@ -10,9 +10,10 @@
 //! write per element, already summed in f32 registers) and `max=` / `min=`
 //! (exact in any type) keep the output's own type.
 //!
-//! The level path's warps fold every term into the output in global memory
-//! (a row's positions one after another), so a 16-bit output of a level
-//! kernel is always held in f32 and rounded once, whatever the reduction.
+//! The level path's warps fold terms into the output in global memory (a
+//! row's positions one after another), so a 16-bit output of a level
+//! kernel is held in f32 and rounded once, whatever the reduction, except
+//! where each warp stores its rows whole from f32 registers.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -23,6 +24,7 @@ use spindle_ir::lang::ElemType;
 use spindle_ir::level::LevelKernel;
 
 use super::cuda_type;
+use super::dialect::Cuda;
 
 /// Threads per block of the rounding kernel.
 pub const ROUND_BLOCK: u32 = 256;
@@ -67,10 +69,17 @@ pub fn device_kernel(kernel: &Kernel) -> Cow<'_, Kernel> {
 }
 
 /// Whether `kernel`'s output is 16-bit, which the level path holds in f32
-/// ([`device_level_kernel`]): its type, if so.
+/// ([`device_level_kernel`]): its type, if so. Not where the warps store
+/// their rows whole from f32 registers ([`spindle_c::level::Warps`]'s
+/// `writes_output`): each element is then rounded once as it is stored.
 pub fn widened_level_output(kernel: &LevelKernel) -> Option<ElemType> {
     let dtype = kernel.tensor(kernel.output).dtype;
-    matches!(dtype, ElemType::Value(DType::F16 | DType::Bf16)).then_some(dtype)
+    let sixteen = matches!(dtype, ElemType::Value(DType::F16 | DType::Bf16));
+    let stored = || {
+        let dialect = Cuda { real: "float", wide: true };
+        spindle_c::level::print_level_warps(kernel, dialect).is_ok_and(|w| w.writes_output)
+    };
+    (sixteen && !stored()).then_some(dtype)
 }
 
 /// The level kernel as the device runs it: with an f32 output where
