@@ -113,6 +113,11 @@ pub trait Dialect {
         None
     }
 
+    /// The type a tensor of `dtype` is stored in.
+    fn storage(&self, dtype: ElemType) -> &'static str {
+        crate::print::c_type(dtype)
+    }
+
     /// A compute-type value converted to a tensor's element type, for a
     /// store (C converts by assignment).
     fn store_as(&self, dtype: ElemType, value: &str) -> String {

@@ -638,11 +638,37 @@ fn locals_on_warps(
 /// Whether a value computed in `nodes` reads a dense array (a dense
 /// tensor, or a temporary at coordinates) at `var`.
 fn reads_dense_at(nodes: &[Node], var: VarId) -> bool {
-    let at_var = |e: &Expr| match e {
-        Expr::Dense { at, .. } | Expr::Local { at: Place::Coords(at), .. } => at.contains(&var),
-        _ => false,
-    };
-    Node::any(nodes, &|n| n.value().is_some_and(|v| v.any(&at_var)))
+    let mut reads = Vec::new();
+    column_reads(nodes, var, &mut reads);
+    !reads.is_empty()
+}
+
+/// The reads of dense arrays (dense tensors, temporaries at coordinates)
+/// at `var` in the values computed in `nodes`, each once.
+fn column_reads(nodes: &[Node], var: VarId, out: &mut Vec<Expr>) {
+    for n in nodes {
+        if let Some(value) = n.value() {
+            value.visit(&mut |e| {
+                if let Expr::Dense { at, .. } | Expr::Local { at: Place::Coords(at), .. } = e
+                    && at.contains(&var)
+                    && !out.contains(e)
+                {
+                    out.push(e.clone());
+                }
+            });
+        }
+        n.bodies().for_each(|b| column_reads(b, var, out));
+    }
+}
+
+/// The CUDA type that moves `bytes` (4, 8 or 16) as one load or store.
+fn vector_type(bytes: usize) -> &'static str {
+    match bytes {
+        16 => "uint4",
+        8 => "uint2",
+        4 => "unsigned",
+        _ => unreachable!("a lane's columns are 4, 8 or 16 bytes"),
+    }
 }
 
 /// The output coordinates of the kernel's updates, when they all agree.
@@ -840,6 +866,10 @@ struct Printer<'k, D: Dialect> {
     whole_rows: Option<VarId>,
     /// A row was stored whole ([`Printer::position_loop_in_lanes`]).
     wrote_whole: bool,
+    /// On a GPU, with the row in the lanes' registers: the adjacent
+    /// columns a lane owns, loaded and stored 16 bytes at a time
+    /// ([`Printer::row_vector`]); 1 where a lane's columns lie 32 apart.
+    row_vec: usize,
 }
 
 /// Whether a workspace over `extent` coordinates always drains through its
@@ -961,6 +991,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             group: None,
             whole_rows: None,
             wrote_whole: false,
+            row_vec: 1,
         }
     }
 
@@ -1995,7 +2026,9 @@ impl<'k, D: Dialect> Printer<'k, D> {
             Node::Dense { var, body } => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 let outside = self.lanes_outside.take();
-                if self.is_split(n) && self.row_in_lanes {
+                if self.is_split(n) && self.row_in_lanes && self.row_vec > 1 {
+                    return self.vector_steps(*var, body, ("lane", 32, self.row_vec), true, depth);
+                } else if self.is_split(n) && self.row_in_lanes {
                     // The lane's columns by slot, unrolled, so that `o_row`
                     // is indexed by constants: registers. (In a group, the
                     // group's lanes split them.)
@@ -2527,13 +2560,17 @@ impl<'k, D: Dialect> Printer<'k, D> {
             None => ("lane", 32),
         };
         match n {
-            Node::Dense { var, body } => {
-                let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
-                self.line(d, &format!("for (int64_t {v} = {lane}; {v} < {extent}; {v} += {width}) {{"));
-                self.bound.push(*var);
-                body.iter().for_each(|b| self.node(b, d + 1));
-                self.bound.pop();
-            }
+            Node::Dense { var, body } => match self.vector_width(body, *var, width, 0) {
+                1 => {
+                    let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
+                    self.line(d, &format!("for (int64_t {v} = {lane}; {v} < {extent}; {v} += {width}) {{"));
+                    self.bound.push(*var);
+                    body.iter().for_each(|b| self.node(b, d + 1));
+                    self.bound.pop();
+                    self.line(d, "}");
+                }
+                vec => self.vector_steps(*var, body, (lane, width, vec), false, d),
+            },
             Node::Merge { var, levels, points, .. } => {
                 let l = &levels[0];
                 let p = Self::position(&l.position());
@@ -2549,10 +2586,10 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 self.position_loops += 1;
                 points[0].body.iter().for_each(|b| self.node(b, d + 1));
                 self.position_loops -= 1;
+                self.line(d, "}");
             }
             _ => unreachable!("shared_sums takes loops"),
         }
-        self.line(d, "}");
         for (&l, name) in sums.iter().zip(names) {
             let lanes = std::mem::replace(&mut self.locals[l.as_u32() as usize], name);
             self.line(
@@ -2798,16 +2835,27 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.line(depth, "{");
         self.line(depth + 1, &format!("{real} o_row[{slots}] = {{0}};"));
         (self.out_row, self.row_in_lanes) = (Some(at.clone()), true);
+        let vec = match group {
+            None => self.row_vector(body, lane_var, extent),
+            Some(_) => 1,
+        };
+        self.row_vec = vec;
         match group {
             Some(r) => self.group_steps(var, l, body, r, depth + 1),
             None => self.position_loop_plain(var, l, body, depth + 1),
         }
-        (self.out_row, self.row_in_lanes) = (None, false);
+        (self.out_row, self.row_in_lanes, self.row_vec) = (None, false, 1);
         let v = self.var(lane_var).to_string();
         let target = format!("{}[{}]", self.tensor(self.k.output), self.dense_address(self.k.output, &at));
         // The row's walk directly in the row loop of a kernel whose rows
         // are written whole: the row is stored, not added.
         let whole = self.whole_rows.is_some_and(|row| self.bound == [row] && self.position_loops == 0);
+        self.wrote_whole |= whole;
+        if whole && vec > 1 {
+            self.store_vectors(&target, &v, extent / (32 * vec), vec, depth + 1);
+            self.line(depth, "}");
+            return;
+        }
         let fold = match whole {
             true => {
                 let dtype = self.k.tensor(self.k.output).dtype;
@@ -2815,7 +2863,6 @@ impl<'k, D: Dialect> Printer<'k, D> {
             }
             false => self.fold_out(&target, &format!("o_row[c_{v}]")),
         };
-        self.wrote_whole |= whole;
         self.line(depth + 1, "#pragma unroll");
         self.line(depth + 1, &format!("for (int64_t c_{v} = 0; c_{v} < {slots}; c_{v}++) {{"));
         let d = depth + 2;
@@ -2828,7 +2875,13 @@ impl<'k, D: Dialect> Printer<'k, D> {
                 ),
             );
         }
-        self.line(d, &format!("const int64_t {v} = lane + c_{v} * {lanes};"));
+        match vec {
+            1 => self.line(d, &format!("const int64_t {v} = lane + c_{v} * {lanes};")),
+            _ => self.line(
+                d,
+                &format!("const int64_t {v} = (lane + c_{v} / {vec} * 32) * {vec} + c_{v} % {vec};"),
+            ),
+        }
         let when = match (group, extent.is_multiple_of(lanes)) {
             (Some(r), true) => format!("if (lane < {r}) "),
             (Some(r), false) => format!("if (lane < {r} && {v} < {extent}) "),
@@ -2837,6 +2890,150 @@ impl<'k, D: Dialect> Printer<'k, D> {
         };
         self.line(d, &format!("{when}{fold}"));
         self.line(depth + 1, "}");
+        self.line(depth, "}");
+    }
+
+    /// How many adjacent steps of dense loop `var` each of `width` lanes
+    /// splitting it takes, so that every read along it is one load of up
+    /// to 16 bytes a lane: 16 bytes of the widest tensor read along it (or
+    /// of a `bytes` wide one written: 4 of f32, 8 of f16), halved until
+    /// the loop is whole chunks of `width` lanes. 1 (a lane's steps
+    /// `width` apart, each a load of its own) where a read moves by more
+    /// than one element a step or reads a temporary, and where nothing
+    /// moves along the loop at all.
+    fn vector_width(&self, body: &[Node], var: VarId, width: usize, bytes: usize) -> usize {
+        let extent = self.k.var(var).extent;
+        let mut widest = bytes;
+        let mut reads = Vec::new();
+        column_reads(body, var, &mut reads);
+        for read in &reads {
+            let Expr::Dense { tensor, at } = read else { return 1 };
+            let t = self.k.tensor(*tensor);
+            let once = at.iter().filter(|&&a| a == var).count() == 1;
+            if !once || at.last() != Some(&var) || t.shape.last() != Some(&extent) || t.dtype.is_index() {
+                return 1;
+            }
+            widest = widest.max(t.dtype.size_bytes());
+        }
+        if widest == 0 {
+            return 1;
+        }
+        let mut vec = 16 / widest;
+        while vec > 1 && !extent.is_multiple_of(width * vec) {
+            vec /= 2;
+        }
+        vec
+    }
+
+    /// How many adjacent columns each lane owns of a row the warp holds
+    /// in its registers ([`Printer::row_vec`]): [`Printer::vector_width`]
+    /// over the row's reads and its store into the output, and 1 where the
+    /// body keeps temporaries.
+    fn row_vector(&self, body: &[Node], lane_var: VarId, extent: usize) -> usize {
+        let output = self.k.tensor(self.k.output);
+        let temporaries = Node::any(body, &|n| matches!(n, Node::Clear { .. } | Node::Store { .. }));
+        if temporaries || output.shape.last() != Some(&extent) {
+            return 1;
+        }
+        self.vector_width(body, lane_var, 32, output.dtype.size_bytes())
+    }
+
+    /// Each dense row `body` reads along `var` loaded as one piece of `vec`
+    /// elements from `var = start` into a local array, the reads printed as
+    /// its element `j_var`; gives the count of hoisted reads before, to
+    /// restore once the body is printed. A read whose other coordinates a
+    /// loop inside binds stays where it is, a step at a time.
+    fn vector_loads(&mut self, var: VarId, body: &[Node], start: &str, vec: usize, depth: usize) -> usize {
+        let v = self.var(var).to_string();
+        let hoisted = self.hoisted.len();
+        let mut reads = Vec::new();
+        column_reads(body, var, &mut reads);
+        for (i, read) in reads.iter().enumerate() {
+            let Expr::Dense { tensor, at } = read else { continue };
+            let others: Vec<VarId> = at.iter().copied().filter(|&a| a != var).collect();
+            if binds(body, &others) {
+                continue;
+            }
+            let dtype = self.k.tensor(*tensor).dtype;
+            let name = format!("{v}_b{i}");
+            let chunk = vector_type(vec * dtype.size_bytes());
+            let (array, address) = (self.tensor(*tensor).to_string(), self.dense_address(*tensor, at));
+            self.line(depth, &format!("__align__(16) {} {name}[{vec}];", self.d.storage(dtype)));
+            self.line(
+                depth,
+                &format!(
+                    "{{ const int64_t {v} = {start}; *reinterpret_cast<{chunk} *>({name}) = \
+                     *reinterpret_cast<const {chunk} *>(&{array}[{address}]); }}"
+                ),
+            );
+            self.hoisted.push((read.clone(), self.d.load(dtype, &name, &format!("j_{v}"))));
+        }
+        hoisted
+    }
+
+    /// Dense loop `var` split by `width` lanes (each its `lane`) taking
+    /// `vec` adjacent steps at a time: chunk `w` of a lane covers steps
+    /// `(lane + width w) vec ..`, and each dense row the body reads along
+    /// the loop (B's row at an entry's coordinate, SDDMM's rows of X and Y)
+    /// is one load of up to 16 bytes a lane ([`Printer::vector_loads`]),
+    /// where steps `width` apart took a scalar load each. `slots`: the
+    /// loop is the lanes' split of a row in their registers
+    /// ([`Printer::row_vec`]), whose slot `c` a step sums into.
+    fn vector_steps(
+        &mut self,
+        var: VarId,
+        body: &[Node],
+        (lane, width, vec): (&str, usize, usize),
+        slots: bool,
+        depth: usize,
+    ) {
+        let v = self.var(var).to_string();
+        let chunks = self.k.var(var).extent / (width * vec);
+        if slots {
+            self.line(depth, "#pragma unroll");
+        }
+        self.line(depth, &format!("for (int64_t w_{v} = 0; w_{v} < {chunks}; w_{v}++) {{"));
+        let d = depth + 1;
+        let start = format!("({lane} + w_{v} * {width}) * {vec}");
+        let hoisted = self.vector_loads(var, body, &start, vec, d);
+        self.line(d, "#pragma unroll");
+        self.line(d, &format!("for (int64_t j_{v} = 0; j_{v} < {vec}; j_{v}++) {{"));
+        if slots {
+            self.line(d + 1, &format!("const int64_t c_{v} = w_{v} * {vec} + j_{v};"));
+        }
+        self.line(d + 1, &format!("const int64_t {v} = {start} + j_{v};"));
+        let was = match slots {
+            true => self.in_split.replace(LaneSplit::Dense(var)),
+            false => self.in_split,
+        };
+        self.bound.push(var);
+        body.iter().for_each(|b| self.node(b, d + 1));
+        self.bound.pop();
+        self.in_split = was;
+        self.hoisted.truncate(hoisted);
+        self.line(d, "}");
+        self.line(depth, "}");
+    }
+
+    /// A whole row in the lanes' registers ([`Printer::row_vec`] adjacent
+    /// columns a lane, in `chunks`) stored into `target` (the output at
+    /// the row, column `v`) 16 bytes at a time, converted to the output's
+    /// type.
+    fn store_vectors(&mut self, target: &str, v: &str, chunks: usize, vec: usize, depth: usize) {
+        let dtype = self.k.tensor(self.k.output).dtype;
+        let chunk = vector_type(vec * dtype.size_bytes());
+        self.line(depth, "#pragma unroll");
+        self.line(depth, &format!("for (int64_t w_{v} = 0; w_{v} < {chunks}; w_{v}++) {{"));
+        let d = depth + 1;
+        self.line(d, &format!("const int64_t {v} = (lane + w_{v} * 32) * {vec};"));
+        self.line(d, &format!("__align__(16) {} o_vec[{vec}];", self.d.storage(dtype)));
+        let value = self.d.store_as(dtype, &format!("o_row[w_{v} * {vec} + j]"));
+        self.line(d, "#pragma unroll");
+        self.line(d, &format!("for (int j = 0; j < {vec}; j++) o_vec[j] = {value};"));
+        self.line(
+            d,
+            &format!("*reinterpret_cast<{chunk} *>(&{target}) = *reinterpret_cast<const {chunk} *>(o_vec);"),
+        );
         self.line(depth, "}");
     }
 

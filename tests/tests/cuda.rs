@@ -1441,9 +1441,15 @@ fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
         // emulated run starts C at NaN, so a row left unwritten fails); a
         // 16-bit row is rounded as it is stored (no f32 copy, no second
         // kernel).
-        let rounded = source.contains("__float2half(o_row[c_i_n])");
+        let rounded = source.contains("__float2half(o_row[");
         assert!(stores_rows(&source) && rounded == (dtype == DType::F16), "{what}\n{source}");
         assert!(!source.contains("_round("), "{what}\n{source}");
+        // A lane's adjacent columns: B's row and C's in 16-byte pieces (4
+        // f32) where the row is whole chunks of 32 lanes' pieces.
+        let vectors = dtype == DType::F32 && n % 128 == 0;
+        let b_loads = source.contains("reinterpret_cast<const uint4 *>(&t_B[");
+        let c_stores = source.contains("reinterpret_cast<uint4 *>(&t_C[");
+        assert!(b_loads == vectors && c_stores == vectors, "{what}\n{source}");
         let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
         sources.push((what, source));
@@ -1496,6 +1502,14 @@ fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
         let stores: Vec<_> = sass.instructions.iter().filter(|i| i.opcode().starts_with("STG")).collect();
         assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing(sass));
         outside_loops(sass, &stores, &format!("{what}: stores"));
+        if what.contains("f32 n=128 ") || what.contains("f32 n=256 ") {
+            let wide = |op| sass.with_opcode(op).count() > 0;
+            assert!(
+                wide("LDG.E.128") && wide("STG.E.128"),
+                "{what}: no 16-byte B loads or C stores\n{}",
+                listing(sass)
+            );
+        }
         let shuffled = sass.instructions.iter().any(|i| i.opcode().starts_with("SHFL.IDX"));
         assert!(
             shuffled || what.contains("n=8") || what.contains("n=13") || what.starts_with("SDDMM"),
@@ -1506,9 +1520,13 @@ fn the_gpu_level_path_keeps_a_warps_row_in_registers() {
 }
 
 /// Whether a level kernel's warps store their output rows (`t_C[..] =
-/// o_row[..]`, converted or not) rather than add them.
+/// o_row[..]`, converted or not, or 16 bytes of them at a time) rather
+/// than add them.
 fn stores_rows(source: &str) -> bool {
-    source.lines().any(|l| l.contains("t_C[") && l.contains("] = ") && l.contains("o_row[c_i_n]"))
+    let scalar = |l: &str| l.contains("t_C[") && l.contains("] = ") && l.contains("o_row[c_i_n]");
+    let vector =
+        |l: &str| l.starts_with("*reinterpret_cast<") && l.contains("(&t_C[") && l.contains("(o_vec)");
+    source.lines().map(str::trim).any(|l| scalar(l) || vector(l))
 }
 
 /// Each of `sources` (what it is, its CUDA) in machine code for sm_80 and
@@ -1536,7 +1554,8 @@ fn each_in_machine_code(
 /// it by butterfly shuffles (K / 4 lanes, 2 to 32: K = 32 takes 8 lanes an
 /// entry, 4 entries a step), where a lane an entry walked each dot alone
 /// and left most lanes idle on short rows. On the emulated GPU against the
-/// reference evaluator: K from 5 (a lane an entry) to 200, power-law rows
+/// reference evaluator: K from 5 (a lane an entry) to 200 (4 adjacent k a
+/// lane, loaded 16 bytes at a time, where K allows), power-law rows
 /// (some empty, most shorter than a step), CSR and DCSR, the output in A's
 /// pattern and dense; in machine code, the shuffles and no spills.
 #[test]
@@ -1577,12 +1596,19 @@ fn sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes() {
             Some(r) => {
                 assert!(source.contains(&format!("const int sub = lane & {};", r - 1)), "{what}\n{source}");
                 assert!(source.contains("if (g_in && sub == 0)"), "{what}\n{source}");
-                sources.push((what, source.clone()));
+                // A lane's 4 adjacent k: U's and V's rows in 16-byte
+                // loads, where K is whole chunks of the group's.
+                let vectors = k % (4 * r) == 0;
+                let loads = ["t_U", "t_V"].map(|t| source.contains(&format!("uint4 *>(&{t}[")));
+                assert_eq!(loads, [vectors; 2], "{what}\n{source}");
+                sources.push((format!("{what}{}", if vectors { " (vectors)" } else { "" }), source.clone()));
             }
             None => assert!(!source.contains("g_in"), "{what}\n{source}"),
         }
     }
     each_in_machine_code("sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes", &sources, |what, sass| {
         assert!(sass.with_opcode("SHFL.BFLY").count() > 0, "{what}: no shuffles\n{}", listing(sass));
+        let wide = sass.with_opcode("LDG.E.128").count() > 0;
+        assert_eq!(wide, what.contains("(vectors)"), "{what}: 16-byte loads\n{}", listing(sass));
     });
 }

@@ -134,6 +134,10 @@ struct __attribute__((aligned(16))) uint4 {
   unsigned x, y, z, w;
 };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+// 8 bytes moved as one (LDG.E.64).
+struct __attribute__((aligned(8))) uint2 {
+  unsigned x, y;
+};
 
 // cp.async: each thread's copies wait in commit groups and land only when
 // a wait lets them (the latest a GPU may complete them), so a read of a

@@ -17,6 +17,10 @@ pub struct Cuda {
 }
 
 impl Dialect for Cuda {
+    fn storage(&self, dtype: ElemType) -> &'static str {
+        super::cuda_type(dtype)
+    }
+
     fn store_as(&self, dtype: ElemType, v: &str) -> String {
         let double = self.real == "double";
         match dtype {
