@@ -248,12 +248,13 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
 
 /// Where a warp per row may store its output row instead of adding to it:
 /// the row loop, a dense loop over the output's first index, is the
-/// outermost; the kernel's one update is `out[row, col]` over the whole
-/// output; and the row's body walks one level once, beside locates and
-/// temporaries (no other loop or test). Each row is then a warp's whole,
-/// written once after its walk ([`Printer::position_loop_in_lanes`]), even
+/// outermost; the kernel's one update is `out[row, col]` or `out[row]`
+/// over the whole output; and the row's body walks one level once, beside
+/// locates and temporaries (no other loop or test). Each row is then a
+/// warp's whole, written once after its walk
+/// ([`Printer::position_loop_in_lanes`], [`Printer::lane_positions`]), even
 /// a row with no entries, so an output that starts at zero needs no memset
-/// and is not read (CSR SpMM's `C`: a third of its traffic).
+/// and is not read (CSR SpMM's `C`: a third of its traffic; SpMV's `y`).
 fn whole_rows(k: &LevelKernel) -> Option<VarId> {
     if k.init != OutputInit::Zero || k.reduction != Reduction::Sum || k.assembly.is_some() || k.lanes != 32 {
         return None;
@@ -270,7 +271,7 @@ fn whole_rows(k: &LevelKernel) -> Option<VarId> {
             Node::Locate { .. } | Node::Clear { .. } | Node::Store { target: Target::Local(_), .. } => true,
             _ => false,
         });
-    let whole = at.len() == 2 && at[0] == *row && extents == k.tensor(k.output).shape;
+    let whole = matches!(at.len(), 1 | 2) && at[0] == *row && extents == k.tensor(k.output).shape;
     (whole && one_walk && !writes_elsewhere).then_some(*row)
 }
 
@@ -2479,9 +2480,29 @@ impl<'k, D: Dialect> Printer<'k, D> {
         self.fold_lanes(r, "acc", d);
         let out = self.tensor(self.k.output).to_string();
         let address = self.dense_address(self.k.output, update);
-        let fold = self.fold_out(&format!("{out}[{address}]"), "acc");
+        let whole = self.whole_row();
+        let fold = self.row_write(whole, &format!("{out}[{address}]"), "acc");
         self.line(d, &format!("if ({}) {fold}", self.writer()));
         self.line(depth, "}");
+    }
+
+    /// Whether the row walk being printed is directly in the row loop of a
+    /// kernel whose rows are written whole ([`whole_rows`]): its row is
+    /// then stored, not added (and the kernel is noted as writing its
+    /// output).
+    fn whole_row(&mut self) -> bool {
+        let whole = self.whole_rows.is_some_and(|row| self.bound == [row] && self.position_loops == 0);
+        self.wrote_whole |= whole;
+        whole
+    }
+
+    /// `value` (a row's sum) written into `target`: stored, converted to
+    /// the output's type, where the row is written `whole`, else added.
+    fn row_write(&self, whole: bool, target: &str, value: &str) -> String {
+        match whole {
+            true => format!("{target} = {};", self.d.store_as(self.k.tensor(self.k.output).dtype, value)),
+            false => self.fold_out(target, value),
+        }
     }
 
     /// On a GPU, outside the loop the lanes split (which every lane walks
@@ -2847,22 +2868,13 @@ impl<'k, D: Dialect> Printer<'k, D> {
         (self.out_row, self.row_in_lanes, self.row_vec) = (None, false, 1);
         let v = self.var(lane_var).to_string();
         let target = format!("{}[{}]", self.tensor(self.k.output), self.dense_address(self.k.output, &at));
-        // The row's walk directly in the row loop of a kernel whose rows
-        // are written whole: the row is stored, not added.
-        let whole = self.whole_rows.is_some_and(|row| self.bound == [row] && self.position_loops == 0);
-        self.wrote_whole |= whole;
+        let whole = self.whole_row();
         if whole && vec > 1 {
             self.store_vectors(&target, &v, extent / (32 * vec), vec, depth + 1);
             self.line(depth, "}");
             return;
         }
-        let fold = match whole {
-            true => {
-                let dtype = self.k.tensor(self.k.output).dtype;
-                format!("{target} = {};", self.d.store_as(dtype, &format!("o_row[c_{v}]")))
-            }
-            false => self.fold_out(&target, &format!("o_row[c_{v}]")),
-        };
+        let fold = self.row_write(whole, &target, &format!("o_row[c_{v}]"));
         self.line(depth + 1, "#pragma unroll");
         self.line(depth + 1, &format!("for (int64_t c_{v} = 0; c_{v} < {slots}; c_{v}++) {{"));
         let d = depth + 2;

@@ -722,14 +722,25 @@ fn cuda_rows_per_warp_compute_spmv_and_spmm() {
 
     let nvrtc = nvrtc::toolchain_or_skip("cuda_rows_per_warp_compute_spmv_and_spmm");
     let cases = [
-        // SpMV: lanes over the row's positions, added with shuffles.
+        // SpMV: lanes over the row's positions, added with shuffles, and
+        // the sum stored (y starts at zero; each row is a warp's whole).
         (
             case(
                 "y[i] = A[i,j] * x[j]",
                 &[("y", &[37], 1.0), ("A", &[37, 90], 0.2), ("x", &[90], 1.0)],
                 &[("A", "csr")],
             ),
-            "__shfl_down_sync",
+            "__shfl_down_sync(0xffffffffu, acc, offset);\n            if (lane == 0) t_y[i_i] = acc;",
+        ),
+        // (Rows with no entries stored as zeros: the emulation starts y at
+        // NaN.)
+        (
+            case(
+                "y[i] = A[i,j] * x[j]",
+                &[("y", &[50], 1.0), ("A", &[50, 20], 0.05), ("x", &[20], 1.0)],
+                &[("A", "csr")],
+            ),
+            "if (lane == 0) t_y[i_i] = acc;",
         ),
         // SpMM: lanes over the dense columns, each lane's two slots of
         // the row (40 columns: the second ragged) summed in registers, the
