@@ -865,7 +865,7 @@ struct Printer<'k, D: Dialect> {
     /// On a GPU, the row loop of a kernel whose warps may store their rows
     /// whole ([`whole_rows`]).
     whole_rows: Option<VarId>,
-    /// A row was stored whole ([`Printer::position_loop_in_lanes`]).
+    /// A row was stored whole ([`Printer::whole_row`]).
     wrote_whole: bool,
     /// On a GPU, with the row in the lanes' registers: the adjacent
     /// columns a lane owns, loaded and stored 16 bytes at a time
