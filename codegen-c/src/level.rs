@@ -104,7 +104,8 @@ pub struct Warps {
     /// Counts of a `max=` / `min=` kept in global memory ([`FillCounts`]).
     pub fill: Option<FillCounts>,
     /// The body stores every output element once without reading it
-    /// ([`whole_rows`]): the output needs no zeroing first.
+    /// ([`whole_rows`], [`whole_entries`]): the output needs no zeroing
+    /// first.
     pub writes_output: bool,
 }
 
@@ -232,6 +233,7 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
         p.global_hits = true;
     }
     p.whole_rows = whole_rows(kernel);
+    p.whole_entries = whole_entries(kernel);
     p.declare_locals(1, |_| true);
     p.warps(1);
     let body = std::mem::take(&mut p.out);
@@ -273,6 +275,73 @@ fn whole_rows(k: &LevelKernel) -> Option<VarId> {
         });
     let whole = matches!(at.len(), 1 | 2) && at[0] == *row && extents == k.tensor(k.output).shape;
     (whole && one_walk && !writes_elsewhere).then_some(*row)
+}
+
+/// Where a sparse output held in an operand's pattern (SDDMM's `S` in
+/// `A`'s) may be stored instead of added to: its one write is
+/// `S[position]` directly in the walk of that position's level, and the
+/// loops around it walk the operand's levels from the first, one loop a
+/// level, that operand alone (a dense level's loop locates its position,
+/// a compressed or singleton level's walk is not co-iterated). Every
+/// position is then visited once and written once, so an output that
+/// starts at zero needs no memset and is not read. Not over ELL's or
+/// GroupCOO's padding, whose slots the walk skips.
+fn whole_entries(k: &LevelKernel) -> Option<Position> {
+    if k.init != OutputInit::Zero || k.reduction != Reduction::Sum || k.assembly.is_some() || k.lanes != 32 {
+        return None;
+    }
+    let mut updates = Vec::new();
+    updates_under(&k.body, &mut updates);
+    let mut stores = Vec::new();
+    output_stores(&k.body, &mut stores);
+    let ([], [Place::Position(at @ Position::Level { tensor, level }, coords)]) = (&updates[..], &stores[..])
+    else {
+        return None;
+    };
+    if !coords.is_empty() {
+        return None;
+    }
+    let stores_output = |n: &Node| {
+        Node::any(std::slice::from_ref(n), &|n| matches!(n, Node::Store { target: Target::Output, .. }))
+    };
+    let mut nodes = &k.body[..];
+    for next in 0..=*level {
+        let [walk] = &nodes.iter().filter(|n| stores_output(n)).collect::<Vec<_>>()[..] else { return None };
+        nodes = match walk {
+            Node::Dense { var, body } => {
+                let located = body.iter().any(|n| {
+                    matches!(n, Node::Locate { level: l, var: v }
+                        if v == var && l.tensor == *tensor && l.level == next && l.extent == k.var(*var).extent)
+                });
+                if !located {
+                    return None;
+                }
+                body
+            }
+            Node::Merge { levels, full: false, points, .. } => match (&levels[..], &points[..]) {
+                ([l], [point])
+                    if l.tensor == *tensor
+                        && l.level == next
+                        && matches!(l.kind, Reach::Compressed { .. } | Reach::Singleton { .. }) =>
+                {
+                    &point.body
+                }
+                _ => return None,
+            },
+            _ => return None,
+        };
+    }
+    nodes.iter().any(|n| matches!(n, Node::Store { target: Target::Output, .. })).then(|| at.clone())
+}
+
+/// Where `nodes` store into the output ([`Node::Store`]).
+fn output_stores<'a>(nodes: &'a [Node], out: &mut Vec<&'a Place>) {
+    for n in nodes {
+        if let Node::Store { target: Target::Output, at, .. } = n {
+            out.push(at);
+        }
+        n.bodies().for_each(|b| output_stores(b, out));
+    }
 }
 
 /// A fill ([`Node::Fill`]) whose counts are one array: around the
@@ -865,7 +934,10 @@ struct Printer<'k, D: Dialect> {
     /// On a GPU, the row loop of a kernel whose warps may store their rows
     /// whole ([`whole_rows`]).
     whole_rows: Option<VarId>,
-    /// A row was stored whole ([`Printer::whole_row`]).
+    /// On a GPU, the position at which a sparse output held in an
+    /// operand's pattern is stored, not added to ([`whole_entries`]).
+    whole_entries: Option<Position>,
+    /// A row or the entries were stored whole ([`Printer::whole_row`]).
     wrote_whole: bool,
     /// On a GPU, with the row in the lanes' registers: the adjacent
     /// columns a lane owns, loaded and stored 16 bytes at a time
@@ -991,6 +1063,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             row_in_lanes: false,
             group: None,
             whole_rows: None,
+            whole_entries: None,
             wrote_whole: false,
             row_vec: 1,
         }
@@ -2108,7 +2181,17 @@ impl<'k, D: Dialect> Printer<'k, D> {
             Node::Workspace { body } => self.workspace(body, depth),
             Node::Accumulate { value } => self.accumulate(value, depth),
             Node::Store { target, at, value } => {
-                let line = format!("{} += {};", self.store_target(*target, at), self.expr(value));
+                let (target_text, value) = (self.store_target(*target, at), self.expr(value));
+                let stored = matches!((target, at), (Target::Output, Place::Position(p, _))
+                    if self.whole_entries.as_ref() == Some(p));
+                self.wrote_whole |= stored;
+                let line = match stored {
+                    true => format!(
+                        "{target_text} = {};",
+                        self.d.store_as(self.k.tensor(self.k.output).dtype, &value)
+                    ),
+                    false => format!("{target_text} += {value};"),
+                };
                 // On a GPU every lane walks what its split does not: one
                 // writes the output (a temporary is each lane's own).
                 match (*target, self.split, self.in_split) {

@@ -1556,8 +1556,11 @@ fn each_in_machine_code(
 /// and left most lanes idle on short rows. On the emulated GPU against the
 /// reference evaluator: K from 5 (a lane an entry) to 200 (4 adjacent k a
 /// lane, loaded 16 bytes at a time, where K allows), power-law rows
-/// (some empty, most shorter than a step), CSR and DCSR, the output in A's
-/// pattern and dense; in machine code, the shuffles and no spills.
+/// (some empty, most shorter than a step), CSR, DCSR and COO, the output in
+/// A's pattern and dense; in machine code, the shuffles and no spills. The
+/// output in A's pattern is stored at each entry, not added to, so it needs
+/// no zeroing: the emulation starts it at NaN, and an entry left unwritten
+/// fails the check.
 #[test]
 fn sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes() {
     if !emulate::compiler_or_skip("sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes") {
@@ -1574,6 +1577,7 @@ fn sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes() {
         ("S[i,j] = A[i,j] * U[i,k] * V[j,k]", "csr", 5, None),
         ("S[i,j] = A[i,j] * U[i,k] * V[j,k]", "csr", 16, Some(4)),
         ("S[i,j] = A[i,j] * U[i,k] * V[j,k]", "dcsr", 32, Some(8)),
+        ("S[i,j] = A[i,j] * U[i,k] * V[j,k]", "coo", 32, Some(8)),
         ("S[i,j] = A[i,j] * U[i,k] * V[j,k]", "csr", 200, Some(32)),
         ("D[i,j] = A[i,j] * (U[i,k] * V[j,k])", "csr", 64, Some(16)),
     ];
@@ -1592,6 +1596,10 @@ fn sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes() {
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(ran.checks[0].passed(), "{what}: {:?}", ran.checks);
         let source = &ran.sources[0];
+        if statement.starts_with('S') {
+            assert!(source.contains("t_S[p_A1] = "), "{what}: S's entries stored\n{source}");
+            assert!(!source.contains("t_S[p_A1] +="), "{what}: S's entries stored\n{source}");
+        }
         match group {
             Some(r) => {
                 assert!(source.contains(&format!("const int sub = lane & {};", r - 1)), "{what}\n{source}");
