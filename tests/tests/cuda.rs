@@ -471,7 +471,9 @@ fn empty_operands_launch_nothing_on_the_emulated_gpu() {
 /// The warp walk (`map=walk`) on GroupCOO and COO SpMM: on the emulated
 /// GPU against the reference evaluator (runs of 1 to 16 groups, so runs
 /// end inside rows and rows span runs; `n` ragged against the lanes' 16-byte
-/// vectors; f16 and bf16 summed in the f32 copy); unsorted rows are refused.
+/// vectors; f16 and bf16 summed in the f32 copy); a run's interior rows
+/// stored without being read where C starts at zero, and added to under
+/// `+=` into given data; unsorted rows are refused.
 #[test]
 fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
     if !emulate::compiler_or_skip("the_warp_walk_computes_spmm_on_the_emulated_gpu") {
@@ -480,7 +482,21 @@ fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
     let backend = spindle::EmulateBackend::from_env();
     walk_cases_agree(&backend, "walk", &|what, source| {
         assert!(source.contains("warp-walk mapping"), "{what}: not the walk");
+        assert!(!source.contains("= *to;"), "{what}: an interior row read before it is stored\n{source}");
     });
+    let given = spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", spindle::Input::from(a_square()))
+        .tensor("B", spindle::Input::random(&[10, 64], DType::F32, 2))
+        .tensor("C", spindle::Input::random(&[10, 64], DType::F32, 3))
+        .format("A", "groupcoo:dim=0,g=2")
+        .prepare()
+        .unwrap_or_else(|e| panic!("{}", e.render(false)));
+    // Runs of 4 rows (2 groups each): 2 interior rows a run.
+    let compiled = given.compile(&backend, &"map=walk tile.p=8".parse().unwrap()).unwrap();
+    assert!(compiled.source().contains("*reinterpret_cast<uint4 *>(o) = *to;"), "{}", compiled.source());
+    let (_, given_check) = compiled.check().unwrap();
+    let error = given_check.max_rel_error;
+    assert!(error <= given_check.tolerance, "+= into given C: error {error:.2e}");
     // Rows out of order (an indirect statement's own data) are refused
     // before the kernel runs: its interior rows would race.
     let rows = ndarray::Array1::from(vec![0i64, 2, 1, 3]);

@@ -16,7 +16,9 @@
 //!   is written once, with atomics only for the run's first and last rows,
 //!   which neighbouring runs may share. Interior rows belong to the run
 //!   alone, which needs `R` nondecreasing: the printed kernel says so
-//!   ([`CudaKernel::sorted`]) and the driver checks the data.
+//!   ([`CudaKernel::sorted`]) and the driver checks the data. Where the
+//!   output starts at zero an interior row's sum is its value, stored
+//!   without reading the row (under `+=` into given data it is added).
 //!
 //! Every other kernel is refused with the reason.
 
@@ -363,7 +365,9 @@ pub(super) fn print(
     line(1, "}");
 
     // The write of a row's sums: atomic (a row the neighbouring runs may
-    // share), or a 16-byte read-modify-write (a row of this run alone).
+    // share), or, for a row of this run alone, 16-byte stores (the sum is
+    // the row's value where the output starts at zero) or a read-modify-
+    // write (`+=` into given data).
     let at = format!("row * {n} + col");
     let atomic = format!(
         "if (live) {{\n  #pragma unroll\n  for (int j = 0; j < {vec}; j++) atomicAdd(&{out}[{at} + j], acc[j]);\n}}"
@@ -379,7 +383,7 @@ pub(super) fn print(
     };
     let atomic = format!("{combine}{atomic}");
     let rows_out = RowStore { d: &d, dtype: dtype(w.out), out: &out, n, vec, hint: hints };
-    let plain = combine.clone() + &rows_out.row("row", true, true);
+    let plain = combine.clone() + &rows_out.row("row", k.init != OutputInit::Zero, true);
     let zero = format!("#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] = 0;");
     // One group's products: the next group's entries loaded first, then up
     // to CHUNK rows of B, then their FMAs.
