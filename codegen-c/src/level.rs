@@ -107,6 +107,9 @@ pub struct Warps {
     /// ([`whole_rows`], [`whole_entries`]): the output needs no zeroing
     /// first.
     pub writes_output: bool,
+    /// Iterations of the outermost loop a warp takes: 1, or more where
+    /// each is a few lanes' ([`Printer::grouped_top`]).
+    pub per_warp: usize,
 }
 
 /// A `max=` / `min=` whose counts of each output element's updates are one
@@ -245,7 +248,7 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
         }
         None => None,
     };
-    Ok(Warps { tensors, body, atomic: !owned, fill, writes_output: p.wrote_whole })
+    Ok(Warps { tensors, body, atomic: !owned, fill, writes_output: p.wrote_whole, per_warp: p.per_warp })
 }
 
 /// Where a warp per row may store its output row instead of adding to it:
@@ -939,6 +942,9 @@ struct Printer<'k, D: Dialect> {
     whole_entries: Option<Position>,
     /// A row or the entries were stored whole ([`Printer::whole_row`]).
     wrote_whole: bool,
+    /// On a GPU, the outermost loop's iterations a warp takes
+    /// ([`Printer::grouped_top`]).
+    per_warp: usize,
     /// On a GPU, with the row in the lanes' registers: the adjacent
     /// columns a lane owns, loaded and stored 16 bytes at a time
     /// ([`Printer::row_vector`]); 1 where a lane's columns lie 32 apart.
@@ -1065,6 +1071,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
             whole_rows: None,
             whole_entries: None,
             wrote_whole: false,
+            per_warp: 1,
             row_vec: 1,
         }
     }
@@ -1072,7 +1079,11 @@ impl<'k, D: Dialect> Printer<'k, D> {
     /// The outermost loop as a warp per iteration: `warp` picks the
     /// iteration, and warps past the last do nothing.
     fn warps(&mut self, depth: usize) {
+        let grouped = self.grouped_top();
         match &self.k.body[..] {
+            [Node::Merge { var, levels, points, .. }] if let Some(r) = grouped => {
+                self.grouped_entries(*var, &levels[0], &points[0].body, r, depth)
+            }
             [Node::Dense { var, body }] => {
                 let (v, extent) = (self.var(*var).to_string(), self.k.var(*var).extent);
                 match self.owners {
@@ -1140,6 +1151,64 @@ impl<'k, D: Dialect> Printer<'k, D> {
             [] => {}
             _ => unreachable!("print_level_warps takes one outermost loop"),
         }
+    }
+
+    /// Where the outermost loop walks a level whose every position has one
+    /// child, in a singleton level the lanes take as their own entries
+    /// ([`LaneSplit::Entries`]: COO's rows above its columns, under SDDMM
+    /// or a masked product into A's pattern): the lanes of each of those
+    /// entries, `r` ([`Printer::entry_group`], or 1), so that a warp takes
+    /// `32 / r` positions of the outer level ([`Printer::grouped_entries`]).
+    /// A warp a position left all but one group of lanes idle.
+    fn grouped_top(&self) -> Option<usize> {
+        let [Node::Merge { levels, full: false, points, .. }] = &self.k.body[..] else { return None };
+        let ([top], [point]) = (&levels[..], &points[..]) else { return None };
+        let [inner @ Node::Merge { var, levels, full: false, points }] = &point.body[..] else { return None };
+        let ([child], [entry]) = (&levels[..], &points[..]) else { return None };
+        let singleton = matches!(child.kind, Reach::Singleton { .. })
+            && child.tensor == top.tensor
+            && child.level == top.level + 1
+            && !matches!(top.kind, Reach::Padded { .. });
+        let plain = !self.owners && self.lanes == 32 && self.hits.is_none();
+        let entries = self.split == Some(LaneSplit::Entries(*var)) && self.is_split(inner);
+        (singleton && plain && entries).then(|| self.entry_group(child, &entry.body).unwrap_or(1))
+    }
+
+    /// The outermost walk of `top` ([`Printer::grouped_top`]) by groups of
+    /// `r` lanes, each group a position of `top` and its singleton child's
+    /// entry, `32 / r` positions a warp. A group past the level's last
+    /// position takes that position again (`g_in` false) and writes
+    /// nothing, so that every lane reaches the group's shuffles.
+    fn grouped_entries(&mut self, var: VarId, top: &LevelRef, body: &[Node], r: usize, depth: usize) {
+        let [Node::Merge { var: inner, levels, points, .. }] = body else {
+            unreachable!("grouped_top takes a singleton walk")
+        };
+        let (child, body) = (&levels[0], &points[0].body);
+        let (p, (begin, end)) = (Self::position(&top.position()), self.range(top));
+        let (per, shift) = (32 / r, r.ilog2());
+        self.per_warp = per;
+        self.line(depth, &format!("const int64_t {p}_step = {begin} + warp * {per};"));
+        self.line(depth, &format!("if ({p}_step < {end}) {{"));
+        let d = depth + 1;
+        self.line(d, &format!("const bool g_in = {p}_step + (lane >> {shift}) < {end};"));
+        self.line(d, &format!("const int64_t {p} = g_in ? {p}_step + (lane >> {shift}) : {end} - 1;"));
+        self.line(d, &format!("const int sub = lane & {};", r - 1));
+        let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(top));
+        self.line(d, &line);
+        self.bound.push(var);
+        // The child's one position is its parent's.
+        let (c, (at, _)) = (Self::position(&child.position()), self.range(child));
+        self.line(d, &format!("const int64_t {c} = {at};"));
+        let line = format!("const int64_t {} = {}[{c}];", self.var(*inner), self.crd(child));
+        self.line(d, &line);
+        let was = self.in_split.replace(LaneSplit::Entries(*inner));
+        self.group = Some(r);
+        self.position_loops += 1;
+        body.iter().for_each(|b| self.node(b, d));
+        self.position_loops -= 1;
+        self.group = None;
+        self.in_split = was;
+        self.line(depth, "}");
     }
 
     /// The condition of the lane that writes a row's result: lane 0 (of

@@ -1009,7 +1009,7 @@ fn a_temporary_written_twice_runs_its_statements_apart_on_c() {
 /// On a GPU, one plain product whose output takes its mask's format
 /// (`S = A .* D`, S and A in CSR, DCSR or COO) runs as a program kernel
 /// that holds S in A's pattern, one value per stored entry, a warp per row
-/// (COO: per entry, whose position no other warp stores at), each value
+/// (COO: 32 entries, a lane each, whose positions no other lane stores at), each value
 /// stored once with no zeroing first (the emulation starts S at NaN) (the
 /// GPU's level path assembles no sparse output: it was refused); on C it stays
 /// the level path's assembly. A union, which no operand masks, is still
@@ -1035,6 +1035,9 @@ fn a_masked_sparse_output_runs_on_the_emulated_gpu() {
             assert_eq!(run.checks[0].stored, Some(60), "{format}: one value per entry of A");
             assert!(run.result.iter().any(|x| *x != 0.0));
             assert!(run.sources[0].contains("t_S[p_A1] = "), "{}", run.sources[0]);
+            // COO: 32 entries a warp, a lane each.
+            let lanes = run.sources[0].contains("p_A0_step = 0 + warp * 32;");
+            assert_eq!(lanes, format == "coo", "{}", run.sources[0]);
         }
     }
     let union = Problem::new("S[i,j] = A[i,j] + B[i,j]")

@@ -1576,7 +1576,8 @@ fn each_in_machine_code(
 /// A's pattern and dense; in machine code, the shuffles and no spills. The
 /// output in A's pattern is stored at each entry, not added to, so it needs
 /// no zeroing: the emulation starts it at NaN, and an entry left unwritten
-/// fails the check.
+/// fails the check. Over COO a warp takes as many entries as it has
+/// groups (a warp an entry left all groups but one idle).
 #[test]
 fn sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes() {
     if !emulate::compiler_or_skip("sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes") {
@@ -1619,6 +1620,8 @@ fn sddmm_on_the_gpu_splits_each_dot_over_a_group_of_lanes() {
         match group {
             Some(r) => {
                 assert!(source.contains(&format!("const int sub = lane & {};", r - 1)), "{what}\n{source}");
+                let entries_a_warp = format!("p_A0_step = 0 + warp * {};", 32 / r);
+                assert_eq!(source.contains(&entries_a_warp), format == "coo", "{what}\n{source}");
                 assert!(source.contains("if (g_in && sub == 0)"), "{what}\n{source}");
                 // A lane's 4 adjacent k: U's and V's rows in 16-byte
                 // loads, where K is whole chunks of the group's.

@@ -122,12 +122,13 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
              operands, a dense level, or an output index bound inside the sum have none){advice}"
         )));
     }
-    let Warps { tensors: names, body, atomic, fill, writes_output } =
+    let Warps { tensors: names, body, atomic, fill, writes_output, per_warp } =
         print_level_warps(kernel, dialect).map_err(|e| refuse(e.reason))?;
     let rows = rows(kernel, &kernel.body);
-    // Groups of `lanes` lanes, 32 / lanes to a warp, a row each.
+    // Groups of `lanes` lanes, 32 / lanes to a warp, a row each (or a
+    // warp of `per_warp` rows).
     let lanes = kernel.lanes;
-    let per_block = (LEVEL_WARPS * 32 / lanes) as usize;
+    let per_block = (LEVEL_WARPS * 32 / lanes) as usize * per_warp;
     let grid = u32::try_from(rows.div_ceil(per_block).max(1))
         .map_err(|_| PrintError::Grid { kernel: kernel.name.clone(), programs: rows as u64 })?;
     let launch = LaunchGeometry { grid, block: LEVEL_WARPS * 32, shared_bytes: 0, dynamic: false };
@@ -138,10 +139,11 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     src += &format!(
         "// launch: grid {grid}, block {} threads: {} per {}, {}\n",
         launch.block,
-        match lanes {
-            32 => "a warp".to_string(),
-            1 => "a thread".to_string(),
-            r => format!("a group of {r} lanes"),
+        match (lanes, per_warp) {
+            (32, 1) => "a warp".to_string(),
+            (32, per) => format!("a group of {} lanes", 32 / per),
+            (1, _) => "a thread".to_string(),
+            (r, _) => format!("a group of {r} lanes"),
         },
         match atomic {
             false => "row",
