@@ -345,7 +345,11 @@ impl Problem {
                     )
                 };
                 let group_coo = |f: &&String| matches!(f.parse(), Ok(FormatSpec::GroupCoo { .. }));
-                let sparse_output = plain_sparse_output && format_of(output).is_some();
+                // (Not a sparse output given data: the lowering refuses to
+                // accumulate into one, on every target.)
+                let given =
+                    self.inputs.iter().any(|(n, i)| n == output && !matches!(i.data, InputData::Shape(_)));
+                let sparse_output = plain_sparse_output && format_of(output).is_some() && !given;
                 !inputs.is_empty()
                     && output_fits
                     && (compound(&one.rhs) || sparse_output)

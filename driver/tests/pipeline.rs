@@ -1040,6 +1040,23 @@ fn a_masked_sparse_output_runs_on_the_emulated_gpu() {
             assert_eq!(lanes, format == "coo", "{}", run.sources[0]);
         }
     }
+    // `+=` into a sparse S given data is refused on the GPU as on C (it
+    // ran as the masked program kernel, which dropped S's entries).
+    let given = Problem::new("S[i,j] += A[i,j] * D[i,j]")
+        .tensor("A", sparse(1))
+        .tensor("D", Input::random(&[20, 20], DType::F32, 2))
+        .tensor("S", sparse(1))
+        .format("A", "csr")
+        .format("S", "csr");
+    assert!(!given.is_program_on(Target::Emulate));
+    let text = match given.prepare() {
+        Err(e) => e.render(false),
+        Ok(p) => match p.compile(&emulate, &Schedule::default()) {
+            Err(e) => e.render(false),
+            Ok(_) => panic!("+= into a sparse S given data compiled"),
+        },
+    };
+    assert!(text.contains("a sparse output is assembled from nothing"), "{text}");
     let union = Problem::new("S[i,j] = A[i,j] + B[i,j]")
         .tensor("A", sparse(1))
         .tensor("B", sparse(2))
