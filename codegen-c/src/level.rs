@@ -1185,16 +1185,12 @@ impl<'k, D: Dialect> Printer<'k, D> {
         };
         let (child, body) = (&levels[0], &points[0].body);
         let (p, (begin, end)) = (Self::position(&top.position()), self.range(top));
-        let (per, shift) = (32 / r, r.ilog2());
+        let per = 32 / r;
         self.per_warp = per;
         self.line(depth, &format!("const int64_t {p}_step = {begin} + warp * {per};"));
         self.line(depth, &format!("if ({p}_step < {end}) {{"));
         let d = depth + 1;
-        self.line(d, &format!("const bool g_in = {p}_step + (lane >> {shift}) < {end};"));
-        self.line(d, &format!("const int64_t {p} = g_in ? {p}_step + (lane >> {shift}) : {end} - 1;"));
-        self.line(d, &format!("const int sub = lane & {};", r - 1));
-        let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(top));
-        self.line(d, &line);
+        self.group_position(var, top, &end, r, d);
         self.bound.push(var);
         // The child's one position is its parent's.
         let (c, (at, _)) = (Self::position(&child.position()), self.range(child));
@@ -2851,7 +2847,7 @@ impl<'k, D: Dialect> Printer<'k, D> {
     fn group_steps(&mut self, var: VarId, l: &LevelRef, body: &[Node], r: usize, depth: usize) {
         let p = Self::position(&l.position());
         let (begin, end) = self.range(l);
-        let (per, shift) = (32 / r, r.ilog2());
+        let per = 32 / r;
         self.line(
             depth,
             &format!(
@@ -2859,17 +2855,27 @@ impl<'k, D: Dialect> Printer<'k, D> {
             ),
         );
         let d = depth + 1;
-        self.line(d, &format!("const bool g_in = {p}_step + (lane >> {shift}) < {p}_end;"));
-        self.line(d, &format!("const int64_t {p} = g_in ? {p}_step + (lane >> {shift}) : {p}_end - 1;"));
-        self.line(d, &format!("const int sub = lane & {};", r - 1));
-        let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
-        self.line(d, &line);
+        self.group_position(var, l, &format!("{p}_end"), r, d);
         self.group = Some(r);
         self.position_loops += 1;
         body.iter().for_each(|b| self.node(b, d));
         self.position_loops -= 1;
         self.group = None;
         self.line(depth, "}");
+    }
+
+    /// A group of `r` lanes' position of `l` in the step from `{p}_step`
+    /// (a group at or past `end` takes the last position, `end - 1`, again
+    /// with `g_in` false), the lane's place in its group (`sub`) and
+    /// `var`'s coordinate there.
+    fn group_position(&mut self, var: VarId, l: &LevelRef, end: &str, r: usize, depth: usize) {
+        let p = Self::position(&l.position());
+        let shift = r.ilog2();
+        self.line(depth, &format!("const bool g_in = {p}_step + (lane >> {shift}) < {end};"));
+        self.line(depth, &format!("const int64_t {p} = g_in ? {p}_step + (lane >> {shift}) : {end} - 1;"));
+        self.line(depth, &format!("const int sub = lane & {};", r - 1));
+        let line = format!("const int64_t {} = {}[{p}];", self.var(var), self.crd(l));
+        self.line(depth, &line);
     }
 
     fn position_loop(&mut self, var: VarId, l: &LevelRef, body: &[Node], depth: usize) {

@@ -442,9 +442,11 @@ impl Problem {
                     }
                 };
             }
-            (Fusion::Maximal, _) => self.run_maximal(self.maximal(&program)?, backend, schedule, opts)?,
+            (Fusion::Maximal, _) => {
+                self.run_maximal(self.maximal(&program)?, &program, &data, backend, schedule, opts)?
+            }
             (Fusion::Trie, Some((why, prepared))) => {
-                match self.maximal_or_apart(prepared, why, &program, backend, schedule, opts, check)? {
+                match self.maximal_or_apart(prepared, why, &program, &data, backend, schedule, opts, check)? {
                     Ok(run) => run,
                     Err(apart) => return Ok(with_notes(apart, reordered)),
                 }
@@ -462,9 +464,9 @@ impl Problem {
                 match self.fewer_products_fused(&program, &data) {
                     Ok((why, prepared)) => {
                         let why = format!("{refused}; {why}");
-                        match self
-                            .maximal_or_apart(prepared, why, &program, backend, schedule, opts, check)?
-                        {
+                        match self.maximal_or_apart(
+                            prepared, why, &program, &data, backend, schedule, opts, check,
+                        )? {
                             Ok(run) => run,
                             Err(apart) => return Ok(with_notes(apart, reordered)),
                         }
@@ -524,9 +526,9 @@ impl Problem {
                 let (lowered, notes) = match fused {
                     Ok(lowered) => lowered,
                     Err((why, prepared)) => {
-                        return match self
-                            .maximal_or_apart(prepared, why, &program, backend, schedule, opts, check)?
-                        {
+                        return match self.maximal_or_apart(
+                            prepared, why, &program, &data, backend, schedule, opts, check,
+                        )? {
                             Ok(run) => self.checked(with_notes(run, reordered), &program, &data, check),
                             Err(apart) => Ok(with_notes(apart, reordered)),
                         };
@@ -695,12 +697,13 @@ impl Problem {
         prepared: (String, Prepared),
         why: String,
         program: &Program,
+        data: &ProgramData,
         backend: &dyn Backend,
         schedule: &Schedule,
         opts: TimingOptions,
         check: bool,
     ) -> Result<std::result::Result<ProgramRun, ProgramRun>> {
-        match self.run_maximal(prepared, backend, schedule, opts) {
+        match self.run_maximal(prepared, program, data, backend, schedule, opts) {
             Ok(mut run) => {
                 run.fusion = Fusion::Trie;
                 run.notes.push(why);
@@ -775,18 +778,20 @@ impl Problem {
     /// The program's kernel under `schedule`'s `fusion=`, lowered and not
     /// run (what `spindle compile` shows): `none` and `trie` from their
     /// forest; `maximal`, or `trie` where input-sensitive fusion decides
-    /// so, the substituted statement's level-path kernel. With what the
-    /// policy decided.
-    pub fn program_kernel(&self, schedule: &Schedule) -> Result<(Lowered, Vec<String>)> {
+    /// so, the substituted statement's level-path kernel (on a GPU
+    /// `target`, where it writes a sparse output, that one statement's
+    /// program kernel, as `run` runs it). With what the policy decided.
+    pub fn program_kernel(&self, schedule: &Schedule, target: Target) -> Result<(Lowered, Vec<String>)> {
         let data = self.program_data()?;
         let versions = self.version_names(&data);
-        self.program_kernel_of(data, schedule).map_err(|e| versions_noted(e, &versions))
+        self.program_kernel_of(data, schedule, target).map_err(|e| versions_noted(e, &versions))
     }
 
     fn program_kernel_of(
         &self,
         mut data: ProgramData,
         schedule: &Schedule,
+        target: Target,
     ) -> Result<(Lowered, Vec<String>)> {
         let (program, mut reordered) = self.split_noted(&mut data)?;
         let formats = self.formats()?;
@@ -798,8 +803,16 @@ impl Problem {
             _ => None,
         };
         if let Some((why, (_, prepared))) = maximal {
+            let notes: Vec<String> =
+                reordered.into_iter().chain(why).chain(inline_renames(&program)).collect();
+            let output = &prepared.einsum.output().name;
+            if target != Target::C && self.formats.iter().any(|(n, _)| n == output) {
+                let one = self.substituted_program(&program, &data)?;
+                let forest = fused_forest(&one, &formats, Fusion::Trie, &schedule.order);
+                let (lowered, stripped) = self.lower_forest(&one, &forest, &formats, &data, schedule)?;
+                return Ok((lowered, notes.into_iter().chain(stripped).collect()));
+            }
             let levels = Schedule { path: Path::Levels, ..schedule.clone() };
-            let notes = reordered.into_iter().chain(why).chain(inline_renames(&program)).collect();
             return Ok((prepared.lower_levels(&levels)?, notes));
         }
         let forest = fused_forest(&program, &formats, schedule.fusion, &schedule.order);
@@ -933,14 +946,35 @@ impl Problem {
     /// operands have formats (TACO's one nest, as ReACT compares); on a
     /// GPU where the schedule puts that statement (the tile path's
     /// gather–dot–scatter for SDDMM, where the level path's warp would
-    /// walk a row's dot products on one lane).
+    /// walk a row's dot products on one lane). A sparse output, which the
+    /// GPU's level path does not assemble, is held there by the program
+    /// kernel of that one statement, in the pattern of the operand that
+    /// masks it (SDDMM's, `S[i,j] = U[i,k] * V[j,k] * A[i,j]`).
     fn run_maximal(
         &self,
         (text, prepared): (String, Prepared),
+        program: &Program,
+        data: &ProgramData,
         backend: &dyn Backend,
         schedule: &Schedule,
         opts: TimingOptions,
     ) -> Result<ProgramRun> {
+        let output = &prepared.einsum.output().name;
+        if backend.target() != Target::C && self.formats.iter().any(|(n, _)| n == output) {
+            let one = self.substituted_program(program, data)?;
+            return match self.on_device(&one, &self.formats()?, data, backend, schedule, opts)? {
+                Ok(mut run) => {
+                    run.fusion = Fusion::Maximal;
+                    Ok(run)
+                }
+                Err(refused) => Err(Error::input(format!(
+                    "fusion=maximal: the statements substituted into one, `{text}`, write the sparse output \
+                     `{output}`, which {} holds only in the pattern of an operand that masks it, and that \
+                     kernel does not print: {refused}",
+                    backend.target().title()
+                ))),
+            };
+        }
         let mut schedule = schedule.clone();
         if !self.formats.is_empty() && backend.target() == Target::C {
             schedule.path = Path::Levels;
@@ -971,6 +1005,25 @@ impl Problem {
             assembled,
             last: Some(prepared.einsum.clone()),
         })
+    }
+
+    /// The program's statements substituted into one, as a program of that
+    /// one statement (not split again), its output declared as the
+    /// program's.
+    fn substituted_program(&self, program: &Program, data: &ProgramData) -> Result<Program> {
+        let statement = inline(program).map_err(|d| Error::statement(d, self.statement()))?;
+        let out = &program.statements.last().expect("a program has a statement").output().name;
+        let temporaries: BTreeMap<String, Declaration> = program
+            .temporaries
+            .iter()
+            .filter(|(n, _)| *n == out)
+            .map(|(n, d)| (n.clone(), d.clone()))
+            .collect();
+        let mut declarations = data.declarations.clone();
+        declarations.extend(temporaries.clone());
+        let einsum = spindle_ir::lang::check(&statement, &declarations)
+            .map_err(|d| Error::statement(d, &statement.to_string()))?;
+        Ok(Program { statements: vec![einsum], temporaries })
     }
 
     /// The statements substituted into `statement` as a problem of its
@@ -1177,10 +1230,55 @@ impl Problem {
             assembled: None,
             last: None,
         };
+        // Whether a GPU's program kernel held the sparse output in its
+        // mask's pattern (and not at every coordinate of a temporary).
+        let mut held_in_pattern = false;
         for einsum in &program.statements {
             let text = einsum.statement.to_string();
             let out = einsum.output().name.clone();
-            let prepared = self.statement_problem(program, einsum, &written, true).prepare()?;
+            let problem = self.statement_problem(program, einsum, &written, true);
+            if backend.target() != Target::C
+                && program.statements.len() > 1
+                && self.formats.iter().any(|(n, _)| *n == out)
+            {
+                // The GPU's level path assembles no sparse output: this
+                // statement's own program kernel holds it in the pattern of
+                // the operand that masks it.
+                let ran = problem
+                    .run_program_on(problem.program_data()?, backend, schedule, opts, check)
+                    .map_err(|e| match e {
+                        Error::Input(why) => Error::input(format!(
+                            "the statements run one by one on {}, and the last, `{text}`, writes the sparse \
+                             output `{out}`, which {} holds only in the pattern of an operand that masks it: \
+                             {why}{}",
+                            backend.target().title(),
+                            backend.target().title(),
+                            match schedule.fusion {
+                                Fusion::None => {
+                                    "; fusion=trie (the default) and maximal run them as one kernel over the \
+                                     stored operands"
+                                }
+                                _ => "",
+                            }
+                        )),
+                        other => other,
+                    })?;
+                held_in_pattern = true;
+                run.statements.push(text);
+                run.kernels.extend(ran.kernels);
+                run.sources.extend(ran.sources);
+                run.timings.extend(ran.timings);
+                run.kinds.extend(ran.kinds);
+                run.checks.extend(ran.checks);
+                run.notes.extend(ran.notes);
+                written.insert(out.clone(), ran.result.clone());
+                run.output = out;
+                run.result = ran.result;
+                run.assembled = ran.assembled;
+                run.last = Some(einsum.clone());
+                continue;
+            }
+            let prepared = problem.prepare()?;
             // The level path walks stored operands; a statement with none
             // (SDDMM's dense product) takes the tile path.
             let schedule = match (schedule.path, &prepared.stored) {
@@ -1238,7 +1336,9 @@ impl Problem {
         }
         // A sparse output read from dense temporaries is walked at every
         // coordinate they hold, zeros included.
-        if let (Some(_), Some((last, before))) = (&run.assembled, program.statements.split_last()) {
+        if let (Some(_), Some((last, before)), false) =
+            (&run.assembled, program.statements.split_last(), held_in_pattern)
+        {
             let temporaries: Vec<&str> = last
                 .statement
                 .rhs
@@ -1766,7 +1866,7 @@ mod tests {
         assert_eq!(run.fusion, Fusion::Trie);
         let note = run.notes.iter().find(|n| n.contains("fused maximally")).expect("a note says why");
         assert!(note.contains("would walk `B`'s stored coordinates together with `A`'s"), "{note}");
-        let (_, notes) = p.program_kernel(&Schedule::default()).unwrap();
+        let (_, notes) = p.program_kernel(&Schedule::default(), Target::C).unwrap();
         assert!(notes.iter().any(|n| n.contains("fused maximally")), "{notes:?}");
         let none: Schedule = "fusion=none".parse().unwrap();
         let run = p.run_program(&crate::CBackend::new(), &none, opts, true).unwrap();

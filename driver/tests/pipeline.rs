@@ -968,7 +968,7 @@ fn a_refusal_quoting_a_version_says_whose_it_is() {
     let maximal: Schedule = "fusion=maximal".parse().unwrap();
     let opts = TimingOptions { warmup: 0, repeats: 1 };
     let ran = problem.run_program(&CBackend::new(), &maximal, opts, false).unwrap_err().render(false);
-    let compiled = problem.program_kernel(&maximal).unwrap_err().render(false);
+    let compiled = problem.program_kernel(&maximal, spindle::Target::C).unwrap_err().render(false);
     for err in [ran, compiled] {
         assert!(
             err.contains("cannot substitute `t_1`")
@@ -1068,6 +1068,62 @@ fn a_masked_sparse_output_runs_on_the_emulated_gpu() {
     assert!(err.contains("sparse outputs are assembled on the C backend only"), "{err}");
     assert!(
         err.contains("in the pattern of an operand that masks it") && err.contains("none does here"),
+        "{err}"
+    );
+}
+
+/// SDDMM's sparse output (`S[i,j] = A[i,j] * U[i,k] * V[j,k]`, S and A in
+/// CSR) runs on the emulated GPU under every fusion, held in A's pattern
+/// (it was refused under `none` and `maximal`, and at K = 1, where
+/// input-sensitive fusion substitutes the statements into one: the plain
+/// statement's level kernel assembles no sparse output). `none` runs the
+/// dot products as their own kernel, then the masked product; `maximal`
+/// the substituted statement's program kernel, which `compile` prints as
+/// CUDA too. A statement no operand masks is refused under `none` saying
+/// which fusions run it.
+#[test]
+fn sddmm_with_a_sparse_output_runs_on_the_emulated_gpu_under_every_fusion() {
+    use spindle::Target;
+    let opts = TimingOptions { warmup: 0, repeats: 1 };
+    let emulate = spindle::EmulateBackend::from_env();
+    let a = spindle_formats::generate::uniform::<f64, i64>(20, 12, 60, 1).unwrap();
+    for k in [1, 8] {
+        let sddmm = Problem::new("S[i,j] = A[i,j] * U[i,k] * V[j,k]")
+            .tensor("A", a.clone())
+            .tensor("U", Input::random(&[20, k], DType::F32, 2))
+            .tensor("V", Input::random(&[12, k], DType::F32, 3))
+            .format("A", "csr")
+            .format("S", "csr");
+        for fusion in ["none", "maximal", "trie"] {
+            let schedule: Schedule = format!("fusion={fusion}").parse().unwrap();
+            let run = sddmm.run_program(&emulate, &schedule, opts, true).unwrap();
+            let last = run.sources.last().unwrap();
+            assert!(run.checks.iter().all(|c| c.passed()), "K={k} {fusion}: {:?}", run.checks);
+            assert_eq!(
+                run.checks.last().unwrap().stored,
+                Some(60),
+                "K={k} {fusion}: one value per entry of A"
+            );
+            assert!(run.result.iter().any(|x| *x != 0.0));
+            assert!(last.contains("t_S[p_A1]"), "K={k} {fusion}: {last}");
+            assert_eq!(run.sources.len(), if fusion == "none" { 2 } else { 1 }, "K={k} {fusion}");
+            assert!(!run.notes.iter().any(|n| n.contains("zeros included")), "{:?}", run.notes);
+            let (lowered, _) = sddmm.program_kernel(&schedule, Target::Cuda).unwrap();
+            if fusion != "none" {
+                spindle::print_levels_cuda(&lowered.kernel).unwrap();
+            }
+        }
+    }
+    let unmasked = Problem::new("S[i,j] = A[i,j] * D[i,j] * 2")
+        .tensor("A", a)
+        .tensor("D", Input::random(&[20, 12], DType::F32, 2))
+        .format("A", "csr")
+        .format("S", "csr");
+    let none: Schedule = "fusion=none".parse().unwrap();
+    let err = unmasked.run_program(&emulate, &none, opts, false).unwrap_err().to_string();
+    assert!(
+        err.contains("the last, `S[i,j] = T1[i,j] * 2`, writes the sparse output `S`")
+            && err.contains("fusion=trie (the default) and maximal run them as one kernel"),
         "{err}"
     );
 }

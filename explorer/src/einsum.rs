@@ -541,7 +541,7 @@ pub fn run_compile(args: &DataArgs, c: &CompileArgs<'_>) -> Result<()> {
     // A program's kernel is the one `run` runs: its fusion's loop tree.
     let program = match problem.is_program_on(c.target) {
         true => {
-            let (lowered, notes) = problem.program_kernel(&schedule).map_err(reported)?;
+            let (lowered, notes) = problem.program_kernel(&schedule, c.target).map_err(reported)?;
             notes.iter().for_each(|n| eprintln!("note: {n}"));
             if c.target != Target::C
                 && let Err(e) = spindle::print_levels_cuda(&lowered.kernel)

@@ -934,6 +934,22 @@ fn sgap_spmm_algorithms_are_schedules() {
             Err(e) => e.render(false),
         };
     assert!(err.contains("the loops already run the summed indices innermost (order=i+j)"), "{err}");
+    // An elementwise product sums nothing: said so (it called the stored
+    // first level's `i` summed, or the order with no summed index right).
+    let elementwise = spindle::Problem::new("S[i,j] = A[i,j] * D[i,j]")
+        .tensor("A", spindle::Input::random(&[12, 9], DType::F32, 1))
+        .tensor("D", spindle::Input::random(&[12, 9], DType::F32, 2))
+        .format("A", "dcsr");
+    let err = match elementwise
+        .prepare()
+        .unwrap()
+        .compile(&backend, &"path=levels reduce=parallel".parse().unwrap())
+    {
+        Ok(_) => panic!("an elementwise product with reduce=parallel: compiled"),
+        Err(e) => e.render(false),
+    };
+    assert!(err.contains("sums no index, so it has no sum to split: drop reduce=parallel"), "{err}");
+    assert!(!err.contains("summed `"), "{err}");
     // max= over DCSR counts its skipped zeros in global memory: groups of
     // 4 lanes split its rows (it was refused).
     let max = spindle::Problem::new("y[i] max= A[i,j] * x[j]")

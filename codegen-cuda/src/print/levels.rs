@@ -104,6 +104,12 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         };
         let running: Vec<&str> = running.iter().map(|&v| kernel.var(v).name.as_str()).collect();
         let advice = match (running == order, stored_first) {
+            // (An elementwise product, `S[i,j] = A[i,j] * D[i,j]`.)
+            _ if summed.is_empty() => {
+                "; this statement sums no index, so it has no sum to split: drop reduce=parallel (each lane \
+                 then takes entries of its own)"
+                    .to_string()
+            }
             (_, Some((tensor, var))) => format!(
                 "; here the outermost loop walks the summed `{var}`, the index `{tensor}`'s first level stores: a \
                  format that stores the output's index first (csr, dcsr) puts it outermost"

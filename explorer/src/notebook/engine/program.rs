@@ -114,7 +114,7 @@ impl Run<'_> {
         // --emit cuda` prints; a GPU runs it a warp per row).
         let first = points.first().map_or_else(spindle::Schedule::default, |p| self.point_items(program, p));
         let cuda = problem
-            .program_kernel(&first)
+            .program_kernel(&first, spindle::Target::Cuda)
             .and_then(|(lowered, _)| spindle::print_levels_cuda(&lowered.kernel));
         self.out.cuda_source = vec![match cuda {
             Ok(source) => source,
