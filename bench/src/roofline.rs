@@ -6,8 +6,10 @@
 //! a GPU the suites print the bounds as the model's predictions.
 //!
 //! The traffic is compulsory: the sparse matrix in CSR (BSR for block
-//! matrices) read once, B read once, C read and written once (zeroed, then
-//! summed into). A gathered B whose rows do not stay in L2 (50 MB on an
+//! matrices) read once, B read once, C written once (the walks and block
+//! rows write each element of an output that starts at zero once, unread,
+//! as cuSPARSE does with beta = 0; a kernel that zeroes C first, or adds
+//! into it, moves more). A gathered B whose rows do not stay in L2 (50 MB on an
 //! H100) is read once per non-zero instead, so each row also carries that
 //! traffic and its bound (`*_no_reuse`): a kernel on a large matrix lies
 //! between the two. Rates are the datasheets' (SXM parts): H100 3.35 TB/s of
@@ -75,8 +77,8 @@ impl Roofline {
     /// CUDA cores.
     pub fn spmm(m: usize, k: usize, n: usize, nnz: usize, elem: usize) -> Roofline {
         let a = 4 * (m + 1) + (4 + elem) * nnz;
-        let bytes = a + elem * k * n + 2 * elem * m * n;
-        let no_reuse = a + elem * nnz * n + 2 * elem * m * n;
+        let bytes = a + elem * k * n + elem * m * n;
+        let no_reuse = a + elem * nnz * n + elem * m * n;
         Roofline::new(bytes as f64, no_reuse.max(bytes) as f64, 2.0 * (nnz * n) as f64, false)
     }
 
@@ -91,8 +93,8 @@ impl Roofline {
         elem: usize,
     ) -> Roofline {
         let a = 4 * (m / bm + 1) + 4 * blocks + elem * blocks * bm * bk;
-        let bytes = a + elem * k * n + 2 * elem * m * n;
-        let no_reuse = a + elem * blocks * bk * n + 2 * elem * m * n;
+        let bytes = a + elem * k * n + elem * m * n;
+        let no_reuse = a + elem * blocks * bk * n + elem * m * n;
         Roofline::new(bytes as f64, no_reuse.max(bytes) as f64, 2.0 * (blocks * bm * bk * n) as f64, true)
     }
 
@@ -138,16 +140,16 @@ mod tests {
     #[test]
     fn spmm_is_memory_bound_and_counts_every_array() {
         // 1000x1000, 10000 nnz, N = 128, f32: A 4*1001 + 8*10000, B 512000,
-        // C 2*512000.
+        // C 512000 (written once).
         let r = Roofline::spmm(1000, 1000, 128, 10_000, 4);
-        assert_eq!(r.bytes, (4004 + 80_000 + 512_000 + 1_024_000) as f64);
+        assert_eq!(r.bytes, (4004 + 80_000 + 512_000 + 512_000) as f64);
         assert_eq!(r.flops, 2.56e6);
         assert!((r.h100_bound_ms - r.bytes / 3.35e12 * 1e3).abs() < 1e-12);
         assert!(r.h200_bound_ms < r.h100_bound_ms);
         assert_eq!(r.fraction("NVIDIA H100 80GB HBM3", Some(2.0 * r.h100_bound_ms)), Some(0.5));
         assert_eq!(r.fraction("NVIDIA A100", Some(1.0)), None);
         // Every non-zero gathering a row of B: 10000 * 512 bytes for B.
-        assert_eq!(r.bytes_no_reuse, (4004 + 80_000 + 5_120_000 + 1_024_000) as f64);
+        assert_eq!(r.bytes_no_reuse, (4004 + 80_000 + 5_120_000 + 512_000) as f64);
         assert!(r.h100_no_reuse_ms > r.h100_bound_ms);
     }
 

@@ -35,7 +35,7 @@ use spindle_ir::tensor::{TensorValue, Tensors};
 use crate::cubin_cache::{self, CacheEntry};
 use crate::nvrtc::{self, Arch, CompileError, Resources};
 use crate::print::{
-    CudaKernel, LaunchGeometry, PrintError, ROUND_BLOCK, RoundKernel, RowSplit, device_kernel,
+    Carry, CudaKernel, LaunchGeometry, PrintError, ROUND_BLOCK, RoundKernel, RowSplit, device_kernel,
     device_level_kernel, widened_level_output, widened_output,
 };
 
@@ -118,6 +118,10 @@ pub struct LoadedKernel {
     pub split: Option<RowSplit>,
     /// Zeroed counters after the tensors ([`CudaKernel::fill_counts`]).
     pub fill_counts: Option<usize>,
+    /// The warp walk's carried rows ([`CudaKernel::carry`]): the scratch
+    /// buffer after the tensors, and the kernel launched after this one
+    /// with the same arguments.
+    carry: Option<(CudaFunction, Carry)>,
 }
 
 /// One tensor on the device, in its dtype.
@@ -277,6 +281,10 @@ impl Gpu {
         loaded.writes_output = printed.writes_output;
         loaded.split = printed.split.clone();
         loaded.fill_counts = printed.fill_counts;
+        if let Some(carry) = &printed.carry {
+            let module = self.module_of(&printed.source, &printed.symbol)?;
+            loaded.carry = Some((module.load_function(&carry.symbol)?, carry.clone()));
+        }
         if let Some(round) = &printed.round {
             let module = self.module_of(&printed.source, &printed.symbol)?;
             loaded.round = Some((module.load_function(&round.symbol)?, round.clone()));
@@ -364,6 +372,7 @@ impl Gpu {
             writes_output: false,
             split: None,
             fill_counts: None,
+            carry: None,
         })
     }
 
@@ -434,6 +443,10 @@ impl Gpu {
         if let Some(len) = loaded.fill_counts {
             out.push(DeviceTensor::I64(self.stream.alloc_zeros(len)?));
         }
+        if let Some((_, carry)) = &loaded.carry {
+            // (Every slot the second kernel reads, the walk wrote first.)
+            out.push(self.put(carry.dtype, &HostData::Values(vec![0.0; carry.len]))?);
+        }
         Ok(DeviceBuffers { tensors: out, output, initial_output, zero_start, out_shape, rounded })
     }
 
@@ -497,31 +510,36 @@ impl Gpu {
 
     /// Launches `kernel` on `buffers` (asynchronously, on the stream).
     pub fn launch(&self, kernel: &LoadedKernel, buffers: &mut DeviceBuffers) -> Result<()> {
-        let mut args = self.stream.launch_builder(&kernel.function);
-        for t in &buffers.tensors {
-            match t {
-                DeviceTensor::F64(s) => args.arg(s),
-                DeviceTensor::F32(s) => args.arg(s),
-                DeviceTensor::F16(s) => args.arg(s),
-                DeviceTensor::Bf16(s) => args.arg(s),
-                DeviceTensor::I32(s) => args.arg(s),
-                DeviceTensor::I64(s) => args.arg(s),
+        let functions = std::iter::once(&kernel.function).chain(kernel.carry.as_ref().map(|(f, _)| f));
+        for function in functions {
+            let mut args = self.stream.launch_builder(function);
+            for t in &buffers.tensors {
+                match t {
+                    DeviceTensor::F64(s) => args.arg(s),
+                    DeviceTensor::F32(s) => args.arg(s),
+                    DeviceTensor::F16(s) => args.arg(s),
+                    DeviceTensor::Bf16(s) => args.arg(s),
+                    DeviceTensor::I32(s) => args.arg(s),
+                    DeviceTensor::I64(s) => args.arg(s),
+                };
+            }
+            let config = LaunchConfig {
+                grid_dim: (kernel.launch.grid, 1, 1),
+                block_dim: (kernel.launch.block, 1, 1),
+                // Static shared memory needs nothing here; dynamic, its bytes.
+                shared_mem_bytes: if kernel.launch.dynamic { kernel.launch.shared_bytes as u32 } else { 0 },
             };
-        }
-        let config = LaunchConfig {
-            grid_dim: (kernel.launch.grid, 1, 1),
-            block_dim: (kernel.launch.block, 1, 1),
-            // Static shared memory needs nothing here; dynamic, its bytes.
-            shared_mem_bytes: if kernel.launch.dynamic { kernel.launch.shared_bytes as u32 } else { 0 },
-        };
-        if kernel.launch.grid > 0 {
-            // SAFETY: the arguments are the kernel's tensors in its
-            // parameter order with the printed pointer types
-            // ([`crate::print::cuda_type`] of each dtype, the output's
-            // widened by [`device_kernel`] as the upload widened it), each as
-            // long as its declared shape; the printed kernel masks every
-            // access to those shapes.
-            unsafe { args.launch(config) }?;
+            if kernel.launch.grid > 0 {
+                // SAFETY: the arguments are the kernel's tensors in its
+                // parameter order with the printed pointer types
+                // ([`crate::print::cuda_type`] of each dtype, the output's
+                // widened by [`device_kernel`] as the upload widened it), each as
+                // long as its declared shape, then the scratch buffers the
+                // upload appended for it; the printed kernel masks every
+                // access to those shapes. The carried walk's second kernel
+                // has the walk's parameters and launch.
+                unsafe { args.launch(config) }?;
+            }
         }
         if let Some((function, round)) = &kernel.round {
             let (DeviceTensor::F32(acc), Some(out)) =

@@ -471,9 +471,12 @@ fn empty_operands_launch_nothing_on_the_emulated_gpu() {
 /// The warp walk (`map=walk`) on GroupCOO and COO SpMM: on the emulated
 /// GPU against the reference evaluator (runs of 1 to 16 groups, so runs
 /// end inside rows and rows span runs; `n` ragged against the lanes' 16-byte
-/// vectors; f16 and bf16 summed in the f32 copy); a run's interior rows
-/// stored without being read where C starts at zero, and added to under
-/// `+=` into given data; unsorted rows are refused.
+/// vectors; f16 and bf16). Where C starts at zero (the emulation starts it
+/// at NaN, and the carried slots too) a run stores its rows and the empty
+/// rows after them without reading C, and its sums of the rows it shares
+/// go to the second kernel: no atomics, no f32 copy of a 16-bit C; under
+/// `+=` into given data a run's interior rows are added to and its shared
+/// rows added by atomics; unsorted rows are refused.
 #[test]
 fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
     if !emulate::compiler_or_skip("the_warp_walk_computes_spmm_on_the_emulated_gpu") {
@@ -483,6 +486,8 @@ fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
     walk_cases_agree(&backend, "walk", &|what, source| {
         assert!(source.contains("warp-walk mapping"), "{what}: not the walk");
         assert!(!source.contains("= *to;"), "{what}: an interior row read before it is stored\n{source}");
+        assert!(!source.contains("atomicAdd") && !source.contains("_round("), "{what}: an atomic\n{source}");
+        assert!(source.contains("spindle_kernel_carry("), "{what}: no second kernel\n{source}");
     });
     let given = spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
         .tensor("A", spindle::Input::from(a_square()))
@@ -494,6 +499,7 @@ fn the_warp_walk_computes_spmm_on_the_emulated_gpu() {
     // Runs of 4 rows (2 groups each): 2 interior rows a run.
     let compiled = given.compile(&backend, &"map=walk tile.p=8".parse().unwrap()).unwrap();
     assert!(compiled.source().contains("*reinterpret_cast<uint4 *>(o) = *to;"), "{}", compiled.source());
+    assert!(compiled.source().contains("atomicAdd(&"), "{}", compiled.source());
     let (_, given_check) = compiled.check().unwrap();
     let error = given_check.max_rel_error;
     assert!(error <= given_check.tolerance, "+= into given C: error {error:.2e}");
@@ -689,10 +695,11 @@ fn l2_hints_keep_the_walks_results() {
 /// The warp walk in machine code as the runtime compiles it
 /// ([`nvrtc::compile_spill_free`]), for sm_80 and sm_90: no spills, B read in
 /// 16-byte loads (`LDG.E.128`), interior rows written with 16-byte stores,
-/// f16 rows of 128 walked by two sub-warps (their sums added by `SHFL.BFLY`),
-/// and no atomic (`RED`/`ATOM`) inside any loop: the run's rows are summed
-/// in registers and only its first and last rows are written atomically.
-/// The row walk (`map=rows`) has no atomic at all.
+/// f16 rows of 128 walked by two sub-warps (their sums added by `SHFL.BFLY`).
+/// Where C starts at zero neither the warp walk (its shared rows carried to
+/// a second kernel) nor the row walk (`map=rows`) has an atomic
+/// (`RED`/`ATOM`); under `+=` into given data the warp walk adds the
+/// run's first and last rows atomically, outside every loop.
 #[test]
 fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
     let test = "the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops";
@@ -728,13 +735,25 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
                 listing(&sass)
             );
             let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
-            if map == "rows" {
-                assert!(atomics.is_empty(), "{what}: an atomic\n{}", listing(&sass));
-                continue;
-            }
-            assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing(&sass));
-            atomics_outside_loops(&sass, &format!("{what}: the run's boundary rows"));
+            assert!(atomics.is_empty(), "{what}: an atomic\n{}", listing(&sass));
         }
+    }
+    let given = spindle::Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", spindle::Input::from(a_square()))
+        .tensor("B", spindle::Input::random(&[10, 128], DType::F32, 2))
+        .tensor("C", spindle::Input::random(&[10, 128], DType::F32, 3))
+        .format("A", "groupcoo:dim=0,g=2")
+        .prepare()
+        .unwrap_or_else(|e| panic!("{}", e.render(false)));
+    let schedule: Schedule = "map=walk tile.p=4".parse().unwrap();
+    let printed =
+        print_kernel(&given.lower(&schedule).unwrap(), SYMBOL, &PrintOptions::from(&schedule)).unwrap();
+    assert!(printed.carry.is_none(), "+= into given C: carried");
+    for arch in [Arch::Sm80, Arch::Sm90] {
+        let what = format!("map=walk, += into given C, for {arch}");
+        let sass = spill_free_sass(&toolchain, &printed.source, arch, &what);
+        assert!(!sass.loops().is_empty(), "{what}: no loop found\n{}", listing(&sass));
+        atomics_outside_loops(&sass, &format!("{what}: the run's boundary rows"));
     }
 }
 

@@ -176,14 +176,24 @@ fn program_for(params: &[TensorParam], printed: &CudaKernel, work: Option<&Split
         let _ = writeln!(src, "  auto *fill_hits = new unsigned long long[{len}]();");
         args.push("fill_hits".into());
     }
-    let _ = writeln!(
-        src,
-        "  emu::launch({}, {}, [&] {{ {}({}); }});",
-        printed.launch.grid,
-        printed.launch.block,
-        printed.symbol,
-        args.join(", ")
-    );
+    if let Some(carry) = &printed.carry {
+        // NaN: a slot read before the walk wrote it shows in the output.
+        let (ty, len) = (cuda_type(carry.dtype), carry.len.max(1));
+        let _ = writeln!(src, "  auto *carry = new {ty}[{len}];\n  std::fill_n(carry, {len}, ({ty})NAN);");
+        args.push("carry".into());
+    }
+    // The carried walk's second kernel: the walk's arguments and launch.
+    let symbols = std::iter::once(&printed.symbol).chain(printed.carry.as_ref().map(|c| &c.symbol));
+    for symbol in symbols {
+        let _ = writeln!(
+            src,
+            "  emu::launch({}, {}, [&] {{ {}({}); }});",
+            printed.launch.grid,
+            printed.launch.block,
+            symbol,
+            args.join(", ")
+        );
+    }
     if let (Some((i, _)), Some(round)) = (output, &printed.round) {
         let n = round.len;
         let _ = writeln!(src, "  auto *rounded = new {}[{}]();", cuda_type(round.dtype), n.max(1));

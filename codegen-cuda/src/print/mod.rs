@@ -232,6 +232,25 @@ pub struct CudaKernel {
     /// counters, the parameter after the tensors. The kernel leaves them
     /// zero, so one allocation serves every launch.
     pub fill_counts: Option<usize>,
+    /// The warp walk's carried rows ([`Carry`]): a scratch buffer, the
+    /// parameter after the tensors, and a second kernel of the same
+    /// source and parameters launched after this one.
+    pub carry: Option<Carry>,
+}
+
+/// Where the warp walk (`map=walk`) writes an output that starts at zero
+/// with no atomics and no zeroing: each run stores its own rows and the
+/// empty rows after them, and puts its sums of a row shared with the
+/// neighbouring runs in its two slots of a scratch buffer (`len` elements
+/// of `dtype`, f32 or f64, nothing read before it is written); the kernel
+/// `symbol`, launched after the walk with the same arguments and launch,
+/// adds each shared row's slots in run order (so the result does not
+/// depend on which run finished first) and stores the row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Carry {
+    pub symbol: String,
+    pub len: usize,
+    pub dtype: ElemType,
 }
 
 impl CudaKernel {
@@ -248,6 +267,7 @@ impl CudaKernel {
             plan: Vec::new(),
             split: None,
             fill_counts: None,
+            carry: None,
         }
     }
 }
@@ -337,12 +357,21 @@ pub fn print_kernel(kernel: &Kernel, symbol: &str, opts: &PrintOptions) -> Resul
 }
 
 /// The kernel as `opts`' mapping runs it. Under `map=rows` (block rows,
-/// or the row walk) one thread writes each output element, so the sink is
-/// exclusive: no atomics, and a 16-bit output is not summed in an f32 copy.
+/// or the row walk), and `map=walk` of an output that starts at zero (its
+/// shared rows carried, [`Carry`]), one thread writes each output element,
+/// so the sink is exclusive: no atomics, and a 16-bit output is not summed
+/// in an f32 copy.
 /// The printer, the runtime's buffers and the emulation all take the kernel
 /// from here.
 pub fn mapped<'k>(kernel: &'k Kernel, opts: &PrintOptions) -> Cow<'k, Kernel> {
-    if opts.map != Mapping::Rows || kernel.sink.exclusive || rows_mapping(kernel).is_none() {
+    let owns = match opts.map {
+        Mapping::Rows => rows_mapping(kernel).is_some(),
+        // The warp walk of an output that starts at zero carries its
+        // shared rows to a second kernel ([`Carry`]).
+        Mapping::Walk => kernel.init == OutputInit::Zero && walk::recognise(&device_kernel(kernel)).is_ok(),
+        Mapping::Tiles => false,
+    };
+    if kernel.sink.exclusive || !owns {
         return Cow::Borrowed(kernel);
     }
     let mut owned = kernel.clone();

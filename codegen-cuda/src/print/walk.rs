@@ -88,6 +88,16 @@ __device__ __forceinline__ void spindle_row_starts(const I *__restrict__ r, long
 
 /// Rows of B loaded before their products.
 const CHUNK: usize = 8;
+/// The carried walk's scratch parameter ([`Carry`]).
+const CARRY: &str = "spindle_carry";
+/// The name of the carried walk's second kernel after the walk's.
+const CARRY_SUFFIX: &str = "_carry";
+
+/// `signature` with the carried walk's scratch buffer of `real` appended.
+fn with_carry(signature: &str, real: &str) -> String {
+    let open = signature.strip_suffix(") {").expect("a signature ends with `) {`");
+    format!("{open},\n    {real} *__restrict__ {CARRY}) {{")
+}
 /// Threads per block unless the schedule says.
 const BLOCK: u32 = 128;
 
@@ -207,8 +217,11 @@ pub(super) fn sixteen_byte_rows(k: &Kernel, w: &Walk) -> bool {
 }
 
 /// Prints `k` under the warp-walk mapping: with `owned` (`map=rows`) a
-/// warp writes whole rows, else (`map=walk`; a 16-bit output already
-/// summed in f32) it shares its first and last rows by atomics.
+/// warp writes whole rows, else (`map=walk`) it shares its first and last
+/// rows with the neighbouring runs: where the output starts at zero it
+/// stores its own rows and the empty rows after them and carries its sums
+/// of a shared row to a second kernel ([`Carry`]), else (`+=` into given
+/// data; a 16-bit output summed in f32) it adds them by atomics.
 pub(super) fn print(
     k: &Kernel,
     symbol: &str,
@@ -231,7 +244,8 @@ pub(super) fn print(
     let (lanes, split) = sub_warps(w.columns, vec, w.group);
     // The row walk writes every row, so one run at least: with no groups,
     // warp 0 of each column chunk writes the zero rows.
-    let runs = w.groups.div_ceil(w.run.max(1)).max(usize::from(owned));
+    let carried = !owned && k.init == OutputInit::Zero;
+    let runs = w.groups.div_ceil(w.run.max(1)).max(usize::from(owned || carried));
     let block = opts.threads.unwrap_or(BLOCK);
     let warps_per_block = (block / 32) as usize;
     let warps = runs * chunks;
@@ -251,6 +265,7 @@ pub(super) fn print(
         k.tensor(w.out).shape[0] * w.columns,
         k.tensor(w.dense).shape[0] * w.columns,
         warps + warps_per_block,
+        runs * 2 * w.columns,
     ]
     .iter()
     .all(|&x| x < i32::MAX as usize);
@@ -283,6 +298,11 @@ pub(super) fn print(
             format!("needs {} nondecreasing: a run's interior rows are its own", k.tensor(w.rows).name),
         ]
     };
+    if carried {
+        notes.push(format!(
+            "rows shared with the neighbouring runs carried to {symbol}{CARRY_SUFFIX}: no atomics, no zeroing"
+        ));
+    }
     if split > 1 {
         notes.push(format!("{split} sub-warps of {lanes} lanes take alternate entries of each group"));
     }
@@ -308,7 +328,11 @@ pub(super) fn print(
         line(0, pattern::L2_HINTED_ACCESS);
     }
     line(0, "");
-    line(0, &pattern::signature(k, &names, symbol, block));
+    let signature = |symbol: &str| match carried {
+        true => with_carry(&pattern::signature(k, &names, symbol, block), real),
+        false => pattern::signature(k, &names, symbol, block),
+    };
+    line(0, &signature(symbol));
     line(1, "const int lane = threadIdx.x & 31;");
     if hints {
         line(1, "// B's rows are gathered again and again; C is written once.");
@@ -350,7 +374,7 @@ pub(super) fn print(
     }
     line(1, &format!("{real} acc[{vec}];"));
     line(1, &format!("#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] = 0;"));
-    if owned {
+    if owned || carried {
         // p0 == p1 only where there are no groups: warp 0 zeros every row.
         let m = k.tensor(w.out).shape[0];
         line(1, &format!("{ix} row = p0 < p1 ? ({ix}){rows}[p0] : {m};"));
@@ -359,7 +383,7 @@ pub(super) fn print(
     }
     line(1, "// Group p0's coordinates and values, lane q holding entry q.");
     line(1, &format!("{ix} crd = 0;\n{real} val = 0;"));
-    line(1, &format!("if ({}lane < {g}) {{", if owned { "p0 < p1 && " } else { "" }));
+    line(1, &format!("if ({}lane < {g}) {{", if owned || carried { "p0 < p1 && " } else { "" }));
     line(2, &format!("crd = {crd}[p0 * {g} + lane];"));
     line(2, &format!("val = {};", load(w.scale, &scale, &format!("p0 * {g} + lane"))));
     line(1, "}");
@@ -450,30 +474,119 @@ pub(super) fn print(
     gl(0, "}");
     gl(0, "crd = crd_next;\nval = val_next;");
 
-    if owned {
-        let keep = k.init == OutputInit::Keep;
-        let store = |row: &str, from_acc: bool| rows_out.row(row, keep, from_acc);
-        let (write, zero_row) = (combine.clone() + &store("row", true), store("z", false));
-        // Under `+=` into given data the empty rows keep theirs.
-        // Rare (empty rows): not unrolled, so it takes no registers from the
-        // walk, and counted in 32 bits where the output's offsets fit (a
-        // 64-bit count made ptxas spill a register across this loop on
-        // sm_90 in the row walk's f32 and f16 shapes).
-        let zix = if fits { "int" } else { "long long" };
-        let zeros = |from: &str, to: &str| match keep {
-            true => String::new(),
-            false => format!(
-                "#pragma unroll 1\nfor ({zix} z = ({zix})({from}); z < ({zix})({to}); z++) {{\n{}}}",
-                pattern::indent(&zero_row)
-            ),
+    let keep = k.init == OutputInit::Keep;
+    let store = |row: &str, from_acc: bool| rows_out.row(row, keep, from_acc);
+    // Under `+=` into given data the empty rows keep theirs.
+    // Rare (empty rows): not unrolled, so it takes no registers from the
+    // walk, and counted in 32 bits where the output's offsets fit (a
+    // 64-bit count made ptxas spill a register across this loop on
+    // sm_90 in the row walk's f32 and f16 shapes).
+    let zix = if fits { "int" } else { "long long" };
+    let zero_row = store("z", false);
+    let zeros = |from: &str, to: &str| match keep {
+        true => String::new(),
+        false => format!(
+            "#pragma unroll 1\nfor ({zix} z = ({zix})({from}); z < ({zix})({to}); z++) {{\n{}}}",
+            pattern::indent(&zero_row)
+        ),
+    };
+    let (groups, m) = (w.groups, k.tensor(w.out).shape[0]);
+    if carried {
+        // The run's first row, where it began in the previous run, and its
+        // last, where it runs on into the next, go to the run's two slots.
+        let slot = |slot: &str| {
+            format!(
+                "if (live) {{\n  #pragma unroll\n  for (int j = 0; j < {vec}; j++) \
+                 {CARRY}[((warp / {chunks}) * 2 + {slot}) * {n} + col + j] = acc[j];\n}}\n"
+            )
         };
+        let write = format!(
+            "{combine}if (first && began_before) {{\n{}}} else if (end && next_first == row) {{\n{}}} else {{\n{}}}",
+            pattern::indent(&slot("0")),
+            pattern::indent(&slot("1")),
+            pattern::indent(&store("row", true)),
+        );
+        line(1, &format!("const bool began_before = p0 > 0 && p0 < p1 && ({ix}){rows}[p0 - 1] == row;"));
+        line(1, "if (p0 == 0) {");
+        line(2, "// The first run also writes the empty rows before the first group's.");
+        line(2, &zeros("0", "row"));
+        line(1, "}");
+        line(1, "// The first row of the next run (the output's end if none).");
+        line(1, &format!("const {ix} next_first = p1 < {groups} ? ({ix}){rows}[p1] : {m};"));
+        line(1, "bool first = true;");
+        line(1, &format!("for ({ix} p = p0; p <= p1; p++) {{"));
+        line(2, "const bool end = p == p1;");
+        line(2, &format!("const {ix} r = end ? -1 : ({ix}){rows}[p];"));
+        line(2, "if (r != row) {");
+        line(3, &format!("if (row < {m}) {{"));
+        line(4, &write);
+        line(3, "}");
+        line(3, "// The empty rows after this one, up to the next run's first after the last.");
+        line(3, &format!("const {ix} upto = !end ? r : next_first;"));
+        line(3, &zeros("row + 1", "upto"));
+        line(3, &zero);
+        line(3, "row = r;");
+        line(3, "first = false;");
+        line(2, "}");
+        line(2, "if (!end) {");
+        line(3, &group);
+        line(2, "}");
+        line(1, "}");
+        line(0, "}");
+        // The second kernel: a warp per run and column chunk, as the walk's.
+        let fixup = format!("{symbol}{CARRY_SUFFIX}");
+        let plain_rows = RowStore { hint: false, ..rows_out };
+        line(0, "");
+        line(0, "// Each row shared by runs, from the slots of the runs that walked it, in run order.");
+        line(0, &signature(&fixup));
+        line(1, "const int lane = threadIdx.x & 31;");
+        line(1, &format!("const {ix} warp = ({ix})blockIdx.x * {warps_per_block} + (threadIdx.x >> 5);"));
+        line(1, &format!("if (warp >= {warps}) return;"));
+        line(1, &format!("const {ix} col = (warp % {chunks}) * {} + lane * {vec_text};", 32 * vec));
+        line(1, &format!("const bool live = col < {n};"));
+        line(1, &format!("const {ix} run = warp / {chunks};"));
+        line(1, &format!("const {ix} p0 = run * {r}, p1 = min(p0 + {r}, {groups_lit});"));
+        line(1, "// The run's last row, where it runs on into the next run and began in this one.");
+        line(1, &format!("if (p1 >= {groups}) return;"));
+        line(1, &format!("const {ix} row = {rows}[p1 - 1];"));
+        line(1, &format!("if ({rows}[p1] != row || (p0 > 0 && {rows}[p0 - 1] == row)) return;"));
+        line(1, &format!("{real} acc[{vec}];"));
+        line(1, "#pragma unroll");
+        line(
+            1,
+            &format!(
+                "for (int j = 0; j < {vec}; j++) acc[j] = live ? {CARRY}[(run * 2 + 1) * {n} + col + j] : 0;"
+            ),
+        );
+        line(1, &format!("for ({ix} v = run + 1;; v++) {{"));
+        line(2, "#pragma unroll");
+        line(
+            2,
+            &format!("for (int j = 0; j < {vec}; j++) if (live) acc[j] += {CARRY}[(v * 2) * {n} + col + j];"),
+        );
+        line(2, &format!("const {ix} e = min((v + 1) * {r}, {groups_lit});"));
+        line(2, &format!("if (e >= {groups} || {rows}[e] != row) break;"));
+        line(1, "}");
+        line(1, &plain_rows.row("row", false, true));
+        line(0, "}");
+        let len = runs * 2 * n;
+        let dtype = if real == "double" { DType::F64 } else { DType::F32 };
+        return Ok(CudaKernel {
+            sorted: Some(k.tensor(w.rows).name.clone()),
+            plan,
+            writes_output: true,
+            carry: Some(Carry { symbol: fixup, len, dtype: ElemType::Value(dtype) }),
+            ..CudaKernel::plain(symbol, src, launch)
+        });
+    }
+    if owned {
+        let write = combine.clone() + &store("row", true);
         line(1, "if (s == 0) {");
         line(2, "// Warp 0 also owns the empty rows before the first group's.");
         line(2, &zeros("0", "row"));
         line(1, "}");
         // One loop writes every row, the last too (at p == p1), so nothing
         // stays live past it.
-        let (groups, m) = (w.groups, k.tensor(w.out).shape[0]);
         line(1, "// The first row of the next warp's rows (the output's end if none).");
         line(1, &format!("const {ix} next_first = p1 < {groups} ? ({ix}){rows}[p1] : {m};"));
         line(1, &format!("for ({ix} p = p0; p <= p1; p++) {{"));
