@@ -845,11 +845,13 @@ impl Prepared {
                 // the level path's rows split as `reduce=parallel` says.
                 let d = match (&self.stored, schedule.strategy) {
                 (Some(stored), Strategy::Parallel(lanes)) if self.rewritten => d.with_note(format!(
-                    "the tile path runs the statement rewritten over the formats' arrays, `{}`; on the level \
-                     path (path=levels) reduce={} splits each row of `{}` over {} lanes of a GPU warp",
+                    "the tile path runs the statement rewritten over the formats' arrays, `{}`, whose entries \
+                     of a row meet through the scattered subscript (reduce=segment(R) groups them); on the level \
+                     path (path=levels) reduce={} splits each row of `{}` over {} lanes of a GPU warp, where the \
+                     summed index runs innermost",
                     self.text,
                     schedule.strategy,
-                    stored.text,
+                    stored.formats.keys().map(String::as_str).collect::<Vec<_>>().join("`, `"),
                     lanes.unwrap_or(32)
                 )),
                 _ => d,

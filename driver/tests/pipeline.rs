@@ -1127,3 +1127,25 @@ fn sddmm_with_a_sparse_output_runs_on_the_emulated_gpu_under_every_fusion() {
         "{err}"
     );
 }
+
+/// `reduce=parallel` over CSR on the tile path, whose rewritten statement
+/// sums nothing: the notes say so of that statement, where its rows meet
+/// instead, and which operand's rows the level path splits (they said every
+/// index was on the left, which the statement as written belies, and split
+/// "each row of" the whole statement).
+#[test]
+fn reduce_parallel_over_a_rewritten_spmm_says_what_sums_where() {
+    let prepared = Problem::new("C[m,n] += A[m,k] * B[k,n]")
+        .tensor("A", spindle_formats::generate::uniform::<f64, i64>(12, 9, 30, 1).unwrap())
+        .tensor("B", Input::random(&[9, 4], DType::F32, 2))
+        .format("A", "csr")
+        .prepare()
+        .unwrap();
+    let err = prepared.lower(&"reduce=parallel(4)".parse().unwrap()).unwrap_err().render(false);
+    assert!(
+        err.contains("no index of it is summed")
+            && err.contains("reduce=segment(R) groups them")
+            && err.contains("splits each row of `A` over 4 lanes"),
+        "{err}"
+    );
+}

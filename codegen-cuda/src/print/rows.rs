@@ -147,7 +147,8 @@ pub(super) fn recognise(k: &Kernel) -> Result<Rows, String> {
     let ks = if operand == DType::F32 { 8 } else { 16 };
     if !bm.is_multiple_of(16) || !bk.is_multiple_of(ks) || bm > 64 {
         return Err(format!(
-            "{bm}x{bk} blocks: the rows must be a multiple of 16 up to 64 and the columns of {ks}"
+            "{bm}x{bk} blocks: a block's rows (bm) must be a multiple of 16 up to 64 and its columns (bk) a \
+             multiple of {ks}"
         ));
     }
     let (m, columns) = (k.tensor(s.tensor).shape[0], extent(n));

@@ -491,6 +491,36 @@ pub(super) fn print(
         ),
     };
     let (groups, m) = (w.groups, k.tensor(w.out).shape[0]);
+    // The loop of the walks that store their rows (the row walk, the
+    // carried walk) over groups [p0, p1): `write` writes a row as the walk
+    // leaves it, the last at p == p1 (so nothing stays live past the loop),
+    // then the empty rows after it up to the next row (after the last, up
+    // to the next warp's first) are zeroed; `after` runs after each row.
+    let rows_loop = |write: &str, after: &str| {
+        let mut text = String::new();
+        let mut l = |depth: usize, t: &str| pattern::push_lines(&mut text, depth, t);
+        l(0, "// The first row of the next warp's groups (the output's end if none).");
+        l(0, &format!("const {ix} next_first = p1 < {groups} ? ({ix}){rows}[p1] : {m};"));
+        l(0, &format!("for ({ix} p = p0; p <= p1; p++) {{"));
+        l(1, "const bool end = p == p1;");
+        l(1, &format!("const {ix} r = end ? -1 : ({ix}){rows}[p];"));
+        l(1, "if (r != row) {");
+        l(2, &format!("if (row < {m}) {{"));
+        l(3, write);
+        l(2, "}");
+        l(2, "// The empty rows after this one, up to the next warp's first after the last.");
+        l(2, &format!("const {ix} upto = !end ? r : next_first;"));
+        l(2, &zeros("row + 1", "upto"));
+        l(2, &zero);
+        l(2, "row = r;");
+        l(2, after);
+        l(1, "}");
+        l(1, "if (!end) {");
+        l(2, &group);
+        l(1, "}");
+        l(0, "}");
+        text
+    };
     if carried {
         // The run's first row, where it began in the previous run, and its
         // last, where it runs on into the next, go to the run's two slots.
@@ -511,27 +541,8 @@ pub(super) fn print(
         line(2, "// The first run also writes the empty rows before the first group's.");
         line(2, &zeros("0", "row"));
         line(1, "}");
-        line(1, "// The first row of the next run (the output's end if none).");
-        line(1, &format!("const {ix} next_first = p1 < {groups} ? ({ix}){rows}[p1] : {m};"));
         line(1, "bool first = true;");
-        line(1, &format!("for ({ix} p = p0; p <= p1; p++) {{"));
-        line(2, "const bool end = p == p1;");
-        line(2, &format!("const {ix} r = end ? -1 : ({ix}){rows}[p];"));
-        line(2, "if (r != row) {");
-        line(3, &format!("if (row < {m}) {{"));
-        line(4, &write);
-        line(3, "}");
-        line(3, "// The empty rows after this one, up to the next run's first after the last.");
-        line(3, &format!("const {ix} upto = !end ? r : next_first;"));
-        line(3, &zeros("row + 1", "upto"));
-        line(3, &zero);
-        line(3, "row = r;");
-        line(3, "first = false;");
-        line(2, "}");
-        line(2, "if (!end) {");
-        line(3, &group);
-        line(2, "}");
-        line(1, "}");
+        line(1, &rows_loop(&write, "first = false;"));
         line(0, "}");
         // The second kernel: a warp per run and column chunk, as the walk's.
         let fixup = format!("{symbol}{CARRY_SUFFIX}");
@@ -585,27 +596,7 @@ pub(super) fn print(
         line(2, "// Warp 0 also owns the empty rows before the first group's.");
         line(2, &zeros("0", "row"));
         line(1, "}");
-        // One loop writes every row, the last too (at p == p1), so nothing
-        // stays live past it.
-        line(1, "// The first row of the next warp's rows (the output's end if none).");
-        line(1, &format!("const {ix} next_first = p1 < {groups} ? ({ix}){rows}[p1] : {m};"));
-        line(1, &format!("for ({ix} p = p0; p <= p1; p++) {{"));
-        line(2, "const bool end = p == p1;");
-        line(2, &format!("const {ix} r = end ? -1 : ({ix}){rows}[p];"));
-        line(2, "if (r != row) {");
-        line(3, &format!("if (row < {m}) {{"));
-        line(4, &write);
-        line(3, "}");
-        line(3, "// After the last row, the empty rows before the next warp's first are this warp's too.");
-        line(3, &format!("const {ix} upto = !end ? r : next_first;"));
-        line(3, &zeros("row + 1", "upto"));
-        line(3, &zero);
-        line(3, "row = r;");
-        line(2, "}");
-        line(2, "if (!end) {");
-        line(3, &group);
-        line(2, "}");
-        line(1, "}");
+        line(1, &rows_loop(&write, ""));
         line(0, "}");
         return Ok(CudaKernel {
             sorted: Some(k.tensor(w.rows).name.clone()),

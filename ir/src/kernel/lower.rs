@@ -312,7 +312,7 @@ fn sink_group(
                     format!("reduce={strategy} combines contributions along a reduced index, and this statement has none"),
                     span,
                 )
-                .with_note("every index of the right-hand side is on the left; use reduce=accumulate")
+                .with_note("no index of it is summed: every index of its right-hand side is on its left; use reduce=accumulate")
                 .in_schedule_item("reduce"));
             };
             let tile = b.axes[axis].tile as u32;
