@@ -1128,6 +1128,45 @@ fn sddmm_with_a_sparse_output_runs_on_the_emulated_gpu_under_every_fusion() {
     );
 }
 
+/// A sum whose terms share a mask (`S = A*D + A*E`, `S = A*D + A`) into a
+/// sparse S in A's format runs on the emulated GPU under every fusion,
+/// held in A's pattern: the sum is zero wherever A is, so it walks A (it
+/// was refused, saying no operand masked S).
+#[test]
+fn sums_whose_terms_share_a_mask_run_on_the_emulated_gpu_into_its_pattern() {
+    let opts = TimingOptions { warmup: 0, repeats: 1 };
+    let emulate = spindle::EmulateBackend::from_env();
+    let a = spindle_formats::generate::uniform::<f64, i64>(20, 12, 60, 1).unwrap();
+    for statement in ["S[i,j] = A[i,j] * D[i,j] + A[i,j] * E[i,j]", "S[i,j] = A[i,j] * D[i,j] - A[i,j]"] {
+        let mut p = Problem::new(statement)
+            .tensor("A", a.clone())
+            .tensor("D", Input::random(&[20, 12], DType::F32, 2))
+            .format("A", "csr")
+            .format("S", "csr");
+        if statement.contains("E[") {
+            p = p.tensor("E", Input::random(&[20, 12], DType::F32, 3));
+        }
+        for fusion in ["none", "maximal", "trie"] {
+            let schedule: Schedule = format!("fusion={fusion}").parse().unwrap();
+            let run = p
+                .run_program(&emulate, &schedule, opts, true)
+                .unwrap_or_else(|e| panic!("{statement} {fusion}: {e}"));
+            assert!(run.checks.iter().all(|c| c.passed()), "{statement} {fusion}: {:?}", run.checks);
+            assert_eq!(
+                run.checks.last().unwrap().stored,
+                Some(60),
+                "{statement} {fusion}: one value per entry of A"
+            );
+            assert!(run.result.iter().any(|x| *x != 0.0));
+            assert!(
+                run.sources.last().unwrap().contains("t_S[p_A1]"),
+                "{statement} {fusion}: {:?}",
+                run.sources
+            );
+        }
+    }
+}
+
 /// `reduce=parallel` over CSR on the tile path, whose rewritten statement
 /// sums nothing: the notes say so of that statement, where its rows meet
 /// instead, and which operand's rows the level path splits (they said every

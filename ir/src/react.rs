@@ -261,8 +261,10 @@ fn sparse_walker(einsum: &Einsum, formats: &BTreeMap<String, FormatSpec>, index:
     })
 }
 
-/// The accesses `e` is zero without: its factors (a sum or a function of
-/// an operand is not zero where that operand is, so it has none).
+/// The accesses `e` is zero without: its factors, and of a sum the
+/// factors every term shares (`A[i,j]` of `A[i,j]*D[i,j] + A[i,j]`): a
+/// function of an operand is not zero where that operand is, so it has
+/// none.
 fn factors(e: &crate::lang::Expr) -> Vec<&crate::lang::Access> {
     use crate::lang::{BinOp, Expr};
     match e {
@@ -274,6 +276,11 @@ fn factors(e: &crate::lang::Expr) -> Vec<&crate::lang::Access> {
             out
         }
         Expr::Binary { op: BinOp::Div, lhs, .. } => factors(lhs),
+        Expr::Binary { op: BinOp::Add | BinOp::Sub, lhs, rhs, .. } => {
+            // (Accesses compare as written: their spans differ.)
+            let other: Vec<String> = factors(rhs).iter().map(|a| a.to_string()).collect();
+            factors(lhs).into_iter().filter(|a| other.contains(&a.to_string())).collect()
+        }
         _ => Vec::new(),
     }
 }
@@ -404,18 +411,23 @@ pub fn propagate(
             changed |= walk(&mut trees[p], &proposed);
         }
         // Forward: a temporary computed over sparse coordinates in some of
-        // its dimensions holds entries only there.
+        // its dimensions holds entries only there: a product's, or a sum's
+        // where the coordinates are of a factor every term shares
+        // (`T[i,j] = A[i,j]*D[i,j] + A[i,j]*E[i,j]` walking A's).
         for p in 0..trees.len() {
             let lhs = &program.statements[p].statement.lhs;
+            let rhs = &program.statements[p].statement.rhs;
+            let zero_off = |t: &str| products[p] || factors(rhs).iter().any(|a| a.tensor.name == t);
             // Each sparse dimension with the coordinates its loop walks.
             let sparse_dims: Vec<(usize, Space)> = (0..lhs.subscripts.len())
                 .filter_map(|d| {
                     let i = index_at(lhs, d)?;
                     let l = trees[p].loops.iter().find(|l| l.index == i)?;
-                    matches!(&l.space, Space::Sparse(t) if walkable(t, &i, lhs)).then(|| (d, l.space.clone()))
+                    matches!(&l.space, Space::Sparse(t) if walkable(t, &i, lhs) && zero_off(t))
+                        .then(|| (d, l.space.clone()))
                 })
                 .collect();
-            if !products[p] || sparse_dims.is_empty() {
+            if sparse_dims.is_empty() {
                 continue;
             }
             let name = lhs.tensor.name.clone();

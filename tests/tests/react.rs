@@ -179,6 +179,26 @@ fn every_policy_matches_the_reference() {
                 &[],
             ),
         ),
+        // The terms share A, so the sum walks A's coordinates, and so does
+        // its reader.
+        (
+            "a sum whose terms share a mask",
+            problem(
+                "T[i,j] = A[i,j] * D[i,j] + A[i,j] * E[i,j]; y[i] = T[i,j] * x[j]",
+                &[("D", &[12, 10]), ("E", &[12, 10]), ("x", &[10])],
+                &[("A", &[12, 10], 0.25, "csr")],
+                &[],
+            ),
+        ),
+        (
+            "a sum whose terms share a mask, into its pattern",
+            problem(
+                "S[i,j] = A[i,j] * D[i,j] - A[i,j]",
+                &[("D", &[12, 10])],
+                &[("A", &[12, 10], 0.25, "csr")],
+                &[("S", "csr")],
+            ),
+        ),
     ];
     for (what, p) in &cases {
         // One thread, and two: a trie-fused kernel whose rows write apart
@@ -450,6 +470,27 @@ fn propagation_removes_dead_values() {
     assert!(none.contains(&format!("local T1[{nnz}]")), "{none}");
     let walks = enclosing(none, "T1[pB1] += (C[i,k] * D[k,j])");
     assert!(walks.iter().any(|l| l.starts_with("merge j over pB1 = B")), "{none}");
+}
+
+/// Dead values of a sum: `A*D + A*E` is zero where A is, so its loop walks
+/// A's coordinates, the temporary holds one value per entry of A, and its
+/// reader walks them too (the sum was evaluated at every coordinate, and
+/// its reader's loop with it).
+#[test]
+fn a_sum_whose_terms_share_a_mask_walks_it_and_so_does_its_reader() {
+    let p = problem(
+        "T[i,j] = A[i,j] * D[i,j] + A[i,j] * E[i,j]; y[i] = T[i,j] * x[j]",
+        &[("D", &[20, 24]), ("E", &[20, 24]), ("x", &[24])],
+        &[("A", &[20, 24], 0.2, "csr")],
+        &[],
+    );
+    let nnz = random_sparse(&[20, 24], 0.2, 40).nnz();
+    let none = &run(&p, "none").kernels[0];
+    assert!(none.contains(&format!("local T[{nnz}]")), "{none}");
+    for needle in ["T[pA1] += ((A_val[pA1] * D[i,j])", "y[i] += (T[pA1] * x[j])"] {
+        let walks = enclosing(none, needle);
+        assert!(walks.iter().any(|l| l.starts_with("merge j over pA1 = A")), "{needle}: {none}");
+    }
 }
 
 /// Load-store redundancy: unfused, the temporary goes to memory and back;
