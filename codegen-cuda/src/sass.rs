@@ -132,6 +132,17 @@ impl Sass {
         self.instructions.iter().filter(move |i| i.opcode().starts_with(prefix))
     }
 
+    /// The atomics on memory (`RED`, sm_90's `REDG` and `REDAS`, `ATOM`,
+    /// `ATOMG`, `ATOMS`, with any modifiers): not `REDUX`, the warp's
+    /// reduction of a register, which a shuffle over part of a warp
+    /// compiles to.
+    pub fn memory_atomics(&self) -> impl Iterator<Item = &Instruction> + '_ {
+        self.instructions.iter().filter(|i| {
+            let mnemonic = i.opcode().split('.').next().unwrap_or("");
+            matches!(mnemonic, "RED" | "REDG" | "REDAS" | "ATOM" | "ATOMG" | "ATOMS")
+        })
+    }
+
     /// The backward branches, `(target, branch)`: each closes a loop. (A
     /// branch to itself is the trap ptxas puts after the last `EXIT`, not
     /// a loop of the kernel's.)
@@ -213,7 +224,15 @@ mod tests {
         let red = sass.with_opcode("RED").next().unwrap();
         assert!(sass.in_loop(load));
         assert!(!sass.in_loop(red));
+        assert_eq!(sass.memory_atomics().count(), 1);
         assert!(matches!(Sass::parse(LISTING, "missing"), Err(SassError::NoFunction(_))));
+        // A warp's reduction of a register is no atomic on memory.
+        let warp = "\t\tFunction : k\n        /*0000*/                   REDUX.OR UR6, R30 ;\n        \
+                    /*0010*/                   ATOMS.ADD RZ, [R2], R3 ;\n        \
+                    /*0020*/                   REDG.E.ADD.F32.FTZ.RN.STRONG.GPU desc[UR4][R2.64], R5 ;\n";
+        let warp = Sass::parse(warp, "k").unwrap();
+        let atomics: Vec<&str> = warp.memory_atomics().map(|i| i.opcode()).collect();
+        assert_eq!(atomics, ["ATOMS.ADD", "REDG.E.ADD.F32.FTZ.RN.STRONG.GPU"]);
     }
 
     /// A divergent path placed after the exit branches back into the middle

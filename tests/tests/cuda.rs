@@ -221,26 +221,32 @@ fn walk_problem(format: &str, dtype: DType, n: usize) -> spindle::Prepared {
 /// rows span runs), `n` ragged against the lanes' 16-byte vectors, f16,
 /// bf16 and f64; `inspect` looks at each printed source first.
 fn walk_cases_agree(backend: &spindle::EmulateBackend, map: &str, inspect: &dyn Fn(&str, &str)) {
-    // The last field: sub-warps a warp splits into (a row of B takes at
-    // most half its lanes and a group has entries to share).
+    // The last fields: sub-warps a warp splits into (a row of B takes at
+    // most half its lanes and a group has entries to share), and under
+    // map=walk the lanes of a team that walks its own run (where lanes are
+    // idle still; the row walk's warps walk whole).
     let cases = [
-        ("groupcoo:dim=0,g=4", DType::F32, 64, 4, 2),
-        ("groupcoo:dim=0,g=1", DType::F32, 13, 1, 1),
-        ("groupcoo:dim=0,g=8", DType::F16, 128, 16, 2),
-        ("groupcoo:dim=0,g=32", DType::F32, 40, 2, 2),
-        ("groupcoo:dim=0,g=16", DType::Bf16, 24, 8, 8),
-        ("groupcoo:dim=0,g=3", DType::F32, 16, 4, 4),
-        ("groupcoo:dim=0,g=8", DType::F32, 128, 8, 1),
-        ("coo", DType::F16, 64, 16, 1),
-        ("coo", DType::F64, 6, 4, 1),
+        ("groupcoo:dim=0,g=4", DType::F32, 64, 4, 2, 32),
+        ("groupcoo:dim=0,g=1", DType::F32, 13, 1, 1, 16),
+        ("groupcoo:dim=0,g=8", DType::F16, 128, 16, 2, 32),
+        ("groupcoo:dim=0,g=32", DType::F32, 40, 2, 2, 32),
+        ("groupcoo:dim=0,g=16", DType::Bf16, 24, 8, 8, 32),
+        ("groupcoo:dim=0,g=3", DType::F32, 16, 4, 4, 16),
+        ("groupcoo:dim=0,g=8", DType::F32, 128, 8, 1, 32),
+        ("csr", DType::F16, 128, 8, 1, 16),
+        ("coo", DType::F16, 64, 16, 1, 8),
+        ("coo", DType::F64, 6, 4, 1, 4),
     ];
-    for (format, dtype, n, run, split) in cases {
+    for (format, dtype, n, run, split, team) in cases {
         let what = format!("map={map} {format} {} n={n} tile.p={run}", dtype.name());
         let prepared = walk_problem(format, dtype, n);
         let schedule: Schedule = format!("map={map} tile.p={run}").parse().unwrap();
         let compiled = prepared.compile(backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
         let split_note = format!("entries q % {split} == sub");
         assert_eq!(compiled.source().contains(&split_note), split > 1, "{what}: not in {split} sub-warps");
+        let team = if map == "walk" { team } else { 32 };
+        let team_note = format!("team w of {team} lanes ({} a warp)", 32 / team);
+        assert_eq!(compiled.source().contains(&team_note), team < 32, "{what}: not in teams of {team}");
         inspect(&what, compiled.source());
         let (_, check) = compiled.check().unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(check.max_rel_error <= check.tolerance, "{what}: error {:.2e}", check.max_rel_error);
@@ -616,7 +622,7 @@ fn listing(sass: &spindle_cuda::sass::Sass) -> String {
 /// Asserts that `what` writes by atomics (`RED`/`ATOM`), none of them on
 /// a control-flow cycle.
 fn atomics_outside_loops(sass: &spindle_cuda::sass::Sass, what: &str) {
-    let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
+    let atomics: Vec<_> = sass.memory_atomics().collect();
     outside_loops(sass, &atomics, &format!("{what}: atomics"));
 }
 
@@ -695,7 +701,8 @@ fn l2_hints_keep_the_walks_results() {
 /// The warp walk in machine code as the runtime compiles it
 /// ([`nvrtc::compile_spill_free`]), for sm_80 and sm_90: no spills, B read in
 /// 16-byte loads (`LDG.E.128`), interior rows written with 16-byte stores,
-/// f16 rows of 128 walked by two sub-warps (their sums added by `SHFL.BFLY`).
+/// f16 rows of 128 walked by two sub-warps (their sums added by `SHFL.BFLY`;
+/// CSR's groups of one entry by two teams instead, with no such shuffle).
 /// Where C starts at zero neither the warp walk (its shared rows carried to
 /// a second kernel) nor the row walk (`map=rows`) has an atomic
 /// (`RED`/`ATOM`); under `+=` into given data the warp walk adds the
@@ -707,7 +714,14 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
         return;
     }
     let toolchain = nvrtc::Toolchain::locate().unwrap();
-    let cases = [("groupcoo:dim=0,g=8", DType::F32), ("groupcoo:dim=0,g=4", DType::F16), ("coo", DType::F32)];
+    // (CSR in f16: a row of B takes 16 lanes, and a group has one entry:
+    // the walk's warp is two teams that walk apart, the row walk's is one.)
+    let cases = [
+        ("groupcoo:dim=0,g=8", DType::F32),
+        ("groupcoo:dim=0,g=4", DType::F16),
+        ("coo", DType::F32),
+        ("csr", DType::F16),
+    ];
     for ((format, dtype), map) in cases.into_iter().flat_map(|c| [(c, "walk"), (c, "rows")]) {
         let prepared = walk_problem(format, dtype, 128);
         let schedule: Schedule = format!("map={map} tile.p=16").parse().unwrap();
@@ -727,14 +741,14 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
                 listing(&sass)
             );
             // f16 rows of 128 take 16 lanes: two sub-warps, whose sums meet by butterfly shuffles.
-            let split = dtype == DType::F16;
+            let split = dtype == DType::F16 && format != "csr";
             assert_eq!(
                 sass.with_opcode("SHFL.BFLY").count() > 0,
                 split,
                 "{what}: sub-warps\n{}",
                 listing(&sass)
             );
-            let atomics: Vec<_> = sass.with_opcode("RED").chain(sass.with_opcode("ATOM")).collect();
+            let atomics: Vec<_> = sass.memory_atomics().collect();
             assert!(atomics.is_empty(), "{what}: an atomic\n{}", listing(&sass));
         }
     }
@@ -953,6 +967,15 @@ fn sgap_spmm_algorithms_are_schedules() {
             Err(e) => e.render(false),
         };
     assert!(err.contains("the loops already run the summed indices innermost (order=i+j)"), "{err}");
+    // COO's columns are a singleton level, one position per entry: lanes
+    // over it would each sum one term (it compiled so, 31 of 32 lanes
+    // idle, and its emulated run took minutes).
+    let coo = walk_problem("coo", DType::F32, 24);
+    let err = match coo.compile(&backend, &"path=levels order=m+n+k reduce=parallel".parse().unwrap()) {
+        Ok(_) => panic!("reduce=parallel over COO's singleton level: compiled"),
+        Err(e) => e.render(false),
+    };
+    assert!(err.contains("walks `A`'s singleton level") && err.contains("store `A` in csr"), "{err}");
     // An elementwise product sums nothing: said so (it called the stored
     // first level's `i` summed, or the order with no summed index right).
     let elementwise = spindle::Problem::new("S[i,j] = A[i,j] * D[i,j]")
@@ -1352,7 +1375,7 @@ fn block_rows_run_hmma_from_a_cp_async_ring_without_atomics() {
             assert!(sass.instructions.iter().any(|i| i.text.contains("MT88")), "{what}: B not by LDSM.MT88");
             let copies = sass.with_opcode("LDGSTS").filter(|i| i.opcode().contains("128")).count();
             assert!(copies > 0, "{what}: no 16-byte cp.async");
-            let global_atomics = count("RED") + count("ATOMG") + sass.with_opcode("ATOM.").count();
+            let global_atomics = sass.memory_atomics().filter(|i| !i.opcode().starts_with("ATOMS")).count();
             if shared {
                 assert_eq!(global_atomics, 0, "{what}: atomics on shared memory only");
             } else {

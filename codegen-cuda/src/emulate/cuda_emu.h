@@ -43,6 +43,11 @@ namespace emu {
 inline std::barrier<> *block_barrier = nullptr;
 // One barrier per warp of the block, and a slot per thread, for shuffles.
 inline std::barrier<> *const *warp_barriers = nullptr;
+// A barrier per aligned team of 2^b lanes (b = 0..4), `team_barriers[b]`
+// indexed by the team's first thread / 2^b: a shuffle whose mask names a
+// team of a warp syncs that team alone, since other teams of the warp
+// may be elsewhere (the warp walk's teams each walk their own run).
+inline std::barrier<> *const *team_barriers[5] = {};
 inline unsigned long long shuffle_slots[1024];
 inline std::mutex atomic_lock;
 template <class To, class From> inline To bits(From x) {
@@ -72,9 +77,17 @@ inline int __syncthreads_or(int pred) {
 // every lane of the warp must reach it). `source` maps a lane to the lane
 // it reads, or to -1 for its own value.
 namespace emu {
-template <class T, class F> inline T shuffle(T v, F source) {
+// The barrier of the lanes `mask` names: the warp's, or an aligned team's
+// (a mask of 2^b consecutive lanes starting at a multiple of 2^b).
+inline std::barrier<> &lanes_barrier(unsigned mask) {
+  const int size = __builtin_popcount(mask);
+  if (mask == 0xffffffffu || (size & (size - 1)) != 0) return *warp_barriers[threadIdx.x / 32];
+  const int b = __builtin_ctz((unsigned)size);
+  return *team_barriers[b][threadIdx.x >> b];
+}
+template <class T, class F> inline T shuffle(unsigned mask, T v, F source) {
   static_assert(sizeof(T) <= sizeof(unsigned long long));
-  std::barrier<> &warp = *warp_barriers[threadIdx.x / 32];
+  std::barrier<> &warp = lanes_barrier(mask);
   warp.arrive_and_wait();
   std::memcpy(&shuffle_slots[threadIdx.x], &v, sizeof v);
   warp.arrive_and_wait();
@@ -87,40 +100,41 @@ template <class T, class F> inline T shuffle(T v, F source) {
 }
 }  // namespace emu
 
-template <class T> inline T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
-  return emu::shuffle(v, [&](unsigned lane) {
+template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return emu::shuffle(mask, v, [&](unsigned lane) {
     const unsigned end = (lane & ~(unsigned)(width - 1)) + width;
     return lane + delta < end ? (int)(lane + delta) : -1;
   });
 }
-template <class T> inline T __shfl_up_sync(unsigned, T v, unsigned delta, int width = 32) {
-  return emu::shuffle(v, [&](unsigned lane) {
+template <class T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  return emu::shuffle(mask, v, [&](unsigned lane) {
     const unsigned start = lane & ~(unsigned)(width - 1);
     return lane >= start + delta ? (int)(lane - delta) : -1;
   });
 }
-template <class T> inline T __shfl_xor_sync(unsigned, T v, unsigned lane_mask, int width = 32) {
-  return emu::shuffle(v, [&](unsigned lane) {
+template <class T> inline T __shfl_xor_sync(unsigned mask, T v, unsigned lane_mask, int width = 32) {
+  return emu::shuffle(mask, v, [&](unsigned lane) {
     const unsigned start = lane & ~(unsigned)(width - 1), src = lane ^ lane_mask;
     return src >= start && src < start + width ? (int)src : -1;
   });
 }
-template <class T> inline T __shfl_sync(unsigned, T v, int src_lane, int width = 32) {
-  return emu::shuffle(v, [&](unsigned lane) {
+template <class T> inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  return emu::shuffle(mask, v, [&](unsigned lane) {
     const unsigned start = lane & ~(unsigned)(width - 1);
     return (int)(start + ((unsigned)src_lane % (unsigned)width));
   });
 }
 // The lanes of `mask` whose predicate holds: one exchange through the slots.
 inline unsigned __ballot_sync(unsigned mask, int pred) {
-  std::barrier<> &warp = *emu::warp_barriers[threadIdx.x / 32];
+  std::barrier<> &warp = emu::lanes_barrier(mask);
   warp.arrive_and_wait();
   emu::shuffle_slots[threadIdx.x] = pred ? 1 : 0;
   warp.arrive_and_wait();
   const unsigned base = threadIdx.x - threadIdx.x % 32;
   unsigned bits = 0;
+  // (Only the lanes of the mask: another team's slots may be being written.)
   for (unsigned src = 0; src < 32 && base + src < blockDim.x; src++) {
-    if (emu::shuffle_slots[base + src]) bits |= 1u << src;
+    if ((mask >> src & 1u) && emu::shuffle_slots[base + src]) bits |= 1u << src;
   }
   warp.arrive_and_wait();
   return bits & mask;
@@ -360,6 +374,13 @@ inline void launch(unsigned grid, unsigned block, const std::function<void()> &k
   std::vector<std::barrier<> *> warp_pointers;
   for (unsigned w = 0; w * 32 < block; w++) warp_pointers.push_back(&warps.emplace_back(std::min(32u, block - w * 32)));
   warp_barriers = warp_pointers.data();
+  std::deque<std::barrier<>> teams;
+  std::vector<std::barrier<> *> team_pointers[5];
+  for (unsigned b = 0; b < 5; b++) {
+    const unsigned size = 1u << b;
+    for (unsigned t = 0; t * size < block; t++) team_pointers[b].push_back(&teams.emplace_back(std::min(size, block - t * size)));
+    team_barriers[b] = team_pointers[b].data();
+  }
   blockDim.x = block;
   gridDim.x = grid;
   std::vector<std::thread> threads;

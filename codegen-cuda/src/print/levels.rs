@@ -59,6 +59,22 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     let double = kernel.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
     let dialect = Cuda { real: if double { "double" } else { "float" }, wide: true };
     let split = lane_split(kernel);
+    // A position loop over a singleton level has one position: lanes over
+    // it would each sum one term (31 of 32 idle) and add nothing with
+    // their shuffles.
+    if kernel.lanes_over_positions
+        && let LaneSplit::Positions(var) = split
+        && let Some(tensor) = singleton_merge(&kernel.body, var)
+    {
+        return Err(refuse(format!(
+            "reduce=parallel splits a row's positions over the lanes, but the loop over `{v}` walks `{tensor}`'s \
+             singleton level (COO's: one position under each entry of the level above, whose coordinates \
+             repeat), so each group of lanes would sum one term: store `{tensor}` in csr (a row's positions \
+             split over the lanes), or drop reduce=parallel and path=levels (the tile path's reduce=segment(R) \
+             adds the terms of a row that COO's sorted entries hold together)",
+            v = kernel.var(var).name
+        )));
+    }
     if kernel.lanes_over_positions && !matches!(split, LaneSplit::Positions(_)) {
         // An order that puts the summed indices innermost, in the
         // statement's names (the output's indices first).
@@ -222,6 +238,19 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         printed.round = Some(round);
     }
     Ok(printed)
+}
+
+/// The stored tensor whose singleton level the merge over `var` in `body`
+/// walks alone, if it does.
+fn singleton_merge(body: &[spindle_ir::level::Node], var: spindle_ir::level::VarId) -> Option<String> {
+    use spindle_ir::level::{Node, Reach};
+    body.iter().find_map(|n| match n {
+        Node::Merge { var: v, levels, .. } if *v == var => match &levels[..] {
+            [level] if matches!(level.kind, Reach::Singleton { .. }) => Some(level.tensor.clone()),
+            _ => None,
+        },
+        _ => n.bodies().find_map(|b| singleton_merge(b, var)),
+    })
 }
 
 /// Iterations of the outermost loop of `body` (at most: a compressed root

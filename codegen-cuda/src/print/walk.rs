@@ -6,7 +6,9 @@
 //!   read and C written in 16-byte vectors;
 //! - where a row of B takes at most half the lanes (f16 at N = 128), the
 //!   warp splits into sub-warps that take alternate entries of each group
-//!   and add their sums with shuffles before a row is written;
+//!   and add their sums with shuffles before a row is written, and where
+//!   lanes are still idle (groups of one entry: CSR's, COO's) into teams
+//!   that walk runs of their own;
 //! - lanes `q < g` read the group's `K` and `V` in one coalesced load and
 //!   broadcast them with `__shfl_sync`: no shared memory, no barrier; the
 //!   next group's are loaded before this group's products;
@@ -241,13 +243,14 @@ pub(super) fn print(
     let chunks = w.columns.div_ceil(32 * vec).max(1);
     // L2 policies where B is read in 16-byte vectors (`l2hints=on`).
     let hints = opts.l2_hints && sixteen_byte_rows(k, &w);
-    let (lanes, split) = sub_warps(w.columns, vec, w.group);
+    let Team { lanes, split, size } = team(w.columns, vec, w.group, owned);
     // The row walk writes every row, so one run at least: with no groups,
     // warp 0 of each column chunk writes the zero rows.
     let carried = !owned && k.init == OutputInit::Zero;
     let runs = w.groups.div_ceil(w.run.max(1)).max(usize::from(owned || carried));
     let block = opts.threads.unwrap_or(BLOCK);
-    let warps_per_block = (block / 32) as usize;
+    // (`warps` counts walkers: warps, or teams of `size` lanes.)
+    let warps_per_block = block as usize / size;
     let warps = runs * chunks;
     let grid = warps.div_ceil(warps_per_block).max(1);
     if grid > i32::MAX as usize {
@@ -280,6 +283,10 @@ pub(super) fn print(
     let mut src = String::new();
     let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
     let r = w.run;
+    let walker = match size {
+        32 => "warp w".to_string(),
+        _ => format!("team w of {size} lanes ({} a warp)", 32 / size),
+    };
     let mut notes = if owned {
         vec![
             format!(
@@ -292,7 +299,7 @@ pub(super) fn print(
     } else {
         vec![
             format!(
-                "launch: grid {grid}, block {block}; warp w walks groups [{r}*(w/{chunks}), +{r}) of p, its \
+                "launch: grid {grid}, block {block}; {walker} walks groups [{r}*(w/{chunks}), +{r}) of p, its \
                  lanes {vec} columns each of chunk w%{chunks} of n"
             ),
             format!("needs {} nondecreasing: a run's interior rows are its own", k.tensor(w.rows).name),
@@ -332,14 +339,42 @@ pub(super) fn print(
         true => with_carry(&pattern::signature(k, &names, symbol, block), real),
         false => pattern::signature(k, &names, symbol, block),
     };
+    // Both kernels' walker: its lane, its warp (or team) and its end.
+    let mut head = String::new();
+    let mut hl = |depth: usize, text: &str| pattern::push_lines(&mut head, depth, text);
+    hl(1, &format!("const int lane = threadIdx.x & {};", size - 1));
+    if size < 32 {
+        hl(
+            1,
+            &format!("// A team of {size} lanes walks a run; the {} teams of a warp walk apart.", 32 / size),
+        );
+    }
+    // (The lanes of the team's shuffles, where a group has entries to share.)
+    if size < 32 && g > 1 {
+        hl(
+            1,
+            &format!("const unsigned team = 0x{:x}u << (threadIdx.x & {});", (1u64 << size) - 1, 32 - size),
+        );
+    }
+    hl(
+        1,
+        &format!(
+            "const {ix} warp = ({ix})blockIdx.x * {warps_per_block} + (threadIdx.x >> {});",
+            size.trailing_zeros()
+        ),
+    );
+    hl(1, &format!("if (warp >= {warps}) return;"));
+    // The lanes a shuffle names, and its width.
+    let (lanes_mask, width) = match size {
+        32 => ("0xffffffffu", String::new()),
+        _ => ("team", format!(", {size}")),
+    };
     line(0, &signature(symbol));
-    line(1, "const int lane = threadIdx.x & 31;");
+    line(0, &head);
     if hints {
         line(1, "// B's rows are gathered again and again; C is written once.");
         line(1, "const unsigned long long keep = spindle_evict_last(), stream = spindle_evict_first();");
     }
-    line(1, &format!("const {ix} warp = ({ix})blockIdx.x * {warps_per_block} + (threadIdx.x >> 5);"));
-    line(1, &format!("if (warp >= {warps}) return;"));
     if split > 1 {
         line(
             1,
@@ -381,11 +416,34 @@ pub(super) fn print(
     } else {
         line(1, &format!("{ix} row = {rows}[p0];"));
     }
-    line(1, "// Group p0's coordinates and values, lane q holding entry q.");
+    line(
+        1,
+        &format!(
+            "// Group p0's coordinates and values{}.",
+            if g == 1 { "" } else { ", lane q holding entry q" }
+        ),
+    );
     line(1, &format!("{ix} crd = 0;\n{real} val = 0;"));
-    line(1, &format!("if ({}lane < {g}) {{", if owned || carried { "p0 < p1 && " } else { "" }));
-    line(2, &format!("crd = {crd}[p0 * {g} + lane];"));
-    line(2, &format!("val = {};", load(w.scale, &scale, &format!("p0 * {g} + lane"))));
+    // A group of one entry: every lane loads it (one transaction), and
+    // nothing is shuffled; else lane q loads entry q and broadcasts it.
+    let mine = |test: &str| match (g, test) {
+        (1, "") => "true".to_string(),
+        (1, _) => test.to_string(),
+        (_, "") => format!("lane < {g}"),
+        _ => format!("{test} && lane < {g}"),
+    };
+    let from_lane = |var: &str| match g {
+        1 => var.to_string(),
+        _ => format!("__shfl_sync({lanes_mask}, {var}, q{width})"),
+    };
+    // The position of the lane's entry of group `p`.
+    let at_entry = |p: &str| match g {
+        1 => p.to_string(),
+        _ => format!("{p} * {g} + lane"),
+    };
+    line(1, &format!("if ({}) {{", mine(if owned || carried { "p0 < p1" } else { "" })));
+    line(2, &format!("crd = {crd}[{}];", at_entry("p0")));
+    line(2, &format!("val = {};", load(w.scale, &scale, &at_entry("p0"))));
     line(1, "}");
 
     // The write of a row's sums: atomic (a row the neighbouring runs may
@@ -401,8 +459,8 @@ pub(super) fn print(
     let combine = match split {
         1 => String::new(),
         _ => format!(
-            "#pragma unroll\nfor (int apart = {lanes}; apart < 32; apart <<= 1) {{\n  #pragma unroll\n  \
-             for (int j = 0; j < {vec}; j++) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], apart);\n}}\n"
+            "#pragma unroll\nfor (int apart = {lanes}; apart < {size}; apart <<= 1) {{\n  #pragma unroll\n  \
+             for (int j = 0; j < {vec}; j++) acc[j] += __shfl_xor_sync({lanes_mask}, acc[j], apart);\n}}\n"
         ),
     };
     let atomic = format!("{combine}{atomic}");
@@ -427,9 +485,9 @@ pub(super) fn print(
     let mut gl = |depth: usize, text: &str| pattern::push_lines(&mut group, depth, text);
     gl(0, "// The next group's entries, ahead of this group's products.");
     gl(0, &format!("{ix} crd_next = 0;\n{real} val_next = 0;"));
-    gl(0, &format!("if (p + 1 < p1 && lane < {g}) {{"));
-    gl(1, &format!("crd_next = {crd}[(p + 1) * {g} + lane];"));
-    gl(1, &format!("val_next = {};", load(w.scale, &scale, &format!("(p + 1) * {g} + lane"))));
+    gl(0, &format!("if ({}) {{", mine("p + 1 < p1")));
+    gl(1, &format!("crd_next = {crd}[{}];", at_entry("(p + 1)")));
+    gl(1, &format!("val_next = {};", load(w.scale, &scale, &at_entry("(p + 1)"))));
     gl(0, "}");
     gl(0, "#pragma unroll");
     gl(0, &format!("for (int t0 = 0; t0 < {steps}; t0 += {chunk}) {{"));
@@ -437,7 +495,7 @@ pub(super) fn print(
     gl(1, "#pragma unroll");
     gl(1, &format!("for (int t = 0; t < {chunk} && t0 + t < {steps}; t++) {{"));
     gl(2, &format!("const int q = {entry};"));
-    gl(2, &format!("const {ix} k = __shfl_sync(0xffffffffu, crd, q);"));
+    gl(2, &format!("const {ix} k = {};", from_lane("crd")));
     if vec * elem(w.dense) == 16 {
         gl(
             2,
@@ -461,7 +519,7 @@ pub(super) fn print(
     gl(1, "#pragma unroll");
     gl(1, &format!("for (int t = 0; t < {chunk} && t0 + t < {steps}; t++) {{"));
     gl(2, &format!("const int q = {entry};"));
-    gl(2, &format!("const {real} v = __shfl_sync(0xffffffffu, val, q);"));
+    gl(2, &format!("const {real} v = {};", from_lane("val")));
     let fma = format!(
         "#pragma unroll\nfor (int j = 0; j < {vec}; j++) acc[j] += v * {};",
         load(w.dense, "b[t]", "j")
@@ -550,9 +608,7 @@ pub(super) fn print(
         line(0, "");
         line(0, "// Each row shared by runs, from the slots of the runs that walked it, in run order.");
         line(0, &signature(&fixup));
-        line(1, "const int lane = threadIdx.x & 31;");
-        line(1, &format!("const {ix} warp = ({ix})blockIdx.x * {warps_per_block} + (threadIdx.x >> 5);"));
-        line(1, &format!("if (warp >= {warps}) return;"));
+        line(0, &head);
         line(1, &format!("const {ix} col = (warp % {chunks}) * {} + lane * {vec_text};", 32 * vec));
         line(1, &format!("const bool live = col < {n};"));
         line(1, &format!("const {ix} run = warp / {chunks};"));
@@ -641,18 +697,30 @@ pub(super) fn print(
     })
 }
 
-/// How a warp's lanes split over a group: `(lanes, split)`, `split`
-/// sub-warps of `lanes` lanes each, sub-warp `s` taking the group's entries
-/// `q % split == s`. A row of B (`columns` of them, `vec` a lane) that
-/// takes at most half a warp's lanes would leave the others idle; split, one
-/// load instruction brings rows of B for `split` entries (f16 at N = 128:
-/// 16 lanes a row, two rows a load), at the price of adding the
-/// sub-warps' sums with shuffles before each row is written. Groups of one
-/// entry (COO) have nothing to split.
-fn sub_warps(columns: usize, vec: usize, group: usize) -> (usize, usize) {
+/// How a warp's lanes walk: in teams of `size` lanes, each walking a run
+/// of its own, a team split into `split` sub-warps of `lanes` lanes each,
+/// sub-warp `s` taking the group's entries `q % split == s`.
+struct Team {
+    lanes: usize,
+    split: usize,
+    size: usize,
+}
+
+/// The team of a walk whose rows of B have `columns` columns, `vec` a
+/// lane, and whose groups have `group` entries. A row of B that takes at
+/// most half a warp's lanes would leave the others idle: first a group's
+/// entries split over sub-warps (one load instruction brings rows of B for
+/// `split` entries, f16 at N = 128: 16 lanes a row, two rows a load, at the
+/// price of adding the sub-warps' sums with shuffles before each row is
+/// written); the lanes still idle (groups of one entry, COO's and CSR's,
+/// have nothing to split) form teams that walk runs of their own, so a
+/// load brings rows for as many runs, unless the warp walks as one
+/// (`whole`: the row walk finds its rows by a warp-wide ballot).
+fn team(columns: usize, vec: usize, group: usize, whole: bool) -> Team {
     let needed = columns.div_ceil(vec).next_power_of_two().min(32);
     let split = if group > 1 { (32 / needed).min(group.next_power_of_two()) } else { 1 };
-    (32 / split, split)
+    let size = if whole { 32 } else { needed * split };
+    Team { lanes: size / split, split, size }
 }
 
 /// How a lane writes its `vec` columns of a row of `out` (`n` columns)
