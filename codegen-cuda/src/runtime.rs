@@ -444,8 +444,13 @@ impl Gpu {
             out.push(DeviceTensor::I64(self.stream.alloc_zeros(len)?));
         }
         if let Some((_, carry)) = &loaded.carry {
-            // (Every slot the second kernel reads, the walk wrote first.)
-            out.push(self.put(carry.dtype, &HostData::Values(vec![0.0; carry.len]))?);
+            // (Every slot the second kernel reads, the walk wrote first:
+            // zeroed on the device, with no host copy, only to be defined.)
+            let (s, len) = (&self.stream, carry.len.max(1));
+            out.push(match carry.dtype {
+                ElemType::Value(spindle_ir::formats::DType::F64) => DeviceTensor::F64(s.alloc_zeros(len)?),
+                _ => DeviceTensor::F32(s.alloc_zeros(len)?),
+            });
         }
         Ok(DeviceBuffers { tensors: out, output, initial_output, zero_start, out_shape, rounded })
     }
