@@ -222,9 +222,8 @@ fn walk_problem(format: &str, dtype: DType, n: usize) -> spindle::Prepared {
 /// bf16 and f64; `inspect` looks at each printed source first.
 fn walk_cases_agree(backend: &spindle::EmulateBackend, map: &str, inspect: &dyn Fn(&str, &str)) {
     // The last fields: sub-warps a warp splits into (a row of B takes at
-    // most half its lanes and a group has entries to share), and under
-    // map=walk the lanes of a team that walks its own run (where lanes are
-    // idle still; the row walk's warps walk whole).
+    // most half its lanes and a group has entries to share), and the lanes
+    // of a team that walks its own run (where lanes are idle still).
     let cases = [
         ("groupcoo:dim=0,g=4", DType::F32, 64, 4, 2, 32),
         ("groupcoo:dim=0,g=1", DType::F32, 13, 1, 1, 16),
@@ -244,7 +243,6 @@ fn walk_cases_agree(backend: &spindle::EmulateBackend, map: &str, inspect: &dyn 
         let compiled = prepared.compile(backend, &schedule).unwrap_or_else(|e| panic!("{what}: {e}"));
         let split_note = format!("entries q % {split} == sub");
         assert_eq!(compiled.source().contains(&split_note), split > 1, "{what}: not in {split} sub-warps");
-        let team = if map == "walk" { team } else { 32 };
         let team_note = format!("team w of {team} lanes ({} a warp)", 32 / team);
         assert_eq!(compiled.source().contains(&team_note), team < 32, "{what}: not in teams of {team}");
         inspect(&what, compiled.source());
@@ -715,7 +713,7 @@ fn the_warp_walk_loads_16_bytes_and_keeps_atomics_out_of_its_loops() {
     }
     let toolchain = nvrtc::Toolchain::locate().unwrap();
     // (CSR in f16: a row of B takes 16 lanes, and a group has one entry:
-    // the walk's warp is two teams that walk apart, the row walk's is one.)
+    // a warp is two teams that walk apart.)
     let cases = [
         ("groupcoo:dim=0,g=8", DType::F32),
         ("groupcoo:dim=0,g=4", DType::F16),

@@ -116,21 +116,24 @@ pub(super) fn scaled_plus_range(k: &Kernel, id: ValueId) -> Option<(i64, ValueId
 /// same arguments. Block rows and the row walk find their rows' groups
 /// with it.
 pub(super) const LOWER_BOUND: &str = r#"// The first i in [0, n) with r[i] >= v (n if none), r nondecreasing: each
-// step the 32 lanes probe 32 points and a ballot narrows the range 32-fold.
-// Called by every lane of the warp with the same arguments.
-template <class I>
+// step the T lanes of the walker (a warp, or an aligned team of one) probe T
+// points and a ballot narrows the range T-fold. Called by every lane of
+// the walker with the same arguments.
+template <int T = 32, class I>
 __device__ __forceinline__ long long spindle_lower_bound(const I *__restrict__ r, long long n, long long v) {
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & (T - 1);
+  const int first = (threadIdx.x & 31) - lane;
+  const unsigned lanes = T == 32 ? 0xffffffffu : ((1u << (T & 31)) - 1u) << first;
   long long lo = 0, hi = n;
   while (lo < hi) {
     const long long span = hi - lo;
-    const long long x = lo + (long long)(lane + 1) * span / 32 - 1;
-    const unsigned below = __ballot_sync(0xffffffffu, x < lo || (long long)r[x] < v);
+    const long long x = lo + (long long)(lane + 1) * span / T - 1;
+    const unsigned below = __ballot_sync(lanes, x < lo || (long long)r[x] < v) >> first;
     // Lanes below c probe below v, the others at or above it (a prefix, r
     // being sorted): the answer lies in (x of lane c - 1, x of lane c].
     const int c = __popc(below);
-    const long long next_hi = c < 32 ? lo + (long long)(c + 1) * span / 32 - 1 : hi;
-    lo += (long long)c * span / 32;
+    const long long next_hi = c < T ? lo + (long long)(c + 1) * span / T - 1 : hi;
+    lo += (long long)c * span / T;
     hi = next_hi;
   }
   return lo;

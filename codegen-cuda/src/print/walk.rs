@@ -54,37 +54,40 @@ pub(super) struct Walk {
 }
 
 /// The row walk's device helpers: where the first rows at or after a
-/// warp's two ends start. One coalesced load of the 32 entries from each
-/// end answers unless a row runs past them (then the 32-way search does);
-/// both ends' loads go out before either answer is used, since a kernel
-/// that starts after an L2 flush pays a round trip to memory per
-/// dependent load.
-const ROW_STARTS: &str = r#"// One end's answer from its look: `starts`, the lanes i of the 32 entries
+/// walker's two ends start. One coalesced load of the `T` entries from each
+/// end (a lane each of the walker's `T`: a warp, or a team) answers unless
+/// a row runs past them (then the search does); both ends' loads go out
+/// before either answer is used, since a kernel that starts after an L2
+/// flush pays a round trip to memory per dependent load.
+const ROW_STARTS: &str = r#"// One end's answer from its look: `starts`, the lanes i of the T entries
 // from `at` with r[at + i] != before = r[at - 1].
-template <class I>
+template <int T, class I>
 __device__ __forceinline__ long long spindle_row_start_from(const I *__restrict__ r, long long n, long long at,
                                                             long long before, unsigned starts) {
   if (starts) return at + __ffs(starts) - 1;
-  if (at + 32 >= n) return n;
-  return at + 32 + spindle_lower_bound(r + at + 32, n - at - 32, before + 1);
+  if (at + T >= n) return n;
+  return at + T + spindle_lower_bound<T>(r + at + T, n - at - T, before + 1);
 }
 // The first i in [at, n) with r[i] != r[at - 1] (n if none), r
 // nondecreasing, for at = s (0 where s == 0) and at = e (n where e >= n),
-// 0 <= s < e. Called by every lane with the same arguments.
-template <class I>
+// 0 <= s < e. Called by every lane of the walker's T (an aligned team of
+// a warp) with the same arguments.
+template <int T, class I>
 __device__ __forceinline__ void spindle_row_starts(const I *__restrict__ r, long long n, long long s, long long e,
                                                    long long *p0, long long *p1) {
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & (T - 1);
+  const int first = (threadIdx.x & 31) - lane;
+  const unsigned lanes = T == 32 ? 0xffffffffu : ((1u << (T & 31)) - 1u) << first;
   const bool look0 = s > 0, look1 = e < n;
   const long long i0 = s + lane, i1 = e + lane;
   const long long before0 = look0 ? (long long)r[s - 1] : 0;
   const long long before1 = look1 ? (long long)r[e - 1] : 0;
   const long long at0 = look0 && i0 < n ? (long long)r[i0] : before0;
   const long long at1 = look1 && i1 < n ? (long long)r[i1] : before1;
-  const unsigned starts0 = __ballot_sync(0xffffffffu, at0 != before0);
-  const unsigned starts1 = __ballot_sync(0xffffffffu, at1 != before1);
-  *p0 = look0 ? spindle_row_start_from(r, n, s, before0, starts0) : 0;
-  *p1 = look1 ? spindle_row_start_from(r, n, e, before1, starts1) : n;
+  const unsigned starts0 = __ballot_sync(lanes, at0 != before0) >> first;
+  const unsigned starts1 = __ballot_sync(lanes, at1 != before1) >> first;
+  *p0 = look0 ? spindle_row_start_from<T>(r, n, s, before0, starts0) : 0;
+  *p1 = look1 ? spindle_row_start_from<T>(r, n, e, before1, starts1) : n;
 }
 "#;
 
@@ -243,7 +246,7 @@ pub(super) fn print(
     let chunks = w.columns.div_ceil(32 * vec).max(1);
     // L2 policies where B is read in 16-byte vectors (`l2hints=on`).
     let hints = opts.l2_hints && sixteen_byte_rows(k, &w);
-    let Team { lanes, split, size } = team(w.columns, vec, w.group, owned);
+    let Team { lanes, split, size } = team(w.columns, vec, w.group);
     // The row walk writes every row, so one run at least: with no groups,
     // warp 0 of each column chunk writes the zero rows.
     let carried = !owned && k.init == OutputInit::Zero;
@@ -290,7 +293,7 @@ pub(super) fn print(
     let mut notes = if owned {
         vec![
             format!(
-                "launch: grid {grid}, block {block}; warp w writes the rows whose first group lies in \
+                "launch: grid {grid}, block {block}; {walker} writes the rows whose first group lies in \
                  [{r}*(w/{chunks}), +{r}) of p (and the empty rows after them), whole, its lanes {vec} columns \
                  each of chunk w%{chunks} of n"
             ),
@@ -400,7 +403,7 @@ pub(super) fn print(
         line(1, &format!("const {ix} s = (warp / {chunks}) * {r}, e = min(s + {r}, {groups_lit});"));
         line(1, "// The rows whose first group lies in [s, e) are this warp's, whole.");
         line(1, "long long found0, found1;");
-        line(1, &format!("spindle_row_starts({rows}, {groups}LL, s, e, &found0, &found1);"));
+        line(1, &format!("spindle_row_starts<{size}>({rows}, {groups}LL, s, e, &found0, &found1);"));
         line(1, &format!("const {ix} p0 = found0, p1 = found1;"));
         line(1, "if (s > 0 && p0 >= e) return;");
     } else {
@@ -714,12 +717,11 @@ struct Team {
 /// price of adding the sub-warps' sums with shuffles before each row is
 /// written); the lanes still idle (groups of one entry, COO's and CSR's,
 /// have nothing to split) form teams that walk runs of their own, so a
-/// load brings rows for as many runs, unless the warp walks as one
-/// (`whole`: the row walk finds its rows by a warp-wide ballot).
-fn team(columns: usize, vec: usize, group: usize, whole: bool) -> Team {
+/// load brings rows for as many runs.
+fn team(columns: usize, vec: usize, group: usize) -> Team {
     let needed = columns.div_ceil(vec).next_power_of_two().min(32);
     let split = if group > 1 { (32 / needed).min(group.next_power_of_two()) } else { 1 };
-    let size = if whole { 32 } else { needed * split };
+    let size = needed * split;
     Team { lanes: size / split, split, size }
 }
 
