@@ -156,7 +156,8 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
     if kernel.assembly.is_some() {
         return Err(refuse(
             "sparse outputs are assembled on the C backend only so far: run it with --target c, or drop the \
-             output's format to write it dense",
+             output's format to write it dense, or, where an operand masks it (every term is zero where that \
+             operand has no entry), store it in that operand's format: the GPU holds it in that operand's pattern",
         ));
     }
     if !kernel.affine.is_empty() {

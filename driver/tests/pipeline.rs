@@ -1066,6 +1066,8 @@ fn a_masked_sparse_output_runs_on_the_emulated_gpu() {
     assert!(union.is_program_on(Target::Emulate));
     let err = union.run_program(&emulate, &Schedule::default(), opts, false).unwrap_err().to_string();
     assert!(err.contains("sparse outputs are assembled on the C backend only"), "{err}");
+    // (Where an operand in another format masks the output, the fix.)
+    assert!(err.contains("store it in that operand's format"), "{err}");
     assert!(
         err.contains("in the pattern of an operand that masks it") && err.contains("none does here"),
         "{err}"

@@ -286,15 +286,20 @@ pub(super) fn print(
     let mut src = String::new();
     let mut line = |depth: usize, text: &str| pattern::push_lines(&mut src, depth, text);
     let r = w.run;
+    let columns = match vec {
+        1 => "a column".to_string(),
+        _ => format!("{vec} columns"),
+    };
     let walker = match size {
         32 => "warp w".to_string(),
+        1 => "thread w (32 a warp)".to_string(),
         _ => format!("team w of {size} lanes ({} a warp)", 32 / size),
     };
     let mut notes = if owned {
         vec![
             format!(
                 "launch: grid {grid}, block {block}; {walker} writes the rows whose first group lies in \
-                 [{r}*(w/{chunks}), +{r}) of p (and the empty rows after them), whole, its lanes {vec} columns \
+                 [{r}*(w/{chunks}), +{r}) of p (and the empty rows after them), whole, its lanes {columns} \
                  each of chunk w%{chunks} of n"
             ),
             format!("needs {} nondecreasing: a row's groups are one run", k.tensor(w.rows).name),
@@ -303,7 +308,7 @@ pub(super) fn print(
         vec![
             format!(
                 "launch: grid {grid}, block {block}; {walker} walks groups [{r}*(w/{chunks}), +{r}) of p, its \
-                 lanes {vec} columns each of chunk w%{chunks} of n"
+                 lanes {columns} each of chunk w%{chunks} of n"
             ),
             format!("needs {} nondecreasing: a run's interior rows are its own", k.tensor(w.rows).name),
         ]
@@ -349,7 +354,13 @@ pub(super) fn print(
     if size < 32 {
         hl(
             1,
-            &format!("// A team of {size} lanes walks a run; the {} teams of a warp walk apart.", 32 / size),
+            &match size {
+                1 => "// Each thread walks a run of its own.".to_string(),
+                _ => format!(
+                    "// A team of {size} lanes walks a run; the {} teams of a warp walk apart.",
+                    32 / size
+                ),
+            },
         );
     }
     // (The lanes of the team's shuffles, where a group has entries to share.)
@@ -556,11 +567,11 @@ pub(super) fn print(
     // carried walk) over groups [p0, p1): `write` writes a row as the walk
     // leaves it, the last at p == p1 (so nothing stays live past the loop),
     // then the empty rows after it up to the next row (after the last, up
-    // to the next warp's first) are zeroed; `after` runs after each row.
+    // to the next run's first) are zeroed; `after` runs after each row.
     let rows_loop = |write: &str, after: &str| {
         let mut text = String::new();
         let mut l = |depth: usize, t: &str| pattern::push_lines(&mut text, depth, t);
-        l(0, "// The first row of the next warp's groups (the output's end if none).");
+        l(0, "// The first row of the next run's groups (the output's end if none).");
         l(0, &format!("const {ix} next_first = p1 < {groups} ? ({ix}){rows}[p1] : {m};"));
         l(0, &format!("for ({ix} p = p0; p <= p1; p++) {{"));
         l(1, "const bool end = p == p1;");
@@ -569,7 +580,7 @@ pub(super) fn print(
         l(2, &format!("if (row < {m}) {{"));
         l(3, write);
         l(2, "}");
-        l(2, "// The empty rows after this one, up to the next warp's first after the last.");
+        l(2, "// The empty rows after this one, up to the next run's first after the last.");
         l(2, &format!("const {ix} upto = !end ? r : next_first;"));
         l(2, &zeros("row + 1", "upto"));
         l(2, &zero);
