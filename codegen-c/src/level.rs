@@ -160,7 +160,12 @@ pub fn print_level_warps<D: Dialect>(kernel: &LevelKernel, dialect: D) -> Result
              operand has no entry), store it in that operand's format: the GPU holds it in that operand's pattern",
         ));
     }
-    if !kernel.affine.is_empty() {
+    // (A search for a second operand's entry, [`Node::Find`], runs on
+    // warps as any other node.)
+    let subsections = Node::any(&kernel.body, &|n| {
+        matches!(n, Node::Subsect { .. } | Node::Resolve { .. } | Node::Taps { .. })
+    });
+    if subsections {
         return Err(refuse(
             "subsection loops (affine subscripts on stored operands) run on the C backend only so far: run it with \
              --target c",

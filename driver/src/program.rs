@@ -1845,27 +1845,37 @@ mod tests {
         }
     }
 
-    /// A program whose loop walks two stored operands together, which a
-    /// program kernel cannot: the default `fusion=trie` runs the
-    /// substituted statement, whose level path co-iterates, and says why
-    /// (it refused with "run it with fusion=maximal"); `fusion=none` runs
-    /// each statement as its own kernel, and says why.
+    /// A program whose loop walks two stored operands together, where the
+    /// one it does not walk is read outside a product (`A * (B + 1)`), so
+    /// a program kernel cannot search it: the default `fusion=trie` runs
+    /// the substituted statement, whose level path co-iterates, and says
+    /// why (it refused with "run it with fusion=maximal"); `fusion=none`
+    /// runs each statement as its own kernel, and says why. As a factor
+    /// (`A * B`), the program kernel searches it.
     #[test]
     fn trie_fuses_maximally_where_its_loop_would_co_iterate() {
         let a: Vec<(usize, usize, f64)> = (0..9).map(|e| (e / 2, (e * 3) % 5, 1.0 + e as f64)).collect();
         let b: Vec<(usize, usize, f64)> = (0..9).map(|e| (e / 2, (e * 2) % 5, 0.5 - e as f64)).collect();
-        let p = Problem::new("T[i,j] = A[i,j] * B[i,j]; z[i] = T[i,j] * x[j]")
-            .tensor("A", Coo::<f64, i64>::from_triplets(5, 5, &a).unwrap())
-            .format("A", "csr")
-            .tensor("B", Coo::<f64, i64>::from_triplets(5, 5, &b).unwrap())
-            .format("B", "csr")
-            .tensor("x", ArrayD::from_shape_fn(vec![5], |ix| 1.5 - ix[0] as f64));
+        let program = |statement: &str| {
+            Problem::new(statement)
+                .tensor("A", Coo::<f64, i64>::from_triplets(5, 5, &a).unwrap())
+                .format("A", "csr")
+                .tensor("B", Coo::<f64, i64>::from_triplets(5, 5, &b).unwrap())
+                .format("B", "csr")
+                .tensor("x", ArrayD::from_shape_fn(vec![5], |ix| 1.5 - ix[0] as f64))
+        };
         let opts = TimingOptions { warmup: 0, repeats: 1 };
+        let searched = program("T[i,j] = A[i,j] * B[i,j]; z[i] = T[i,j] * x[j]");
+        let run = searched.run_program(&crate::CBackend::new(), &Schedule::default(), opts, true).unwrap();
+        assert!(run.checks.iter().all(Check::passed), "{:?}", run.checks);
+        assert!(run.notes.is_empty(), "{:?}", run.notes);
+        assert!(run.kernels[0].contains("find pB1 = B level 1"), "{}", run.kernels[0]);
+        let p = program("T[i,j] = A[i,j] * (B[i,j] + 1); z[i] = T[i,j] * x[j]");
         let run = p.run_program(&crate::CBackend::new(), &Schedule::default(), opts, true).unwrap();
         assert!(run.checks.iter().all(Check::passed), "{:?}", run.checks);
         assert_eq!(run.fusion, Fusion::Trie);
         let note = run.notes.iter().find(|n| n.contains("fused maximally")).expect("a note says why");
-        assert!(note.contains("would walk `B`'s stored coordinates together with `A`'s"), "{note}");
+        assert!(note.contains("so the statement must be zero without `B`"), "{note}");
         let (_, notes) = p.program_kernel(&Schedule::default(), Target::C).unwrap();
         assert!(notes.iter().any(|n| n.contains("fused maximally")), "{notes:?}");
         let none: Schedule = "fusion=none".parse().unwrap();

@@ -496,6 +496,27 @@ fn an_overflowing_16_bit_output_is_checked_as_it_is_stored() {
     assert!(!compiled.compare(&wrong).unwrap().passed());
 }
 
+/// A 16-bit sparse output is checked against the reference rounded as it
+/// is stored, as a dense one is: the C backend's bf16 S = A*D reported an
+/// error of 2e-3 (half a bf16 step) where its bytes were the exact
+/// rounding, and the emulated GPU's same bytes reported 0.
+#[test]
+fn a_16_bit_sparse_output_is_checked_as_it_is_stored() {
+    let bf16 = ElemType::Value(DType::Bf16);
+    let prepared = Problem::new("S[i,j] = A[i,j] * D[i,j]")
+        .tensor("A", Input::random(&[60, 50], DType::F32, 1))
+        .tensor("D", Input::random(&[60, 50], DType::F32, 2).with_dtype(bf16))
+        .tensor("S", Input::shape(&[60, 50], bf16))
+        .format("A", "csr")
+        .format("S", "csr")
+        .prepare()
+        .unwrap();
+    let compiled = prepared.compile(&CBackend::new(), &Schedule::default()).unwrap();
+    let (_, check) = compiled.check().unwrap();
+    assert_eq!(check.stored, Some(3000), "{check:?}");
+    assert!(check.max_rel_error < 1e-6, "{check:?}");
+}
+
 /// Segment reduction over BlockGroupCOO groups along the block index `p`
 /// that the output's rows `32*R[p]+bi` reach through the index tensor, not
 /// along `bi` (whose neighbours write neighbouring rows, so its runs were
@@ -1167,6 +1188,77 @@ fn sums_whose_terms_share_a_mask_run_on_the_emulated_gpu_into_its_pattern() {
             );
         }
     }
+}
+
+/// A product of two stored operands in one program kernel (the masks of
+/// SDDMM with two, `S = A*B*(U*V)`; `y = A*B*x`): the loop walks A and each
+/// statement reading B searches B's row for the entry, skipping the
+/// statement where there is none; on C and the emulated GPU, the sparse S
+/// held in A's pattern (such programs were refused on the GPU: a program
+/// kernel walked one sparse operand per loop, and the level path assembles
+/// no sparse output there). A statement that is not zero without B is
+/// refused saying so.
+#[test]
+fn a_second_stored_operand_of_a_product_is_searched_in_a_program_kernel() {
+    let opts = TimingOptions { warmup: 0, repeats: 1 };
+    let emulate = spindle::EmulateBackend::from_env();
+    let backends: [(&dyn spindle::Backend, bool); 2] = [(&CBackend::new(), false), (&emulate, true)];
+    let a = spindle_formats::generate::uniform::<f64, i64>(20, 12, 60, 1).unwrap();
+    let b = spindle_formats::generate::uniform::<f64, i64>(20, 12, 90, 2).unwrap();
+    let two = |statement: &str| {
+        Problem::new(statement)
+            .tensor("A", a.clone())
+            .tensor("B", b.clone())
+            .format("A", "csr")
+            .format("B", "csr")
+    };
+    let sddmm = two("S[i,j] = A[i,j] * B[i,j] * (U[i,k] * V[k,j])")
+        .tensor("U", Input::random(&[20, 4], DType::F32, 3))
+        .tensor("V", Input::random(&[4, 12], DType::F32, 4))
+        .format("S", "csr");
+    let masked = two("S[i,j] = A[i,j] * B[i,j] * D[i,j]")
+        .tensor("D", Input::random(&[20, 12], DType::F32, 3))
+        .format("S", "csr");
+    let spmv = two("y[i] = A[i,j] * B[i,j] * x[j]").tensor("x", Input::random(&[12], DType::F32, 3));
+    for (backend, gpu) in backends {
+        for (p, sparse) in [(&sddmm, true), (&masked, true), (&spmv, false)] {
+            for fusion in ["maximal", "trie"] {
+                let schedule: Schedule = format!("fusion={fusion}").parse().unwrap();
+                let run =
+                    p.run_program(backend, &schedule, opts, true).unwrap_or_else(|e| panic!("{fusion}: {e}"));
+                let last = run.sources.last().unwrap();
+                assert!(run.checks.iter().all(|c| c.passed()), "{fusion}: {:?}", run.checks);
+                assert!(run.result.iter().any(|x| *x != 0.0));
+                // Substituted into one statement, `maximal`, the C
+                // backend's level path assembles S over the intersection;
+                // the GPU's program kernel searches B once an entry of A,
+                // around the sum over k (not once per k).
+                if fusion == "maximal" {
+                    let kernel = run.kernels.last().unwrap();
+                    if gpu && std::ptr::eq(p, &sddmm) {
+                        let (find, k) = (kernel.find("find pB1"), kernel.find("for k"));
+                        assert!(find.is_some() && find < k, "{kernel}");
+                    }
+                    continue;
+                }
+                assert!(last.contains("SPINDLE_LOWER_BOUND(t_B_crd"), "{fusion}: {last}");
+                if sparse {
+                    assert_eq!(
+                        run.checks.last().unwrap().stored,
+                        Some(60),
+                        "{fusion}: one value per entry of A"
+                    );
+                    assert!(last.contains("t_S[p_A1]"), "{fusion}: {last}");
+                }
+            }
+        }
+    }
+    let summed = two("S[i,j] = A[i,j] * (B[i,j] + D[i,j])")
+        .tensor("D", Input::random(&[20, 12], DType::F32, 3))
+        .format("S", "csr");
+    let trie: Schedule = "fusion=trie".parse().unwrap();
+    let err = summed.run_program(&emulate, &trie, opts, false).unwrap_err().to_string();
+    assert!(err.contains("so the statement must be zero without `B`"), "{err}");
 }
 
 /// `reduce=parallel` over CSR on the tile path, whose rewritten statement

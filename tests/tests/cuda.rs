@@ -357,6 +357,68 @@ fn a_gpu_program_runs_reacts_kernel_where_its_temporaries_are_each_lanes() {
     assert_eq!(ran.kernels.len(), 1, "{:?}", ran.notes);
 }
 
+/// SDDMM with two masks, `S = A*B*(P*Q)` with S in A's format: ReACT's
+/// kernel walks A's row and searches B's for each entry (a device
+/// function, the C backend's macro being a GNU statement expression),
+/// checked on the emulated GPU and compiled by NVRTC for sm_80 and sm_90
+/// without spills.
+#[test]
+fn a_gpu_program_searches_a_second_mask() {
+    use spindle::Input;
+    if !emulate::compiler_or_skip("a_gpu_program_searches_a_second_mask") {
+        return;
+    }
+    let toolchain = nvrtc::toolchain_or_skip("a_gpu_program_searches_a_second_mask");
+    let opts = spindle::TimingOptions { warmup: 0, repeats: 1 };
+    let backend = spindle::EmulateBackend::from_env();
+    let b = spindle_formats::generate::uniform::<f64, i64>(12, 10, 50, 4).unwrap();
+    let problem = spindle::Problem::new("S[i,j] = A[i,j] * B[i,j] * (P[i,k] * Q[k,j])")
+        .tensor("A", Input::from(a_12x10()))
+        .tensor("B", b)
+        .format("A", "csr")
+        .format("B", "csr")
+        .format("S", "csr")
+        .tensor("P", Input::random(&[12, 4], DType::F32, 1))
+        .tensor("Q", Input::random(&[4, 10], DType::F32, 2));
+    let ran = problem.run_program(&backend, &Schedule::default(), opts, true).unwrap();
+    assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
+    assert!(ran.result.iter().any(|x| *x != 0.0));
+    let source = ran.sources.last().unwrap();
+    assert!(source.contains("spindle_search(") && source.contains("t_S[p_A1]"), "{source}");
+    if toolchain {
+        for arch in [Arch::Sm80, Arch::Sm90] {
+            let compiled = nvrtc::compile(source, SYMBOL, arch, &CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{arch}: {e}\n{source}"));
+            let r = compiled.resources_of(SYMBOL).unwrap_or_else(|| panic!("{arch}: {:?}", compiled.log));
+            assert!(!r.spills(), "{arch}: spills: {r:?}");
+        }
+    }
+}
+
+/// A program kernel over COO (`y = A*D*x`, the sum over each entry's one
+/// column): each thread takes an entry of A, where a warp took it and 31
+/// of its lanes had no term; checked on the emulated GPU.
+#[test]
+fn a_gpu_level_kernel_over_coo_entries_gives_each_thread_one() {
+    use spindle::Input;
+    if !emulate::compiler_or_skip("a_gpu_level_kernel_over_coo_entries_gives_each_thread_one") {
+        return;
+    }
+    let opts = spindle::TimingOptions { warmup: 0, repeats: 1 };
+    let backend = spindle::EmulateBackend::from_env();
+    let problem = spindle::Problem::new("y[i] = A[i,j] * D[i,j] * x[j]")
+        .tensor("A", Input::from(a_12x10()))
+        .format("A", "coo")
+        .tensor("D", Input::random(&[12, 10], DType::F32, 1))
+        .tensor("x", Input::random(&[10], DType::F32, 2));
+    let ran = problem.run_program(&backend, &Schedule::default(), opts, true).unwrap();
+    assert!(ran.checks.iter().all(|c| c.passed()), "{:?}", ran.checks);
+    assert!(ran.result.iter().any(|x| *x != 0.0));
+    let source = ran.sources.last().unwrap();
+    assert!(source.contains("a thread per iteration of the outermost loop"), "{source}");
+    assert!(!source.contains("__shfl"), "{source}");
+}
+
 /// Where ReACT's program kernel does not print for a GPU, the run says
 /// why, and `fusion=trie` runs the statements substituted into one where
 /// that does fewer products than the statements apart with dense

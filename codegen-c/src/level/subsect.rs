@@ -84,6 +84,17 @@ impl<D: Dialect> Printer<'_, D> {
         (lo, span)
     }
 
+    /// The C expression of `level`'s subscript, every variable of it bound
+    /// (by any loop: a find's subscripts may be bound by merges, which
+    /// [`Self::window`] does not see).
+    fn coordinate(&self, operand: usize, level: usize) -> String {
+        let s = &self.operand(operand).subscripts[level];
+        s.terms.iter().fold(s.offset.to_string(), |lo, &(v, c)| match c {
+            1 => format!("{lo} + {}", self.var(v)),
+            c => format!("{lo} + {c} * {}", self.var(v)),
+        })
+    }
+
     fn crd_of(&self, operand: usize, level: usize) -> (String, String) {
         let l = &self.operand(operand).levels[level];
         let crd = match &l.kind {
@@ -623,7 +634,7 @@ impl<D: Dialect> Printer<'_, D> {
     pub(super) fn find(&mut self, operand: usize, level: usize, body: &[Node], depth: usize) {
         let n = self.ss_next;
         self.ss_next += 1;
-        let (at, _) = self.window(operand, level);
+        let at = self.coordinate(operand, level);
         let parent = self.parent(operand, level);
         let tensor = self.operand(operand).tensor.clone();
         let p = Self::position(&Position::Level { tensor, level });

@@ -59,6 +59,21 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     let double = kernel.tensors.values().any(|t| t.dtype == ElemType::Value(DType::F64));
     let dialect = Cuda { real: if double { "double" } else { "float" }, wide: true };
     let split = lane_split(kernel);
+    // Unasked (no reduce=parallel), lanes over the one position of a
+    // singleton level (COO's column under each entry: `y = A*D*x` in a
+    // program kernel, `path=levels`) would leave 31 of 32 idle, a warp an
+    // entry: each thread takes an entry of its own instead, as
+    // reduce=parallel(1) prints it.
+    let one_term = !kernel.lanes_over_positions
+        && matches!(split, LaneSplit::Positions(var) if singleton_merge(&kernel.body, var).is_some());
+    let threads;
+    let kernel = match one_term {
+        true => {
+            threads = LevelKernel { lanes: 1, ..kernel.clone() };
+            &threads
+        }
+        false => kernel,
+    };
     // A position loop over a singleton level has one position: lanes over
     // it would each sum one term (31 of 32 idle) and add nothing with
     // their shuffles.
@@ -173,6 +188,7 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         },
         match split {
             LaneSplit::Dense(_) => "lanes over the dense columns",
+            LaneSplit::Positions(_) if lanes == 1 => "the thread walks the row's positions",
             LaneSplit::Positions(_) => "lanes over the row's positions, added with shuffles",
             LaneSplit::Entries(_) => "lanes over the row's entries, each its own output elements",
             LaneSplit::None => "lane 0 walks the row",
@@ -192,6 +208,9 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         src += "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n";
     }
     src += "#ifndef INT64_MAX\n#define INT64_MAX 0x7fffffffffffffffLL\n#endif\n\n";
+    if !kernel.affine.is_empty() {
+        src += SEARCH;
+    }
     if (atomic || fill.is_some()) && kernel.reduction != Reduction::Sum {
         src += &atomic_helper(kernel.tensor(kernel.output).dtype, kernel.reduction);
         src += "\n";
@@ -239,6 +258,22 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
     }
     Ok(printed)
 }
+
+/// The search of a [`spindle_ir::level::Node::Find`] (the C backend's
+/// macro, a statement expression there), as a device function.
+const SEARCH: &str = r#"// The first p in [lo, hi) with crd[p] >= x (hi if none), crd sorted there.
+template <class I>
+__device__ __forceinline__ long long spindle_search(const I *__restrict__ crd, long long lo, long long hi,
+                                                    long long x) {
+  while (lo < hi) {
+    const long long m = lo + (hi - lo) / 2;
+    if ((long long)crd[m] < x) lo = m + 1; else hi = m;
+  }
+  return lo;
+}
+#define SPINDLE_LOWER_BOUND(crd, lo, hi, x) spindle_search((crd), (lo), (hi), (x))
+
+"#;
 
 /// The stored tensor whose singleton level the merge over `var` in `body`
 /// walks alone, if it does.

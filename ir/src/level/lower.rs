@@ -1115,7 +1115,10 @@ fn symbolic(
             // A divisor that is 0 where its stored operands have no entry
             // divides by zeros the iteration skips; one that is not there
             // (`1 + A[i,j]`) is iterated as any other value.
-            if *op == BinOp::Div && zero_where_absent(rhs, stored) && mentions_stored(rhs, stored) {
+            if *op == BinOp::Div
+                && zero_where_absent(rhs, &|t| stored.contains_key(t))
+                && mentions_stored(rhs, stored)
+            {
                 return Err(refuse(
                     "dividing by a stored operand divides by its zeros, which iteration skips".to_string(),
                     rhs.span().to(*span),
@@ -1134,15 +1137,16 @@ fn mentions_stored(e: &Ast, stored: &BTreeMap<String, Stored>) -> bool {
     e.accesses().iter().any(|a| stored.contains_key(&a.tensor.name))
 }
 
-/// Whether `e` is 0 where its stored operands have no entry, whatever the
-/// other values ([`restrict`]'s `None` with every stored operand absent):
-/// a divisor whose zeros iteration would skip (`A[i,j]`; not
-/// `exp(A[i,j]) + 1`).
-pub(super) fn zero_where_absent(e: &Ast, stored: &BTreeMap<String, Stored>) -> bool {
-    let zero = |e: &Ast| zero_where_absent(e, stored);
+/// Whether `e` is 0 where the operands `absent` names have no entry,
+/// whatever the other values ([`restrict`]'s `None` with them absent): a
+/// divisor whose zeros iteration would skip (`A[i,j]`; not
+/// `exp(A[i,j]) + 1`), a product a search may skip where it finds no entry
+/// of one factor.
+pub(super) fn zero_where_absent(e: &Ast, absent: &dyn Fn(&str) -> bool) -> bool {
+    let zero = |e: &Ast| zero_where_absent(e, absent);
     match e {
         Ast::Literal { value, .. } => *value == 0.0,
-        Ast::Access(a) => stored.contains_key(&a.tensor.name),
+        Ast::Access(a) => absent(&a.tensor.name),
         Ast::Neg { expr, .. } => zero(expr),
         Ast::Binary { op: BinOp::Mul, lhs, rhs, .. } => zero(lhs) || zero(rhs),
         // A quotient is 0 where its dividend is, not where its divisor is.

@@ -247,7 +247,8 @@ pub enum Node {
     /// coordinates repeat), a locate in a dense one — and runs `body` at
     /// each, or nothing where there is none:
     /// a second stored operand of a product, intersected with the one the
-    /// loop walks.
+    /// loop walks (in a program kernel, an operand at its plain
+    /// subscripts).
     Find { operand: usize, level: usize, body: Vec<Node> },
     /// A `max=` / `min=` over stored operands (pooling's windows, a row's
     /// maximum): the updates of the output at `at` in `body` visit only

@@ -11,8 +11,13 @@
 //! last statement's output is the kernel's dense output.
 //!
 //! Each loop walks at most one sparse operand (the index tree's iteration
-//! space); a statement that would co-iterate two is refused, and runs
-//! under `fusion=maximal` through the level path's merges instead.
+//! space). A second operand stored at the walked index (the masks of
+//! SDDMM with two, `S = A*B*(U*V)`) is searched for each walked entry by
+//! every statement that reads it ([`Node::Find`] over the operand at its
+//! plain subscripts), which skips the statement where the search finds
+//! nothing: right where the statement is zero without it (a factor of
+//! every term), refused elsewhere (`A*(B + D)`), which then runs under
+//! `fusion=maximal` through the level path's merges instead.
 //!
 //! SDDMM under trie fusion: `T1` is a scalar, cleared for every stored
 //! entry of `B`, summed over `k`, then scaled once:
@@ -41,6 +46,7 @@
 //! # Ok::<(), spindle_ir::lang::Diagnostic>(())
 //! ```
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use cranelift_entity::PrimaryMap;
@@ -48,10 +54,11 @@ use spindle_formats::{Coo, FormatSpec};
 
 use super::lower::{Lowered, Stored, plain_indices, refuse, store_operand, zero_where_absent};
 use super::{
-    Expr, LevelKernel, LevelRef, Local, LocalId, Node, Place, Point, Position, Reach, Target, Var, VarId,
+    Affine, AffineOperand, Expr, LevelKernel, LevelRef, Local, LocalId, Node, Place, Point, Position, Reach,
+    Target, Var, VarId,
 };
 use crate::kernel::{OutputInit, Reduction, TensorId, TensorParam};
-use crate::lang::{Access, AssignOp, BinOp, Diagnostic, Expr as Ast, Role, Span};
+use crate::lang::{Access, AssignOp, BinOp, Diagnostic, Expr as Ast, Role, Span, Statement};
 use crate::program::Program;
 use crate::react::{self, Space};
 use crate::tensor::Tensors;
@@ -374,8 +381,9 @@ pub fn lower_program(
         local_of: &local_of,
         output: &output,
         pattern: pattern.as_deref(),
+        affine: RefCell::new(Vec::new()),
     };
-    let body = lowerer.nodes(forest, &BTreeSet::new())?;
+    let body = lowerer.nodes(forest, &Reached::default())?;
     let (parallel, row_runs) = rows_apart(&body, &local_of, &stored, pattern.as_deref());
     let kernel = LevelKernel {
         name: name.to_string(),
@@ -390,7 +398,7 @@ pub fn lower_program(
         lanes_over_positions: false,
         lanes: 32,
         locals,
-        affine: Vec::new(),
+        affine: lowerer.affine.into_inner(),
         body,
     };
     Ok(Lowered { kernel, arrays, replaced, pattern })
@@ -601,9 +609,27 @@ struct ProgramLowerer<'a> {
     output: &'a str,
     /// The operand whose pattern a sparse output takes.
     pattern: Option<&'a str>,
+    /// The operands whose entries statements find ([`ProgramLowerer::finds`]).
+    affine: RefCell<Vec<AffineOperand>>,
 }
 
-type Reached = BTreeSet<(String, usize)>;
+/// The stored levels the loops around a node reach: walked or located
+/// (`levels`), or skipped by a loop that walks another operand's level at
+/// their index (`intersected`): each statement reading such an operand
+/// finds its entry there ([`Node::Find`]).
+#[derive(Clone, Default)]
+struct Reached {
+    levels: BTreeSet<(String, usize)>,
+    intersected: BTreeSet<(String, usize)>,
+    /// The variables of the loops around.
+    bound: BTreeSet<VarId>,
+}
+
+impl Reached {
+    fn contains(&self, level: &(String, usize)) -> bool {
+        self.levels.contains(level)
+    }
+}
 
 impl ProgramLowerer<'_> {
     fn level_ref(&self, tensor: &str, level: usize) -> LevelRef {
@@ -647,6 +673,7 @@ impl ProgramLowerer<'_> {
         }
         masks_under(node, &mut used);
         let mut reached = reached.clone();
+        reached.bound.insert(var);
         let mut body = Vec::new();
         let mut walk = None;
         for t in &used {
@@ -659,9 +686,18 @@ impl ProgramLowerer<'_> {
                 match (&level.reach, space) {
                     (Reach::Dense, _) => {
                         body.push(Node::Locate { level: self.level_ref(t, l), var });
-                        reached.insert((t.clone(), l));
+                        reached.levels.insert((t.clone(), l));
                     }
                     (_, Space::Sparse(w)) if w == t => walk = Some((t.clone(), l)),
+                    // Intersected with the walked operand: found by the
+                    // statements that read it, where they are zero without
+                    // it (`compute`). (A level whose coordinates repeat,
+                    // COO's rows, would be searched entry by entry below.)
+                    (Reach::Compressed { .. } | Reach::Singleton { .. }, Space::Sparse(_))
+                        if level.unique =>
+                    {
+                        reached.intersected.insert((t.clone(), l));
+                    }
                     _ => {
                         return Err(refuse(
                             format!(
@@ -687,7 +723,7 @@ impl ProgramLowerer<'_> {
             };
             match walk.clone() {
                 Some(walked) => {
-                    reached.insert(walked);
+                    reached.levels.insert(walked);
                 }
                 // A space propagated from `t` through a temporary (T1[i,k]
                 // from T[i,j,k] summed over j) that `t`'s storage cannot
@@ -706,7 +742,9 @@ impl ProgramLowerer<'_> {
             }
         }
         body.extend(self.clears(node));
-        body.extend(self.nodes(children, &reached)?);
+        let finds = self.hoisted_finds(&under, &mut reached);
+        let inner = self.nodes(children, &reached)?;
+        body.extend(wrap_in_finds(&finds, inner));
         Ok(match walk {
             None => Node::Dense { var, body },
             Some((t, l)) => Node::Merge {
@@ -752,8 +790,109 @@ impl ProgramLowerer<'_> {
             .collect()
     }
 
+    /// The searches a loop's body runs inside, once an iteration: for an
+    /// operand intersected at levels whose variables the loops around
+    /// bind, where every statement below is zero without it (SDDMM's sum
+    /// over `k` substituted into one statement, `S = A*B*U*V`: one search
+    /// an entry of A, not one per `k`). With their levels reached.
+    fn hoisted_finds(&self, under: &[usize], reached: &mut Reached) -> Vec<(usize, usize)> {
+        let mut finds = Vec::new();
+        for (t, first) in reached.intersected.clone() {
+            let levels = &self.stored[&t].levels;
+            if reached.contains(&(t.clone(), first))
+                || !levels[first..].iter().all(|l| reached.bound.contains(&l.var))
+            {
+                continue;
+            }
+            let zero = under.iter().all(|&s| {
+                let rhs = &self.program.statements[s].statement.rhs;
+                zero_where_absent(rhs, &|n| n == t)
+            });
+            if !zero || !searchable(&levels[first..]) {
+                continue;
+            }
+            let operand = self.affine_operand(&t);
+            for l in first..levels.len() {
+                finds.push((operand, l));
+                reached.levels.insert((t.clone(), l));
+            }
+        }
+        finds
+    }
+
+    /// A statement, inside the searches for the entries of the operands
+    /// it reads that a loop intersected with another's walk (those not
+    /// hoisted around a loop's body).
     fn compute(&self, s: usize, reached: &Reached) -> Result<Node, Diagnostic> {
         let st = &self.program.statements[s].statement;
+        let (reached, finds) = self.finds(st, reached)?;
+        let node = self.write(st, &reached)?;
+        Ok(wrap_in_finds(&finds, vec![node]).pop().expect("one node"))
+    }
+
+    /// The levels a statement finds, outermost first (an operand's
+    /// intersected level and every one below it), as operands of
+    /// [`LevelKernel::affine`] at their plain subscripts; with them reached.
+    /// Skipping the statement where a search finds nothing is right only
+    /// where the statement is zero without the operand (a factor of every
+    /// term).
+    fn finds(&self, st: &Statement, reached: &Reached) -> Result<(Reached, Vec<(usize, usize)>), Diagnostic> {
+        let mut reached = reached.clone();
+        let mut finds = Vec::new();
+        for a in st.rhs.accesses() {
+            let t = &a.tensor.name;
+            let Some(stored) = self.stored.get(t) else { continue };
+            let Some(first) = (0..stored.levels.len()).find(|&l| !reached.contains(&(t.clone(), l))) else {
+                continue;
+            };
+            if !reached.intersected.contains(&(t.clone(), first)) {
+                // (Read where the loops do not reach it: `expr` says why.)
+                continue;
+            }
+            let searchable = searchable(&stored.levels[first..]);
+            if !searchable || !zero_where_absent(&st.rhs, &|n| n == t) {
+                let why = match searchable {
+                    false => format!(
+                        "`{t}`'s levels below are not all searched by coordinate (a padded level, or one whose coordinates repeat)"
+                    ),
+                    true => format!("`{st}` is not zero without `{t}`"),
+                };
+                return Err(refuse(
+                    format!(
+                        "`{t}` is read where a loop walks another operand's stored coordinates at its index; a program kernel searches `{t}` for the entry there and skips the statement where it finds none, so the statement must be zero without `{t}`, but {why}"
+                    ),
+                    a.span,
+                    "co-iteration",
+                )
+                .with_note("run it with fusion=maximal, whose level path co-iterates"));
+            }
+            let operand = self.affine_operand(t);
+            for l in first..stored.levels.len() {
+                finds.push((operand, l));
+                reached.levels.insert((t.clone(), l));
+            }
+        }
+        Ok((reached, finds))
+    }
+
+    /// The index in [`LevelKernel::affine`] of stored operand `t`, at its
+    /// plain subscripts (each level at its own variable), added on first
+    /// use.
+    fn affine_operand(&self, t: &str) -> usize {
+        let mut affine = self.affine.borrow_mut();
+        if let Some(i) = affine.iter().position(|o| o.tensor == t) {
+            return i;
+        }
+        let levels: Vec<LevelRef> = (0..self.stored[t].levels.len()).map(|l| self.level_ref(t, l)).collect();
+        let subscripts =
+            self.stored[t].levels.iter().map(|l| Affine { terms: vec![(l.var, 1)], offset: 0 }).collect();
+        affine.push(AffineOperand { tensor: t.to_string(), levels, subscripts });
+        affine.len() - 1
+    }
+
+    /// The statement's write: into the output (at coordinates, or at the
+    /// position of the operand whose pattern holds it) or a temporary.
+    fn write(&self, st: &Statement, reached: &Reached) -> Result<Node, Diagnostic> {
         let value = self.expr(&st.rhs, reached)?;
         let name = &st.lhs.tensor.name;
         if name == self.output {
@@ -837,7 +976,7 @@ impl ProgramLowerer<'_> {
                 // no entry, `exp(A[i,j]) + 1`, is a value as any other.)
                 if *op == BinOp::Div
                     && rhs.accesses().iter().any(|a| self.stored.contains_key(&a.tensor.name))
-                    && zero_where_absent(rhs, self.stored)
+                    && zero_where_absent(rhs, &|t| self.stored.contains_key(t))
                 {
                     return Err(refuse(
                         "dividing by a stored operand divides by its zeros, which iteration skips"
@@ -853,6 +992,18 @@ impl ProgramLowerer<'_> {
             }
         })
     }
+}
+
+/// Whether a search finds an entry by coordinate in each of `levels`: none
+/// padded (ELL's slots), none repeating coordinates (COO's rows, which
+/// would be searched entry by entry).
+fn searchable(levels: &[super::lower::StoredLevel]) -> bool {
+    levels.iter().all(|l| l.unique && !matches!(l.reach, Reach::Padded { .. }))
+}
+
+/// `nodes` inside the searches `finds` (operand, level), outermost first.
+fn wrap_in_finds(finds: &[(usize, usize)], nodes: Vec<Node>) -> Vec<Node> {
+    finds.iter().rev().fold(nodes, |body, &(operand, level)| vec![Node::Find { operand, level, body }])
 }
 
 /// The statements below a node of the forest.
