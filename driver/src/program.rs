@@ -501,7 +501,7 @@ impl Problem {
             }
             (fusion, _) => {
                 let forest = fused_forest(&program, &formats, fusion, &schedule.order);
-                let lowered = self.lower_forest(&program, &forest, &formats, &data, schedule);
+                let lowered = self.lower_forest(&program, &forest, &formats, &data, schedule, Target::C);
                 let fused = match self.or_maximal(&program, lowered, fusion) {
                     Err(Error::Statement { diagnostic, .. })
                         if APART.contains(&diagnostic.label.as_str()) =>
@@ -613,7 +613,7 @@ impl Problem {
             return Ok(Err("a statement reads affine subscripts (a convolution)".into()));
         }
         let forest = fused_forest(program, formats, Fusion::Trie, &schedule.order);
-        let lowered = match self.lower_forest(program, &forest, formats, data, schedule) {
+        let lowered = match self.lower_forest(program, &forest, formats, data, schedule, backend.target()) {
             Ok(lowered) => lowered,
             Err(e) => return Ok(Err(first_line(&e))),
         };
@@ -646,6 +646,11 @@ impl Problem {
             match (program.statements.len(), e) {
                 (1, e @ (Error::Statement { .. } | Error::OutputShape { .. })) => e,
                 (1, e) => Error::Input(format!("{e}; {why}")),
+                // (Statements apart where one kernel was asked for: why
+                // that one was refused, which the run's notes would say.)
+                (_, Error::Input(e)) if fusion != Fusion::None => {
+                    Error::Input(format!("{e}; fusion={fusion} runs them apart: {why}"))
+                }
                 (_, e) => e,
             }
         })?;
@@ -710,7 +715,20 @@ impl Problem {
                 Ok(Ok(run))
             }
             Err(e) => {
-                let mut run = self.run_each_statement(program, backend, schedule, opts, check)?;
+                let mut run =
+                    self.run_each_statement(program, backend, schedule, opts, check).map_err(|apart| {
+                        // (Why no one kernel runs it, which the run's notes
+                        // would have said.)
+                        match apart {
+                            Error::Input(apart) => Error::input(format!(
+                                "{apart}; one kernel for the program was refused: {why}; and the substituted \
+                             statement cannot run on {} ({})",
+                                backend.target().title(),
+                                first_line(&e)
+                            )),
+                            other => other,
+                        }
+                    })?;
                 run.notes.push(format!(
                     "{why}; but the substituted statement cannot run on {} ({}), so each statement runs as its \
                      own kernel instead, its temporaries dense",
@@ -809,14 +827,15 @@ impl Problem {
             if target != Target::C && self.formats.iter().any(|(n, _)| n == output) {
                 let one = self.substituted_program(&program, &data)?;
                 let forest = fused_forest(&one, &formats, Fusion::Trie, &schedule.order);
-                let (lowered, stripped) = self.lower_forest(&one, &forest, &formats, &data, schedule)?;
+                let (lowered, stripped) =
+                    self.lower_forest(&one, &forest, &formats, &data, schedule, target)?;
                 return Ok((lowered, notes.into_iter().chain(stripped).collect()));
             }
             let levels = Schedule { path: Path::Levels, ..schedule.clone() };
             return Ok((prepared.lower_levels(&levels)?, notes));
         }
         let forest = fused_forest(&program, &formats, schedule.fusion, &schedule.order);
-        let lowered = self.lower_forest(&program, &forest, &formats, &data, schedule);
+        let lowered = self.lower_forest(&program, &forest, &formats, &data, schedule, target);
         let fused = self.or_maximal(&program, lowered, schedule.fusion).map_err(|e| match e {
             Error::Statement { diagnostic, text } if APART.contains(&diagnostic.label.as_str()) => Error::Statement {
                 diagnostic: Box::new(diagnostic.with_note(
@@ -845,8 +864,10 @@ impl Problem {
         formats: &BTreeMap<String, FormatSpec>,
         data: &ProgramData,
         schedule: &Schedule,
+        target: Target,
     ) -> Result<(Lowered, Vec<String>)> {
-        let mut lowered = lower_program(program, forest, formats, &data.sparse, "spindle")
+        let search = target != Target::C;
+        let mut lowered = lower_program(program, forest, formats, &data.sparse, search, "spindle")
             .map_err(|d| Error::statement(d, self.statement()))?;
         let notes = strip_rows(&mut lowered.kernel, schedule.strip).into_iter().collect();
         Ok((lowered, notes))
@@ -1845,37 +1866,27 @@ mod tests {
         }
     }
 
-    /// A program whose loop walks two stored operands together, where the
-    /// one it does not walk is read outside a product (`A * (B + 1)`), so
-    /// a program kernel cannot search it: the default `fusion=trie` runs
-    /// the substituted statement, whose level path co-iterates, and says
-    /// why (it refused with "run it with fusion=maximal"); `fusion=none`
-    /// runs each statement as its own kernel, and says why. As a factor
-    /// (`A * B`), the program kernel searches it.
+    /// A program whose loop walks two stored operands together, which a
+    /// program kernel cannot: the default `fusion=trie` runs the
+    /// substituted statement, whose level path co-iterates, and says why
+    /// (it refused with "run it with fusion=maximal"); `fusion=none` runs
+    /// each statement as its own kernel, and says why.
     #[test]
     fn trie_fuses_maximally_where_its_loop_would_co_iterate() {
         let a: Vec<(usize, usize, f64)> = (0..9).map(|e| (e / 2, (e * 3) % 5, 1.0 + e as f64)).collect();
         let b: Vec<(usize, usize, f64)> = (0..9).map(|e| (e / 2, (e * 2) % 5, 0.5 - e as f64)).collect();
-        let program = |statement: &str| {
-            Problem::new(statement)
-                .tensor("A", Coo::<f64, i64>::from_triplets(5, 5, &a).unwrap())
-                .format("A", "csr")
-                .tensor("B", Coo::<f64, i64>::from_triplets(5, 5, &b).unwrap())
-                .format("B", "csr")
-                .tensor("x", ArrayD::from_shape_fn(vec![5], |ix| 1.5 - ix[0] as f64))
-        };
+        let p = Problem::new("T[i,j] = A[i,j] * B[i,j]; z[i] = T[i,j] * x[j]")
+            .tensor("A", Coo::<f64, i64>::from_triplets(5, 5, &a).unwrap())
+            .format("A", "csr")
+            .tensor("B", Coo::<f64, i64>::from_triplets(5, 5, &b).unwrap())
+            .format("B", "csr")
+            .tensor("x", ArrayD::from_shape_fn(vec![5], |ix| 1.5 - ix[0] as f64));
         let opts = TimingOptions { warmup: 0, repeats: 1 };
-        let searched = program("T[i,j] = A[i,j] * B[i,j]; z[i] = T[i,j] * x[j]");
-        let run = searched.run_program(&crate::CBackend::new(), &Schedule::default(), opts, true).unwrap();
-        assert!(run.checks.iter().all(Check::passed), "{:?}", run.checks);
-        assert!(run.notes.is_empty(), "{:?}", run.notes);
-        assert!(run.kernels[0].contains("find pB1 = B level 1"), "{}", run.kernels[0]);
-        let p = program("T[i,j] = A[i,j] * (B[i,j] + 1); z[i] = T[i,j] * x[j]");
         let run = p.run_program(&crate::CBackend::new(), &Schedule::default(), opts, true).unwrap();
         assert!(run.checks.iter().all(Check::passed), "{:?}", run.checks);
         assert_eq!(run.fusion, Fusion::Trie);
         let note = run.notes.iter().find(|n| n.contains("fused maximally")).expect("a note says why");
-        assert!(note.contains("so the statement must be zero without `B`"), "{note}");
+        assert!(note.contains("would walk `B`'s stored coordinates together with `A`'s"), "{note}");
         let (_, notes) = p.program_kernel(&Schedule::default(), Target::C).unwrap();
         assert!(notes.iter().any(|n| n.contains("fused maximally")), "{notes:?}");
         let none: Schedule = "fusion=none".parse().unwrap();

@@ -178,8 +178,8 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         launch.block,
         match (lanes, per_warp) {
             (32, 1) => "a warp".to_string(),
+            (1, _) | (32, 32) => "a thread".to_string(),
             (32, per) => format!("a group of {} lanes", 32 / per),
-            (1, _) => "a thread".to_string(),
             (r, _) => format!("a group of {r} lanes"),
         },
         match atomic {
@@ -188,8 +188,10 @@ pub fn print_level(kernel: &LevelKernel, symbol: &str) -> Result<CudaKernel, Pri
         },
         match split {
             LaneSplit::Dense(_) => "lanes over the dense columns",
-            LaneSplit::Positions(_) if lanes == 1 => "the thread walks the row's positions",
+            LaneSplit::Positions(_) if lanes == 1 => "each thread sums its iteration's positions",
             LaneSplit::Positions(_) => "lanes over the row's positions, added with shuffles",
+            // (Where iterations share output elements, so may lanes.)
+            LaneSplit::Entries(_) if atomic => "lanes over the row's entries",
             LaneSplit::Entries(_) => "lanes over the row's entries, each its own output elements",
             LaneSplit::None => "lane 0 walks the row",
         }
