@@ -828,13 +828,19 @@ impl ProgramLowerer<'_> {
             if !zero || !searchable(&levels[first..]) {
                 continue;
             }
-            let operand = self.affine_operand(&t);
-            for l in first..levels.len() {
-                finds.push((operand, l));
-                reached.levels.insert((t.clone(), l));
-            }
+            finds.extend(self.search_from(&t, first, reached));
         }
         finds
+    }
+
+    /// The searches of `t`'s levels from `first` down, as operands of
+    /// [`LevelKernel::affine`] at their plain subscripts; those levels
+    /// reached.
+    fn search_from(&self, t: &str, first: usize, reached: &mut Reached) -> Vec<(usize, usize)> {
+        let operand = self.affine_operand(t);
+        let levels = first..self.stored[t].levels.len();
+        reached.levels.extend(levels.clone().map(|l| (t.to_string(), l)));
+        levels.map(|l| (operand, l)).collect()
     }
 
     /// A statement, inside the searches for the entries of the operands
@@ -848,8 +854,8 @@ impl ProgramLowerer<'_> {
     }
 
     /// The levels a statement finds, outermost first (an operand's
-    /// intersected level and every one below it), as operands of
-    /// [`LevelKernel::affine`] at their plain subscripts; with them reached.
+    /// intersected level and every one below it, [`Self::search_from`]);
+    /// with them reached.
     /// Skipping the statement where a search finds nothing is right only
     /// where the statement is zero without the operand (a factor of every
     /// term).
@@ -883,11 +889,7 @@ impl ProgramLowerer<'_> {
                 )
                 .with_note("run it with fusion=maximal, whose level path co-iterates"));
             }
-            let operand = self.affine_operand(t);
-            for l in first..stored.levels.len() {
-                finds.push((operand, l));
-                reached.levels.insert((t.clone(), l));
-            }
+            finds.extend(self.search_from(t, first, &mut reached));
         }
         Ok((reached, finds))
     }
